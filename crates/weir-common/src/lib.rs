@@ -1,0 +1,20 @@
+//! # weir-common: the vocabulary every Weir stage shares
+//!
+//! Weir's pipeline is `SQL text -> weir-sql -> weir-plan -> weir-exec -> weir`. The types that
+//! cross those stage boundaries live here so that no crate has to reach upward:
+//!
+//! - [`time`]: logical time ([`Time`]), the `i64` tick domain of CQL instants.
+//! - [`change`]: the [`ChangeBatch`], an Arrow record batch whose rows carry an instant and a
+//!   signed multiplicity (diff). Streams are change batches with positive diffs only.
+//! - [`error`]: [`WeirError`], the typed error every library crate returns, and [`Diagnostic`],
+//!   a user-facing message with an optional source [`Span`] rendered with a caret.
+//!
+//! Start with [`ChangeBatch`]: it is what flows between every pair of operators.
+
+pub mod change;
+pub mod error;
+pub mod time;
+
+pub use change::ChangeBatch;
+pub use error::{Diagnostic, Result, Span, WeirError};
+pub use time::{format_time, Time, TimeDomain};

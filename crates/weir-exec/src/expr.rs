@@ -1,0 +1,64 @@
+//! Scalar expressions: DataFusion `Expr` trees (already type-coerced by the binder) compiled to
+//! physical expressions and evaluated on whole Arrow batches, never row by row.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::datatypes::DataType;
+use datafusion_common::DFSchema;
+use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::Expr;
+use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_physical_expr::{create_physical_expr, PhysicalExpr};
+use weir_common::{Result, WeirError};
+
+/// A compiled scalar expression.
+#[derive(Debug, Clone)]
+pub struct ScalarExpr {
+    phys: Arc<dyn PhysicalExpr>,
+    text: String,
+}
+
+impl ScalarExpr {
+    /// Compiles `expr` over rows of `schema`.
+    pub fn compile(expr: &Expr, schema: &DFSchema) -> Result<Self> {
+        let props = ExecutionProps::new();
+        let phys = create_physical_expr(expr, schema, &props, &PhysicalPlanningContext::default())
+            .map_err(|e| WeirError::plan(format!("cannot evaluate {expr}: {}", e.strip_backtrace())))?;
+        Ok(ScalarExpr { phys, text: expr.to_string() })
+    }
+
+    /// Evaluates on every row of `batch`.
+    pub fn eval(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+        let v = self.phys.evaluate(batch).map_err(|e| self.error(e))?;
+        v.into_array(batch.num_rows()).map_err(|e| self.error(e))
+    }
+
+    /// Evaluates and casts to `ty` when the result type differs.
+    pub fn eval_as(&self, batch: &RecordBatch, ty: &DataType) -> Result<ArrayRef> {
+        let a = self.eval(batch)?;
+        if a.data_type() == ty {
+            Ok(a)
+        } else {
+            Ok(arrow::compute::cast(&a, ty)?)
+        }
+    }
+
+    /// Evaluates a predicate; NULL counts as false.
+    pub fn eval_predicate(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        let a = self.eval_as(batch, &DataType::Boolean)?;
+        let b = a
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| WeirError::internal("predicate did not give booleans"))?;
+        if b.null_count() == 0 {
+            Ok(b.clone())
+        } else {
+            Ok(arrow::compute::prep_null_mask_filter(b))
+        }
+    }
+
+    fn error(&self, e: datafusion_common::DataFusionError) -> WeirError {
+        WeirError::Execution(format!("evaluating {}: {}", self.text, e.strip_backtrace()))
+    }
+}

@@ -1,0 +1,405 @@
+//! Grouped aggregation: γ_{keys; aggs}(R), with retraction.
+//!
+//! Delta semantics: for each group g touched by ΔR at τ, the output changes by
+//! −(g, aggs_old) +(g, aggs_new), and by nothing when the values are equal. A group appears
+//! when its row count becomes positive and disappears when it returns to zero. Without GROUP BY
+//! the single row always exists from the query's first instant on (`COUNT(*)` = 0, `SUM` =
+//! NULL over an empty relation, as SQL says).
+//!
+//! Retraction: COUNT, SUM and AVG are invertible and retract in O(1) (floating-point sums may
+//! differ from a fresh sum in the last digits). MIN and MAX keep an ordered multiset of values
+//! (value -> count), so deleting any value, not only the oldest, is exact. DISTINCT variants
+//! keep a value -> count map and feed the inner aggregate only when a value appears or
+//! disappears. State: per group, its row count and one accumulator per aggregate.
+
+use std::collections::{BTreeMap, HashMap};
+
+use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::ScalarValue;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_plan::AggFunc;
+
+use crate::expr::ScalarExpr;
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+use crate::row::{RowBytes, RowCodec};
+
+/// One aggregate of the operator, compiled.
+#[derive(Debug)]
+pub struct AggSpec {
+    pub func: AggFunc,
+    pub arg: Option<ScalarExpr>,
+    /// The argument's type (its values are cast to the accumulator's working type).
+    pub arg_type: DataType,
+    pub distinct: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Sum {
+    Int(i128),
+    Float(f64),
+    Dec(i128, u8, i8),
+}
+
+#[derive(Debug, Clone)]
+enum Acc {
+    Count(i64),
+    Sum { sum: Sum, n: i64 },
+    Avg { sum: f64, n: i64 },
+    MinMax { values: BTreeMap<RowBytes, i64>, max: bool },
+}
+
+#[derive(Debug, Clone)]
+struct AccState {
+    acc: Acc,
+    /// For DISTINCT: multiplicity of each value.
+    seen: Option<HashMap<RowBytes, i64>>,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    rows: i64,
+    accs: Vec<AccState>,
+}
+
+/// An argument column viewed in the accumulator's working type.
+enum ArgView {
+    None,
+    Int(Int64Array),
+    Float(Float64Array),
+    Dec(Decimal128Array),
+    /// Only the encoded value is used (MIN/MAX, COUNT).
+    Any(ArrayRef),
+}
+
+impl ArgView {
+    fn is_null(&self, i: usize) -> bool {
+        match self {
+            ArgView::None => false,
+            ArgView::Int(a) => a.is_null(i),
+            ArgView::Float(a) => a.is_null(i),
+            ArgView::Dec(a) => a.is_null(i),
+            ArgView::Any(a) => a.is_null(i),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Aggregate {
+    input: Box<dyn Operator>,
+    keys: Vec<ScalarExpr>,
+    key_codec: RowCodec,
+    aggs: Vec<AggSpec>,
+    /// Per aggregate: codec of its argument (MIN/MAX ordering, DISTINCT identity).
+    value_codecs: Vec<Option<RowCodec>>,
+    schema: SchemaRef,
+    groups: HashMap<RowBytes, Group>,
+    started: bool,
+}
+
+impl Aggregate {
+    pub fn new(
+        input: Box<dyn Operator>,
+        keys: Vec<ScalarExpr>,
+        key_types: Vec<DataType>,
+        aggs: Vec<AggSpec>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let value_codecs = aggs
+            .iter()
+            .map(|a| match a.arg {
+                Some(_) => RowCodec::new(vec![a.arg_type.clone()]).map(Some),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Aggregate {
+            input,
+            keys,
+            key_codec: RowCodec::new(key_types)?,
+            aggs,
+            value_codecs,
+            schema,
+            groups: HashMap::new(),
+            started: false,
+        })
+    }
+
+    fn new_group(&self) -> Group {
+        let accs = self
+            .aggs
+            .iter()
+            .map(|a| {
+                let acc = match a.func {
+                    AggFunc::CountStar | AggFunc::Count => Acc::Count(0),
+                    AggFunc::Sum => Acc::Sum {
+                        sum: match &a.arg_type {
+                            DataType::Float16 | DataType::Float32 | DataType::Float64 => Sum::Float(0.0),
+                            DataType::Decimal128(p, s) => Sum::Dec(0, *p, *s),
+                            _ => Sum::Int(0),
+                        },
+                        n: 0,
+                    },
+                    AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
+                    AggFunc::Min => Acc::MinMax { values: BTreeMap::new(), max: false },
+                    AggFunc::Max => Acc::MinMax { values: BTreeMap::new(), max: true },
+                };
+                AccState { acc, seen: a.distinct.then(HashMap::new) }
+            })
+            .collect();
+        Group { rows: 0, accs }
+    }
+
+    fn view(spec: &AggSpec, col: Option<&ArrayRef>) -> Result<ArgView> {
+        let Some(col) = col else { return Ok(ArgView::None) };
+        Ok(match spec.func {
+            AggFunc::Sum | AggFunc::Avg => match col.data_type() {
+                DataType::Decimal128(..) if spec.func == AggFunc::Sum => {
+                    let a = col.as_any().downcast_ref::<Decimal128Array>().cloned();
+                    ArgView::Dec(a.ok_or_else(|| WeirError::internal("decimal view"))?)
+                }
+                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..) => {
+                    let a = arrow::compute::cast(col, &DataType::Float64)?;
+                    ArgView::Float(
+                        a.as_any()
+                            .downcast_ref::<Float64Array>()
+                            .cloned()
+                            .ok_or_else(|| WeirError::internal("float view"))?,
+                    )
+                }
+                t if t.is_integer() || *t == DataType::Null || *t == DataType::Boolean => {
+                    let a = arrow::compute::cast(col, &DataType::Int64)?;
+                    let a = a.as_any().downcast_ref::<Int64Array>().cloned();
+                    let a = a.ok_or_else(|| WeirError::internal("int view"))?;
+                    if spec.func == AggFunc::Avg {
+                        ArgView::Float(arrow::compute::cast(&a, &DataType::Float64)?
+                            .as_any()
+                            .downcast_ref::<Float64Array>()
+                            .cloned()
+                            .ok_or_else(|| WeirError::internal("float view"))?)
+                    } else {
+                        ArgView::Int(a)
+                    }
+                }
+                t => {
+                    return Err(WeirError::Execution(format!("{} over {t} is not supported", spec.func)))
+                }
+            },
+            _ => ArgView::Any(col.clone()),
+        })
+    }
+
+    /// Applies value i of `view` with multiplicity `diff` to an accumulator.
+    fn update(acc: &mut Acc, view: &ArgView, i: usize, value: Option<&[u8]>, diff: i64) -> Result<()> {
+        match acc {
+            Acc::Count(n) => *n += diff,
+            Acc::Sum { sum, n } => {
+                *n += diff;
+                match (sum, view) {
+                    (Sum::Int(s), ArgView::Int(a)) => *s += a.value(i) as i128 * diff as i128,
+                    (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
+                    (Sum::Dec(s, _, _), ArgView::Dec(a)) => *s += a.value(i) * diff as i128,
+                    _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
+                }
+            }
+            Acc::Avg { sum, n } => {
+                *n += diff;
+                match view {
+                    ArgView::Float(a) => *sum += a.value(i) * diff as f64,
+                    _ => return Err(WeirError::internal("avg view mismatch")),
+                }
+            }
+            Acc::MinMax { values, .. } => {
+                let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
+                let c = values.entry(v.into()).or_insert(0);
+                *c += diff;
+                if *c == 0 {
+                    values.remove(v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The current output values of a group.
+    fn output(&self, g: &Group) -> Result<Vec<ScalarValue>> {
+        let mut out = Vec::with_capacity(self.aggs.len());
+        for (k, (spec, st)) in self.aggs.iter().zip(&g.accs).enumerate() {
+            let v = match &st.acc {
+                Acc::Count(n) => {
+                    if spec.func == AggFunc::CountStar {
+                        ScalarValue::Int64(Some(g.rows))
+                    } else {
+                        ScalarValue::Int64(Some(*n))
+                    }
+                }
+                Acc::Sum { sum, n } => match sum {
+                    Sum::Int(s) if *n > 0 => ScalarValue::Int64(Some(i64::try_from(*s).map_err(|_| {
+                        WeirError::Execution("integer overflow in SUM".into())
+                    })?)),
+                    Sum::Int(_) => ScalarValue::Int64(None),
+                    Sum::Float(s) => ScalarValue::Float64((*n > 0).then_some(*s)),
+                    Sum::Dec(s, p, sc) => ScalarValue::Decimal128((*n > 0).then_some(*s), *p, *sc),
+                },
+                Acc::Avg { sum, n } => ScalarValue::Float64((*n > 0).then(|| *sum / *n as f64)),
+                Acc::MinMax { values, max } => {
+                    let v = if *max { values.keys().next_back() } else { values.keys().next() };
+                    match (v, &self.value_codecs[k]) {
+                        (Some(v), Some(codec)) => {
+                            let arr = codec.decode([&v[..]])?;
+                            ScalarValue::try_from_array(&arr[0], 0)
+                                .map_err(|e| WeirError::internal(e.to_string()))?
+                        }
+                        _ => ScalarValue::try_from(&spec.arg_type).unwrap_or(ScalarValue::Null),
+                    }
+                }
+            };
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    fn exists(&self, g: &Group) -> bool {
+        self.keys.is_empty() || g.rows > 0
+    }
+}
+
+impl Operator for Aggregate {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        // Old output of each group touched at this instant (None: the group did not exist).
+        let mut touched: HashMap<RowBytes, Option<Vec<ScalarValue>>> = HashMap::new();
+        if !self.started {
+            self.started = true;
+            if self.keys.is_empty() {
+                touched.insert(RowBytes::from(&[][..]), None);
+                let g = self.new_group();
+                self.groups.insert(RowBytes::from(&[][..]), g);
+            }
+        }
+        if !d.is_empty() {
+            let key_cols: Vec<ArrayRef> =
+                self.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
+            let keys = self.key_codec.encode(&key_cols, d.len())?;
+            let mut views = Vec::with_capacity(self.aggs.len());
+            let mut values = Vec::with_capacity(self.aggs.len());
+            for (spec, codec) in self.aggs.iter().zip(&self.value_codecs) {
+                let col = match &spec.arg {
+                    Some(e) => Some(e.eval_as(&d.data, &spec.arg_type)?),
+                    None => None,
+                };
+                values.push(match (&col, codec) {
+                    (Some(c), Some(codec)) => Some(codec.encode(std::slice::from_ref(c), d.len())?),
+                    _ => None,
+                });
+                views.push(Self::view(spec, col.as_ref())?);
+            }
+            for i in 0..d.len() {
+                let key = keys.get(i);
+                if !touched.contains_key(key) {
+                    let old = match self.groups.get(key) {
+                        Some(g) if self.exists(g) => Some(self.output(g)?),
+                        _ => None,
+                    };
+                    touched.insert(key.into(), old);
+                }
+                if !self.groups.contains_key(key) {
+                    let g = self.new_group();
+                    self.groups.insert(key.into(), g);
+                }
+                let group = self.groups.get_mut(key).ok_or_else(|| WeirError::internal("group"))?;
+                let diff = d.diffs[i];
+                group.rows += diff;
+                for (a, st) in group.accs.iter_mut().enumerate() {
+                    let view = &views[a];
+                    if self.aggs[a].func == AggFunc::CountStar {
+                        continue;
+                    }
+                    if view.is_null(i) {
+                        continue;
+                    }
+                    let value = values[a].as_ref().map(|v| v.get(i));
+                    match &mut st.seen {
+                        None => Self::update(&mut st.acc, view, i, value, diff)?,
+                        Some(seen) => {
+                            let v = value.ok_or_else(|| WeirError::internal("distinct value"))?;
+                            let c = seen.entry(v.into()).or_insert(0);
+                            let before = *c;
+                            *c += diff;
+                            let after = *c;
+                            if after == 0 {
+                                seen.remove(v);
+                            }
+                            if before <= 0 && after > 0 {
+                                Self::update(&mut st.acc, view, i, value, 1)?;
+                            } else if before > 0 && after <= 0 {
+                                Self::update(&mut st.acc, view, i, value, -1)?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut touched: Vec<(RowBytes, Option<Vec<ScalarValue>>)> = touched.into_iter().collect();
+        touched.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out_keys: Vec<RowBytes> = Vec::new();
+        let mut out_vals: Vec<Vec<ScalarValue>> = Vec::new();
+        let mut diffs = Vec::new();
+        for (key, old) in touched {
+            let new = match self.groups.get(&key) {
+                Some(g) if self.exists(g) => Some(self.output(g)?),
+                _ => None,
+            };
+            if !self.keys.is_empty() && self.groups.get(&key).is_some_and(|g| g.rows == 0) {
+                self.groups.remove(&key);
+            }
+            if old == new {
+                continue;
+            }
+            if let Some(old) = old {
+                out_keys.push(key.clone());
+                out_vals.push(old);
+                diffs.push(-1);
+            }
+            if let Some(new) = new {
+                out_keys.push(key);
+                out_vals.push(new);
+                diffs.push(1);
+            }
+        }
+        if diffs.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut cols = self.key_codec.decode(out_keys.iter().map(|k| &k[..]))?;
+        for a in 0..self.aggs.len() {
+            let field_type = self.schema.field(self.keys.len() + a).data_type();
+            let vals: Vec<ScalarValue> = out_vals.iter().map(|v| v[a].clone()).collect();
+            let arr = scalars_to_array(vals, field_type)?;
+            cols.push(arr);
+        }
+        let data = batch_of(&self.schema, cols, diffs.len())?;
+        Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}
+
+/// Builds an array of `ty` from scalars (casting each to `ty`; NULLs of any type allowed).
+fn scalars_to_array(vals: Vec<ScalarValue>, ty: &DataType) -> Result<ArrayRef> {
+    let vals = vals
+        .into_iter()
+        .map(|v| {
+            if v.is_null() {
+                ScalarValue::try_from(ty)
+            } else if &v.data_type() == ty {
+                Ok(v)
+            } else {
+                v.cast_to(ty)
+            }
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| WeirError::internal(e.to_string()))?;
+    ScalarValue::iter_to_array(vals).map_err(|e| WeirError::internal(e.to_string()))
+}

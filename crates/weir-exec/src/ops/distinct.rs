@@ -1,0 +1,61 @@
+//! Distinct: δ(R), each distinct row once.
+//!
+//! Delta semantics: with c(r) the multiplicity of r in R, Δδ(R) at τ is +r where c(r) goes from
+//! ≤ 0 to > 0 and −r where it goes from > 0 to ≤ 0; rows whose count stays on one side produce
+//! nothing. State: the multiplicity of every row currently present.
+
+use std::collections::HashMap;
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+
+use crate::consolidate::{net_diffs, to_batch};
+use crate::operator::{EvalCtx, Operator};
+use crate::row::{RowBytes, RowCodec};
+
+#[derive(Debug)]
+pub struct Distinct {
+    input: Box<dyn Operator>,
+    schema: SchemaRef,
+    codec: RowCodec,
+    counts: HashMap<RowBytes, i64>,
+}
+
+impl Distinct {
+    pub fn new(input: Box<dyn Operator>, schema: SchemaRef) -> Result<Self> {
+        let codec = RowCodec::for_schema(&schema)?;
+        Ok(Distinct { input, schema, codec, counts: HashMap::new() })
+    }
+}
+
+impl Operator for Distinct {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut out = Vec::new();
+        for (row, diff) in net_diffs(&self.codec, &d)? {
+            if diff == 0 {
+                continue;
+            }
+            let old = self.counts.get(&row).copied().unwrap_or(0);
+            let new = old + diff;
+            match (old > 0, new > 0) {
+                (false, true) => out.push((row.clone(), 1)),
+                (true, false) => out.push((row.clone(), -1)),
+                _ => {}
+            }
+            if new == 0 {
+                self.counts.remove(&row);
+            } else {
+                self.counts.insert(row, new);
+            }
+        }
+        to_batch(&self.codec, &self.schema, out, t)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}

@@ -1,0 +1,41 @@
+//! The incremental operators, one per file. Each file opens with the operator's delta
+//! semantics: what one input change at instant τ produces, and what state it keeps.
+
+pub mod aggregate;
+pub mod distinct;
+pub mod filter;
+pub mod join;
+pub mod project;
+pub mod r2s;
+pub mod rename;
+pub mod scan;
+pub mod union;
+pub mod values;
+pub mod window_rows;
+pub mod window_time;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::SchemaRef;
+use weir_common::Result;
+
+/// Builds a batch of `schema` from columns, casting any column whose type differs (expression
+/// results may be more general than the planned type) and renaming fields. Schemas in the
+/// executor are all-nullable (see [`crate::compile`]), so nullability never mismatches.
+pub(crate) fn batch_of(schema: &SchemaRef, columns: Vec<ArrayRef>, n: usize) -> Result<RecordBatch> {
+    let columns = columns
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                arrow::compute::cast(&c, f.data_type())
+            }
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )?)
+}

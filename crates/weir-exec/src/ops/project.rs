@@ -1,0 +1,40 @@
+//! Project: π_e1..en.
+//!
+//! Delta semantics: Δπ(R) = π(ΔR): each changed row maps to one output row with the same diff
+//! (bag semantics: no deduplication). Linear and stateless; expressions run on whole batches.
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+
+use crate::expr::ScalarExpr;
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+
+#[derive(Debug)]
+pub struct Project {
+    input: Box<dyn Operator>,
+    exprs: Vec<ScalarExpr>,
+    schema: SchemaRef,
+}
+
+impl Project {
+    pub fn new(input: Box<dyn Operator>, exprs: Vec<ScalarExpr>, schema: SchemaRef) -> Self {
+        Project { input, exprs, schema }
+    }
+}
+
+impl Operator for Project {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let cols = self.exprs.iter().map(|e| e.eval(&d.data)).collect::<Result<Vec<_>>>()?;
+        let data = batch_of(&self.schema, cols, d.len())?;
+        Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}

@@ -1,0 +1,62 @@
+//! Relation-to-stream: `ISTREAM`, `DSTREAM`, `RSTREAM`.
+//!
+//! With R(−1) = ∅ and bag difference −, at each instant τ of the query:
+//! - ISTREAM emits R(τ) − R(τ−1): rows whose consolidated diff at τ is positive, that many times;
+//! - DSTREAM emits R(τ−1) − R(τ): rows whose consolidated diff is negative;
+//! - RSTREAM emits R(τ) whole, at every instant, even one where R did not change.
+//!
+//! Changes are consolidated per instant first, so an insertion and a deletion of the same tuple
+//! at one instant cancel. Output rows carry diff = multiplicity (> 0), sorted by value.
+//! State: none for ISTREAM/DSTREAM; RSTREAM keeps the relation's multiset.
+
+use std::collections::HashMap;
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+use weir_plan::R2S;
+
+use crate::consolidate::{net_diffs, to_batch};
+use crate::operator::{EvalCtx, Operator};
+use crate::row::{RowBytes, RowCodec};
+
+#[derive(Debug)]
+pub struct ToStream {
+    input: Box<dyn Operator>,
+    op: R2S,
+    schema: SchemaRef,
+    codec: RowCodec,
+    relation: HashMap<RowBytes, i64>,
+}
+
+impl ToStream {
+    pub fn new(input: Box<dyn Operator>, op: R2S, schema: SchemaRef) -> Result<Self> {
+        let codec = RowCodec::for_schema(&schema)?;
+        Ok(ToStream { input, op, schema, codec, relation: HashMap::new() })
+    }
+}
+
+impl Operator for ToStream {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        let net = if d.is_empty() { HashMap::new() } else { net_diffs(&self.codec, &d)? };
+        let rows: Vec<(RowBytes, i64)> = match self.op {
+            R2S::Istream => net.into_iter().filter(|(_, n)| *n > 0).collect(),
+            R2S::Dstream => net.into_iter().filter(|(_, n)| *n < 0).map(|(r, n)| (r, -n)).collect(),
+            R2S::Rstream => {
+                for (r, n) in net {
+                    let c = self.relation.entry(r.clone()).or_insert(0);
+                    *c += n;
+                    if *c == 0 {
+                        self.relation.remove(&r);
+                    }
+                }
+                self.relation.iter().filter(|(_, c)| **c > 0).map(|(r, c)| (r.clone(), *c)).collect()
+            }
+        };
+        to_batch(&self.codec, &self.schema, rows, t)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}

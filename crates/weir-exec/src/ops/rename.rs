@@ -1,0 +1,33 @@
+//! Rename: the same rows under new column names (a view or subquery alias).
+//!
+//! Delta semantics: identity on changes. Stateless.
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+
+#[derive(Debug)]
+pub struct Rename {
+    input: Box<dyn Operator>,
+    schema: SchemaRef,
+}
+
+impl Rename {
+    pub fn new(input: Box<dyn Operator>, schema: SchemaRef) -> Self {
+        Rename { input, schema }
+    }
+}
+
+impl Operator for Rename {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        let data = batch_of(&self.schema, d.data.columns().to_vec(), d.len())?;
+        Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}

@@ -1,0 +1,38 @@
+//! Scan: the changes of a base stream or table at each instant.
+//!
+//! Delta semantics: at τ, outputs exactly the input changes the runner buffered for τ (stream
+//! elements with positive diffs, table inserts +1 and deletes −1). Stateless.
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+
+#[derive(Debug)]
+pub struct Scan {
+    name: String,
+    schema: SchemaRef,
+}
+
+impl Scan {
+    pub fn new(name: String, schema: SchemaRef) -> Self {
+        Scan { name, schema }
+    }
+}
+
+impl Operator for Scan {
+    fn eval(&mut self, _t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        match ctx.inputs.get(&self.name) {
+            Some(b) if !b.is_empty() => {
+                let data = batch_of(&self.schema, b.data.columns().to_vec(), b.len())?;
+                Ok(b.with_data(data))
+            }
+            _ => Ok(ChangeBatch::empty(self.schema.clone())),
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        None
+    }
+}

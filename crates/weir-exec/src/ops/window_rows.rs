@@ -1,0 +1,75 @@
+//! Row-based windows: `[ROWS N]` and `[PARTITION BY k ROWS N]`.
+//!
+//! At instant τ the window holds, per partition, the N elements with the largest
+//! (timestamp, arrival sequence) among those stamped ≤ τ; `[ROWS N]` is one partition.
+//!
+//! Delta semantics: each arriving element (in arrival order) is appended to its partition's
+//! queue (+e); when the queue exceeds N its oldest element is evicted (−e). An element that
+//! arrives and is evicted at the same instant yields +e and −e, which consolidation cancels; a
+//! replacement by an identical tuple likewise produces no visible change. No wake-ups: the
+//! contents change only when elements arrive. State: at most N encoded rows per partition.
+
+use std::collections::{HashMap, VecDeque};
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use crate::operator::{EvalCtx, Operator};
+use crate::row::{RowBytes, RowCodec};
+
+#[derive(Debug)]
+pub struct RowsWindow {
+    input: Box<dyn Operator>,
+    by: Vec<usize>,
+    rows: u64,
+    schema: SchemaRef,
+    row_codec: RowCodec,
+    key_codec: RowCodec,
+    parts: HashMap<RowBytes, VecDeque<RowBytes>>,
+}
+
+impl RowsWindow {
+    pub fn new(input: Box<dyn Operator>, by: Vec<usize>, rows: u64, schema: SchemaRef) -> Result<Self> {
+        let row_codec = RowCodec::for_schema(&schema)?;
+        let key_codec =
+            RowCodec::new(by.iter().map(|&i| schema.field(i).data_type().clone()).collect())?;
+        Ok(RowsWindow { input, by, rows, schema, row_codec, key_codec, parts: HashMap::new() })
+    }
+}
+
+impl Operator for RowsWindow {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let rows = self.row_codec.encode(d.data.columns(), d.len())?;
+        let key_cols: Vec<_> = self.by.iter().map(|&i| d.data.column(i).clone()).collect();
+        let keys = self.key_codec.encode(&key_cols, d.len())?;
+        let mut out: Vec<(RowBytes, i64)> = Vec::new();
+        for i in 0..d.len() {
+            if d.diffs[i] < 0 {
+                return Err(WeirError::internal("ROWS window over a retraction"));
+            }
+            let part = self.parts.entry(keys.get(i).into()).or_default();
+            for _ in 0..d.diffs[i] {
+                let row: RowBytes = rows.get(i).into();
+                out.push((row.clone(), 1));
+                part.push_back(row);
+                if part.len() as u64 > self.rows {
+                    if let Some(old) = part.pop_front() {
+                        out.push((old, -1));
+                    }
+                }
+            }
+        }
+        self.parts.retain(|_, q| !q.is_empty());
+        let data = self.row_codec.decode_batch(&self.schema, out.iter().map(|(r, _)| &r[..]))?;
+        let diffs: Vec<i64> = out.iter().map(|(_, d)| *d).collect();
+        Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}

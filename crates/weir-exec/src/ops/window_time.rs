@@ -1,0 +1,141 @@
+//! Time-based windows: `[NOW]`, `[RANGE T]`, `[RANGE T SLIDE S]`, `[UNBOUNDED]`.
+//!
+//! At instant τ the window holds the stream elements with timestamp in [lo(τ), hi(τ)):
+//! - `[RANGE T]`: (τ−T, τ], i.e. [τ−T+1, τ+1); an element stamped τ' is in it for exactly T
+//!   ticks and leaves at τ'+T (`[NOW]` is `[RANGE 1]`);
+//! - `[RANGE T SLIDE S]`: [b−T, b) with b = S·⌊(τ+1)/S⌋: window [kS−T, kS) becomes current at
+//!   its last tick kS−1;
+//! - `[UNBOUNDED]`: (−∞, τ].
+//!
+//! Delta semantics: at τ the output is +e for each element that enters [lo, hi) and −e for each
+//! that leaves it (with the element's multiplicity). Both bounds only move forward, so the
+//! elements form a time-ordered queue: entering elements are taken from the unentered tail,
+//! leaving ones popped from the head; each element is touched twice in its life, whatever the
+//! T/S ratio. The operator asks to be woken at the next tick where an element enters (a slide
+//! boundary) or leaves (an expiry), so those ticks become instants. Elements that fall into a
+//! gap between sliding windows (T < S) are never in any window and are dropped on arrival.
+//! State: the elements not yet expired. `[UNBOUNDED]` keeps none.
+
+use std::collections::VecDeque;
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time};
+
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+
+/// Which bounds the window has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBounds {
+    Unbounded,
+    /// `[RANGE T]` (and `[NOW]` = `[RANGE 1]`).
+    Range(Time),
+    Slide { range: Time, slide: Time },
+}
+
+impl TimeBounds {
+    /// [lo, hi) at instant t.
+    fn at(self, t: Time) -> (Time, Time) {
+        match self {
+            TimeBounds::Unbounded => (Time::MIN, t.saturating_add(1)),
+            TimeBounds::Range(r) => (t.saturating_sub(r).saturating_add(1), t.saturating_add(1)),
+            TimeBounds::Slide { range, slide } => {
+                let b = slide.saturating_mul(t.saturating_add(1).div_euclid(slide));
+                (b.saturating_sub(range), b)
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Elements {
+    time: Time,
+    batch: ChangeBatch,
+    inside: bool,
+}
+
+#[derive(Debug)]
+pub struct TimeWindow {
+    input: Box<dyn Operator>,
+    bounds: TimeBounds,
+    schema: SchemaRef,
+    /// Unexpired elements, one entry per arrival instant, oldest first.
+    elems: VecDeque<Elements>,
+    /// How many entries at the head have been passed by `hi` (entered, or skipped).
+    entered: usize,
+}
+
+impl TimeWindow {
+    pub fn new(input: Box<dyn Operator>, bounds: TimeBounds, schema: SchemaRef) -> Self {
+        TimeWindow { input, bounds, schema, elems: VecDeque::new(), entered: 0 }
+    }
+
+    /// The tick at which an element stamped `e` first lies in the window, if ever.
+    fn entry_tick(&self, e: Time) -> Option<Time> {
+        match self.bounds {
+            TimeBounds::Unbounded | TimeBounds::Range(_) => Some(e),
+            TimeBounds::Slide { range, slide } => {
+                let b = slide.saturating_mul(e.div_euclid(slide).saturating_add(1));
+                (b.saturating_sub(range) <= e).then(|| b - 1)
+            }
+        }
+    }
+
+    /// The tick at which an element stamped `e`, now inside, leaves.
+    fn exit_tick(&self, e: Time) -> Option<Time> {
+        match self.bounds {
+            TimeBounds::Unbounded => None,
+            TimeBounds::Range(r) => Some(e.saturating_add(r)),
+            TimeBounds::Slide { range, slide } => {
+                let b = slide.saturating_mul(e.saturating_add(range).div_euclid(slide).saturating_add(1));
+                Some(b.saturating_sub(1))
+            }
+        }
+    }
+}
+
+impl Operator for TimeWindow {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        let d = d.with_schema(self.schema.clone())?;
+        if self.bounds == TimeBounds::Unbounded {
+            return Ok(d);
+        }
+        if !d.is_empty() && self.entry_tick(t).is_some() {
+            self.elems.push_back(Elements { time: t, batch: d, inside: false });
+        }
+        let (lo, hi) = self.bounds.at(t);
+        let mut out = Vec::new();
+        while self.entered < self.elems.len() && self.elems[self.entered].time < hi {
+            let e = &mut self.elems[self.entered];
+            if e.time >= lo {
+                e.inside = true;
+                out.push(e.batch.clone());
+            }
+            self.entered += 1;
+        }
+        while self.entered > 0 && self.elems.front().is_some_and(|e| e.time < lo) {
+            if let Some(e) = self.elems.pop_front() {
+                if e.inside {
+                    out.push(e.batch.negate());
+                }
+            }
+            self.entered -= 1;
+        }
+        let mut all = ChangeBatch::concat(&self.schema, &out)?;
+        all.times.iter_mut().for_each(|x| *x = t);
+        let data = batch_of(&self.schema, all.data.columns().to_vec(), all.len())?;
+        Ok(ChangeBatch::new(data, all.times, all.diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        let own = [
+            self.elems.get(self.entered).and_then(|e| self.entry_tick(e.time)),
+            self.elems.front().filter(|e| e.inside).and_then(|e| self.exit_tick(e.time)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        crate::operator::min_wakeup([own, self.input.next_wakeup()])
+    }
+}

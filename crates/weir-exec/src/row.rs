@@ -1,0 +1,109 @@
+//! Row encoding for operator state: Arrow's row format, which is compact, hashable and
+//! order-preserving (byte order = SQL order of the values), so it serves as hash-map key, as
+//! multiset element and as the sort key that makes output order deterministic.
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+use weir_common::Result;
+
+/// Encodes columns of fixed types to rows and back.
+#[derive(Debug)]
+pub struct RowCodec {
+    types: Vec<DataType>,
+    converter: Option<RowConverter>,
+}
+
+/// An encoded row, owned.
+pub type RowBytes = Box<[u8]>;
+
+impl RowCodec {
+    pub fn new(types: Vec<DataType>) -> Result<Self> {
+        let converter = if types.is_empty() {
+            None
+        } else {
+            Some(RowConverter::new(types.iter().cloned().map(SortField::new).collect())?)
+        };
+        Ok(RowCodec { types, converter })
+    }
+
+    pub fn for_schema(schema: &SchemaRef) -> Result<Self> {
+        Self::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())
+    }
+
+    /// Encodes `n` rows of `columns` (which must have the codec's types).
+    pub fn encode(&self, columns: &[ArrayRef], n: usize) -> Result<EncodedRows> {
+        match &self.converter {
+            None => Ok(EncodedRows::Empty(n)),
+            Some(c) => {
+                let cols: Vec<ArrayRef> = columns
+                    .iter()
+                    .zip(&self.types)
+                    .map(|(a, t)| {
+                        if a.data_type() == t {
+                            Ok(a.clone())
+                        } else {
+                            arrow::compute::cast(a, t)
+                        }
+                    })
+                    .collect::<std::result::Result<_, _>>()?;
+                Ok(EncodedRows::Rows(c.convert_columns(&cols)?))
+            }
+        }
+    }
+
+    /// Decodes rows back into columns.
+    pub fn decode<'a>(&self, rows: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
+        match &self.converter {
+            None => Ok(vec![]),
+            Some(c) => {
+                let parser = c.parser();
+                let rows: Vec<&[u8]> = rows.into_iter().collect();
+                Ok(c.convert_rows(rows.iter().map(|r| parser.parse(r)))?)
+            }
+        }
+    }
+
+    /// Decodes rows into a record batch of `schema`.
+    pub fn decode_batch<'a>(
+        &self,
+        schema: &SchemaRef,
+        rows: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<RecordBatch> {
+        let rows: Vec<&[u8]> = rows.into_iter().collect();
+        let n = rows.len();
+        let cols = self.decode(rows)?;
+        Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            cols,
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
+    }
+}
+
+/// The result of [`RowCodec::encode`].
+pub enum EncodedRows {
+    /// Zero columns: every row encodes as the empty byte string.
+    Empty(usize),
+    Rows(Rows),
+}
+
+impl EncodedRows {
+    pub fn get(&self, i: usize) -> &[u8] {
+        match self {
+            EncodedRows::Empty(_) => &[],
+            EncodedRows::Rows(r) => r.row(i).data(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            EncodedRows::Empty(n) => *n,
+            EncodedRows::Rows(r) => r.num_rows(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,83 @@
+//! `EXPLAIN`: the plan as an indented tree, one CQL operator per line.
+
+use std::fmt::Write;
+
+use datafusion_common::DFSchema;
+
+use crate::plan::{LogicalPlan, PlanKind};
+
+/// Renders `plan` as an indented tree. Each line names the operator, its arguments and whether
+/// it outputs a stream or a relation.
+pub fn explain(plan: &LogicalPlan) -> String {
+    let mut out = String::new();
+    write_node(plan, 0, &mut out);
+    out
+}
+
+fn names(schema: &DFSchema) -> Vec<String> {
+    schema.fields().iter().map(|f| f.name().clone()).collect()
+}
+
+fn list(exprs: impl IntoIterator<Item = String>) -> String {
+    exprs.into_iter().collect::<Vec<_>>().join(", ")
+}
+
+fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
+    let label = match plan {
+        LogicalPlan::StreamScan { name, .. } => format!("StreamScan: {name}"),
+        LogicalPlan::TableScan { name, .. } => format!("TableScan: {name}"),
+        LogicalPlan::Window { spec, input, .. } => {
+            let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
+            format!("Window: [{}]", LogicalPlan::window_label(spec, domain, &names(&input.schema())))
+        }
+        LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
+        LogicalPlan::Project { exprs, .. } => {
+            format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))
+        }
+        LogicalPlan::Join { on, filter, .. } => {
+            let mut s = String::from("Join: inner");
+            if !on.is_empty() {
+                let _ = write!(s, " on {}", list(on.iter().map(|(l, r)| format!("{l} = {r}"))));
+            }
+            if let Some(f) = filter {
+                let _ = write!(s, " filter {f}");
+            }
+            s
+        }
+        LogicalPlan::Aggregate { group, aggs, .. } => {
+            let aggs = aggs.iter().map(|a| match &a.arg {
+                None => "count(*)".to_string(),
+                Some(e) => {
+                    format!("{}({}{e})", a.func, if a.distinct { "DISTINCT " } else { "" })
+                }
+            });
+            format!(
+                "Aggregate: group=[{}] aggs=[{}]",
+                list(group.iter().map(|e| e.to_string())),
+                list(aggs)
+            )
+        }
+        LogicalPlan::Distinct { .. } => "Distinct".to_string(),
+        LogicalPlan::UnionAll { .. } => "UnionAll".to_string(),
+        LogicalPlan::Values { rows, .. } => format!("Values: {} row(s)", rows.len()),
+        LogicalPlan::ToStream { op, .. } => format!("{op}"),
+        LogicalPlan::Rename { schema, .. } => {
+            let q: Vec<String> = schema
+                .iter()
+                .map(|(q, f)| match q {
+                    Some(q) => format!("{q}.{}", f.name()),
+                    None => f.name().clone(),
+                })
+                .collect();
+            format!("Rename: {}", q.join(", "))
+        }
+    };
+    let kind = match plan.kind() {
+        PlanKind::Stream => "stream",
+        PlanKind::Relation => "relation",
+    };
+    let _ = writeln!(out, "{}{label}  -> {kind}", "  ".repeat(depth));
+    for input in plan.inputs() {
+        write_node(input, depth + 1, out);
+    }
+}

@@ -1,0 +1,23 @@
+//! # weir-plan: the logical plan of a continuous query
+//!
+//! A [`LogicalPlan`] is a tree of CQL's three operator classes (Arasu, Babu, Widom 2006):
+//!
+//! - **stream-to-relation**: [`LogicalPlan::Window`] with a [`WindowSpec`] (`[RANGE T]`,
+//!   `[ROWS N]`, ...) turns a stream into a time-varying relation;
+//! - **relation-to-relation**: filter, project, join, aggregate, distinct, union: ordinary SQL
+//!   evaluated on the instantaneous relations;
+//! - **relation-to-stream**: [`LogicalPlan::ToStream`] with [`R2S`] (`ISTREAM`, `DSTREAM`,
+//!   `RSTREAM`) turns a relation back into a stream.
+//!
+//! Leaves are [`LogicalPlan::StreamScan`] (a stream's elements) and [`LogicalPlan::TableScan`]
+//! (a table's changes). Every node knows its output [`PlanKind`] (stream or relation) and its
+//! schema; scalar expressions are DataFusion [`Expr`]s over the input's schema, already
+//! type-coerced by the binder. [`explain`] prints the tree for `EXPLAIN`.
+//!
+//! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
+
+pub mod explain;
+pub mod plan;
+
+pub use explain::explain;
+pub use plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, R2S, WindowSpec};

@@ -1,0 +1,278 @@
+//! The plan tree. See the crate docs for the operator classes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion_common::DFSchemaRef;
+use datafusion_expr::Expr;
+use weir_common::{Time, TimeDomain};
+
+/// Whether a plan's output is a stream (timestamped elements, append-only) or a relation
+/// (a bag that changes over time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanKind {
+    Stream,
+    Relation,
+}
+
+impl fmt::Display for PlanKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PlanKind::Stream => "stream",
+            PlanKind::Relation => "relation",
+        })
+    }
+}
+
+/// A CQL window: which elements of a stream form the relation at instant τ.
+/// Durations are in the stream's ticks (microseconds for TIMESTAMP streams).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowSpec {
+    /// All elements with timestamp ≤ τ.
+    Unbounded,
+    /// Elements with timestamp exactly τ.
+    Now,
+    /// Elements with timestamp in (τ−T, τ].
+    Range(Time),
+    /// Elements with timestamp in [b−T, b), b = S·⌊(τ+1)/S⌋.
+    RangeSlide { range: Time, slide: Time },
+    /// The N elements with the largest (timestamp, arrival) among those ≤ τ.
+    Rows(u64),
+    /// `[ROWS N]` within each group of equal partition columns (indices into the input).
+    PartitionRows { by: Vec<usize>, rows: u64 },
+}
+
+impl WindowSpec {
+    fn fmt_with(&self, domain: TimeDomain, names: &[String]) -> String {
+        let d = |t: Time| match domain {
+            TimeDomain::Ticks => t.to_string(),
+            TimeDomain::Micros => format_micros_duration(t),
+        };
+        match self {
+            WindowSpec::Unbounded => "UNBOUNDED".into(),
+            WindowSpec::Now => "NOW".into(),
+            WindowSpec::Range(t) => format!("RANGE {}", d(*t)),
+            WindowSpec::RangeSlide { range, slide } => {
+                format!("RANGE {} SLIDE {}", d(*range), d(*slide))
+            }
+            WindowSpec::Rows(n) => format!("ROWS {n}"),
+            WindowSpec::PartitionRows { by, rows } => {
+                let cols: Vec<&str> =
+                    by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
+                format!("PARTITION BY {} ROWS {rows}", cols.join(", "))
+            }
+        }
+    }
+}
+
+fn format_micros_duration(us: Time) -> String {
+    const UNITS: [(i64, &str); 5] = [
+        (86_400_000_000, "DAY"),
+        (3_600_000_000, "HOUR"),
+        (60_000_000, "MINUTE"),
+        (1_000_000, "SECOND"),
+        (1_000, "MILLISECOND"),
+    ];
+    for (size, name) in UNITS {
+        if us != 0 && us % size == 0 {
+            let n = us / size;
+            return format!("{n} {name}{}", if n == 1 { "" } else { "S" });
+        }
+    }
+    format!("{us} MICROSECONDS")
+}
+
+/// A relation-to-stream operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum R2S {
+    /// What entered: R(τ) − R(τ−1).
+    Istream,
+    /// What left: R(τ−1) − R(τ).
+    Dstream,
+    /// The whole relation at every instant.
+    Rstream,
+}
+
+impl fmt::Display for R2S {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            R2S::Istream => "ISTREAM",
+            R2S::Dstream => "DSTREAM",
+            R2S::Rstream => "RSTREAM",
+        })
+    }
+}
+
+/// Join flavours the executor runs incrementally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+}
+
+/// Aggregate functions with retractable incremental state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFunc {
+    /// `COUNT(*)`: rows in the group.
+    CountStar,
+    /// `COUNT(x)`: non-null values.
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+impl fmt::Display for AggFunc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AggFunc::CountStar | AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Avg => "avg",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+        })
+    }
+}
+
+/// One aggregate in an [`LogicalPlan::Aggregate`].
+#[derive(Debug, Clone)]
+pub struct AggCall {
+    pub func: AggFunc,
+    /// The argument, over the aggregate's input schema; `None` for `COUNT(*)`.
+    pub arg: Option<Expr>,
+    pub distinct: bool,
+}
+
+/// A node of the plan tree. See the crate docs.
+#[derive(Debug, Clone)]
+pub enum LogicalPlan {
+    /// The elements of a base stream, stamped by its event-time column.
+    StreamScan { name: String, schema: DFSchemaRef, time_column: usize, domain: TimeDomain },
+    /// The changes of a table (a relation changed by INSERT/DELETE at instants).
+    TableScan { name: String, schema: DFSchemaRef },
+    /// Stream-to-relation. `schema` is the input's columns under the name the query uses.
+    Window { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// Rows of the input for which `predicate` is true (NULL counts as false).
+    Filter { predicate: Expr, input: Arc<LogicalPlan> },
+    /// One output column per expression.
+    Project { exprs: Vec<Expr>, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// Inner join on `on` equalities plus an optional residual `filter` over the joined row.
+    Join {
+        kind: JoinKind,
+        left: Arc<LogicalPlan>,
+        right: Arc<LogicalPlan>,
+        on: Vec<(Expr, Expr)>,
+        filter: Option<Expr>,
+        schema: DFSchemaRef,
+    },
+    /// Group by `group` (empty: one scalar row) computing `aggs`; output = keys then aggregates.
+    Aggregate { group: Vec<Expr>, aggs: Vec<AggCall>, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// Set semantics: each distinct row once.
+    Distinct { input: Arc<LogicalPlan> },
+    /// Bag union of inputs with one schema.
+    UnionAll { inputs: Vec<Arc<LogicalPlan>>, schema: DFSchemaRef },
+    /// A constant relation (e.g. `SELECT 1` or `VALUES`), present from the first instant on.
+    Values { rows: Vec<Vec<Expr>>, schema: DFSchemaRef },
+    /// Relation-to-stream.
+    ToStream { op: R2S, input: Arc<LogicalPlan> },
+    /// Renames the input's columns (a view or subquery alias); data is unchanged.
+    Rename { input: Arc<LogicalPlan>, schema: DFSchemaRef },
+}
+
+impl LogicalPlan {
+    /// The output schema.
+    pub fn schema(&self) -> DFSchemaRef {
+        match self {
+            LogicalPlan::StreamScan { schema, .. }
+            | LogicalPlan::TableScan { schema, .. }
+            | LogicalPlan::Window { schema, .. }
+            | LogicalPlan::Project { schema, .. }
+            | LogicalPlan::Join { schema, .. }
+            | LogicalPlan::Aggregate { schema, .. }
+            | LogicalPlan::UnionAll { schema, .. }
+            | LogicalPlan::Values { schema, .. }
+            | LogicalPlan::Rename { schema, .. } => schema.clone(),
+            LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Distinct { input }
+            | LogicalPlan::ToStream { input, .. } => input.schema(),
+        }
+    }
+
+    /// Stream or relation.
+    pub fn kind(&self) -> PlanKind {
+        match self {
+            LogicalPlan::StreamScan { .. } | LogicalPlan::ToStream { .. } => PlanKind::Stream,
+            LogicalPlan::Rename { input, .. } => input.kind(),
+            _ => PlanKind::Relation,
+        }
+    }
+
+    /// The inputs of this node, left to right.
+    pub fn inputs(&self) -> Vec<&Arc<LogicalPlan>> {
+        match self {
+            LogicalPlan::StreamScan { .. }
+            | LogicalPlan::TableScan { .. }
+            | LogicalPlan::Values { .. } => vec![],
+            LogicalPlan::Window { input, .. }
+            | LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Project { input, .. }
+            | LogicalPlan::Aggregate { input, .. }
+            | LogicalPlan::Distinct { input }
+            | LogicalPlan::ToStream { input, .. }
+            | LogicalPlan::Rename { input, .. } => vec![input],
+            LogicalPlan::Join { left, right, .. } => vec![left, right],
+            LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
+        }
+    }
+
+    /// Whether the relation can only grow (CQL's monotonic queries): built from unbounded
+    /// windows, filters, projections, joins and unions of monotonic inputs. Such a query with no
+    /// relation-to-stream operator gets an implicit `ISTREAM`.
+    pub fn is_monotonic(&self) -> bool {
+        match self {
+            LogicalPlan::Window { spec, input, .. } => {
+                *spec == WindowSpec::Unbounded && input.is_stream_source()
+            }
+            LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Project { input, .. }
+            | LogicalPlan::Rename { input, .. } => input.is_monotonic(),
+            LogicalPlan::Join { left, right, .. } => left.is_monotonic() && right.is_monotonic(),
+            LogicalPlan::UnionAll { inputs, .. } => inputs.iter().all(|i| i.is_monotonic()),
+            _ => false,
+        }
+    }
+
+    fn is_stream_source(&self) -> bool {
+        self.kind() == PlanKind::Stream
+    }
+
+    /// Names of the base streams and tables this plan reads, in first-seen order.
+    pub fn sources(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        self.collect_sources(&mut out);
+        out
+    }
+
+    fn collect_sources(&self, out: &mut Vec<String>) {
+        match self {
+            LogicalPlan::StreamScan { name, .. } | LogicalPlan::TableScan { name, .. } => {
+                if !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+            other => other.inputs().into_iter().for_each(|i| i.collect_sources(out)),
+        }
+    }
+
+    /// The time domain of the plan's streams (`None` if it reads only tables).
+    pub fn time_domain(&self) -> Option<TimeDomain> {
+        match self {
+            LogicalPlan::StreamScan { domain, .. } => Some(*domain),
+            other => other.inputs().into_iter().find_map(|i| i.time_domain()),
+        }
+    }
+
+    pub(crate) fn window_label(spec: &WindowSpec, domain: TimeDomain, names: &[String]) -> String {
+        spec.fmt_with(domain, names)
+    }
+}

@@ -1,0 +1,579 @@
+//! Binding: a parsed [`CqlQuery`] plus the catalog -> Weir's [`LogicalPlan`].
+//!
+//! The relational part is planned by DataFusion's `SqlToRel` (names, types, functions), then its
+//! analyzer (type coercion) and a chosen set of optimizer rules (subquery decorrelation, equi-join
+//! extraction, filter push-down). Those rewrites are sound in CQL because each CQL operator is a
+//! leaf for DataFusion: a windowed stream `s [RANGE 2]` reaches `SqlToRel` as a table named
+//! `__weir_w0`, and a view as a table of its own name. The resulting DataFusion plan is then
+//! converted node by node into Weir's plan, where those leaves become [`LogicalPlan::Window`]
+//! over a [`LogicalPlan::StreamScan`] (or over the view's own plan).
+//!
+//! CQL's defaults are applied here: a stream named without a window gets `[UNBOUNDED]`; a
+//! top-level monotonic query without an explicit relation-to-stream operator gets `ISTREAM`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::tree_node::TreeNode;
+use datafusion_common::{DFSchema, DataFusionError, ScalarValue, TableReference};
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::{
+    AggregateUDF, Distinct, Expr, HigherOrderUDF, JoinType, LogicalPlan as DfPlan, ScalarUDF,
+    TableSource, WindowUDF,
+};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sqlparser::ast as sql;
+use weir_common::{Diagnostic, Result, Span, TimeDomain, WeirError};
+use weir_plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, R2S, WindowSpec};
+
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::parser::{object_name, CqlQuery, Duration, WindowAst, WindowKind, WINDOW_PREFIX};
+
+/// Binds queries against a catalog.
+pub struct Binder<'a> {
+    catalog: &'a dyn Catalog,
+}
+
+/// Binds a continuous or one-shot query: see the module docs.
+pub fn bind_query(catalog: &dyn Catalog, query: &CqlQuery) -> Result<Arc<LogicalPlan>> {
+    Binder::new(catalog).bind(query)
+}
+
+struct Functions {
+    scalar: HashMap<String, Arc<ScalarUDF>>,
+    aggregate: HashMap<String, Arc<AggregateUDF>>,
+    planners: Vec<Arc<dyn ExprPlanner>>,
+}
+
+fn functions() -> &'static Functions {
+    static F: OnceLock<Functions> = OnceLock::new();
+    F.get_or_init(|| {
+        let mut scalar = HashMap::new();
+        for f in datafusion_functions::all_default_functions() {
+            for alias in f.aliases() {
+                scalar.insert(alias.clone(), f.clone());
+            }
+            scalar.insert(f.name().to_string(), f);
+        }
+        let mut aggregate = HashMap::new();
+        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+            for alias in f.aliases() {
+                aggregate.insert(alias.clone(), f.clone());
+            }
+            aggregate.insert(f.name().to_string(), f);
+        }
+        let planners: Vec<Arc<dyn ExprPlanner>> = vec![
+            Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+            Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+        ];
+        Functions { scalar, aggregate, planners }
+    })
+}
+
+/// A stream, table or view as DataFusion sees it: a schema. Filters are never pushed into it
+/// (the default of [`TableSource`]): a filter above a window must stay above the window.
+#[derive(Debug)]
+struct Source(SchemaRef);
+
+impl TableSource for Source {
+    fn schema(&self) -> SchemaRef {
+        self.0.clone()
+    }
+}
+
+/// What `SqlToRel` sees: catalog entries and windowed streams as tables.
+struct Provider<'a> {
+    catalog: &'a dyn Catalog,
+    windows: &'a [WindowAst],
+    options: ConfigOptions,
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(&self, name: TableReference) -> datafusion_common::Result<Arc<dyn TableSource>> {
+        let table = name.table();
+        let schema = if let Some(w) = self.windows.iter().find(|w| w.synthetic == table) {
+            self.catalog.lookup(&w.stream).map(|e| e.schema())
+        } else {
+            self.catalog.lookup(table).map(|e| e.schema())
+        };
+        match schema {
+            Some(s) => Ok(Arc::new(Source(s))),
+            None => Err(DataFusionError::Plan(format!("unknown stream, table or view '{table}'"))),
+        }
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        functions().scalar.get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        functions().aggregate.get(name).cloned()
+    }
+
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &functions().planners
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        &self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        functions().scalar.keys().cloned().collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        vec![]
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        functions().aggregate.keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// Converts a DataFusion error into a plan error, keeping its source span when it has one.
+pub fn df_error(e: DataFusionError) -> WeirError {
+    if let Some(d) = e.diagnostic() {
+        let span = d.span.filter(|s| s.start.line > 0).map(|s| Span {
+            line: s.start.line,
+            column: s.start.column,
+            end_line: s.end.line,
+            end_column: s.end.column,
+        });
+        return WeirError::Plan(Diagnostic::at(d.message.clone(), span));
+    }
+    let msg = e.strip_backtrace();
+    let msg = msg
+        .strip_prefix("Error during planning: ")
+        .or_else(|| msg.strip_prefix("Schema error: "))
+        .or_else(|| msg.strip_prefix("This feature is not implemented: "))
+        .unwrap_or(&msg)
+        .to_string();
+    WeirError::plan(msg)
+}
+
+impl<'a> Binder<'a> {
+    pub fn new(catalog: &'a dyn Catalog) -> Self {
+        Binder { catalog }
+    }
+
+    /// Binds one query. See the module docs.
+    pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
+        self.check_windows(&q.windows)?;
+        self.check_relations(&q.query)?;
+        let df = self.plan_sql(&q.query, &q.windows)?;
+        let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        Ok(match q.r2s {
+            Some(op) => Arc::new(LogicalPlan::ToStream { op, input: plan }),
+            None if plan.is_monotonic() => {
+                Arc::new(LogicalPlan::ToStream { op: R2S::Istream, input: plan })
+            }
+            None => plan,
+        })
+    }
+
+    fn plan_sql(&self, query: &sql::Query, windows: &[WindowAst]) -> Result<DfPlan> {
+        let mut options = ConfigOptions::new();
+        options.sql_parser.enable_ident_normalization = true;
+        options.optimizer.filter_null_join_keys = false;
+        let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
+        let planner = SqlToRel::new_with_options(&provider, ParserOptions::default());
+        let plan = planner
+            .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
+            .map_err(df_error)?;
+        let plan = Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
+        let rules: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
+            Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
+            Arc::new(datafusion_optimizer::decorrelate_predicate_subquery::DecorrelatePredicateSubquery::new()),
+            Arc::new(datafusion_optimizer::scalar_subquery_to_join::ScalarSubqueryToJoin::new()),
+            Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
+            Arc::new(datafusion_optimizer::eliminate_cross_join::EliminateCrossJoin::new()),
+            Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
+            Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
+        ];
+        let ctx = OptimizerContext::new_with_config_options(Arc::new(options));
+        Optimizer::with_rules(rules).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
+    }
+
+    /// Every window names a stream (base or derived), with durations in its time domain.
+    fn check_windows(&self, windows: &[WindowAst]) -> Result<()> {
+        for w in windows {
+            match self.catalog.lookup(&w.stream) {
+                None => {
+                    return Err(WeirError::plan_at(format!("unknown stream '{}'", w.stream), w.span))
+                }
+                Some(CatalogEntry::Table(_)) => {
+                    return Err(WeirError::plan_at(
+                        format!("window over a relation: '{}' is a table, not a stream", w.stream),
+                        w.span,
+                    ))
+                }
+                Some(CatalogEntry::View(v)) if v.kind() == PlanKind::Relation => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "window over a relation: view '{}' is a relation, not a stream \
+                             (define it with ISTREAM, DSTREAM or RSTREAM)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every name in a FROM clause exists, reported with its position.
+    fn check_relations(&self, q: &sql::Query) -> Result<()> {
+        let mut ctes: Vec<String> = vec![];
+        if let Some(with) = &q.with {
+            for cte in &with.cte_tables {
+                ctes.push(cte.alias.name.value.to_ascii_lowercase());
+                self.check_relations(&cte.query)?;
+            }
+        }
+        self.check_set_expr(&q.body, &ctes)
+    }
+
+    fn check_set_expr(&self, body: &sql::SetExpr, ctes: &[String]) -> Result<()> {
+        match body {
+            sql::SetExpr::Select(s) => {
+                for twj in &s.from {
+                    self.check_factor(&twj.relation, ctes)?;
+                    for j in &twj.joins {
+                        self.check_factor(&j.relation, ctes)?;
+                    }
+                }
+                Ok(())
+            }
+            sql::SetExpr::Query(q) => self.check_relations(q),
+            sql::SetExpr::SetOperation { left, right, .. } => {
+                self.check_set_expr(left, ctes)?;
+                self.check_set_expr(right, ctes)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_factor(&self, f: &sql::TableFactor, ctes: &[String]) -> Result<()> {
+        match f {
+            sql::TableFactor::Table { name, .. } => {
+                let n = object_name(name);
+                if n.starts_with(WINDOW_PREFIX) || ctes.contains(&n) {
+                    return Ok(());
+                }
+                if self.catalog.lookup(&n).is_none() {
+                    let span = Span::from_sql(sql::Spanned::span(name));
+                    return Err(WeirError::plan_at(
+                        format!("unknown stream, table or view '{n}'"),
+                        span,
+                    ));
+                }
+                Ok(())
+            }
+            sql::TableFactor::Derived { subquery, .. } => self.check_relations(subquery),
+            sql::TableFactor::NestedJoin { table_with_joins, .. } => {
+                self.check_factor(&table_with_joins.relation, ctes)?;
+                for j in &table_with_joins.joins {
+                    self.check_factor(&j.relation, ctes)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Appends the names of the streams, tables and views a query's FROM clauses name (not CTEs,
+/// not windowed streams' synthetic names), for dependency tracking.
+pub fn collect_relation_names(q: &sql::Query, out: &mut Vec<String>) {
+    let ctes: Vec<String> = q
+        .with
+        .iter()
+        .flat_map(|w| w.cte_tables.iter().map(|c| c.alias.name.value.to_ascii_lowercase()))
+        .collect();
+    if let Some(with) = &q.with {
+        for cte in &with.cte_tables {
+            collect_relation_names(&cte.query, out);
+        }
+    }
+    collect_set_expr(&q.body, &ctes, out);
+}
+
+fn collect_set_expr(body: &sql::SetExpr, ctes: &[String], out: &mut Vec<String>) {
+    match body {
+        sql::SetExpr::Select(s) => {
+            for twj in &s.from {
+                collect_factor(&twj.relation, ctes, out);
+                for j in &twj.joins {
+                    collect_factor(&j.relation, ctes, out);
+                }
+            }
+        }
+        sql::SetExpr::Query(q) => collect_relation_names(q, out),
+        sql::SetExpr::SetOperation { left, right, .. } => {
+            collect_set_expr(left, ctes, out);
+            collect_set_expr(right, ctes, out);
+        }
+        _ => {}
+    }
+}
+
+fn collect_factor(f: &sql::TableFactor, ctes: &[String], out: &mut Vec<String>) {
+    match f {
+        sql::TableFactor::Table { name, .. } => {
+            let n = object_name(name);
+            if !n.starts_with(WINDOW_PREFIX) && !ctes.contains(&n) {
+                out.push(n);
+            }
+        }
+        sql::TableFactor::Derived { subquery, .. } => collect_relation_names(subquery, out),
+        sql::TableFactor::NestedJoin { table_with_joins, .. } => {
+            collect_factor(&table_with_joins.relation, ctes, out);
+            for j in &table_with_joins.joins {
+                collect_factor(&j.relation, ctes, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// DataFusion plan -> Weir plan.
+struct Converter<'a> {
+    catalog: &'a dyn Catalog,
+    windows: &'a [WindowAst],
+}
+
+fn unsupported(what: &str) -> WeirError {
+    WeirError::plan(format!("{what} is not supported in Weir yet"))
+}
+
+impl Converter<'_> {
+    fn convert(&self, plan: &DfPlan) -> Result<Arc<LogicalPlan>> {
+        Ok(Arc::new(match plan {
+            DfPlan::TableScan(scan) => {
+                if scan.projection.is_some() || !scan.filters.is_empty() || scan.fetch.is_some() {
+                    return Err(WeirError::internal("table scan with pushed-down work"));
+                }
+                return self.scan(scan.table_name.table(), scan.projected_schema.clone());
+            }
+            DfPlan::Projection(p) => LogicalPlan::Project {
+                exprs: p.expr.clone(),
+                input: self.convert(&p.input)?,
+                schema: p.schema.clone(),
+            },
+            DfPlan::Filter(f) => {
+                if f.predicate.exists(|e| Ok(is_subquery(e))).unwrap_or(false) {
+                    return Err(unsupported("this subquery (it could not be decorrelated)"));
+                }
+                LogicalPlan::Filter { predicate: f.predicate.clone(), input: self.convert(&f.input)? }
+            }
+            DfPlan::Join(j) => {
+                if j.join_type != JoinType::Inner {
+                    return Err(unsupported(&format!("{} JOIN", j.join_type)));
+                }
+                LogicalPlan::Join {
+                    kind: JoinKind::Inner,
+                    left: self.convert(&j.left)?,
+                    right: self.convert(&j.right)?,
+                    on: j.on.clone(),
+                    filter: j.filter.clone(),
+                    schema: j.schema.clone(),
+                }
+            }
+            DfPlan::Aggregate(a) => {
+                let mut group = Vec::new();
+                for g in &a.group_expr {
+                    if matches!(g, Expr::GroupingSet(_)) {
+                        return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
+                    }
+                    group.push(g.clone());
+                }
+                let aggs = a.aggr_expr.iter().map(agg_call).collect::<Result<Vec<_>>>()?;
+                LogicalPlan::Aggregate {
+                    group,
+                    aggs,
+                    input: self.convert(&a.input)?,
+                    schema: a.schema.clone(),
+                }
+            }
+            DfPlan::Distinct(Distinct::All(input)) => {
+                LogicalPlan::Distinct { input: self.convert(input)? }
+            }
+            DfPlan::Distinct(Distinct::On(_)) => return Err(unsupported("DISTINCT ON")),
+            DfPlan::Union(u) => LogicalPlan::UnionAll {
+                inputs: u.inputs.iter().map(|i| self.convert(i)).collect::<Result<_>>()?,
+                schema: u.schema.clone(),
+            },
+            DfPlan::SubqueryAlias(s) => {
+                LogicalPlan::Rename { input: self.convert(&s.input)?, schema: s.schema.clone() }
+            }
+            DfPlan::EmptyRelation(e) => LogicalPlan::Values {
+                rows: if e.produce_one_row { vec![vec![]] } else { vec![] },
+                schema: e.schema.clone(),
+            },
+            DfPlan::Values(v) => LogicalPlan::Values { rows: v.values.clone(), schema: v.schema.clone() },
+            DfPlan::Sort(_) => return Err(unsupported("ORDER BY")),
+            DfPlan::Limit(_) => return Err(unsupported("LIMIT")),
+            DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
+            other => return Err(unsupported(&format!("'{}'", other.display()))),
+        }))
+    }
+
+    /// A leaf: windowed stream, bare stream (UNBOUNDED), table or view.
+    fn scan(&self, name: &str, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
+        if let Some(w) = self.windows.iter().find(|w| w.synthetic == name) {
+            let source = self.source(&w.stream)?;
+            let spec = self.window_spec(w, &source)?;
+            return Ok(Arc::new(LogicalPlan::Window { spec, input: source, schema }));
+        }
+        let source = self.source(name)?;
+        Ok(Arc::new(match source.kind() {
+            PlanKind::Stream => LogicalPlan::Window { spec: WindowSpec::Unbounded, input: source, schema },
+            PlanKind::Relation => LogicalPlan::Rename { input: source, schema },
+        }))
+    }
+
+    fn source(&self, name: &str) -> Result<Arc<LogicalPlan>> {
+        match self.catalog.lookup(name) {
+            Some(CatalogEntry::Stream(s)) => Ok(Arc::new(LogicalPlan::StreamScan {
+                name: s.name.clone(),
+                schema: qualified(&s.name, &s.schema)?,
+                time_column: s.time_column,
+                domain: s.domain,
+            })),
+            Some(CatalogEntry::Table(t)) => Ok(Arc::new(LogicalPlan::TableScan {
+                name: t.name.clone(),
+                schema: qualified(&t.name, &t.schema)?,
+            })),
+            Some(CatalogEntry::View(v)) => Ok(v.plan.clone()),
+            None => Err(WeirError::plan(format!("unknown stream, table or view '{name}'"))),
+        }
+    }
+
+    fn window_spec(&self, w: &WindowAst, source: &LogicalPlan) -> Result<WindowSpec> {
+        let domain = source.time_domain().unwrap_or(TimeDomain::Ticks);
+        let ticks = |d: Duration| -> Result<i64> {
+            let v = match (d, domain) {
+                (Duration::Ticks(t), TimeDomain::Ticks) | (Duration::Micros(t), TimeDomain::Micros) => t,
+                (Duration::Ticks(t), TimeDomain::Micros) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by a TIMESTAMP column: give the duration a unit \
+                             (e.g. {t} SECONDS)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                (Duration::Micros(_), TimeDomain::Ticks) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by integer ticks: give the duration as a bare integer",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            };
+            if v <= 0 {
+                return Err(WeirError::plan_at("a window duration must be positive", w.span));
+            }
+            Ok(v)
+        };
+        Ok(match &w.kind {
+            WindowKind::Unbounded => WindowSpec::Unbounded,
+            WindowKind::Now => WindowSpec::Now,
+            WindowKind::Range(d) => WindowSpec::Range(ticks(*d)?),
+            WindowKind::RangeSlide(r, s) => {
+                WindowSpec::RangeSlide { range: ticks(*r)?, slide: ticks(*s)? }
+            }
+            WindowKind::Rows(n) => WindowSpec::Rows(*n),
+            WindowKind::PartitionRows(cols, n) => {
+                let schema = source.schema();
+                let mut by = Vec::new();
+                for (c, span) in cols {
+                    let idx = schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
+                        WeirError::plan_at(
+                            format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
+                            *span,
+                        )
+                    })?;
+                    by.push(idx);
+                }
+                WindowSpec::PartitionRows { by, rows: *n }
+            }
+        })
+    }
+}
+
+fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {
+    DFSchema::try_from_qualified_schema(name, schema).map(Arc::new).map_err(df_error)
+}
+
+fn is_subquery(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_))
+}
+
+fn agg_call(e: &Expr) -> Result<AggCall> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    let Expr::AggregateFunction(af) = e else {
+        return Err(WeirError::internal(format!("aggregate expression expected, got {e}")));
+    };
+    let p = &af.params;
+    if p.filter.is_some() {
+        return Err(unsupported("FILTER on aggregates"));
+    }
+    if !p.order_by.is_empty() {
+        return Err(unsupported("ORDER BY inside aggregates"));
+    }
+    let name = af.func.name().to_ascii_lowercase();
+    let arg = match p.args.as_slice() {
+        [] => None,
+        [a] => Some(a.clone()),
+        _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
+    };
+    let func = match name.as_str() {
+        "count" => match &arg {
+            None => AggFunc::CountStar,
+            Some(Expr::Literal(v, _)) if !v.is_null() && !p.distinct => AggFunc::CountStar,
+            Some(_) => AggFunc::Count,
+        },
+        "sum" => AggFunc::Sum,
+        "avg" | "mean" => AggFunc::Avg,
+        "min" => AggFunc::Min,
+        "max" => AggFunc::Max,
+        other => return Err(unsupported(&format!("aggregate function {other}"))),
+    };
+    let arg = if func == AggFunc::CountStar { None } else { arg };
+    if func != AggFunc::CountStar && arg.is_none() {
+        return Err(WeirError::plan(format!("{name} needs an argument")));
+    }
+    let _ = ScalarValue::Null;
+    Ok(AggCall { func, arg, distinct: p.distinct })
+}

@@ -1,0 +1,75 @@
+//! Definitions of named streams, tables and views, as the binder sees them.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{Time, TimeDomain};
+use weir_plan::{LogicalPlan, PlanKind};
+
+/// A base stream: append-only, stamped by its event-time column.
+#[derive(Debug, Clone)]
+pub struct StreamDef {
+    pub name: String,
+    pub schema: SchemaRef,
+    /// Index of the event-time column.
+    pub time_column: usize,
+    pub domain: TimeDomain,
+    /// Bounded disorder d of `WATERMARK FOR ts AS ts - d` (0 for in-order streams).
+    pub watermark_delay: Time,
+}
+
+/// A table: a relation changed by INSERT and DELETE.
+#[derive(Debug, Clone)]
+pub struct TableDef {
+    pub name: String,
+    pub schema: SchemaRef,
+}
+
+/// A named query: a derived stream (with a relation-to-stream operator) or relation.
+#[derive(Debug, Clone)]
+pub struct ViewDef {
+    pub name: String,
+    pub sql: String,
+    pub plan: Arc<LogicalPlan>,
+    /// Output columns, unqualified.
+    pub schema: SchemaRef,
+}
+
+impl ViewDef {
+    pub fn kind(&self) -> PlanKind {
+        self.plan.kind()
+    }
+}
+
+/// One catalog entry.
+#[derive(Debug, Clone)]
+pub enum CatalogEntry {
+    Stream(StreamDef),
+    Table(TableDef),
+    View(ViewDef),
+}
+
+impl CatalogEntry {
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            CatalogEntry::Stream(s) => s.schema.clone(),
+            CatalogEntry::Table(t) => t.schema.clone(),
+            CatalogEntry::View(v) => v.schema.clone(),
+        }
+    }
+
+    /// "stream", "table" or "view", for messages.
+    pub fn noun(&self) -> &'static str {
+        match self {
+            CatalogEntry::Stream(_) => "stream",
+            CatalogEntry::Table(_) => "table",
+            CatalogEntry::View(_) => "view",
+        }
+    }
+}
+
+/// Name resolution for the binder. Names are case-insensitive: implementations receive them
+/// lower-cased.
+pub trait Catalog {
+    fn lookup(&self, name: &str) -> Option<CatalogEntry>;
+}

@@ -1,0 +1,1109 @@
+//! The CQL front end: script -> statements, with CQL's additions taken out of the token stream.
+//!
+//! `sqlparser` 0.62 has no hook for what follows a table name, so CQL is parsed in a pre-pass
+//! over sqlparser's own tokens (which keep line and column):
+//!
+//! - `SELECT ISTREAM|DSTREAM|RSTREAM a, b` and the function form `SELECT ISTREAM(a, b)` lose
+//!   the operator keyword (and the parentheses) and record it in [`CqlQuery::r2s`]. `ISTREAM`
+//!   right after `SELECT` is reserved: it is never a column name there.
+//! - `name [window]` in a FROM clause becomes `__weir_wN AS name` (or `__weir_wN alias`); the
+//!   window is parsed here into a [`WindowAst`] and looked up by the binder through that name.
+//! - `... AT τ` at the end of INSERT or DELETE on a table gives the instant of the change.
+//! - Statements sqlparser does not know (`CREATE STREAM` with `WATERMARK FOR`, `ADVANCE`,
+//!   `CLOSE`, `SHOW`, `DESCRIBE`, `DROP`, `EXPLAIN`) are parsed by a small parser of our own
+//!   over the same tokens; their column lists and data types still go through sqlparser.
+//!
+//! What remains is handed to `Parser::with_tokens_with_locations`, so every error, ours or
+//! sqlparser's, points at the original text.
+
+use sqlparser::ast::{self as sql, TableObject};
+use sqlparser::dialect::GenericDialect;
+use sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
+use sqlparser::parser::{Parser, ParserError};
+use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer, Word};
+use weir_common::{Diagnostic, Result, Span, Time, WeirError};
+use weir_plan::R2S;
+
+/// Prefix of the synthetic table names that stand for windowed streams.
+pub const WINDOW_PREFIX: &str = "__weir_w";
+
+/// A parsed statement with where it sits in the script.
+#[derive(Debug, Clone)]
+pub struct ParsedStatement {
+    pub statement: Statement,
+    /// The statement's own text.
+    pub text: String,
+    /// Where the statement starts in the script.
+    pub span: Span,
+}
+
+/// A column of `CREATE STREAM` / `CREATE TABLE`.
+#[derive(Debug, Clone)]
+pub struct ColumnAst {
+    pub name: String,
+    pub data_type: sql::DataType,
+    pub span: Option<Span>,
+}
+
+/// A duration as written: bare integers are ticks, durations with a unit are microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duration {
+    Ticks(i64),
+    Micros(i64),
+}
+
+/// An instant as written: an integer tick or a TIMESTAMP literal (microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeLit {
+    Ticks(Time),
+    Micros(Time),
+}
+
+/// `WATERMARK FOR col [AS col - delay]`.
+#[derive(Debug, Clone)]
+pub struct WatermarkAst {
+    pub column: String,
+    pub delay: Option<Duration>,
+    pub span: Option<Span>,
+}
+
+/// A window clause as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowKind {
+    Unbounded,
+    Now,
+    Range(Duration),
+    RangeSlide(Duration, Duration),
+    Rows(u64),
+    PartitionRows(Vec<(String, Option<Span>)>, u64),
+}
+
+/// A window after a stream name, with the synthetic name that replaced it in the SQL.
+#[derive(Debug, Clone)]
+pub struct WindowAst {
+    pub synthetic: String,
+    pub stream: String,
+    pub kind: WindowKind,
+    /// From the stream name to the closing bracket.
+    pub span: Option<Span>,
+}
+
+/// A query with its CQL parts taken out.
+#[derive(Debug, Clone)]
+pub struct CqlQuery {
+    /// Plain SQL: windowed streams appear as `__weir_wN`.
+    pub query: Box<sql::Query>,
+    /// An explicit `ISTREAM`/`DSTREAM`/`RSTREAM` on the top-level SELECT.
+    pub r2s: Option<R2S>,
+    pub windows: Vec<WindowAst>,
+}
+
+/// What kind of object a DROP, SHOW or CREATE names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Stream,
+    Table,
+    View,
+}
+
+/// One statement of a Weir script.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateStream {
+        name: String,
+        columns: Vec<ColumnAst>,
+        watermark: Option<WatermarkAst>,
+        if_not_exists: bool,
+        span: Option<Span>,
+    },
+    CreateTable { name: String, columns: Vec<ColumnAst>, if_not_exists: bool, span: Option<Span> },
+    CreateView { name: String, query: CqlQuery, sql: String, or_replace: bool, span: Option<Span> },
+    Drop { kind: ObjectKind, name: String, if_exists: bool, span: Option<Span> },
+    Show(ObjectKind),
+    Describe { name: String, span: Option<Span> },
+    /// INSERT into a stream or table; `source` is a plain query (usually VALUES).
+    Insert {
+        target: String,
+        columns: Vec<String>,
+        source: Box<sql::Query>,
+        at: Option<TimeLit>,
+        span: Option<Span>,
+    },
+    /// DELETE from a table.
+    Delete { target: String, selection: Option<sql::Expr>, at: Option<TimeLit>, span: Option<Span> },
+    /// Heartbeat: the stream's watermark moves to the instant after τ.
+    Advance { stream: String, to: TimeLit, span: Option<Span> },
+    /// End of input for a stream (watermark +∞).
+    Close { stream: Option<String>, span: Option<Span> },
+    Query(CqlQuery),
+    Explain(CqlQuery),
+}
+
+/// Parses a script of `;`-separated statements.
+pub fn parse_script(sql: &str) -> Result<Vec<ParsedStatement>> {
+    parse_script_inner(sql).map_err(|e| e.with_source(sql))
+}
+
+fn parse_script_inner(sql: &str) -> Result<Vec<ParsedStatement>> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, sql).tokenize_with_location().map_err(|e| {
+        WeirError::Syntax(Diagnostic::at(
+            e.message.clone(),
+            Some(Span::point(e.location.line, e.location.column)),
+        ))
+    })?;
+    let tokens: Vec<TokenWithSpan> =
+        tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
+    let mut out = Vec::new();
+    for stmt in tokens.split(|t| t.token == Token::SemiColon) {
+        if stmt.is_empty() {
+            continue;
+        }
+        let text = slice_text(sql, stmt);
+        let span = span_of(stmt);
+        let statement = parse_statement(sql, stmt)?;
+        out.push(ParsedStatement { statement, text, span: span.unwrap_or(Span::point(1, 1)) });
+    }
+    Ok(out)
+}
+
+/// The source text a token range covers.
+fn slice_text(sql: &str, toks: &[TokenWithSpan]) -> String {
+    let (Some(first), Some(last)) = (toks.first(), toks.last()) else { return String::new() };
+    let start = offset_of(sql, first.span.start);
+    let end = offset_of(sql, last.span.end);
+    match (start, end) {
+        (Some(s), Some(e)) if s <= e => sql[s..e].to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Byte offset of a 1-based (line, column-in-chars) location.
+fn offset_of(sql: &str, loc: Location) -> Option<usize> {
+    let mut line = 1u64;
+    let mut col = 1u64;
+    for (i, c) in sql.char_indices() {
+        if line == loc.line && col == loc.column {
+            return Some(i);
+        }
+        if c == '\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+    }
+    (line == loc.line && col == loc.column).then_some(sql.len())
+}
+
+fn span_of(toks: &[TokenWithSpan]) -> Option<Span> {
+    let first = toks.first()?;
+    let last = toks.last()?;
+    Span::from_sql(sqlparser::tokenizer::Span::new(first.span.start, last.span.end))
+}
+
+fn tok_span(t: &TokenWithSpan) -> Option<Span> {
+    Span::from_sql(t.span)
+}
+
+fn word_is(t: &TokenWithSpan, w: &str) -> bool {
+    matches!(&t.token, Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w))
+}
+
+/// Identifiers are case-insensitive unless quoted, as in DataFusion.
+fn ident_name(word: &Word) -> String {
+    if word.quote_style.is_some() {
+        word.value.clone()
+    } else {
+        word.value.to_ascii_lowercase()
+    }
+}
+
+fn describe(t: Option<&TokenWithSpan>) -> String {
+    match t {
+        None => "end of statement".to_string(),
+        Some(t) => format!("'{}'", t.token),
+    }
+}
+
+/// Converts a sqlparser error, recovering its position for the caret.
+pub fn sqlparser_error(e: ParserError) -> WeirError {
+    let msg = match e {
+        ParserError::TokenizerError(m) | ParserError::ParserError(m) => m,
+        ParserError::RecursionLimitExceeded => "statement nests too deeply".to_string(),
+    };
+    let (msg, span) = match msg.rfind(" at Line: ") {
+        Some(i) => {
+            let pos = &msg[i + " at Line: ".len()..];
+            let mut parts = pos.split(", Column: ");
+            let line = parts.next().and_then(|s| s.trim().parse::<u64>().ok());
+            let col = parts.next().and_then(|s| s.trim().parse::<u64>().ok());
+            let span = match (line, col) {
+                (Some(l), Some(c)) => Some(Span::point(l, c)),
+                _ => None,
+            };
+            (msg[..i].to_string(), span)
+        }
+        None => (msg, None),
+    };
+    let msg = msg
+        .replacen("Expected: ", "expected ", 1)
+        .replacen(", found: ", ", found ", 1)
+        .replace("found EOF", "found end of statement");
+    WeirError::Syntax(Diagnostic::at(msg, span))
+}
+
+/// Like [`sqlparser_error`], pointing just past `toks` when sqlparser gives no position (it
+/// gives none at the end of input).
+fn sql_err(e: ParserError, toks: &[TokenWithSpan]) -> WeirError {
+    match sqlparser_error(e) {
+        WeirError::Syntax(mut d) if d.span.is_none() => {
+            d.span = toks.last().and_then(|t| {
+                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column + 1))
+            });
+            WeirError::Syntax(d)
+        }
+        other => other,
+    }
+}
+
+/// A cursor over one statement's tokens for the statements we parse ourselves.
+struct Cursor<'a> {
+    toks: &'a [TokenWithSpan],
+    pos: usize,
+    /// The token right after `toks` in the statement (e.g. a window's `]`), for messages.
+    after: Option<&'a TokenWithSpan>,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(toks: &'a [TokenWithSpan]) -> Self {
+        Cursor { toks, pos: 0, after: None }
+    }
+
+    fn followed_by(mut self, after: &'a TokenWithSpan) -> Self {
+        self.after = Some(after);
+        self
+    }
+
+    fn peek(&self) -> Option<&'a TokenWithSpan> {
+        self.toks.get(self.pos)
+    }
+
+    fn next(&mut self) -> Option<&'a TokenWithSpan> {
+        let t = self.toks.get(self.pos);
+        self.pos += 1;
+        t
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos >= self.toks.len()
+    }
+
+    fn rest(&self) -> &'a [TokenWithSpan] {
+        &self.toks[self.pos.min(self.toks.len())..]
+    }
+
+    fn err(&self, expected: &str) -> WeirError {
+        let found = self.peek().or(self.after);
+        let span = match found {
+            Some(t) => tok_span(t),
+            None => self.toks.last().and_then(|t| {
+                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column + 1))
+            }),
+        };
+        WeirError::Syntax(Diagnostic::at(
+            format!("expected {expected}, found {}", describe(found)),
+            span,
+        ))
+    }
+
+    fn peek_word(&self, w: &str) -> bool {
+        self.peek().is_some_and(|t| word_is(t, w))
+    }
+
+    fn eat_word(&mut self, w: &str) -> bool {
+        if self.peek_word(w) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_word(&mut self, w: &str) -> Result<()> {
+        if self.eat_word(w) {
+            Ok(())
+        } else {
+            Err(self.err(w))
+        }
+    }
+
+    fn eat(&mut self, tok: &Token) -> bool {
+        if self.peek().is_some_and(|t| &t.token == tok) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, tok: &Token, what: &str) -> Result<()> {
+        if self.eat(tok) {
+            Ok(())
+        } else {
+            Err(self.err(what))
+        }
+    }
+
+    fn ident(&mut self, what: &str) -> Result<(String, Option<Span>)> {
+        match self.peek() {
+            Some(t) => match &t.token {
+                Token::Word(w) => {
+                    self.pos += 1;
+                    Ok((ident_name(w), tok_span(t)))
+                }
+                _ => Err(self.err(what)),
+            },
+            None => Err(self.err(what)),
+        }
+    }
+
+    fn end(&self) -> Result<()> {
+        if self.at_end() {
+            Ok(())
+        } else {
+            Err(self.err("end of statement"))
+        }
+    }
+
+    fn integer(&mut self, what: &str) -> Result<i64> {
+        let neg = self.eat(&Token::Minus);
+        match self.peek().map(|t| &t.token) {
+            Some(Token::Number(n, _)) => {
+                let v: i64 = n.parse().map_err(|_| self.err(what))?;
+                self.pos += 1;
+                Ok(if neg { -v } else { v })
+            }
+            _ => Err(self.err(what)),
+        }
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        match self.peek().map(|t| &t.token) {
+            Some(Token::SingleQuotedString(s)) => {
+                self.pos += 1;
+                Ok(s.clone())
+            }
+            _ => Err(self.err(what)),
+        }
+    }
+}
+
+fn sub_parser(toks: &[TokenWithSpan]) -> Parser<'static> {
+    static DIALECT: GenericDialect = GenericDialect {};
+    Parser::new(&DIALECT).with_tokens_with_locations(toks.to_vec())
+}
+
+fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
+    let mut c = Cursor::new(toks);
+    let span = span_of(toks);
+    if c.eat_word("CREATE") {
+        let or_replace = c.eat_word("OR") && {
+            c.expect_word("REPLACE")?;
+            true
+        };
+        if c.eat_word("STREAM") {
+            return parse_create_stream(&mut c, span);
+        }
+        if c.peek_word("VIEW") || c.peek_word("MATERIALIZED") {
+            c.eat_word("MATERIALIZED");
+            c.expect_word("VIEW")?;
+            let (name, _) = c.ident("a view name")?;
+            c.expect_word("AS")?;
+            let rest = c.rest();
+            let query = parse_cql_query(rest)?;
+            return Ok(Statement::CreateView {
+                name,
+                query,
+                sql: slice_text(sql, rest),
+                or_replace,
+                span,
+            });
+        }
+        if c.peek_word("TABLE") {
+            return parse_create_table(toks, span);
+        }
+        if c.peek_word("INDEX") || c.peek_word("UNIQUE") {
+            return Err(WeirError::plan_at("CREATE INDEX is not supported", span));
+        }
+        return Err(c.err("STREAM, TABLE or VIEW"));
+    }
+    if c.eat_word("DROP") {
+        let kind = object_kind(&mut c)?;
+        let if_exists = c.eat_word("IF") && {
+            c.expect_word("EXISTS")?;
+            true
+        };
+        let (name, name_span) = c.ident("a name")?;
+        c.end()?;
+        return Ok(Statement::Drop { kind, name, if_exists, span: name_span });
+    }
+    if c.eat_word("SHOW") {
+        let kind = if c.eat_word("STREAMS") {
+            ObjectKind::Stream
+        } else if c.eat_word("TABLES") {
+            ObjectKind::Table
+        } else if c.eat_word("VIEWS") {
+            ObjectKind::View
+        } else {
+            return Err(c.err("STREAMS, TABLES or VIEWS"));
+        };
+        c.end()?;
+        return Ok(Statement::Show(kind));
+    }
+    if c.eat_word("DESCRIBE") || c.eat_word("DESC") {
+        let (name, span) = c.ident("a stream, table or view name")?;
+        c.end()?;
+        return Ok(Statement::Describe { name, span });
+    }
+    if c.eat_word("ADVANCE") {
+        c.eat_word("STREAM");
+        let (stream, span) = c.ident("a stream name")?;
+        c.expect_word("TO")?;
+        let to = parse_time_lit(&mut c)?;
+        c.end()?;
+        return Ok(Statement::Advance { stream, to, span });
+    }
+    if c.eat_word("CLOSE") {
+        if c.eat_word("ALL") {
+            c.end()?;
+            return Ok(Statement::Close { stream: None, span });
+        }
+        c.eat_word("STREAM");
+        let (stream, span) = c.ident("a stream name or ALL")?;
+        c.end()?;
+        return Ok(Statement::Close { stream: Some(stream), span });
+    }
+    if c.eat_word("EXPLAIN") {
+        return Ok(Statement::Explain(parse_cql_query(c.rest())?));
+    }
+    if c.peek_word("INSERT") || c.peek_word("DELETE") {
+        return parse_dml(toks, span);
+    }
+    if c.peek_word("UPDATE") {
+        return Err(WeirError::plan_at(
+            "UPDATE is not supported yet: DELETE and INSERT at the same instant (AT τ) instead",
+            span,
+        ));
+    }
+    if c.peek_word("SELECT")
+        || c.peek_word("WITH")
+        || c.peek_word("VALUES")
+        || c.peek().is_some_and(|t| t.token == Token::LParen)
+    {
+        return Ok(Statement::Query(parse_cql_query(toks)?));
+    }
+    Err(c.err(
+        "a statement (SELECT, CREATE, INSERT, DELETE, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE)",
+    ))
+}
+
+fn object_kind(c: &mut Cursor) -> Result<ObjectKind> {
+    if c.eat_word("STREAM") {
+        Ok(ObjectKind::Stream)
+    } else if c.eat_word("TABLE") {
+        Ok(ObjectKind::Table)
+    } else if c.eat_word("VIEW") {
+        Ok(ObjectKind::View)
+    } else {
+        Err(c.err("STREAM, TABLE or VIEW"))
+    }
+}
+
+/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])`.
+fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<Statement> {
+    let if_not_exists = if c.eat_word("IF") {
+        c.expect_word("NOT")?;
+        c.expect_word("EXISTS")?;
+        true
+    } else {
+        false
+    };
+    let (name, name_span) = c.ident("a stream name")?;
+    c.expect(&Token::LParen, "'(' and a column list")?;
+    let mut columns = Vec::new();
+    let mut watermark = None;
+    loop {
+        // One element: up to the next comma or closing parenthesis at this depth.
+        let start = c.pos;
+        let mut depth = 0;
+        while let Some(t) = c.peek() {
+            match t.token {
+                Token::LParen => depth += 1,
+                Token::RParen if depth == 0 => break,
+                Token::RParen => depth -= 1,
+                Token::Comma if depth == 0 => break,
+                _ => {}
+            }
+            c.pos += 1;
+        }
+        let elem = &c.toks[start..c.pos];
+        if elem.is_empty() {
+            return Err(c.err("a column definition or WATERMARK FOR"));
+        }
+        if word_is(&elem[0], "WATERMARK") {
+            if watermark.is_some() {
+                return Err(WeirError::Syntax(Diagnostic::at(
+                    "a stream has at most one WATERMARK clause",
+                    tok_span(&elem[0]),
+                )));
+            }
+            watermark = Some(parse_watermark(elem)?);
+        } else {
+            columns.push(parse_column(elem)?);
+        }
+        if c.eat(&Token::Comma) {
+            continue;
+        }
+        c.expect(&Token::RParen, "',' or ')'")?;
+        break;
+    }
+    c.end()?;
+    let _ = span;
+    Ok(Statement::CreateStream { name, columns, watermark, if_not_exists, span: name_span })
+}
+
+fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
+    let mut c = Cursor::new(elem);
+    let (name, span) = c.ident("a column name")?;
+    let mut p = sub_parser(c.rest());
+    let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
+    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced.
+    Ok(ColumnAst { name, data_type, span })
+}
+
+fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
+    let mut c = Cursor::new(elem);
+    c.expect_word("WATERMARK")?;
+    c.expect_word("FOR")?;
+    let (column, span) = c.ident("the event-time column")?;
+    let mut delay = None;
+    if c.eat_word("AS") {
+        let (col2, span2) = c.ident("the event-time column")?;
+        if col2 != column {
+            return Err(WeirError::Syntax(Diagnostic::at(
+                format!("WATERMARK FOR {column} AS must be '{column}' or '{column} - <delay>'"),
+                span2,
+            )));
+        }
+        if c.eat(&Token::Minus) {
+            delay = Some(parse_duration(&mut c)?);
+        }
+    }
+    c.end()?;
+    Ok(WatermarkAst { column, delay, span })
+}
+
+fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    let mut p = sub_parser(toks);
+    let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
+    if let Err(e) = p.expect_token(&Token::EOF) {
+        return Err(sql_err(e, toks));
+    }
+    match stmt {
+        sql::Statement::CreateTable(ct) => {
+            if ct.query.is_some() {
+                return Err(WeirError::plan_at("CREATE TABLE ... AS is not supported yet", span));
+            }
+            let name = object_name(&ct.name);
+            let columns = ct
+                .columns
+                .iter()
+                .map(|col| ColumnAst {
+                    name: ident_of(&col.name),
+                    data_type: col.data_type.clone(),
+                    span: Span::from_sql(col.name.span),
+                })
+                .collect();
+            Ok(Statement::CreateTable {
+                name,
+                columns,
+                if_not_exists: ct.if_not_exists,
+                span: Span::from_sql(sqlparser::ast::Spanned::span(&ct.name)),
+            })
+        }
+        _ => Err(WeirError::plan_at("expected CREATE TABLE", span)),
+    }
+}
+
+fn ident_of(id: &sql::Ident) -> String {
+    if id.quote_style.is_some() {
+        id.value.clone()
+    } else {
+        id.value.to_ascii_lowercase()
+    }
+}
+
+/// The last part of a possibly qualified name, normalized.
+pub fn object_name(name: &sql::ObjectName) -> String {
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(ident_of)
+        .unwrap_or_else(|| name.to_string().to_ascii_lowercase())
+}
+
+/// INSERT and DELETE, with an optional trailing `AT τ`.
+fn parse_dml(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    let (toks, at) = split_at_clause(toks)?;
+    let mut p = sub_parser(toks);
+    let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
+    if let Err(e) = p.expect_token(&Token::EOF) {
+        return Err(sql_err(e, toks));
+    }
+    match stmt {
+        sql::Statement::Insert(ins) => {
+            let target = match &ins.table {
+                TableObject::TableName(n) => object_name(n),
+                _ => {
+                    return Err(WeirError::plan_at("INSERT needs a stream or table name", span))
+                }
+            };
+            let Some(source) = ins.source else {
+                return Err(WeirError::plan_at("INSERT needs VALUES or a query", span));
+            };
+            let span = Span::from_sql(sqlparser::ast::Spanned::span(&ins.table)).or(span);
+            Ok(Statement::Insert {
+                target,
+                columns: ins.columns.iter().map(object_name).collect(),
+                source,
+                at,
+                span,
+            })
+        }
+        sql::Statement::Delete(del) => {
+            let tables = match &del.from {
+                sql::FromTable::WithFromKeyword(t) | sql::FromTable::WithoutKeyword(t) => t,
+            };
+            let target = match tables.as_slice() {
+                [twj] if twj.joins.is_empty() => match &twj.relation {
+                    sql::TableFactor::Table { name, .. } => object_name(name),
+                    _ => return Err(WeirError::plan_at("DELETE needs one table", span)),
+                },
+                _ => return Err(WeirError::plan_at("DELETE needs one table", span)),
+            };
+            Ok(Statement::Delete { target, selection: del.selection, at, span })
+        }
+        _ => Err(WeirError::plan_at("expected INSERT or DELETE", span)),
+    }
+}
+
+/// Splits off a trailing `AT <instant>`.
+fn split_at_clause(toks: &[TokenWithSpan]) -> Result<(&[TokenWithSpan], Option<TimeLit>)> {
+    // Candidates: `AT n`, `AT -n`, `AT TIMESTAMP 's'`, `AT 's'` at the very end.
+    for back in [2usize, 3] {
+        if toks.len() > back && word_is(&toks[toks.len() - back], "AT") {
+            let mut c = Cursor::new(&toks[toks.len() - back + 1..]);
+            if let Ok(t) = parse_time_lit(&mut c) {
+                if c.at_end() {
+                    return Ok((&toks[..toks.len() - back], Some(t)));
+                }
+            }
+        }
+    }
+    Ok((toks, None))
+}
+
+fn parse_time_lit(c: &mut Cursor) -> Result<TimeLit> {
+    if c.eat_word("TIMESTAMP") {
+        let s = c.string("a timestamp string")?;
+        return timestamp_micros(&s, c).map(TimeLit::Micros);
+    }
+    if let Some(Token::SingleQuotedString(_)) = c.peek().map(|t| &t.token) {
+        let s = c.string("a timestamp string")?;
+        return timestamp_micros(&s, c).map(TimeLit::Micros);
+    }
+    c.integer("an instant (an integer tick or TIMESTAMP '...')").map(TimeLit::Ticks)
+}
+
+fn timestamp_micros(s: &str, c: &Cursor) -> Result<i64> {
+    arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s)
+        .map(|ns| ns.div_euclid(1000))
+        .map_err(|e| {
+            let span = c.toks.get(c.pos.saturating_sub(1)).and_then(tok_span);
+            WeirError::Syntax(Diagnostic::at(format!("bad timestamp '{s}': {e}"), span))
+        })
+}
+
+/// `10`, `10 SECONDS`, `INTERVAL '10' SECOND`, `INTERVAL '10 seconds'`.
+fn parse_duration(c: &mut Cursor) -> Result<Duration> {
+    if c.eat_word("INTERVAL") {
+        let s = c.string("a quoted interval, e.g. INTERVAL '10' SECOND")?;
+        let mut parts = s.split_whitespace();
+        let n: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| {
+            let span = c.toks.get(c.pos - 1).and_then(tok_span);
+            WeirError::Syntax(Diagnostic::at(format!("bad interval '{s}'"), span))
+        })?;
+        let unit = match parts.next() {
+            Some(u) => u.to_string(),
+            None => match c.next() {
+                Some(TokenWithSpan { token: Token::Word(w), .. }) => w.value.clone(),
+                _ => {
+                    c.pos -= 1;
+                    return Err(c.err("an interval unit (SECOND, MINUTE, ...)"));
+                }
+            },
+        };
+        let scale = unit_micros(&unit).ok_or_else(|| c.err("an interval unit"))?;
+        return Ok(Duration::Micros(n.saturating_mul(scale)));
+    }
+    let n = c.integer("a duration (e.g. 10, 10 SECONDS, INTERVAL '10' SECOND)")?;
+    if let Some(TokenWithSpan { token: Token::Word(w), .. }) = c.peek() {
+        if let Some(scale) = unit_micros(&w.value) {
+            c.pos += 1;
+            return Ok(Duration::Micros(n.saturating_mul(scale)));
+        }
+    }
+    Ok(Duration::Ticks(n))
+}
+
+fn unit_micros(unit: &str) -> Option<i64> {
+    let u = unit.to_ascii_uppercase();
+    let u = u.strip_suffix('S').filter(|s| !s.is_empty()).unwrap_or(&u);
+    Some(match u {
+        "MICROSECOND" | "U" => 1,
+        "MILLISECOND" | "M" => 1_000,
+        "SECOND" | "SEC" => 1_000_000,
+        "MINUTE" | "MIN" => 60_000_000,
+        "HOUR" => 3_600_000_000,
+        "DAY" => 86_400_000_000,
+        _ => return None,
+    })
+}
+
+/// The inside of `[ ... ]`.
+fn parse_window(
+    toks: &[TokenWithSpan],
+    open: &TokenWithSpan,
+    close: &TokenWithSpan,
+) -> Result<WindowKind> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let expected = "UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY in the window";
+    if c.at_end() {
+        return Err(WeirError::Syntax(Diagnostic::at(
+            format!("expected {expected}, found ']'"),
+            tok_span(open).map(|s| Span::point(s.line, s.column + 1)),
+        )));
+    }
+    let kind = if c.eat_word("UNBOUNDED") {
+        WindowKind::Unbounded
+    } else if c.eat_word("NOW") {
+        WindowKind::Now
+    } else if c.eat_word("RANGE") {
+        if c.eat_word("UNBOUNDED") {
+            WindowKind::Unbounded
+        } else {
+            let range = parse_duration(&mut c)?;
+            if c.eat_word("SLIDE") {
+                WindowKind::RangeSlide(range, parse_duration(&mut c)?)
+            } else {
+                WindowKind::Range(range)
+            }
+        }
+    } else if c.eat_word("ROWS") {
+        WindowKind::Rows(rows_count(&mut c)?)
+    } else if c.eat_word("PARTITION") {
+        c.expect_word("BY")?;
+        let mut cols = vec![c.ident("a partition column")?];
+        while c.eat(&Token::Comma) {
+            cols.push(c.ident("a partition column")?);
+        }
+        c.expect_word("ROWS")?;
+        WindowKind::PartitionRows(cols, rows_count(&mut c)?)
+    } else {
+        return Err(c.err(expected));
+    };
+    if !c.at_end() {
+        return Err(c.err("']'"));
+    }
+    Ok(kind)
+}
+
+fn rows_count(c: &mut Cursor) -> Result<u64> {
+    let span = c.peek().and_then(tok_span);
+    let n = c.integer("a row count")?;
+    u64::try_from(n).map_err(|_| {
+        WeirError::Syntax(Diagnostic::at("a ROWS window needs a count of at least 0", span))
+    })
+}
+
+fn matching(toks: &[TokenWithSpan], open: usize, l: &Token, r: &Token) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, t) in toks.iter().enumerate().skip(open) {
+        if &t.token == l {
+            depth += 1;
+        } else if &t.token == r {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+/// Clause keywords that end a FROM clause at their nesting depth.
+const ENDS_FROM: &[&str] = &[
+    "SELECT", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET", "UNION", "EXCEPT",
+    "INTERSECT", "ON", "USING", "WINDOW", "QUALIFY",
+];
+
+/// Takes CQL's parts out of a query's tokens and parses the rest with sqlparser.
+pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
+    let mut toks: Vec<TokenWithSpan> = toks.to_vec();
+    if toks.is_empty() {
+        return Err(WeirError::Syntax(Diagnostic::new("expected a query, found end of statement")));
+    }
+    // 1. Relation-to-stream operator after the top-level SELECT.
+    let mut r2s = None;
+    if toks.len() > 1 && word_is(&toks[0], "SELECT") {
+        let op = if word_is(&toks[1], "ISTREAM") {
+            Some(R2S::Istream)
+        } else if word_is(&toks[1], "DSTREAM") {
+            Some(R2S::Dstream)
+        } else if word_is(&toks[1], "RSTREAM") {
+            Some(R2S::Rstream)
+        } else {
+            None
+        };
+        if let Some(op) = op {
+            r2s = Some(op);
+            toks.remove(1);
+            // Function form: SELECT ISTREAM(a, b) FROM ... / SELECT ISTREAM(*)
+            if toks.get(1).is_some_and(|t| t.token == Token::LParen) {
+                if let Some(close) = matching(&toks, 1, &Token::LParen, &Token::RParen) {
+                    let after = toks.get(close + 1);
+                    if after.is_none() || after.is_some_and(|t| word_is(t, "FROM")) {
+                        toks.remove(close);
+                        toks.remove(1);
+                    }
+                }
+            }
+        }
+    }
+    // 2. Windows after stream names in FROM clauses.
+    let mut windows = Vec::new();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
+    let mut in_from: Vec<bool> = vec![false];
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        match &t.token {
+            Token::LParen => in_from.push(false),
+            Token::RParen => {
+                if in_from.len() > 1 {
+                    in_from.pop();
+                }
+            }
+            Token::Word(w) if w.quote_style.is_none() => {
+                let up = w.value.to_ascii_uppercase();
+                if let Some(top) = in_from.last_mut() {
+                    if up == "FROM" || up == "JOIN" {
+                        *top = true;
+                    } else if ENDS_FROM.contains(&up.as_str()) {
+                        *top = false;
+                    }
+                }
+            }
+            Token::LBracket if in_from.last().copied().unwrap_or(false) => {
+                let close = matching(&toks, i, &Token::LBracket, &Token::RBracket)
+                    .ok_or_else(|| {
+                        WeirError::Syntax(Diagnostic::at(
+                            "window '[' is never closed: expected ']'",
+                            tok_span(t),
+                        ))
+                    })?;
+                let Some(name_tok) = out.pop() else {
+                    return Err(WeirError::Syntax(Diagnostic::at(
+                        "a window must follow a stream name",
+                        tok_span(t),
+                    )));
+                };
+                let Token::Word(name_word) = &name_tok.token else {
+                    return Err(WeirError::Plan(Diagnostic::at(
+                        "a window must follow a stream name (windows over subqueries are not \
+                         supported: define a view and window it)",
+                        tok_span(t),
+                    )));
+                };
+                if out.last().is_some_and(|p| p.token == Token::Period) {
+                    return Err(WeirError::Plan(Diagnostic::at(
+                        "qualified stream names are not supported before a window",
+                        tok_span(&name_tok),
+                    )));
+                }
+                let kind = parse_window(&toks[i + 1..close], t, &toks[close])?;
+                let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    name_tok.span.start,
+                    toks[close].span.end,
+                ));
+                windows.push(WindowAst {
+                    synthetic: synthetic.clone(),
+                    stream: ident_name(name_word),
+                    kind,
+                    span,
+                });
+                let alias_follows = match toks.get(close + 1).map(|t| &t.token) {
+                    Some(Token::Word(w)) => {
+                        w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
+                    }
+                    _ => false,
+                };
+                out.push(TokenWithSpan::new(
+                    Token::Word(Word { value: synthetic, quote_style: None, keyword: Keyword::NoKeyword }),
+                    name_tok.span,
+                ));
+                if !alias_follows {
+                    out.push(TokenWithSpan::new(
+                        Token::Word(Word {
+                            value: "AS".into(),
+                            quote_style: None,
+                            keyword: Keyword::AS,
+                        }),
+                        name_tok.span,
+                    ));
+                    out.push(name_tok);
+                }
+                i = close + 1;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    let mut p = sub_parser(&out);
+    let query = p.parse_query().map_err(|e| sql_err(e, &out))?;
+    if let Err(e) = p.expect_token(&Token::EOF) {
+        return Err(sql_err(e, &out));
+    }
+    Ok(CqlQuery { query, r2s, windows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> Statement {
+        let mut v = parse_script(sql).unwrap();
+        assert_eq!(v.len(), 1);
+        v.remove(0).statement
+    }
+
+    fn query(sql: &str) -> CqlQuery {
+        match one(sql) {
+            Statement::Query(q) => q,
+            other => panic!("not a query: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn windows_are_replaced_and_round_trip() {
+        let q = query("SELECT ISTREAM * FROM s [RANGE 10 SECONDS SLIDE 2 SECONDS] AS x, t [NOW]");
+        assert_eq!(q.r2s, Some(R2S::Istream));
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 AS x, __weir_w1 AS t");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::RangeSlide(Duration::Micros(10_000_000), Duration::Micros(2_000_000))
+        );
+        assert_eq!(q.windows[1].kind, WindowKind::Now);
+        assert_eq!(q.windows[1].stream, "t");
+        // Round trip: the rewritten SQL parses to the same text again.
+        let again = query(&q.query.to_string());
+        assert_eq!(again.query.to_string(), q.query.to_string());
+    }
+
+    #[test]
+    fn function_form_of_r2s() {
+        let q = query("SELECT RSTREAM(a, b) FROM s [ROWS 3]");
+        assert_eq!(q.r2s, Some(R2S::Rstream));
+        assert_eq!(q.query.to_string(), "SELECT a, b FROM __weir_w0 AS s");
+        let q = query("SELECT DSTREAM(*) FROM s [PARTITION BY k, j ROWS 1] y");
+        assert_eq!(q.r2s, Some(R2S::Dstream));
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 y");
+        match &q.windows[0].kind {
+            WindowKind::PartitionRows(cols, 1) => {
+                assert_eq!(cols.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["k", "j"])
+            }
+            k => panic!("{k:?}"),
+        }
+    }
+
+    #[test]
+    fn durations() {
+        let q = query("SELECT * FROM s [RANGE INTERVAL '5' MINUTE] JOIN t [RANGE 3] ON s.a = t.a");
+        assert_eq!(q.windows[0].kind, WindowKind::Range(Duration::Micros(300_000_000)));
+        assert_eq!(q.windows[1].kind, WindowKind::Range(Duration::Ticks(3)));
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 AS s JOIN __weir_w1 AS t ON s.a = t.a");
+    }
+
+    #[test]
+    fn create_stream_with_watermark() {
+        match one("CREATE STREAM bids (auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)") {
+            Statement::CreateStream { name, columns, watermark: Some(w), .. } => {
+                assert_eq!(name, "bids");
+                assert_eq!(columns.len(), 2);
+                assert_eq!(w.column, "ts");
+                assert_eq!(w.delay, Some(Duration::Micros(2_000_000)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn dml_with_at() {
+        match one("INSERT INTO prices VALUES ('x', 12) AT 3") {
+            Statement::Insert { target, at, .. } => {
+                assert_eq!(target, "prices");
+                assert_eq!(at, Some(TimeLit::Ticks(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        match one("DELETE FROM prices WHERE item = 'x' AT 3") {
+            Statement::Delete { target, at, selection, .. } => {
+                assert_eq!(target, "prices");
+                assert_eq!(at, Some(TimeLit::Ticks(3)));
+                assert_eq!(selection.unwrap().to_string(), "item = 'x'");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn script_splitting_and_heartbeats() {
+        let v = parse_script("ADVANCE s TO 10; CLOSE STREAM s;\n CLOSE ALL; SHOW STREAMS").unwrap();
+        assert_eq!(v.len(), 4);
+        assert!(matches!(v[0].statement, Statement::Advance { to: TimeLit::Ticks(10), .. }));
+        assert_eq!(v[2].span.line, 2);
+    }
+
+    #[test]
+    fn errors_name_position_and_expectation() {
+        let e = parse_script("SELECT * FROM s [RANGE]").unwrap_err().to_string();
+        assert!(e.contains("expected a duration"), "{e}");
+        assert!(e.contains("found ']' at line 1, column 23"), "{e}");
+        let e = parse_script("SELECT * FROM s [FOO 3]").unwrap_err().to_string();
+        assert!(e.contains("expected UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY"), "{e}");
+        let e = parse_script("SELECT a FROM s WHERE").unwrap_err().to_string();
+        assert!(e.contains("expected an expression"), "{e}");
+        assert!(e.contains("^"), "{e}");
+    }
+
+    #[test]
+    fn never_panics_on_garbage() {
+        for s in ["[", "]", "SELECT ISTREAM(", "FROM [", "SELECT * FROM s [ROWS -1]", "CREATE STREAM x (", "ADVANCE", "INSERT INTO t VALUES (1) AT"] {
+            let _ = parse_script(s);
+        }
+    }
+}

@@ -1,0 +1,802 @@
+//! The engine: catalog, stream and table state, running queries, statements.
+//!
+//! Time: each stream has a watermark W (no element below W will still arrive). `WATERMARK FOR
+//! ts AS ts - d` sets W = (largest timestamp seen) − d; `ADVANCE s TO τ` completes instant τ
+//! (W ≥ τ+1) and makes τ an instant of every query reading `s`; `CLOSE s` sets W = +∞. Tables
+//! never hold queries back: a change to a table happens at its `AT τ` instant (or the engine's
+//! clock, the largest instant seen so far) and, for a query that already evaluated past it, at
+//! that query's next instant. A query's frontier is the minimum of its streams' watermarks; the
+//! engine evaluates every query up to its frontier after each statement or push.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
+use weir_exec::query::evaluate_once;
+use weir_exec::row::{RowBytes, RowCodec};
+use weir_exec::QueryRunner;
+use weir_plan::{explain, LogicalPlan, PlanKind};
+use weir_sql::parser::{ObjectKind, ParsedStatement, Statement, TimeLit};
+use weir_sql::types::arrow_type;
+use weir_sql::{bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef};
+
+use crate::subscription::Subscription;
+
+/// What one statement did.
+#[derive(Debug)]
+pub enum ExecResult {
+    /// A statement without rows: a short tag such as `CREATE STREAM` or `INSERT 3`.
+    Done(String),
+    /// Rows: a one-shot query over tables and views, SHOW, DESCRIBE.
+    Rows { schema: SchemaRef, batches: Vec<RecordBatch> },
+    /// EXPLAIN output.
+    Explain(String),
+    /// A continuous query was started; its output arrives through the subscription.
+    Subscribed(Subscription),
+}
+
+#[derive(Debug)]
+struct StreamState {
+    def: StreamDef,
+    watermark: Time,
+    max_seen: Option<Time>,
+    closed: bool,
+    accepted: u64,
+}
+
+#[derive(Debug)]
+struct TableState {
+    def: TableDef,
+    codec: RowCodec,
+    rows: BTreeMap<RowBytes, i64>,
+}
+
+#[derive(Debug)]
+struct RunningQuery {
+    id: u64,
+    runner: QueryRunner,
+    tx: Sender<Result<ChangeBatch>>,
+}
+
+#[derive(Debug)]
+struct View {
+    def: ViewDef,
+    deps: Vec<String>,
+}
+
+/// An embedded Weir instance. See the crate docs.
+#[derive(Debug, Default)]
+pub struct Engine {
+    streams: BTreeMap<String, StreamState>,
+    tables: BTreeMap<String, TableState>,
+    views: BTreeMap<String, View>,
+    queries: Vec<RunningQuery>,
+    next_id: u64,
+    /// The largest instant seen (element, heartbeat or table change); table changes without
+    /// `AT` happen here.
+    clock: Time,
+}
+
+/// The binder's view of the engine's catalog.
+struct CatalogView<'a>(&'a Engine);
+
+impl Catalog for CatalogView<'_> {
+    fn lookup(&self, name: &str) -> Option<CatalogEntry> {
+        let e = self.0;
+        if let Some(s) = e.streams.get(name) {
+            return Some(CatalogEntry::Stream(s.def.clone()));
+        }
+        if let Some(t) = e.tables.get(name) {
+            return Some(CatalogEntry::Table(t.def.clone()));
+        }
+        e.views.get(name).map(|v| CatalogEntry::View(v.def.clone()))
+    }
+}
+
+fn exec_err(msg: impl Into<String>) -> WeirError {
+    WeirError::Execution(msg.into())
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        Engine::default()
+    }
+
+    /// Executes a script of `;`-separated statements, in order, stopping at the first error.
+    /// Errors in SQL text render with the line and a caret.
+    pub fn execute(&mut self, sql: &str) -> Result<Vec<ExecResult>> {
+        let stmts = parse_script(sql)?;
+        let mut out = Vec::with_capacity(stmts.len());
+        for s in stmts {
+            out.push(self.execute_parsed(s).map_err(|e| e.with_source(sql))?);
+        }
+        Ok(out)
+    }
+
+    /// Starts a continuous query (or subscribes to a view or stream given by name).
+    pub fn subscribe(&mut self, query_or_name: &str) -> Result<Subscription> {
+        let trimmed = query_or_name.trim().trim_end_matches(';').trim();
+        let plan = if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_alphanumeric() || c == '_') {
+            let name = trimmed.to_ascii_lowercase();
+            match self.views.get(&name) {
+                Some(v) => v.def.plan.clone(),
+                None => self.plan_text(&format!("SELECT * FROM {trimmed}"))?,
+            }
+        } else {
+            self.plan_text(query_or_name)?
+        };
+        self.start_query(plan)
+    }
+
+    fn plan_text(&self, sql: &str) -> Result<Arc<LogicalPlan>> {
+        let mut stmts = parse_script(sql)?;
+        match (stmts.len(), stmts.pop().map(|s| s.statement)) {
+            (1, Some(Statement::Query(q))) => self.bind(&q).map_err(|e| e.with_source(sql)),
+            _ => Err(WeirError::plan("expected exactly one query")),
+        }
+    }
+
+    fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
+        bind_query(&CatalogView(self), q)
+    }
+
+    fn execute_parsed(&mut self, p: ParsedStatement) -> Result<ExecResult> {
+        match p.statement {
+            Statement::CreateStream { name, columns, watermark, if_not_exists, span } => {
+                if self.exists(&name) {
+                    if if_not_exists {
+                        return Ok(ExecResult::Done("CREATE STREAM".into()));
+                    }
+                    return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+                }
+                let Some(wm) = watermark else {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "stream '{name}' needs an event-time column: add \
+                             WATERMARK FOR <column> [AS <column> - <delay>]"
+                        ),
+                        span,
+                    ));
+                };
+                let mut fields = Vec::new();
+                for c in &columns {
+                    fields.push(Field::new(&c.name, arrow_type(&c.data_type, c.span)?, true));
+                }
+                let schema = Arc::new(Schema::new(fields));
+                let time_column = schema.index_of(&wm.column).map_err(|_| {
+                    WeirError::plan_at(format!("WATERMARK FOR names unknown column '{}'", wm.column), wm.span)
+                })?;
+                let domain = match schema.field(time_column).data_type() {
+                    DataType::Timestamp(_, None) => TimeDomain::Micros,
+                    t if t.is_integer() => TimeDomain::Ticks,
+                    t => {
+                        return Err(WeirError::plan_at(
+                            format!("the event-time column '{}' must be TIMESTAMP or an integer, not {t}", wm.column),
+                            wm.span,
+                        ))
+                    }
+                };
+                let delay = match (wm.delay, domain) {
+                    (None, _) => 0,
+                    (Some(weir_sql::parser::Duration::Ticks(d)), TimeDomain::Ticks)
+                    | (Some(weir_sql::parser::Duration::Micros(d)), TimeDomain::Micros) => d,
+                    (Some(_), TimeDomain::Ticks) => {
+                        return Err(WeirError::plan_at(
+                            "the watermark delay of an integer-tick stream is a bare integer",
+                            wm.span,
+                        ))
+                    }
+                    (Some(_), TimeDomain::Micros) => {
+                        return Err(WeirError::plan_at(
+                            "the watermark delay of a TIMESTAMP stream needs a unit (e.g. INTERVAL '5' SECOND)",
+                            wm.span,
+                        ))
+                    }
+                };
+                if delay < 0 {
+                    return Err(WeirError::plan_at("the watermark delay must not be negative", wm.span));
+                }
+                let def = StreamDef { name: name.clone(), schema, time_column, domain, watermark_delay: delay };
+                self.streams.insert(
+                    name,
+                    StreamState { def, watermark: Time::MIN, max_seen: None, closed: false, accepted: 0 },
+                );
+                Ok(ExecResult::Done("CREATE STREAM".into()))
+            }
+            Statement::CreateTable { name, columns, if_not_exists, span } => {
+                if self.exists(&name) {
+                    if if_not_exists {
+                        return Ok(ExecResult::Done("CREATE TABLE".into()));
+                    }
+                    return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+                }
+                let mut fields = Vec::new();
+                for c in &columns {
+                    fields.push(Field::new(&c.name, arrow_type(&c.data_type, c.span)?, true));
+                }
+                let schema: SchemaRef = Arc::new(Schema::new(fields));
+                let codec = RowCodec::for_schema(&schema)?;
+                self.tables.insert(
+                    name.clone(),
+                    TableState { def: TableDef { name, schema }, codec, rows: BTreeMap::new() },
+                );
+                Ok(ExecResult::Done("CREATE TABLE".into()))
+            }
+            Statement::CreateView { name, query, sql, or_replace, span } => {
+                if self.exists(&name) && !(or_replace && self.views.contains_key(&name)) {
+                    return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+                }
+                let plan = self.bind(&query)?;
+                let schema = weir_exec::compile::exec_schema(&plan.schema());
+                let deps = referenced_names(&query);
+                if deps.contains(&name) {
+                    return Err(WeirError::plan_at(format!("view '{name}' refers to itself"), span));
+                }
+                let def = ViewDef { name: name.clone(), sql, plan, schema };
+                self.views.insert(name, View { def, deps });
+                Ok(ExecResult::Done("CREATE VIEW".into()))
+            }
+            Statement::Drop { kind, name, if_exists, span } => self.drop(kind, &name, if_exists, span),
+            Statement::Show(kind) => Ok(self.show(kind)),
+            Statement::Describe { name, span } => self.describe(&name, span),
+            Statement::Insert { target, columns, source, at, span } => {
+                self.insert(&target, &columns, source, at, span)
+            }
+            Statement::Delete { target, selection, at, span } => self.delete(&target, selection, at, span),
+            Statement::Advance { stream, to, span } => {
+                let t = self.time_of(&stream, to, span)?;
+                self.advance(&stream, t)?;
+                Ok(ExecResult::Done("ADVANCE".into()))
+            }
+            Statement::Close { stream, .. } => {
+                match stream {
+                    Some(s) => self.close(&s)?,
+                    None => self.close_all()?,
+                }
+                Ok(ExecResult::Done("CLOSE".into()))
+            }
+            Statement::Explain(q) => Ok(ExecResult::Explain(explain(self.bind(&q)?.as_ref()))),
+            Statement::Query(q) => {
+                let plan = self.bind(&q)?;
+                let reads_stream = plan.sources().iter().any(|s| self.streams.contains_key(s));
+                if reads_stream {
+                    Ok(ExecResult::Subscribed(self.start_query(plan)?))
+                } else {
+                    self.one_shot(&plan)
+                }
+            }
+        }
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.streams.contains_key(name) || self.tables.contains_key(name) || self.views.contains_key(name)
+    }
+
+    /// Evaluates a plan over tables: the current relation.
+    fn one_shot(&self, plan: &LogicalPlan) -> Result<ExecResult> {
+        let batch = self.evaluate(plan)?;
+        let expanded = expand(&batch)?;
+        Ok(ExecResult::Rows { schema: expanded.schema(), batches: vec![expanded] })
+    }
+
+    fn evaluate(&self, plan: &LogicalPlan) -> Result<ChangeBatch> {
+        let mut inputs = HashMap::new();
+        for s in plan.sources() {
+            match self.tables.get(&s) {
+                Some(t) => {
+                    inputs.insert(s.clone(), table_snapshot(t, 0)?);
+                }
+                None => {
+                    return Err(exec_err(format!(
+                        "'{s}' is a stream: a query over it is continuous, not one-shot"
+                    )))
+                }
+            }
+        }
+        evaluate_once(plan, inputs)
+    }
+
+    fn start_query(&mut self, plan: Arc<LogicalPlan>) -> Result<Subscription> {
+        let mut runner = QueryRunner::new(&plan)?;
+        // A query over tables starts from their current contents.
+        for s in plan.sources() {
+            if let Some(t) = self.tables.get(&s) {
+                if !t.rows.is_empty() {
+                    runner.push(&s, table_snapshot(t, self.clock)?)?;
+                }
+            }
+        }
+        let (tx, rx) = channel();
+        let id = self.next_id;
+        self.next_id += 1;
+        let sub = Subscription {
+            id,
+            schema: runner.schema(),
+            kind: runner.kind(),
+            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+            rx,
+        };
+        self.queries.push(RunningQuery { id, runner, tx });
+        self.run_queries();
+        Ok(sub)
+    }
+
+    /// Stops a continuous query.
+    pub fn unsubscribe(&mut self, id: u64) {
+        self.queries.retain(|q| q.id != id);
+    }
+
+    /// Number of running continuous queries.
+    pub fn running_queries(&self) -> usize {
+        self.queries.len()
+    }
+
+    /// Evaluates every query up to its frontier and delivers the output. A query whose
+    /// subscriber went away is stopped; a query that fails reports the error and stops.
+    fn run_queries(&mut self) {
+        let watermarks: HashMap<String, Time> =
+            self.streams.iter().map(|(n, s)| (n.clone(), s.watermark)).collect();
+        self.queries.retain_mut(|q| {
+            let frontier =
+                q.runner.sources().iter().filter_map(|s| watermarks.get(s)).copied().min().unwrap_or(Time::MAX);
+            match q.runner.advance(frontier) {
+                Ok(batches) => batches.into_iter().all(|b| q.tx.send(Ok(b)).is_ok()),
+                Err(e) => {
+                    let _ = q.tx.send(Err(e));
+                    false
+                }
+            }
+        });
+    }
+
+    /// Appends a batch of elements to a stream. The batch must have the stream's columns;
+    /// timestamps come from its event-time column. The whole batch is rejected if any row is
+    /// malformed or late.
+    pub fn push(&mut self, stream: &str, batch: RecordBatch) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        let st = self.streams.get(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        if st.closed {
+            return Err(exec_err(format!("stream '{name}' is closed")));
+        }
+        let schema = st.def.schema.clone();
+        if batch.num_columns() != schema.fields().len() {
+            return Err(WeirError::Input(format!(
+                "stream '{name}': expected {} columns, got {}",
+                schema.fields().len(),
+                batch.num_columns()
+            )));
+        }
+        let mut cols = Vec::with_capacity(batch.num_columns());
+        for (i, f) in schema.fields().iter().enumerate() {
+            cols.push(cast_column(&name, f, batch.column(i))?);
+        }
+        let data = RecordBatch::try_new(schema.clone(), cols)?;
+        let times = event_times(&name, &st.def, &data)?;
+        if let Some((row, t)) = times.iter().enumerate().find(|(_, t)| **t < st.watermark) {
+            return Err(exec_err(format!(
+                "stream '{name}' row {}: late element at {} is below the watermark {} \
+                 (nothing in this batch was accepted)",
+                row + 1,
+                t,
+                st.watermark
+            )));
+        }
+        if times.is_empty() {
+            return Ok(());
+        }
+        let max = times.iter().copied().max().unwrap_or(Time::MIN);
+        let delay = st.def.watermark_delay;
+        let batch = ChangeBatch::new(data, times, vec![1; batch.num_rows()]);
+        for q in &mut self.queries {
+            if q.runner.sources().contains(&name) {
+                q.runner.push(&name, batch.clone())?;
+            }
+        }
+        let st = self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        st.accepted += batch.len() as u64;
+        st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
+        st.watermark = st.watermark.max(max.saturating_sub(delay));
+        self.clock = self.clock.max(max);
+        self.run_queries();
+        Ok(())
+    }
+
+    /// Heartbeat: instant `t` of `stream` is complete (its watermark moves past `t`) and is an
+    /// instant of every query reading it.
+    pub fn advance(&mut self, stream: &str, t: Time) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        let st = self.streams.get_mut(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        if st.closed {
+            return Err(exec_err(format!("stream '{name}' is closed")));
+        }
+        st.watermark = st.watermark.max(t.saturating_add(1));
+        self.clock = self.clock.max(t);
+        for q in &mut self.queries {
+            if q.runner.sources().contains(&name) {
+                q.runner.heartbeat(t);
+            }
+        }
+        self.run_queries();
+        Ok(())
+    }
+
+    /// End of input: the stream's watermark becomes +∞, so every pending instant is evaluated.
+    pub fn close(&mut self, stream: &str) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        let st = self.streams.get_mut(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        st.closed = true;
+        st.watermark = Time::MAX;
+        self.run_queries();
+        Ok(())
+    }
+
+    /// Closes every stream.
+    pub fn close_all(&mut self) -> Result<()> {
+        for st in self.streams.values_mut() {
+            st.closed = true;
+            st.watermark = Time::MAX;
+        }
+        self.run_queries();
+        Ok(())
+    }
+
+    /// The current watermark of a stream.
+    pub fn watermark(&self, stream: &str) -> Option<Time> {
+        self.streams.get(&stream.to_ascii_lowercase()).map(|s| s.watermark)
+    }
+
+    fn time_of(&self, stream: &str, t: TimeLit, span: Option<weir_common::Span>) -> Result<Time> {
+        let domain = self.streams.get(stream).map(|s| s.def.domain);
+        match (t, domain) {
+            (_, None) => Err(WeirError::plan_at(format!("unknown stream '{stream}'"), span)),
+            (TimeLit::Ticks(v), Some(TimeDomain::Ticks)) | (TimeLit::Micros(v), Some(TimeDomain::Micros)) => Ok(v),
+            (TimeLit::Ticks(_), Some(TimeDomain::Micros)) => Err(WeirError::plan_at(
+                format!("stream '{stream}' is stamped by TIMESTAMP: write TIMESTAMP '...'"),
+                span,
+            )),
+            (TimeLit::Micros(_), Some(TimeDomain::Ticks)) => Err(WeirError::plan_at(
+                format!("stream '{stream}' is stamped by integer ticks: write an integer"),
+                span,
+            )),
+        }
+    }
+
+    fn insert(
+        &mut self,
+        target: &str,
+        columns: &[String],
+        source: Box<weir_sql::sqlparser::ast::Query>,
+        at: Option<TimeLit>,
+        span: Option<weir_common::Span>,
+    ) -> Result<ExecResult> {
+        let schema = if let Some(s) = self.streams.get(target) {
+            if at.is_some() {
+                return Err(WeirError::plan_at(
+                    "AT applies to tables; a stream's elements carry their own timestamps",
+                    span,
+                ));
+            }
+            s.def.schema.clone()
+        } else if let Some(t) = self.tables.get(target) {
+            t.def.schema.clone()
+        } else if self.views.contains_key(target) {
+            return Err(WeirError::plan_at(format!("cannot INSERT into view '{target}'"), span));
+        } else {
+            return Err(WeirError::plan_at(format!("unknown stream or table '{target}'"), span));
+        };
+        let q = CqlQuery { query: source, r2s: None, windows: vec![] };
+        let plan = self.bind(&q)?;
+        let rows = expand(&self.evaluate(&plan)?)?;
+        let data = arrange_columns(target, &schema, columns, &rows, span)?;
+        let n = data.num_rows();
+        if self.streams.contains_key(target) {
+            self.push(target, data)?;
+        } else {
+            let t = self.table_time(at)?;
+            self.change_table(target, ChangeBatch::uniform(data, t, 1), t)?;
+        }
+        Ok(ExecResult::Done(format!("INSERT {n}")))
+    }
+
+    fn delete(
+        &mut self,
+        target: &str,
+        selection: Option<weir_sql::sqlparser::ast::Expr>,
+        at: Option<TimeLit>,
+        span: Option<weir_common::Span>,
+    ) -> Result<ExecResult> {
+        let Some(table) = self.tables.get(target) else {
+            if self.streams.contains_key(target) {
+                return Err(WeirError::plan_at(
+                    format!("cannot DELETE from stream '{target}': streams are append-only"),
+                    span,
+                ));
+            }
+            return Err(WeirError::plan_at(format!("unknown table '{target}'"), span));
+        };
+        let schema = table.def.schema.clone();
+        let sql = match &selection {
+            Some(e) => format!("SELECT * FROM {target} WHERE {e}"),
+            None => format!("SELECT * FROM {target}"),
+        };
+        let plan = self.plan_text(&sql)?;
+        let victims = self.evaluate(&plan)?;
+        let n: i64 = victims.diffs.iter().sum();
+        let t = self.table_time(at)?;
+        let data = RecordBatch::try_new(schema, victims.data.columns().to_vec())?;
+        let diffs = victims.diffs.iter().map(|d| -d).collect();
+        self.change_table(target, ChangeBatch::new(data, vec![t; victims.len()], diffs), t)?;
+        Ok(ExecResult::Done(format!("DELETE {n}")))
+    }
+
+    fn table_time(&mut self, at: Option<TimeLit>) -> Result<Time> {
+        let t = match at {
+            None => self.clock,
+            Some(TimeLit::Ticks(t)) | Some(TimeLit::Micros(t)) => t,
+        };
+        self.clock = self.clock.max(t);
+        Ok(t)
+    }
+
+    /// Applies changes to a table and forwards them to the queries reading it.
+    fn change_table(&mut self, name: &str, changes: ChangeBatch, t: Time) -> Result<()> {
+        let table = self.tables.get_mut(name).ok_or_else(|| WeirError::internal("table vanished"))?;
+        let rows = table.codec.encode(changes.data.columns(), changes.len())?;
+        for (i, d) in changes.diffs.iter().enumerate() {
+            let key: RowBytes = rows.get(i).into();
+            let c = table.rows.entry(key.clone()).or_insert(0);
+            *c += d;
+            if *c <= 0 {
+                table.rows.remove(&key);
+            }
+        }
+        for q in &mut self.queries {
+            if q.runner.sources().iter().any(|s| s == name) {
+                let at = q.runner.last_instant().map_or(t, |l| t.max(l.saturating_add(1)));
+                let mut c = changes.clone();
+                c.times.iter_mut().for_each(|x| *x = at);
+                q.runner.push(name, c)?;
+            }
+        }
+        self.run_queries();
+        Ok(())
+    }
+
+    fn drop(&mut self, kind: ObjectKind, name: &str, if_exists: bool, span: Option<weir_common::Span>) -> Result<ExecResult> {
+        let present = match kind {
+            ObjectKind::Stream => self.streams.contains_key(name),
+            ObjectKind::Table => self.tables.contains_key(name),
+            ObjectKind::View => self.views.contains_key(name),
+        };
+        let tag = match kind {
+            ObjectKind::Stream => "DROP STREAM",
+            ObjectKind::Table => "DROP TABLE",
+            ObjectKind::View => "DROP VIEW",
+        };
+        if !present {
+            if if_exists {
+                return Ok(ExecResult::Done(tag.into()));
+            }
+            let noun = &tag[5..].to_ascii_lowercase();
+            return Err(WeirError::plan_at(format!("unknown {noun} '{name}'"), span));
+        }
+        if let Some((v, _)) = self.views.iter().find(|(_, v)| v.deps.iter().any(|d| d == name)) {
+            return Err(WeirError::plan_at(format!("cannot drop '{name}': view '{v}' depends on it"), span));
+        }
+        match kind {
+            ObjectKind::Stream => {
+                self.streams.remove(name);
+            }
+            ObjectKind::Table => {
+                self.tables.remove(name);
+            }
+            ObjectKind::View => {
+                self.views.remove(name);
+            }
+        }
+        // Queries reading a dropped stream or table stop; their subscriptions end.
+        self.queries.retain(|q| !q.runner.sources().iter().any(|s| s == name));
+        Ok(ExecResult::Done(tag.into()))
+    }
+
+    fn show(&self, kind: ObjectKind) -> ExecResult {
+        let (names, details): (Vec<String>, Vec<String>) = match kind {
+            ObjectKind::Stream => self
+                .streams
+                .values()
+                .map(|s| {
+                    let wm = s.def.schema.field(s.def.time_column).name().clone();
+                    (s.def.name.clone(), format!("event time {wm}, {} element(s)", s.accepted))
+                })
+                .unzip(),
+            ObjectKind::Table => self
+                .tables
+                .values()
+                .map(|t| (t.def.name.clone(), format!("{} row(s)", t.rows.values().sum::<i64>())))
+                .unzip(),
+            ObjectKind::View => self
+                .views
+                .values()
+                .map(|v| (v.def.name.clone(), v.def.kind().to_string()))
+                .unzip(),
+        };
+        text_rows(&["name", "details"], vec![names, details])
+    }
+
+    fn describe(&self, name: &str, span: Option<weir_common::Span>) -> Result<ExecResult> {
+        let (schema, time_col, kind) = if let Some(s) = self.streams.get(name) {
+            (s.def.schema.clone(), Some(s.def.time_column), "stream")
+        } else if let Some(t) = self.tables.get(name) {
+            (t.def.schema.clone(), None, "table")
+        } else if let Some(v) = self.views.get(name) {
+            let k = if v.def.kind() == PlanKind::Stream { "view (stream)" } else { "view (relation)" };
+            (v.def.schema.clone(), None, k)
+        } else {
+            return Err(WeirError::plan_at(format!("unknown stream, table or view '{name}'"), span));
+        };
+        let mut cols = Vec::new();
+        let mut types = Vec::new();
+        let mut notes = Vec::new();
+        for (i, f) in schema.fields().iter().enumerate() {
+            cols.push(f.name().clone());
+            types.push(sql_type_name(f.data_type()));
+            notes.push(if Some(i) == time_col {
+                let delay = self.streams.get(name).map(|s| s.def.watermark_delay).unwrap_or(0);
+                format!("{kind} event time, watermark delay {delay}")
+            } else {
+                kind.to_string()
+            });
+        }
+        Ok(text_rows(&["column", "type", "notes"], vec![cols, types, notes]))
+    }
+}
+
+/// Names a query reads directly (streams, tables, views), for dependency tracking.
+fn referenced_names(q: &CqlQuery) -> Vec<String> {
+    let mut names: Vec<String> = q.windows.iter().map(|w| w.stream.clone()).collect();
+    weir_sql::binder::collect_relation_names(&q.query, &mut names);
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The current rows of a table, as inserts at `t`.
+fn table_snapshot(t: &TableState, at: Time) -> Result<ChangeBatch> {
+    let data = t.codec.decode_batch(&t.def.schema, t.rows.keys().map(|k| &k[..]))?;
+    let diffs: Vec<i64> = t.rows.values().copied().collect();
+    Ok(ChangeBatch::new(data, vec![at; diffs.len()], diffs))
+}
+
+/// Rows repeated by their multiplicity.
+fn expand(b: &ChangeBatch) -> Result<RecordBatch> {
+    if b.diffs.iter().all(|&d| d == 1) {
+        return Ok(b.data.clone());
+    }
+    let mut idx = Vec::new();
+    for (i, &d) in b.diffs.iter().enumerate() {
+        for _ in 0..d.max(0) {
+            idx.push(i as u32);
+        }
+    }
+    Ok(b.take(&idx)?.data)
+}
+
+fn cast_column(stream: &str, f: &Field, col: &ArrayRef) -> Result<ArrayRef> {
+    if col.data_type() == f.data_type() {
+        return Ok(col.clone());
+    }
+    let opts = arrow::compute::CastOptions { safe: false, ..Default::default() };
+    arrow::compute::cast_with_options(col, f.data_type(), &opts).map_err(|e| {
+        WeirError::Input(format!(
+            "'{stream}' column '{}': cannot convert {} to {}: {e}",
+            f.name(),
+            col.data_type(),
+            sql_type_name(f.data_type())
+        ))
+    })
+}
+
+/// Puts inserted rows into the target's column order; unnamed columns are NULL.
+fn arrange_columns(
+    target: &str,
+    schema: &SchemaRef,
+    columns: &[String],
+    rows: &RecordBatch,
+    span: Option<weir_common::Span>,
+) -> Result<RecordBatch> {
+    let n = rows.num_rows();
+    let mut out = Vec::with_capacity(schema.fields().len());
+    if columns.is_empty() {
+        if rows.num_columns() != schema.fields().len() {
+            return Err(WeirError::plan_at(
+                format!(
+                    "'{target}' has {} columns but the INSERT gives {}",
+                    schema.fields().len(),
+                    rows.num_columns()
+                ),
+                span,
+            ));
+        }
+        for (i, f) in schema.fields().iter().enumerate() {
+            out.push(cast_column(target, f, rows.column(i))?);
+        }
+    } else {
+        if columns.len() != rows.num_columns() {
+            return Err(WeirError::plan_at(
+                format!("INSERT names {} columns but gives {} values", columns.len(), rows.num_columns()),
+                span,
+            ));
+        }
+        for c in columns {
+            if schema.index_of(c).is_err() {
+                return Err(WeirError::plan_at(format!("'{target}' has no column '{c}'"), span));
+            }
+        }
+        for f in schema.fields() {
+            match columns.iter().position(|c| c == f.name()) {
+                Some(i) => out.push(cast_column(target, f, rows.column(i))?),
+                None => out.push(arrow::array::new_null_array(f.data_type(), n)),
+            }
+        }
+    }
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        out,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+    )?)
+}
+
+/// The event time of every row, in the stream's ticks.
+fn event_times(stream: &str, def: &StreamDef, data: &RecordBatch) -> Result<Vec<Time>> {
+    let col = data.column(def.time_column);
+    let field = def.schema.field(def.time_column).name();
+    let null_err = |row: usize| {
+        WeirError::Input(format!("stream '{stream}' row {}: event-time column '{field}' is NULL", row + 1))
+    };
+    let as_i64 = match col.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            let a = col
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .ok_or_else(|| WeirError::internal("timestamp column"))?;
+            (0..a.len()).map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) }).collect()
+        }
+        _ => {
+            let c = arrow::compute::cast(col, &DataType::Int64)?;
+            let a = c.as_any().downcast_ref::<Int64Array>().ok_or_else(|| WeirError::internal("int column"))?;
+            (0..a.len()).map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) }).collect()
+        }
+    };
+    as_i64
+}
+
+fn text_rows(names: &[&str], cols: Vec<Vec<String>>) -> ExecResult {
+    let schema: SchemaRef =
+        Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>()));
+    let arrays: Vec<ArrayRef> = cols.into_iter().map(|c| Arc::new(StringArray::from(c)) as ArrayRef).collect();
+    match RecordBatch::try_new(schema.clone(), arrays) {
+        Ok(b) => ExecResult::Rows { schema, batches: vec![b] },
+        Err(_) => ExecResult::Rows { schema: schema.clone(), batches: vec![RecordBatch::new_empty(schema)] },
+    }
+}
+
+/// SQL spelling of an Arrow type, for DESCRIBE and messages.
+pub fn sql_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Float32 => "REAL".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Timestamp(_, _) => "TIMESTAMP".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Decimal128(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    }
+}

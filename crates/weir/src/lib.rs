@@ -1,0 +1,35 @@
+//! # Weir: a continuous SQL query engine
+//!
+//! Weir runs continuous queries in CQL, the language of Stanford's STREAM system: streams are
+//! turned into relations by windows (`bids [RANGE 10 SECONDS]`), ordinary SQL runs on those
+//! relations, and `ISTREAM`/`DSTREAM`/`RSTREAM` turn results back into streams. Evaluation is
+//! incremental and deterministic: the output depends only on the input, never on arrival
+//! interleaving or batching.
+//!
+//! This crate is what applications embed: an [`Engine`] holds the catalog (streams, tables,
+//! views), the running continuous queries and their [`Subscription`]s.
+//!
+//! ```
+//! use weir::Engine;
+//!
+//! let mut engine = Engine::new();
+//! engine.execute("CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+//! let sub = engine.subscribe("SELECT a FROM s WHERE a > 1").unwrap();
+//! engine.execute("INSERT INTO s VALUES (1, 1), (3, 1), (2, 2); CLOSE s").unwrap();
+//! let lines: Vec<String> = sub.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
+//! assert_eq!(lines, ["@1 3", "@2 2"]);
+//! ```
+//!
+//! Pipeline: SQL text -> [`weir_sql::parser`] -> [`weir_sql::binder`] ->
+//! [`weir_plan::LogicalPlan`] -> [`weir_exec::QueryRunner`] -> [`Subscription`].
+//! Modules: [`engine`] (statements, sources, time), [`subscription`] (output changes),
+//! [`format`] (values and instants as text).
+
+pub mod engine;
+pub mod format;
+pub mod subscription;
+
+pub use engine::{Engine, ExecResult};
+pub use subscription::{Change, Subscription};
+pub use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
+pub use weir_plan::PlanKind;
