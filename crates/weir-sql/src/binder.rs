@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::tree_node::TreeNode;
-use datafusion_common::{DFSchema, DataFusionError, ScalarValue, TableReference};
+use datafusion_common::{DFSchema, DataFusionError, TableReference};
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
 use datafusion_expr::{
     AggregateUDF, Distinct, Expr, HigherOrderUDF, JoinType, LogicalPlan as DfPlan, ScalarUDF,
@@ -562,6 +562,8 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         "count" => match &arg {
             None => AggFunc::CountStar,
             Some(Expr::Literal(v, _)) if !v.is_null() && !p.distinct => AggFunc::CountStar,
+            #[allow(deprecated)]
+            Some(Expr::Wildcard { .. }) => AggFunc::CountStar,
             Some(_) => AggFunc::Count,
         },
         "sum" => AggFunc::Sum,
@@ -574,6 +576,5 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
     if func != AggFunc::CountStar && arg.is_none() {
         return Err(WeirError::plan(format!("{name} needs an argument")));
     }
-    let _ = ScalarValue::Null;
     Ok(AggCall { func, arg, distinct: p.distinct })
 }
