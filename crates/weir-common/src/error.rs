@@ -159,6 +159,9 @@ mod tests {
     fn renders_multi_char_span() {
         let span = Span { line: 1, column: 8, end_line: 1, end_column: 10 };
         let d = Diagnostic::at("no such column", Some(span)).with_source("SELECT abc FROM t");
-        assert_eq!(d.to_string(), "no such column at line 1, column 8\n  SELECT abc FROM t\n         ^^^");
+        assert_eq!(
+            d.to_string(),
+            "no such column at line 1, column 8\n  SELECT abc FROM t\n         ^^^"
+        );
     }
 }

@@ -33,12 +33,10 @@ impl fmt::Display for TimeDomain {
 pub fn format_time(t: Time, domain: TimeDomain) -> String {
     match domain {
         TimeDomain::Ticks => t.to_string(),
-        TimeDomain::Micros => {
-            match arrow::temporal_conversions::timestamp_us_to_datetime(t) {
-                Some(dt) => dt.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
-                None => t.to_string(),
-            }
-        }
+        TimeDomain::Micros => match arrow::temporal_conversions::timestamp_us_to_datetime(t) {
+            Some(dt) => dt.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
+            None => t.to_string(),
+        },
     }
 }
 

@@ -30,11 +30,8 @@ use crate::row::RowCodec;
 
 /// The executor's (all-nullable) Arrow schema for a plan schema.
 pub fn exec_schema(schema: &DFSchema) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| Field::new(f.name(), f.data_type().clone(), true))
-        .collect();
+    let fields: Vec<Field> =
+        schema.fields().iter().map(|f| Field::new(f.name(), f.data_type().clone(), true)).collect();
     Arc::new(Schema::new(fields))
 }
 
@@ -52,9 +49,13 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         LogicalPlan::Window { spec, input, .. } => {
             let child = compile(input)?;
             match spec {
-                WindowSpec::Unbounded => Box::new(TimeWindow::new(child, TimeBounds::Unbounded, schema)),
+                WindowSpec::Unbounded => {
+                    Box::new(TimeWindow::new(child, TimeBounds::Unbounded, schema))
+                }
                 WindowSpec::Now => Box::new(TimeWindow::new(child, TimeBounds::Range(1), schema)),
-                WindowSpec::Range(r) => Box::new(TimeWindow::new(child, TimeBounds::Range(*r), schema)),
+                WindowSpec::Range(r) => {
+                    Box::new(TimeWindow::new(child, TimeBounds::Range(*r), schema))
+                }
                 WindowSpec::RangeSlide { range, slide } => Box::new(TimeWindow::new(
                     child,
                     TimeBounds::Slide { range: *range, slide: *slide },
@@ -93,8 +94,18 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 None => None,
             };
             Box::new(Join::new(
-                JoinSide { input: compile(left)?, keys: lkeys, row_codec: RowCodec::for_schema(&lschema)?, schema: lschema },
-                JoinSide { input: compile(right)?, keys: rkeys, row_codec: RowCodec::for_schema(&rschema)?, schema: rschema },
+                JoinSide {
+                    input: compile(left)?,
+                    keys: lkeys,
+                    row_codec: RowCodec::for_schema(&lschema)?,
+                    schema: lschema,
+                },
+                JoinSide {
+                    input: compile(right)?,
+                    keys: rkeys,
+                    row_codec: RowCodec::for_schema(&rschema)?,
+                    schema: rschema,
+                },
                 RowCodec::new(key_types)?,
                 filter,
                 schema,
@@ -102,14 +113,20 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         }
         LogicalPlan::Aggregate { group, aggs, input, .. } => {
             let in_schema = input.schema();
-            let keys = group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
-            let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
+            let keys =
+                group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
+            let key_types =
+                group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
             let specs = aggs
                 .iter()
                 .map(|a| {
                     Ok(AggSpec {
                         func: a.func,
-                        arg: a.arg.as_ref().map(|e| ScalarExpr::compile(e, &in_schema)).transpose()?,
+                        arg: a
+                            .arg
+                            .as_ref()
+                            .map(|e| ScalarExpr::compile(e, &in_schema))
+                            .transpose()?,
                         arg_type: match &a.arg {
                             Some(e) => expr_type(e, &in_schema)?,
                             None => DataType::Null,
@@ -125,8 +142,12 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             inputs.iter().map(|i| compile(i)).collect::<Result<_>>()?,
             schema,
         )),
-        LogicalPlan::Values { rows, schema: df } => Box::new(Values::new(values_batch(rows, df)?, schema)),
-        LogicalPlan::ToStream { op, input } => Box::new(ToStream::new(compile(input)?, *op, schema)?),
+        LogicalPlan::Values { rows, schema: df } => {
+            Box::new(Values::new(values_batch(rows, df)?, schema))
+        }
+        LogicalPlan::ToStream { op, input } => {
+            Box::new(ToStream::new(compile(input)?, *op, schema)?)
+        }
         LogicalPlan::Rename { input, .. } => Box::new(Rename::new(compile(input)?, schema)),
     })
 }

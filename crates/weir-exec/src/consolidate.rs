@@ -10,7 +10,12 @@ use weir_common::{ChangeBatch, Result, Time};
 use crate::row::{RowBytes, RowCodec};
 
 /// Consolidates `batch`, whose rows are all at instant `t`.
-pub fn consolidate(codec: &RowCodec, schema: &SchemaRef, batch: &ChangeBatch, t: Time) -> Result<ChangeBatch> {
+pub fn consolidate(
+    codec: &RowCodec,
+    schema: &SchemaRef,
+    batch: &ChangeBatch,
+    t: Time,
+) -> Result<ChangeBatch> {
     let net = net_diffs(codec, batch)?;
     to_batch(codec, schema, net.into_iter().filter(|(_, d)| *d != 0).collect(), t)
 }

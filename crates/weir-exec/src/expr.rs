@@ -7,8 +7,8 @@ use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::datatypes::DataType;
 use datafusion_common::DFSchema;
 use datafusion_expr::execution_props::ExecutionProps;
-use datafusion_expr::Expr;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::Expr;
 use datafusion_physical_expr::{create_physical_expr, PhysicalExpr};
 use weir_common::{Result, WeirError};
 
@@ -24,7 +24,9 @@ impl ScalarExpr {
     pub fn compile(expr: &Expr, schema: &DFSchema) -> Result<Self> {
         let props = ExecutionProps::new();
         let phys = create_physical_expr(expr, schema, &props, &PhysicalPlanningContext::default())
-            .map_err(|e| WeirError::plan(format!("cannot evaluate {expr}: {}", e.strip_backtrace())))?;
+            .map_err(|e| {
+                WeirError::plan(format!("cannot evaluate {expr}: {}", e.strip_backtrace()))
+            })?;
         Ok(ScalarExpr { phys, text: expr.to_string() })
     }
 

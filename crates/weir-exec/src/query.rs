@@ -115,7 +115,10 @@ impl QueryRunner {
     /// The next instant to evaluate, if any.
     fn next_instant(&self) -> Option<Time> {
         let pending = self.pending.values().filter_map(|b| b.keys().next().copied()).min();
-        [pending, self.heartbeats.first().copied(), self.root.next_wakeup()].into_iter().flatten().min()
+        [pending, self.heartbeats.first().copied(), self.root.next_wakeup()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Evaluates every instant below `frontier`, returning the output changes in time order.
@@ -142,7 +145,9 @@ impl QueryRunner {
             let d = self.root.eval(t, &ctx)?;
             self.last = Some(t);
             let d = match self.kind {
-                PlanKind::Relation if !d.is_empty() => consolidate(&self.codec, &self.schema, &d, t)?,
+                PlanKind::Relation if !d.is_empty() => {
+                    consolidate(&self.codec, &self.schema, &d, t)?
+                }
                 _ => d,
             };
             if !d.is_empty() {
@@ -155,7 +160,10 @@ impl QueryRunner {
 
 /// Evaluates a plan over tables once: the relation it denotes given the tables' contents.
 /// Returns consolidated rows with their multiplicities (diff > 0).
-pub fn evaluate_once(plan: &LogicalPlan, tables: HashMap<String, ChangeBatch>) -> Result<ChangeBatch> {
+pub fn evaluate_once(
+    plan: &LogicalPlan,
+    tables: HashMap<String, ChangeBatch>,
+) -> Result<ChangeBatch> {
     let mut root = compile(plan)?;
     let schema = exec_schema(&plan.schema());
     let codec = RowCodec::for_schema(&schema)?;

@@ -28,7 +28,10 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
         LogicalPlan::TableScan { name, .. } => format!("TableScan: {name}"),
         LogicalPlan::Window { spec, input, .. } => {
             let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
-            format!("Window: [{}]", LogicalPlan::window_label(spec, domain, &names(&input.schema())))
+            format!(
+                "Window: [{}]",
+                LogicalPlan::window_label(spec, domain, &names(&input.schema()))
+            )
         }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {

@@ -20,4 +20,4 @@ pub mod explain;
 pub mod plan;
 
 pub use explain::explain;
-pub use plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, R2S, WindowSpec};
+pub use plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S};

@@ -7,25 +7,10 @@
 //! line `N passed, M failed, K skipped`. Exits non-zero if anything failed. The file format is
 //! documented in `grammar-tests/README.md`.
 
-mod record;
-mod runner;
-
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if path.is_dir() {
-        let mut entries: Vec<PathBuf> =
-            std::fs::read_dir(path)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
-        entries.sort();
-        for e in entries {
-            collect(&e, out)?;
-        }
-    } else if path.extension().is_some_and(|e| e == "slt" || e == "test") {
-        out.push(path.to_path_buf());
-    }
-    Ok(())
-}
+use weir_slt::{collect_files, runner};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,7 +29,7 @@ fn main() -> ExitCode {
             eprintln!("weir-slt: {} does not exist", r.display());
             return ExitCode::FAILURE;
         }
-        if let Err(e) = collect(r, &mut files) {
+        if let Err(e) = collect_files(r, &mut files) {
             eprintln!("weir-slt: cannot read {}: {e}", r.display());
             return ExitCode::FAILURE;
         }

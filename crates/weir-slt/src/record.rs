@@ -12,7 +12,10 @@ pub enum SortMode {
 pub enum Expect {
     Ok,
     /// A regex the error must match, or the exact error text after `----`.
-    Error { pattern: Option<String>, exact: Option<Vec<String>> },
+    Error {
+        pattern: Option<String>,
+        exact: Option<Vec<String>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -65,10 +68,18 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                     Some(&"ok") => Kind::Statement { sql: sql.join("\n"), expect: Expect::Ok },
                     Some(&"error") => {
                         let pattern = (words.len() > 2).then(|| words[2..].join(" "));
-                        let exact = if dashed { Some(read_until_blank(&lines, &mut i)) } else { None };
-                        Kind::Statement { sql: sql.join("\n"), expect: Expect::Error { pattern, exact } }
+                        let exact =
+                            if dashed { Some(read_until_blank(&lines, &mut i)) } else { None };
+                        Kind::Statement {
+                            sql: sql.join("\n"),
+                            expect: Expect::Error { pattern, exact },
+                        }
                     }
-                    _ => return Err(format!("line {start}: expected 'statement ok' or 'statement error'")),
+                    _ => {
+                        return Err(format!(
+                            "line {start}: expected 'statement ok' or 'statement error'"
+                        ))
+                    }
                 }
             }
             "query" => {
@@ -109,7 +120,9 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
             "explain" => {
                 let (sql, dashed) = block(&mut i, true);
                 if !dashed {
-                    return Err(format!("line {start}: explain needs '----' and the expected plan"));
+                    return Err(format!(
+                        "line {start}: explain needs '----' and the expected plan"
+                    ));
                 }
                 Kind::Explain { sql: sql.join("\n"), expected: read_until_blank(&lines, &mut i) }
             }

@@ -31,6 +31,7 @@ struct Failure {
     actual: String,
 }
 
+/// Runs one file, printing each failure; returns the counts.
 pub fn run_file(path: &Path) -> Counts {
     let mut counts = Counts::default();
     let text = match std::fs::read_to_string(path) {
@@ -81,8 +82,18 @@ pub fn run_file(path: &Path) -> Counts {
     counts
 }
 
-fn fail(rec: &Record, sql: &str, expected: impl Into<String>, actual: impl Into<String>) -> Failure {
-    Failure { line: rec.line, sql: sql.to_string(), expected: expected.into(), actual: actual.into() }
+fn fail(
+    rec: &Record,
+    sql: &str,
+    expected: impl Into<String>,
+    actual: impl Into<String>,
+) -> Failure {
+    Failure {
+        line: rec.line,
+        sql: sql.to_string(),
+        expected: expected.into(),
+        actual: actual.into(),
+    }
 }
 
 fn check_error(rec: &Record, sql: &str, expect: &Expect, err: &str) -> Result<(), Failure> {
@@ -90,7 +101,8 @@ fn check_error(rec: &Record, sql: &str, expect: &Expect, err: &str) -> Result<()
         return Err(fail(rec, sql, "ok", format!("error: {err}")));
     };
     if let Some(p) = pattern {
-        let re = Regex::new(p).map_err(|e| fail(rec, sql, format!("a valid regex: {p}"), e.to_string()))?;
+        let re = Regex::new(p)
+            .map_err(|e| fail(rec, sql, format!("a valid regex: {p}"), e.to_string()))?;
         if !re.is_match(err) {
             return Err(fail(rec, sql, format!("error matching /{p}/"), err));
         }
@@ -104,7 +116,11 @@ fn check_error(rec: &Record, sql: &str, expect: &Expect, err: &str) -> Result<()
     Ok(())
 }
 
-fn run_record(engine: &mut Engine, subs: &mut HashMap<String, Subscription>, rec: &Record) -> Result<(), Failure> {
+fn run_record(
+    engine: &mut Engine,
+    subs: &mut HashMap<String, Subscription>,
+    rec: &Record,
+) -> Result<(), Failure> {
     match &rec.kind {
         Kind::Statement { sql, expect } => match (engine.execute(sql), expect) {
             (Ok(_), Expect::Ok) => Ok(()),
@@ -119,9 +135,15 @@ fn run_record(engine: &mut Engine, subs: &mut HashMap<String, Subscription>, rec
                     Err(e) => check_error(rec, sql, expect, &e.to_string()),
                 };
             }
-            let mut results = result.map_err(|e| fail(rec, sql, expected.join("\n"), format!("error: {e}")))?;
+            let mut results =
+                result.map_err(|e| fail(rec, sql, expected.join("\n"), format!("error: {e}")))?;
             let Some(ExecResult::Rows { batches, .. }) = results.pop() else {
-                return Err(fail(rec, sql, expected.join("\n"), "not a one-shot query (use subscribe)"));
+                return Err(fail(
+                    rec,
+                    sql,
+                    expected.join("\n"),
+                    "not a one-shot query (use subscribe)",
+                ));
             };
             let mut rows: Vec<Vec<String>> = Vec::new();
             for b in &batches {
@@ -150,13 +172,17 @@ fn run_record(engine: &mut Engine, subs: &mut HashMap<String, Subscription>, rec
             Ok(())
         }
         Kind::Subscribe { name, sql } => {
-            let sub = engine.subscribe(sql).map_err(|e| fail(rec, sql, "a running query", format!("error: {e}")))?;
+            let sub = engine
+                .subscribe(sql)
+                .map_err(|e| fail(rec, sql, "a running query", format!("error: {e}")))?;
             subs.insert(name.clone(), sub);
             Ok(())
         }
         Kind::Output { name, expected } => {
             let label = format!("output {name}");
-            let sub = subs.get(name).ok_or_else(|| fail(rec, &label, "a subscription", "no such subscription"))?;
+            let sub = subs
+                .get(name)
+                .ok_or_else(|| fail(rec, &label, "a subscription", "no such subscription"))?;
             let actual: Vec<String> = match sub.poll_changes() {
                 Ok(c) => c.iter().map(|c| c.to_string()).collect(),
                 Err(e) => vec![format!("error: {e}")],

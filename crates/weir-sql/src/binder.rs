@@ -28,7 +28,7 @@ use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sqlparser::ast as sql;
 use weir_common::{Diagnostic, Result, Span, TimeDomain, WeirError};
-use weir_plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, R2S, WindowSpec};
+use weir_plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S};
 
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{object_name, CqlQuery, Duration, WindowAst, WindowKind, WINDOW_PREFIX};
@@ -94,7 +94,10 @@ struct Provider<'a> {
 }
 
 impl ContextProvider for Provider<'_> {
-    fn get_table_source(&self, name: TableReference) -> datafusion_common::Result<Arc<dyn TableSource>> {
+    fn get_table_source(
+        &self,
+        name: TableReference,
+    ) -> datafusion_common::Result<Arc<dyn TableSource>> {
         let table = name.table();
         let schema = if let Some(w) = self.windows.iter().find(|w| w.synthetic == table) {
             self.catalog.lookup(&w.stream).map(|e| e.schema())
@@ -202,7 +205,8 @@ impl<'a> Binder<'a> {
         let plan = planner
             .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
             .map_err(df_error)?;
-        let plan = Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
+        let plan =
+            Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
         let rules: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
             Arc::new(datafusion_optimizer::decorrelate_predicate_subquery::DecorrelatePredicateSubquery::new()),
@@ -221,7 +225,10 @@ impl<'a> Binder<'a> {
         for w in windows {
             match self.catalog.lookup(&w.stream) {
                 None => {
-                    return Err(WeirError::plan_at(format!("unknown stream '{}'", w.stream), w.span))
+                    return Err(WeirError::plan_at(
+                        format!("unknown stream '{}'", w.stream),
+                        w.span,
+                    ))
                 }
                 Some(CatalogEntry::Table(_)) => {
                     return Err(WeirError::plan_at(
@@ -388,7 +395,10 @@ impl Converter<'_> {
                 if f.predicate.exists(|e| Ok(is_subquery(e))).unwrap_or(false) {
                     return Err(unsupported("this subquery (it could not be decorrelated)"));
                 }
-                LogicalPlan::Filter { predicate: f.predicate.clone(), input: self.convert(&f.input)? }
+                LogicalPlan::Filter {
+                    predicate: f.predicate.clone(),
+                    input: self.convert(&f.input)?,
+                }
             }
             DfPlan::Join(j) => {
                 if j.join_type != JoinType::Inner {
@@ -434,7 +444,9 @@ impl Converter<'_> {
                 rows: if e.produce_one_row { vec![vec![]] } else { vec![] },
                 schema: e.schema.clone(),
             },
-            DfPlan::Values(v) => LogicalPlan::Values { rows: v.values.clone(), schema: v.schema.clone() },
+            DfPlan::Values(v) => {
+                LogicalPlan::Values { rows: v.values.clone(), schema: v.schema.clone() }
+            }
             DfPlan::Sort(_) => return Err(unsupported("ORDER BY")),
             DfPlan::Limit(_) => return Err(unsupported("LIMIT")),
             DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
@@ -451,7 +463,9 @@ impl Converter<'_> {
         }
         let source = self.source(name)?;
         Ok(Arc::new(match source.kind() {
-            PlanKind::Stream => LogicalPlan::Window { spec: WindowSpec::Unbounded, input: source, schema },
+            PlanKind::Stream => {
+                LogicalPlan::Window { spec: WindowSpec::Unbounded, input: source, schema }
+            }
             PlanKind::Relation => LogicalPlan::Rename { input: source, schema },
         }))
     }
@@ -477,7 +491,8 @@ impl Converter<'_> {
         let domain = source.time_domain().unwrap_or(TimeDomain::Ticks);
         let ticks = |d: Duration| -> Result<i64> {
             let v = match (d, domain) {
-                (Duration::Ticks(t), TimeDomain::Ticks) | (Duration::Micros(t), TimeDomain::Micros) => t,
+                (Duration::Ticks(t), TimeDomain::Ticks)
+                | (Duration::Micros(t), TimeDomain::Micros) => t,
                 (Duration::Ticks(t), TimeDomain::Micros) => {
                     return Err(WeirError::plan_at(
                         format!(
@@ -515,12 +530,13 @@ impl Converter<'_> {
                 let schema = source.schema();
                 let mut by = Vec::new();
                 for (c, span) in cols {
-                    let idx = schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
-                        WeirError::plan_at(
-                            format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
-                            *span,
-                        )
-                    })?;
+                    let idx =
+                        schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
+                            WeirError::plan_at(
+                                format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
+                                *span,
+                            )
+                        })?;
                     by.push(idx);
                 }
                 WindowSpec::PartitionRows { by, rows: *n }

@@ -19,7 +19,7 @@ pub mod parser;
 pub mod types;
 
 pub use binder::{bind_query, Binder};
-/// The SQL parser Weir builds on, for its AST types.
-pub use sqlparser;
 pub use catalog::{Catalog, CatalogEntry, StreamDef, TableDef, ViewDef};
 pub use parser::{parse_script, CqlQuery, Statement, WindowAst};
+/// The SQL parser Weir builds on, for its AST types.
+pub use sqlparser;

@@ -116,11 +116,30 @@ pub enum Statement {
         if_not_exists: bool,
         span: Option<Span>,
     },
-    CreateTable { name: String, columns: Vec<ColumnAst>, if_not_exists: bool, span: Option<Span> },
-    CreateView { name: String, query: CqlQuery, sql: String, or_replace: bool, span: Option<Span> },
-    Drop { kind: ObjectKind, name: String, if_exists: bool, span: Option<Span> },
+    CreateTable {
+        name: String,
+        columns: Vec<ColumnAst>,
+        if_not_exists: bool,
+        span: Option<Span>,
+    },
+    CreateView {
+        name: String,
+        query: CqlQuery,
+        sql: String,
+        or_replace: bool,
+        span: Option<Span>,
+    },
+    Drop {
+        kind: ObjectKind,
+        name: String,
+        if_exists: bool,
+        span: Option<Span>,
+    },
     Show(ObjectKind),
-    Describe { name: String, span: Option<Span> },
+    Describe {
+        name: String,
+        span: Option<Span>,
+    },
     /// INSERT into a stream or table; `source` is a plain query (usually VALUES).
     Insert {
         target: String,
@@ -130,11 +149,23 @@ pub enum Statement {
         span: Option<Span>,
     },
     /// DELETE from a table.
-    Delete { target: String, selection: Option<sql::Expr>, at: Option<TimeLit>, span: Option<Span> },
+    Delete {
+        target: String,
+        selection: Option<sql::Expr>,
+        at: Option<TimeLit>,
+        span: Option<Span>,
+    },
     /// Heartbeat: the stream's watermark moves to the instant after τ.
-    Advance { stream: String, to: TimeLit, span: Option<Span> },
+    Advance {
+        stream: String,
+        to: TimeLit,
+        span: Option<Span>,
+    },
     /// End of input for a stream (watermark +∞).
-    Close { stream: Option<String>, span: Option<Span> },
+    Close {
+        stream: Option<String>,
+        span: Option<Span>,
+    },
     Query(CqlQuery),
     Explain(CqlQuery),
 }
@@ -665,9 +696,7 @@ fn parse_dml(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
         sql::Statement::Insert(ins) => {
             let target = match &ins.table {
                 TableObject::TableName(n) => object_name(n),
-                _ => {
-                    return Err(WeirError::plan_at("INSERT needs a stream or table name", span))
-                }
+                _ => return Err(WeirError::plan_at("INSERT needs a stream or table name", span)),
             };
             let Some(source) = ins.source else {
                 return Err(WeirError::plan_at("INSERT needs VALUES or a query", span));
@@ -854,8 +883,20 @@ fn matching(toks: &[TokenWithSpan], open: usize, l: &Token, r: &Token) -> Option
 
 /// Clause keywords that end a FROM clause at their nesting depth.
 const ENDS_FROM: &[&str] = &[
-    "SELECT", "WHERE", "GROUP", "HAVING", "ORDER", "LIMIT", "OFFSET", "UNION", "EXCEPT",
-    "INTERSECT", "ON", "USING", "WINDOW", "QUALIFY",
+    "SELECT",
+    "WHERE",
+    "GROUP",
+    "HAVING",
+    "ORDER",
+    "LIMIT",
+    "OFFSET",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "ON",
+    "USING",
+    "WINDOW",
+    "QUALIFY",
 ];
 
 /// Takes CQL's parts out of a query's tokens and parses the rest with sqlparser.
@@ -916,8 +957,8 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 }
             }
             Token::LBracket if in_from.last().copied().unwrap_or(false) => {
-                let close = matching(&toks, i, &Token::LBracket, &Token::RBracket)
-                    .ok_or_else(|| {
+                let close =
+                    matching(&toks, i, &Token::LBracket, &Token::RBracket).ok_or_else(|| {
                         WeirError::Syntax(Diagnostic::at(
                             "window '[' is never closed: expected ']'",
                             tok_span(t),
@@ -961,7 +1002,11 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                     _ => false,
                 };
                 out.push(TokenWithSpan::new(
-                    Token::Word(Word { value: synthetic, quote_style: None, keyword: Keyword::NoKeyword }),
+                    Token::Word(Word {
+                        value: synthetic,
+                        quote_style: None,
+                        keyword: Keyword::NoKeyword,
+                    }),
                     name_tok.span,
                 ));
                 if !alias_follows {
@@ -1045,7 +1090,10 @@ mod tests {
         let q = query("SELECT * FROM s [RANGE INTERVAL '5' MINUTE] JOIN t [RANGE 3] ON s.a = t.a");
         assert_eq!(q.windows[0].kind, WindowKind::Range(Duration::Micros(300_000_000)));
         assert_eq!(q.windows[1].kind, WindowKind::Range(Duration::Ticks(3)));
-        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 AS s JOIN __weir_w1 AS t ON s.a = t.a");
+        assert_eq!(
+            q.query.to_string(),
+            "SELECT * FROM __weir_w0 AS s JOIN __weir_w1 AS t ON s.a = t.a"
+        );
     }
 
     #[test]
@@ -1102,7 +1150,16 @@ mod tests {
 
     #[test]
     fn never_panics_on_garbage() {
-        for s in ["[", "]", "SELECT ISTREAM(", "FROM [", "SELECT * FROM s [ROWS -1]", "CREATE STREAM x (", "ADVANCE", "INSERT INTO t VALUES (1) AT"] {
+        for s in [
+            "[",
+            "]",
+            "SELECT ISTREAM(",
+            "FROM [",
+            "SELECT * FROM s [ROWS -1]",
+            "CREATE STREAM x (",
+            "ADVANCE",
+            "INSERT INTO t VALUES (1) AT",
+        ] {
             let _ = parse_script(s);
         }
     }

@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
 use weir_exec::query::evaluate_once;
@@ -21,7 +23,9 @@ use weir_exec::QueryRunner;
 use weir_plan::{explain, LogicalPlan, PlanKind};
 use weir_sql::parser::{ObjectKind, ParsedStatement, Statement, TimeLit};
 use weir_sql::types::arrow_type;
-use weir_sql::{bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef};
+use weir_sql::{
+    bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef,
+};
 
 use crate::subscription::Subscription;
 
@@ -119,15 +123,16 @@ impl Engine {
     /// Starts a continuous query (or subscribes to a view or stream given by name).
     pub fn subscribe(&mut self, query_or_name: &str) -> Result<Subscription> {
         let trimmed = query_or_name.trim().trim_end_matches(';').trim();
-        let plan = if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_alphanumeric() || c == '_') {
-            let name = trimmed.to_ascii_lowercase();
-            match self.views.get(&name) {
-                Some(v) => v.def.plan.clone(),
-                None => self.plan_text(&format!("SELECT * FROM {trimmed}"))?,
-            }
-        } else {
-            self.plan_text(query_or_name)?
-        };
+        let plan =
+            if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                let name = trimmed.to_ascii_lowercase();
+                match self.views.get(&name) {
+                    Some(v) => v.def.plan.clone(),
+                    None => self.plan_text(&format!("SELECT * FROM {trimmed}"))?,
+                }
+            } else {
+                self.plan_text(query_or_name)?
+            };
         self.start_query(plan)
     }
 
@@ -167,17 +172,21 @@ impl Engine {
                 }
                 let schema = Arc::new(Schema::new(fields));
                 let time_column = schema.index_of(&wm.column).map_err(|_| {
-                    WeirError::plan_at(format!("WATERMARK FOR names unknown column '{}'", wm.column), wm.span)
+                    WeirError::plan_at(
+                        format!("WATERMARK FOR names unknown column '{}'", wm.column),
+                        wm.span,
+                    )
                 })?;
                 let domain = match schema.field(time_column).data_type() {
                     DataType::Timestamp(_, None) => TimeDomain::Micros,
                     t if t.is_integer() => TimeDomain::Ticks,
-                    t => {
-                        return Err(WeirError::plan_at(
-                            format!("the event-time column '{}' must be TIMESTAMP or an integer, not {t}", wm.column),
-                            wm.span,
-                        ))
-                    }
+                    t => return Err(WeirError::plan_at(
+                        format!(
+                            "the event-time column '{}' must be TIMESTAMP or an integer, not {t}",
+                            wm.column
+                        ),
+                        wm.span,
+                    )),
                 };
                 let delay = match (wm.delay, domain) {
                     (None, _) => 0,
@@ -197,12 +206,27 @@ impl Engine {
                     }
                 };
                 if delay < 0 {
-                    return Err(WeirError::plan_at("the watermark delay must not be negative", wm.span));
+                    return Err(WeirError::plan_at(
+                        "the watermark delay must not be negative",
+                        wm.span,
+                    ));
                 }
-                let def = StreamDef { name: name.clone(), schema, time_column, domain, watermark_delay: delay };
+                let def = StreamDef {
+                    name: name.clone(),
+                    schema,
+                    time_column,
+                    domain,
+                    watermark_delay: delay,
+                };
                 self.streams.insert(
                     name,
-                    StreamState { def, watermark: Time::MIN, max_seen: None, closed: false, accepted: 0 },
+                    StreamState {
+                        def,
+                        watermark: Time::MIN,
+                        max_seen: None,
+                        closed: false,
+                        accepted: 0,
+                    },
                 );
                 Ok(ExecResult::Done("CREATE STREAM".into()))
             }
@@ -233,19 +257,26 @@ impl Engine {
                 let schema = weir_exec::compile::exec_schema(&plan.schema());
                 let deps = referenced_names(&query);
                 if deps.contains(&name) {
-                    return Err(WeirError::plan_at(format!("view '{name}' refers to itself"), span));
+                    return Err(WeirError::plan_at(
+                        format!("view '{name}' refers to itself"),
+                        span,
+                    ));
                 }
                 let def = ViewDef { name: name.clone(), sql, plan, schema };
                 self.views.insert(name, View { def, deps });
                 Ok(ExecResult::Done("CREATE VIEW".into()))
             }
-            Statement::Drop { kind, name, if_exists, span } => self.drop(kind, &name, if_exists, span),
+            Statement::Drop { kind, name, if_exists, span } => {
+                self.drop(kind, &name, if_exists, span)
+            }
             Statement::Show(kind) => Ok(self.show(kind)),
             Statement::Describe { name, span } => self.describe(&name, span),
             Statement::Insert { target, columns, source, at, span } => {
                 self.insert(&target, &columns, source, at, span)
             }
-            Statement::Delete { target, selection, at, span } => self.delete(&target, selection, at, span),
+            Statement::Delete { target, selection, at, span } => {
+                self.delete(&target, selection, at, span)
+            }
             Statement::Advance { stream, to, span } => {
                 let t = self.time_of(&stream, to, span)?;
                 self.advance(&stream, t)?;
@@ -272,7 +303,9 @@ impl Engine {
     }
 
     fn exists(&self, name: &str) -> bool {
-        self.streams.contains_key(name) || self.tables.contains_key(name) || self.views.contains_key(name)
+        self.streams.contains_key(name)
+            || self.tables.contains_key(name)
+            || self.views.contains_key(name)
     }
 
     /// Evaluates a plan over tables: the current relation.
@@ -340,8 +373,14 @@ impl Engine {
         let watermarks: HashMap<String, Time> =
             self.streams.iter().map(|(n, s)| (n.clone(), s.watermark)).collect();
         self.queries.retain_mut(|q| {
-            let frontier =
-                q.runner.sources().iter().filter_map(|s| watermarks.get(s)).copied().min().unwrap_or(Time::MAX);
+            let frontier = q
+                .runner
+                .sources()
+                .iter()
+                .filter_map(|s| watermarks.get(s))
+                .copied()
+                .min()
+                .unwrap_or(Time::MAX);
             match q.runner.advance(frontier) {
                 Ok(batches) => batches.into_iter().all(|b| q.tx.send(Ok(b)).is_ok()),
                 Err(e) => {
@@ -357,7 +396,10 @@ impl Engine {
     /// malformed or late.
     pub fn push(&mut self, stream: &str, batch: RecordBatch) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let st = self.streams.get(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        let st = self
+            .streams
+            .get(&name)
+            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
         if st.closed {
             return Err(exec_err(format!("stream '{name}' is closed")));
         }
@@ -395,7 +437,8 @@ impl Engine {
                 q.runner.push(&name, batch.clone())?;
             }
         }
-        let st = self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        let st =
+            self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         st.accepted += batch.len() as u64;
         st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
         st.watermark = st.watermark.max(max.saturating_sub(delay));
@@ -408,7 +451,10 @@ impl Engine {
     /// instant of every query reading it.
     pub fn advance(&mut self, stream: &str, t: Time) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let st = self.streams.get_mut(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        let st = self
+            .streams
+            .get_mut(&name)
+            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
         if st.closed {
             return Err(exec_err(format!("stream '{name}' is closed")));
         }
@@ -426,7 +472,10 @@ impl Engine {
     /// End of input: the stream's watermark becomes +∞, so every pending instant is evaluated.
     pub fn close(&mut self, stream: &str) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let st = self.streams.get_mut(&name).ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        let st = self
+            .streams
+            .get_mut(&name)
+            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
         st.closed = true;
         st.watermark = Time::MAX;
         self.run_queries();
@@ -452,7 +501,8 @@ impl Engine {
         let domain = self.streams.get(stream).map(|s| s.def.domain);
         match (t, domain) {
             (_, None) => Err(WeirError::plan_at(format!("unknown stream '{stream}'"), span)),
-            (TimeLit::Ticks(v), Some(TimeDomain::Ticks)) | (TimeLit::Micros(v), Some(TimeDomain::Micros)) => Ok(v),
+            (TimeLit::Ticks(v), Some(TimeDomain::Ticks))
+            | (TimeLit::Micros(v), Some(TimeDomain::Micros)) => Ok(v),
             (TimeLit::Ticks(_), Some(TimeDomain::Micros)) => Err(WeirError::plan_at(
                 format!("stream '{stream}' is stamped by TIMESTAMP: write TIMESTAMP '...'"),
                 span,
@@ -543,7 +593,8 @@ impl Engine {
 
     /// Applies changes to a table and forwards them to the queries reading it.
     fn change_table(&mut self, name: &str, changes: ChangeBatch, t: Time) -> Result<()> {
-        let table = self.tables.get_mut(name).ok_or_else(|| WeirError::internal("table vanished"))?;
+        let table =
+            self.tables.get_mut(name).ok_or_else(|| WeirError::internal("table vanished"))?;
         let rows = table.codec.encode(changes.data.columns(), changes.len())?;
         for (i, d) in changes.diffs.iter().enumerate() {
             let key: RowBytes = rows.get(i).into();
@@ -565,7 +616,13 @@ impl Engine {
         Ok(())
     }
 
-    fn drop(&mut self, kind: ObjectKind, name: &str, if_exists: bool, span: Option<weir_common::Span>) -> Result<ExecResult> {
+    fn drop(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        if_exists: bool,
+        span: Option<weir_common::Span>,
+    ) -> Result<ExecResult> {
         let present = match kind {
             ObjectKind::Stream => self.streams.contains_key(name),
             ObjectKind::Table => self.tables.contains_key(name),
@@ -584,7 +641,10 @@ impl Engine {
             return Err(WeirError::plan_at(format!("unknown {noun} '{name}'"), span));
         }
         if let Some((v, _)) = self.views.iter().find(|(_, v)| v.deps.iter().any(|d| d == name)) {
-            return Err(WeirError::plan_at(format!("cannot drop '{name}': view '{v}' depends on it"), span));
+            return Err(WeirError::plan_at(
+                format!("cannot drop '{name}': view '{v}' depends on it"),
+                span,
+            ));
         }
         match kind {
             ObjectKind::Stream => {
@@ -617,11 +677,9 @@ impl Engine {
                 .values()
                 .map(|t| (t.def.name.clone(), format!("{} row(s)", t.rows.values().sum::<i64>())))
                 .unzip(),
-            ObjectKind::View => self
-                .views
-                .values()
-                .map(|v| (v.def.name.clone(), v.def.kind().to_string()))
-                .unzip(),
+            ObjectKind::View => {
+                self.views.values().map(|v| (v.def.name.clone(), v.def.kind().to_string())).unzip()
+            }
         };
         text_rows(&["name", "details"], vec![names, details])
     }
@@ -632,10 +690,14 @@ impl Engine {
         } else if let Some(t) = self.tables.get(name) {
             (t.def.schema.clone(), None, "table")
         } else if let Some(v) = self.views.get(name) {
-            let k = if v.def.kind() == PlanKind::Stream { "view (stream)" } else { "view (relation)" };
+            let k =
+                if v.def.kind() == PlanKind::Stream { "view (stream)" } else { "view (relation)" };
             (v.def.schema.clone(), None, k)
         } else {
-            return Err(WeirError::plan_at(format!("unknown stream, table or view '{name}'"), span));
+            return Err(WeirError::plan_at(
+                format!("unknown stream, table or view '{name}'"),
+                span,
+            ));
         };
         let mut cols = Vec::new();
         let mut types = Vec::new();
@@ -726,7 +788,11 @@ fn arrange_columns(
     } else {
         if columns.len() != rows.num_columns() {
             return Err(WeirError::plan_at(
-                format!("INSERT names {} columns but gives {} values", columns.len(), rows.num_columns()),
+                format!(
+                    "INSERT names {} columns but gives {} values",
+                    columns.len(),
+                    rows.num_columns()
+                ),
                 span,
             ));
         }
@@ -754,7 +820,10 @@ fn event_times(stream: &str, def: &StreamDef, data: &RecordBatch) -> Result<Vec<
     let col = data.column(def.time_column);
     let field = def.schema.field(def.time_column).name();
     let null_err = |row: usize| {
-        WeirError::Input(format!("stream '{stream}' row {}: event-time column '{field}' is NULL", row + 1))
+        WeirError::Input(format!(
+            "stream '{stream}' row {}: event-time column '{field}' is NULL",
+            row + 1
+        ))
     };
     let as_i64 = match col.data_type() {
         DataType::Timestamp(TimeUnit::Microsecond, _) => {
@@ -762,24 +831,36 @@ fn event_times(stream: &str, def: &StreamDef, data: &RecordBatch) -> Result<Vec<
                 .as_any()
                 .downcast_ref::<TimestampMicrosecondArray>()
                 .ok_or_else(|| WeirError::internal("timestamp column"))?;
-            (0..a.len()).map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) }).collect()
+            (0..a.len())
+                .map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) })
+                .collect()
         }
         _ => {
             let c = arrow::compute::cast(col, &DataType::Int64)?;
-            let a = c.as_any().downcast_ref::<Int64Array>().ok_or_else(|| WeirError::internal("int column"))?;
-            (0..a.len()).map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) }).collect()
+            let a = c
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| WeirError::internal("int column"))?;
+            (0..a.len())
+                .map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) })
+                .collect()
         }
     };
     as_i64
 }
 
 fn text_rows(names: &[&str], cols: Vec<Vec<String>>) -> ExecResult {
-    let schema: SchemaRef =
-        Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>()));
-    let arrays: Vec<ArrayRef> = cols.into_iter().map(|c| Arc::new(StringArray::from(c)) as ArrayRef).collect();
+    let schema: SchemaRef = Arc::new(Schema::new(
+        names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> =
+        cols.into_iter().map(|c| Arc::new(StringArray::from(c)) as ArrayRef).collect();
     match RecordBatch::try_new(schema.clone(), arrays) {
         Ok(b) => ExecResult::Rows { schema, batches: vec![b] },
-        Err(_) => ExecResult::Rows { schema: schema.clone(), batches: vec![RecordBatch::new_empty(schema)] },
+        Err(_) => ExecResult::Rows {
+            schema: schema.clone(),
+            batches: vec![RecordBatch::new_empty(schema)],
+        },
     }
 }
 

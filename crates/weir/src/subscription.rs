@@ -85,7 +85,13 @@ impl Subscription {
                     return Err(WeirError::internal("negative multiplicity in a stream"));
                 }
                 for _ in 0..diff {
-                    out.push(Change { values: values.clone(), time, time_text: time_text.clone(), diff: 1, kind: self.kind });
+                    out.push(Change {
+                        values: values.clone(),
+                        time,
+                        time_text: time_text.clone(),
+                        diff: 1,
+                        kind: self.kind,
+                    });
                 }
             } else {
                 out.push(Change { values, time, time_text, diff, kind: self.kind });

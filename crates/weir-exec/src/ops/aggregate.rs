@@ -134,7 +134,9 @@ impl Aggregate {
                     AggFunc::CountStar | AggFunc::Count => Acc::Count(0),
                     AggFunc::Sum => Acc::Sum {
                         sum: match &a.arg_type {
-                            DataType::Float16 | DataType::Float32 | DataType::Float64 => Sum::Float(0.0),
+                            DataType::Float16 | DataType::Float32 | DataType::Float64 => {
+                                Sum::Float(0.0)
+                            }
                             DataType::Decimal128(p, s) => Sum::Dec(0, *p, *s),
                             _ => Sum::Int(0),
                         },
@@ -158,7 +160,10 @@ impl Aggregate {
                     let a = col.as_any().downcast_ref::<Decimal128Array>().cloned();
                     ArgView::Dec(a.ok_or_else(|| WeirError::internal("decimal view"))?)
                 }
-                DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(..) => {
+                DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal128(..) => {
                     let a = arrow::compute::cast(col, &DataType::Float64)?;
                     ArgView::Float(
                         a.as_any()
@@ -172,17 +177,22 @@ impl Aggregate {
                     let a = a.as_any().downcast_ref::<Int64Array>().cloned();
                     let a = a.ok_or_else(|| WeirError::internal("int view"))?;
                     if spec.func == AggFunc::Avg {
-                        ArgView::Float(arrow::compute::cast(&a, &DataType::Float64)?
-                            .as_any()
-                            .downcast_ref::<Float64Array>()
-                            .cloned()
-                            .ok_or_else(|| WeirError::internal("float view"))?)
+                        ArgView::Float(
+                            arrow::compute::cast(&a, &DataType::Float64)?
+                                .as_any()
+                                .downcast_ref::<Float64Array>()
+                                .cloned()
+                                .ok_or_else(|| WeirError::internal("float view"))?,
+                        )
                     } else {
                         ArgView::Int(a)
                     }
                 }
                 t => {
-                    return Err(WeirError::Execution(format!("{} over {t} is not supported", spec.func)))
+                    return Err(WeirError::Execution(format!(
+                        "{} over {t} is not supported",
+                        spec.func
+                    )))
                 }
             },
             _ => ArgView::Any(col.clone()),
@@ -190,7 +200,13 @@ impl Aggregate {
     }
 
     /// Applies value i of `view` with multiplicity `diff` to an accumulator.
-    fn update(acc: &mut Acc, view: &ArgView, i: usize, value: Option<&[u8]>, diff: i64) -> Result<()> {
+    fn update(
+        acc: &mut Acc,
+        view: &ArgView,
+        i: usize,
+        value: Option<&[u8]>,
+        diff: i64,
+    ) -> Result<()> {
         match acc {
             Acc::Count(n) => *n += diff,
             Acc::Sum { sum, n } => {
@@ -234,9 +250,10 @@ impl Aggregate {
                     }
                 }
                 Acc::Sum { sum, n } => match sum {
-                    Sum::Int(s) if *n > 0 => ScalarValue::Int64(Some(i64::try_from(*s).map_err(|_| {
-                        WeirError::Execution("integer overflow in SUM".into())
-                    })?)),
+                    Sum::Int(s) if *n > 0 => ScalarValue::Int64(Some(
+                        i64::try_from(*s)
+                            .map_err(|_| WeirError::Execution("integer overflow in SUM".into()))?,
+                    )),
                     Sum::Int(_) => ScalarValue::Int64(None),
                     Sum::Float(s) => ScalarValue::Float64((*n > 0).then_some(*s)),
                     Sum::Dec(s, p, sc) => ScalarValue::Decimal128((*n > 0).then_some(*s), *p, *sc),

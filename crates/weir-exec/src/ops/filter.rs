@@ -27,8 +27,7 @@ impl Operator for Filter {
             return Ok(d);
         }
         let mask = self.predicate.eval_predicate(&d.data)?;
-        let keep: Vec<u32> =
-            (0..d.len()).filter(|&i| mask.value(i)).map(|i| i as u32).collect();
+        let keep: Vec<u32> = (0..d.len()).filter(|&i| mask.value(i)).map(|i| i as u32).collect();
         if keep.len() == d.len() {
             return Ok(d);
         }

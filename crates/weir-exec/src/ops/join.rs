@@ -53,7 +53,15 @@ impl Join {
         filter: Option<ScalarExpr>,
         schema: SchemaRef,
     ) -> Self {
-        Join { left, right, key_codec, filter, schema, left_index: Index::new(), right_index: Index::new() }
+        Join {
+            left,
+            right,
+            key_codec,
+            filter,
+            schema,
+            left_index: Index::new(),
+            right_index: Index::new(),
+        }
     }
 
     fn encode(side: &JoinSide, key_codec: &RowCodec, d: &ChangeBatch) -> Result<Encoded> {

@@ -21,7 +21,11 @@ use weir_common::Result;
 /// Builds a batch of `schema` from columns, casting any column whose type differs (expression
 /// results may be more general than the planned type) and renaming fields. Schemas in the
 /// executor are all-nullable (see [`crate::compile`]), so nullability never mismatches.
-pub(crate) fn batch_of(schema: &SchemaRef, columns: Vec<ArrayRef>, n: usize) -> Result<RecordBatch> {
+pub(crate) fn batch_of(
+    schema: &SchemaRef,
+    columns: Vec<ArrayRef>,
+    n: usize,
+) -> Result<RecordBatch> {
     let columns = columns
         .into_iter()
         .zip(schema.fields())

@@ -50,7 +50,11 @@ impl Operator for ToStream {
                         self.relation.remove(&r);
                     }
                 }
-                self.relation.iter().filter(|(_, c)| **c > 0).map(|(r, c)| (r.clone(), *c)).collect()
+                self.relation
+                    .iter()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(r, c)| (r.clone(), *c))
+                    .collect()
             }
         };
         to_batch(&self.codec, &self.schema, rows, t)

@@ -29,7 +29,12 @@ pub struct RowsWindow {
 }
 
 impl RowsWindow {
-    pub fn new(input: Box<dyn Operator>, by: Vec<usize>, rows: u64, schema: SchemaRef) -> Result<Self> {
+    pub fn new(
+        input: Box<dyn Operator>,
+        by: Vec<usize>,
+        rows: u64,
+        schema: SchemaRef,
+    ) -> Result<Self> {
         let row_codec = RowCodec::for_schema(&schema)?;
         let key_codec =
             RowCodec::new(by.iter().map(|&i| schema.field(i).data_type().clone()).collect())?;

@@ -30,7 +30,10 @@ pub enum TimeBounds {
     Unbounded,
     /// `[RANGE T]` (and `[NOW]` = `[RANGE 1]`).
     Range(Time),
-    Slide { range: Time, slide: Time },
+    Slide {
+        range: Time,
+        slide: Time,
+    },
 }
 
 impl TimeBounds {
@@ -87,7 +90,8 @@ impl TimeWindow {
             TimeBounds::Unbounded => None,
             TimeBounds::Range(r) => Some(e.saturating_add(r)),
             TimeBounds::Slide { range, slide } => {
-                let b = slide.saturating_mul(e.saturating_add(range).div_euclid(slide).saturating_add(1));
+                let b = slide
+                    .saturating_mul(e.saturating_add(range).div_euclid(slide).saturating_add(1));
                 Some(b.saturating_sub(1))
             }
         }
