@@ -438,7 +438,21 @@ impl Converter<'_> {
                 schema: u.schema.clone(),
             },
             DfPlan::SubqueryAlias(s) => {
-                LogicalPlan::Rename { input: self.convert(&s.input)?, schema: s.schema.clone() }
+                // An alias only renames: fold it into a leaf rather than add a node.
+                let input = self.convert(&s.input)?;
+                let schema = s.schema.clone();
+                match input.as_ref() {
+                    LogicalPlan::Window { spec, input, .. } => {
+                        LogicalPlan::Window { spec: spec.clone(), input: input.clone(), schema }
+                    }
+                    LogicalPlan::TableScan { name, .. } => {
+                        LogicalPlan::TableScan { name: name.clone(), schema }
+                    }
+                    LogicalPlan::Rename { input, .. } => {
+                        LogicalPlan::Rename { input: input.clone(), schema }
+                    }
+                    _ => LogicalPlan::Rename { input, schema },
+                }
             }
             DfPlan::EmptyRelation(e) => LogicalPlan::Values {
                 rows: if e.produce_one_row { vec![vec![]] } else { vec![] },

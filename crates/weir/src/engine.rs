@@ -58,17 +58,36 @@ struct TableState {
     rows: BTreeMap<RowBytes, i64>,
 }
 
+/// Where a running query's output goes.
+#[derive(Debug)]
+enum Sink {
+    /// A subscriber's channel.
+    Subscriber(Sender<Result<ChangeBatch>>),
+    /// The maintained contents of a relation view, for one-shot queries over it.
+    View(String),
+}
+
 #[derive(Debug)]
 struct RunningQuery {
     id: u64,
     runner: QueryRunner,
-    tx: Sender<Result<ChangeBatch>>,
+    sink: Sink,
+}
+
+/// The current relation of a view over streams, maintained as its query runs.
+#[derive(Debug)]
+struct ViewContents {
+    codec: RowCodec,
+    rows: BTreeMap<RowBytes, i64>,
+    /// Set if the view's query failed; one-shot queries over it then report this.
+    failed: Option<WeirError>,
 }
 
 #[derive(Debug)]
 struct View {
     def: ViewDef,
     deps: Vec<String>,
+    contents: Option<ViewContents>,
 }
 
 /// An embedded Weir instance. See the crate docs.
@@ -84,12 +103,19 @@ pub struct Engine {
     clock: Time,
 }
 
-/// The binder's view of the engine's catalog.
-struct CatalogView<'a>(&'a Engine);
+/// The binder's view of the engine's catalog. For one-shot queries, maintained views appear as
+/// tables holding their current contents.
+struct CatalogView<'a>(&'a Engine, bool);
 
 impl Catalog for CatalogView<'_> {
     fn lookup(&self, name: &str) -> Option<CatalogEntry> {
         let e = self.0;
+        if self.1 {
+            if let Some(v) = e.views.get(name).filter(|v| v.contents.is_some()) {
+                let def = TableDef { name: name.to_string(), schema: v.def.schema.clone() };
+                return Some(CatalogEntry::Table(def));
+            }
+        }
         if let Some(s) = e.streams.get(name) {
             return Some(CatalogEntry::Stream(s.def.clone()));
         }
@@ -145,7 +171,19 @@ impl Engine {
     }
 
     fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
-        bind_query(&CatalogView(self), q)
+        bind_query(&CatalogView(self, false), q)
+    }
+
+    /// Whether a query is continuous: it has a relation-to-stream operator, or names a stream
+    /// (base or derived) directly. Otherwise it is one-shot: it reads tables and views and
+    /// returns their current relation.
+    fn is_continuous(&self, q: &CqlQuery) -> bool {
+        q.r2s.is_some()
+            || !q.windows.is_empty()
+            || referenced_names(q).iter().any(|n| {
+                self.streams.contains_key(n)
+                    || self.views.get(n).is_some_and(|v| v.def.kind() == PlanKind::Stream)
+            })
     }
 
     fn execute_parsed(&mut self, p: ParsedStatement) -> Result<ExecResult> {
@@ -180,13 +218,15 @@ impl Engine {
                 let domain = match schema.field(time_column).data_type() {
                     DataType::Timestamp(_, None) => TimeDomain::Micros,
                     t if t.is_integer() => TimeDomain::Ticks,
-                    t => return Err(WeirError::plan_at(
-                        format!(
+                    t => {
+                        return Err(WeirError::plan_at(
+                            format!(
                             "the event-time column '{}' must be TIMESTAMP or an integer, not {t}",
                             wm.column
                         ),
-                        wm.span,
-                    )),
+                            wm.span,
+                        ))
+                    }
                 };
                 let delay = match (wm.delay, domain) {
                     (None, _) => 0,
@@ -262,8 +302,22 @@ impl Engine {
                         span,
                     ));
                 }
-                let def = ViewDef { name: name.clone(), sql, plan, schema };
-                self.views.insert(name, View { def, deps });
+                let reads_stream = plan.sources().iter().any(|s| self.streams.contains_key(s));
+                let maintain = plan.kind() == PlanKind::Relation && reads_stream;
+                let contents = if maintain {
+                    Some(ViewContents {
+                        codec: RowCodec::for_schema(&schema)?,
+                        rows: BTreeMap::new(),
+                        failed: None,
+                    })
+                } else {
+                    None
+                };
+                let def = ViewDef { name: name.clone(), sql, plan: plan.clone(), schema };
+                self.views.insert(name.clone(), View { def, deps, contents });
+                if maintain {
+                    self.launch(&plan, Sink::View(name))?;
+                }
                 Ok(ExecResult::Done("CREATE VIEW".into()))
             }
             Statement::Drop { kind, name, if_exists, span } => {
@@ -291,11 +345,11 @@ impl Engine {
             }
             Statement::Explain(q) => Ok(ExecResult::Explain(explain(self.bind(&q)?.as_ref()))),
             Statement::Query(q) => {
-                let plan = self.bind(&q)?;
-                let reads_stream = plan.sources().iter().any(|s| self.streams.contains_key(s));
-                if reads_stream {
+                if self.is_continuous(&q) {
+                    let plan = self.bind(&q)?;
                     Ok(ExecResult::Subscribed(self.start_query(plan)?))
                 } else {
+                    let plan = bind_query(&CatalogView(self, true), &q)?;
                     self.one_shot(&plan)
                 }
             }
@@ -318,11 +372,21 @@ impl Engine {
     fn evaluate(&self, plan: &LogicalPlan) -> Result<ChangeBatch> {
         let mut inputs = HashMap::new();
         for s in plan.sources() {
-            match self.tables.get(&s) {
-                Some(t) => {
+            let view = self.views.get(&s).and_then(|v| v.contents.as_ref().map(|c| (v, c)));
+            match (self.tables.get(&s), view) {
+                (Some(t), _) => {
                     inputs.insert(s.clone(), table_snapshot(t, 0)?);
                 }
-                None => {
+                (None, Some((v, c))) => {
+                    if let Some(e) = &c.failed {
+                        return Err(exec_err(format!("view '{s}' failed: {e}")));
+                    }
+                    let data =
+                        c.codec.decode_batch(&v.def.schema, c.rows.keys().map(|k| &k[..]))?;
+                    let diffs: Vec<i64> = c.rows.values().copied().collect();
+                    inputs.insert(s.clone(), ChangeBatch::new(data, vec![0; diffs.len()], diffs));
+                }
+                (None, None) => {
                     return Err(exec_err(format!(
                         "'{s}' is a stream: a query over it is continuous, not one-shot"
                     )))
@@ -333,7 +397,20 @@ impl Engine {
     }
 
     fn start_query(&mut self, plan: Arc<LogicalPlan>) -> Result<Subscription> {
-        let mut runner = QueryRunner::new(&plan)?;
+        let (tx, rx) = channel();
+        let id = self.launch(&plan, Sink::Subscriber(tx))?;
+        Ok(Subscription {
+            id,
+            schema: weir_exec::compile::exec_schema(&plan.schema()),
+            kind: plan.kind(),
+            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+            rx,
+        })
+    }
+
+    /// Starts running a plan into a sink; returns the query's id.
+    fn launch(&mut self, plan: &LogicalPlan, sink: Sink) -> Result<u64> {
+        let mut runner = QueryRunner::new(plan)?;
         // A query over tables starts from their current contents.
         for s in plan.sources() {
             if let Some(t) = self.tables.get(&s) {
@@ -342,19 +419,11 @@ impl Engine {
                 }
             }
         }
-        let (tx, rx) = channel();
         let id = self.next_id;
         self.next_id += 1;
-        let sub = Subscription {
-            id,
-            schema: runner.schema(),
-            kind: runner.kind(),
-            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
-            rx,
-        };
-        self.queries.push(RunningQuery { id, runner, tx });
+        self.queries.push(RunningQuery { id, runner, sink });
         self.run_queries();
-        Ok(sub)
+        Ok(id)
     }
 
     /// Stops a continuous query.
@@ -372,6 +441,7 @@ impl Engine {
     fn run_queries(&mut self) {
         let watermarks: HashMap<String, Time> =
             self.streams.iter().map(|(n, s)| (n.clone(), s.watermark)).collect();
+        let views = &mut self.views;
         self.queries.retain_mut(|q| {
             let frontier = q
                 .runner
@@ -381,11 +451,26 @@ impl Engine {
                 .copied()
                 .min()
                 .unwrap_or(Time::MAX);
-            match q.runner.advance(frontier) {
-                Ok(batches) => batches.into_iter().all(|b| q.tx.send(Ok(b)).is_ok()),
-                Err(e) => {
-                    let _ = q.tx.send(Err(e));
-                    false
+            let result = q.runner.advance(frontier);
+            match &q.sink {
+                Sink::Subscriber(tx) => match result {
+                    Ok(batches) => batches.into_iter().all(|b| tx.send(Ok(b)).is_ok()),
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        false
+                    }
+                },
+                Sink::View(name) => {
+                    let Some(c) = views.get_mut(name).and_then(|v| v.contents.as_mut()) else {
+                        return false;
+                    };
+                    match result.and_then(|batches| apply_to_view(c, &batches)) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            c.failed = Some(e);
+                            false
+                        }
+                    }
                 }
             }
         });
@@ -445,6 +530,59 @@ impl Engine {
         self.clock = self.clock.max(max);
         self.run_queries();
         Ok(())
+    }
+
+    /// Appends rows given as values, one `Vec` per row in the stream's column order. Values are
+    /// converted to the column types (e.g. `Utf8("2024-01-01 00:00:01")` to a TIMESTAMP).
+    pub fn push_rows(
+        &mut self,
+        stream: &str,
+        rows: &[Vec<datafusion_common::ScalarValue>],
+    ) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        let st = self
+            .streams
+            .get(&name)
+            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        let schema = st.def.schema.clone();
+        let width = schema.fields().len();
+        if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != width) {
+            return Err(WeirError::Input(format!(
+                "stream '{name}' row {}: expected {width} values, got {}",
+                i + 1,
+                r.len()
+            )));
+        }
+        let mut cols = Vec::with_capacity(width);
+        for (c, f) in schema.fields().iter().enumerate() {
+            let mut parts = Vec::with_capacity(rows.len());
+            for (i, r) in rows.iter().enumerate() {
+                let v = &r[c];
+                let arr = v.to_array().map_err(|e| {
+                    WeirError::Input(format!(
+                        "stream '{name}' row {} field '{}': {e}",
+                        i + 1,
+                        f.name()
+                    ))
+                })?;
+                let arr = cast_column(&name, f, &arr).map_err(|e| {
+                    WeirError::Input(format!("row {} field '{}': {e}", i + 1, f.name()))
+                })?;
+                parts.push(arr);
+            }
+            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            cols.push(if refs.is_empty() {
+                arrow::array::new_empty_array(f.data_type())
+            } else {
+                arrow::compute::concat(&refs)?
+            });
+        }
+        let batch = RecordBatch::try_new_with_options(
+            schema,
+            cols,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
+        self.push(&name, batch)
     }
 
     /// Heartbeat: instant `t` of `stream` is complete (its watermark moves past `t`) and is an
@@ -655,6 +793,7 @@ impl Engine {
             }
             ObjectKind::View => {
                 self.views.remove(name);
+                self.queries.retain(|q| !matches!(&q.sink, Sink::View(v) if v == name));
             }
         }
         // Queries reading a dropped stream or table stop; their subscriptions end.
@@ -714,6 +853,22 @@ impl Engine {
         }
         Ok(text_rows(&["column", "type", "notes"], vec![cols, types, notes]))
     }
+}
+
+/// Integrates a view's output changes into its contents.
+fn apply_to_view(c: &mut ViewContents, batches: &[ChangeBatch]) -> Result<()> {
+    for b in batches {
+        let rows = c.codec.encode(b.data.columns(), b.len())?;
+        for (i, d) in b.diffs.iter().enumerate() {
+            let key: RowBytes = rows.get(i).into();
+            let n = c.rows.entry(key.clone()).or_insert(0);
+            *n += d;
+            if *n == 0 {
+                c.rows.remove(&key);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Names a query reads directly (streams, tables, views), for dependency tracking.

@@ -29,6 +29,7 @@ pub mod engine;
 pub mod format;
 pub mod subscription;
 
+pub use datafusion_common::ScalarValue as Value;
 pub use engine::{Engine, ExecResult};
 pub use subscription::{Change, Subscription};
 pub use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
