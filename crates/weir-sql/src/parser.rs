@@ -170,6 +170,51 @@ pub enum Statement {
     Explain(CqlQuery),
 }
 
+impl std::fmt::Display for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Duration::Ticks(t) => write!(f, "{t}"),
+            Duration::Micros(us) => write!(f, "INTERVAL '{us}' MICROSECOND"),
+        }
+    }
+}
+
+impl std::fmt::Display for WindowKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WindowKind::Unbounded => write!(f, "[UNBOUNDED]"),
+            WindowKind::Now => write!(f, "[NOW]"),
+            WindowKind::Range(d) => write!(f, "[RANGE {d}]"),
+            WindowKind::RangeSlide(r, s) => write!(f, "[RANGE {r} SLIDE {s}]"),
+            WindowKind::Rows(n) => write!(f, "[ROWS {n}]"),
+            WindowKind::PartitionRows(cols, n) => {
+                let cols: Vec<&str> = cols.iter().map(|(c, _)| c.as_str()).collect();
+                write!(f, "[PARTITION BY {} ROWS {n}]", cols.join(", "))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CqlQuery {
+    /// CQL text that parses back to this query: windows after their stream names, the
+    /// relation-to-stream operator after the top-level SELECT.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.query.to_string();
+        if let Some(op) = self.r2s {
+            if let Some(rest) = text.strip_prefix("SELECT ") {
+                text = format!("SELECT {op} {rest}");
+            }
+        }
+        // Replace the longest names first so __weir_w1 never matches inside __weir_w10.
+        let mut windows: Vec<&WindowAst> = self.windows.iter().collect();
+        windows.sort_by_key(|w| std::cmp::Reverse(w.synthetic.len()));
+        for w in windows {
+            text = text.replace(&w.synthetic, &format!("{} {}", w.stream, w.kind));
+        }
+        f.write_str(&text)
+    }
+}
+
 /// Parses a script of `;`-separated statements.
 pub fn parse_script(sql: &str) -> Result<Vec<ParsedStatement>> {
     parse_script_inner(sql).map_err(|e| e.with_source(sql))
@@ -1146,6 +1191,92 @@ mod tests {
         let e = parse_script("SELECT a FROM s WHERE").unwrap_err().to_string();
         assert!(e.contains("expected an expression"), "{e}");
         assert!(e.contains("^"), "{e}");
+    }
+
+    /// parse -> print -> parse gives the same query.
+    fn round_trip(sql: &str) {
+        let q = query(sql);
+        let printed = q.to_string();
+        let again = query(&printed);
+        assert_eq!(again.to_string(), printed, "round trip of {sql}");
+        assert_eq!(again.r2s, q.r2s);
+        // Spans differ between the two texts; compare the windows as written.
+        let kinds = |q: &CqlQuery| q.windows.iter().map(|w| (w.stream.clone(), w.kind.to_string())).collect::<Vec<_>>();
+        assert_eq!(kinds(&again), kinds(&q));
+    }
+
+    #[test]
+    fn round_trips() {
+        for sql in [
+            "SELECT ISTREAM a, b FROM s [RANGE 10] WHERE a > 1",
+            "SELECT DSTREAM(*) FROM s [ROWS 3] x JOIN t [NOW] ON x.a = t.a",
+            "SELECT RSTREAM k, COUNT(*) FROM s [PARTITION BY k, j ROWS 2] GROUP BY k",
+            "SELECT * FROM s [RANGE INTERVAL '10' SECOND SLIDE 5 SECONDS] AS w, p",
+            "SELECT k FROM (SELECT k FROM s [UNBOUNDED]) AS sub",
+            "SELECT a FROM s [RANGE 2] UNION ALL SELECT a FROM t [RANGE 3]",
+        ] {
+            round_trip(sql);
+        }
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        fn window() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("[UNBOUNDED]".to_string()),
+                Just("[NOW]".to_string()),
+                (1i64..100).prop_map(|t| format!("[RANGE {t}]")),
+                (1i64..100, 1i64..100).prop_map(|(t, s)| format!("[RANGE {t} SLIDE {s}]")),
+                (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
+                (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
+                (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
+            ]
+        }
+
+        fn query() -> impl Strategy<Value = String> {
+            (
+                prop_oneof![Just(""), Just("ISTREAM "), Just("DSTREAM "), Just("RSTREAM ")],
+                prop::collection::vec((prop_oneof![Just("s"), Just("t"), Just("bids")], window(), any::<bool>()), 1..4),
+                any::<bool>(),
+            )
+                .prop_map(|(r2s, from, filter)| {
+                    let from: Vec<String> = from
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (name, w, alias))| {
+                            if *alias { format!("{name} {w} AS x{i}") } else { format!("{name} {w}") }
+                        })
+                        .collect();
+                    let filter = if filter { " WHERE a > 1" } else { "" };
+                    format!("SELECT {r2s}a, b FROM {}{filter}", from.join(", "))
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn generated_queries_round_trip(sql in query()) {
+                super::round_trip(&sql);
+            }
+
+            #[test]
+            fn token_soup_never_panics(words in prop::collection::vec(prop_oneof![
+                Just("SELECT"), Just("ISTREAM"), Just("FROM"), Just("s"), Just("["), Just("]"),
+                Just("RANGE"), Just("SLIDE"), Just("ROWS"), Just("PARTITION"), Just("BY"),
+                Just("("), Just(")"), Just(","), Just("10"), Just("-1"), Just("SECONDS"),
+                Just("INTERVAL"), Just("'5'"), Just("AS"), Just("WHERE"), Just("CREATE"),
+                Just("STREAM"), Just("WATERMARK"), Just("FOR"), Just("t"), Just("-"), Just(";"),
+                Just("ADVANCE"), Just("TO"), Just("CLOSE"), Just("AT"), Just("INSERT"),
+                Just("INTO"), Just("VALUES"), Just("NOW"), Just("UNBOUNDED"), Just("*"),
+            ], 0..25)) {
+                let _ = crate::parser::parse_script(&words.join(" "));
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,80}") {
+                let _ = crate::parser::parse_script(&text);
+            }
+        }
     }
 
     #[test]
