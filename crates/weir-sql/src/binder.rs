@@ -164,9 +164,22 @@ pub fn df_error(e: DataFusionError) -> WeirError {
             end_line: s.end.line,
             end_column: s.end.column,
         });
-        return WeirError::Plan(Diagnostic::at(d.message.clone(), span));
+        let mut message = d.message.clone();
+        let extra = d.notes.iter().map(|n| &n.message).chain(d.helps.iter().map(|h| &h.message));
+        for m in extra {
+            message.push_str(&format!(" ({m})"));
+        }
+        return WeirError::Plan(Diagnostic::at(message, span));
     }
     let msg = e.strip_backtrace();
+    // Keep the innermost cause of a wrapped error ("Optimizer rule ... failed caused by ...").
+    let msg = msg.rsplit("caused by\n").next().unwrap_or(&msg).trim().to_string();
+    let msg = msg
+        .strip_prefix("Arrow error: ")
+        .unwrap_or(&msg)
+        .strip_prefix("Cast error: ")
+        .unwrap_or(msg.strip_prefix("Arrow error: ").unwrap_or(&msg))
+        .to_string();
     let msg = msg
         .strip_prefix("Error during planning: ")
         .or_else(|| msg.strip_prefix("Schema error: "))
@@ -201,7 +214,12 @@ impl<'a> Binder<'a> {
         options.sql_parser.enable_ident_normalization = true;
         options.optimizer.filter_null_join_keys = false;
         let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
-        let planner = SqlToRel::new_with_options(&provider, ParserOptions::default());
+        let parser_options = ParserOptions {
+            collect_spans: true,
+            map_string_types_to_utf8view: false,
+            ..ParserOptions::default()
+        };
+        let planner = SqlToRel::new_with_options(&provider, parser_options);
         let plan = planner
             .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
             .map_err(df_error)?;
