@@ -124,7 +124,7 @@ pub enum Statement {
     },
     CreateView {
         name: String,
-        query: CqlQuery,
+        query: Box<CqlQuery>,
         sql: String,
         or_replace: bool,
         span: Option<Span>,
@@ -151,7 +151,7 @@ pub enum Statement {
     /// DELETE from a table.
     Delete {
         target: String,
-        selection: Option<sql::Expr>,
+        selection: Option<Box<sql::Expr>>,
         at: Option<TimeLit>,
         span: Option<Span>,
     },
@@ -166,8 +166,8 @@ pub enum Statement {
         stream: Option<String>,
         span: Option<Span>,
     },
-    Query(CqlQuery),
-    Explain(CqlQuery),
+    Query(Box<CqlQuery>),
+    Explain(Box<CqlQuery>),
 }
 
 impl std::fmt::Display for Duration {
@@ -500,7 +500,7 @@ fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
             let query = parse_cql_query(rest)?;
             return Ok(Statement::CreateView {
                 name,
-                query,
+                query: Box::new(query),
                 sql: slice_text(sql, rest),
                 or_replace,
                 span,
@@ -561,7 +561,7 @@ fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
         return Ok(Statement::Close { stream: Some(stream), span });
     }
     if c.eat_word("EXPLAIN") {
-        return Ok(Statement::Explain(parse_cql_query(c.rest())?));
+        return Ok(Statement::Explain(Box::new(parse_cql_query(c.rest())?)));
     }
     if c.peek_word("INSERT") || c.peek_word("DELETE") {
         return parse_dml(toks, span);
@@ -577,7 +577,7 @@ fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
         || c.peek_word("VALUES")
         || c.peek().is_some_and(|t| t.token == Token::LParen)
     {
-        return Ok(Statement::Query(parse_cql_query(toks)?));
+        return Ok(Statement::Query(Box::new(parse_cql_query(toks)?)));
     }
     Err(c.err(
         "a statement (SELECT, CREATE, INSERT, DELETE, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE)",
@@ -766,7 +766,7 @@ fn parse_dml(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
                 },
                 _ => return Err(WeirError::plan_at("DELETE needs one table", span)),
             };
-            Ok(Statement::Delete { target, selection: del.selection, at, span })
+            Ok(Statement::Delete { target, selection: del.selection.map(Box::new), at, span })
         }
         _ => Err(WeirError::plan_at("expected INSERT or DELETE", span)),
     }
@@ -986,10 +986,8 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
         let t = &toks[i];
         match &t.token {
             Token::LParen => in_from.push(false),
-            Token::RParen => {
-                if in_from.len() > 1 {
-                    in_from.pop();
-                }
+            Token::RParen if in_from.len() > 1 => {
+                in_from.pop();
             }
             Token::Word(w) if w.quote_style.is_none() => {
                 let up = w.value.to_ascii_uppercase();
@@ -1093,7 +1091,7 @@ mod tests {
 
     fn query(sql: &str) -> CqlQuery {
         match one(sql) {
-            Statement::Query(q) => q,
+            Statement::Query(q) => *q,
             other => panic!("not a query: {other:?}"),
         }
     }
@@ -1201,7 +1199,9 @@ mod tests {
         assert_eq!(again.to_string(), printed, "round trip of {sql}");
         assert_eq!(again.r2s, q.r2s);
         // Spans differ between the two texts; compare the windows as written.
-        let kinds = |q: &CqlQuery| q.windows.iter().map(|w| (w.stream.clone(), w.kind.to_string())).collect::<Vec<_>>();
+        let kinds = |q: &CqlQuery| {
+            q.windows.iter().map(|w| (w.stream.clone(), w.kind.to_string())).collect::<Vec<_>>()
+        };
         assert_eq!(kinds(&again), kinds(&q));
     }
 
@@ -1237,7 +1237,10 @@ mod tests {
         fn query() -> impl Strategy<Value = String> {
             (
                 prop_oneof![Just(""), Just("ISTREAM "), Just("DSTREAM "), Just("RSTREAM ")],
-                prop::collection::vec((prop_oneof![Just("s"), Just("t"), Just("bids")], window(), any::<bool>()), 1..4),
+                prop::collection::vec(
+                    (prop_oneof![Just("s"), Just("t"), Just("bids")], window(), any::<bool>()),
+                    1..4,
+                ),
                 any::<bool>(),
             )
                 .prop_map(|(r2s, from, filter)| {
@@ -1245,7 +1248,11 @@ mod tests {
                         .iter()
                         .enumerate()
                         .map(|(i, (name, w, alias))| {
-                            if *alias { format!("{name} {w} AS x{i}") } else { format!("{name} {w}") }
+                            if *alias {
+                                format!("{name} {w} AS x{i}")
+                            } else {
+                                format!("{name} {w}")
+                            }
                         })
                         .collect();
                     let filter = if filter { " WHERE a > 1" } else { "" };

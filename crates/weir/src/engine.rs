@@ -692,7 +692,7 @@ impl Engine {
     fn delete(
         &mut self,
         target: &str,
-        selection: Option<weir_sql::sqlparser::ast::Expr>,
+        selection: Option<Box<weir_sql::sqlparser::ast::Expr>>,
         at: Option<TimeLit>,
         span: Option<weir_common::Span>,
     ) -> Result<ExecResult> {

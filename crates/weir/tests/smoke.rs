@@ -1,4 +1,5 @@
 //! Engine behaviours not covered by grammar-tests: the Rust API itself.
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 
 use weir::{Engine, ExecResult, Value};
 
