@@ -22,6 +22,8 @@ pub mod operator;
 pub mod ops;
 pub mod query;
 pub mod row;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use compile::compile;
 pub use operator::{EvalCtx, Operator};

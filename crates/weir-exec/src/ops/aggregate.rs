@@ -420,3 +420,109 @@ fn scalars_to_array(vals: Vec<ScalarValue>, ty: &DataType) -> Result<ArrayRef> {
         .map_err(|e| WeirError::internal(e.to_string()))?;
     ScalarValue::iter_to_array(vals).map_err(|e| WeirError::internal(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+
+    fn agg(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Vec<String> {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let keys =
+            if grouped { vec![ScalarExpr::compile(&col("k"), &df).unwrap()] } else { vec![] };
+        let mut fields = vec![];
+        if grouped {
+            fields.push(Field::new("k", DataType::Utf8, true));
+        }
+        let specs = aggs
+            .iter()
+            .map(|(f, distinct)| {
+                let (arg, ty) = match f {
+                    AggFunc::CountStar => (None, DataType::Null),
+                    _ => (Some(ScalarExpr::compile(&col("v"), &df).unwrap()), DataType::Int64),
+                };
+                let out = if *f == AggFunc::Avg { DataType::Float64 } else { DataType::Int64 };
+                fields.push(Field::new(format!("{f}"), out, true));
+                AggSpec { func: *f, arg, arg_type: ty, distinct: *distinct }
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let key_types = if grouped { vec![DataType::Utf8] } else { vec![] };
+        let mut op =
+            Aggregate::new(Feed::new(kv_schema(), input), keys, key_types, specs, schema).unwrap();
+        run(&mut op)
+    }
+
+    #[test]
+    fn min_max_survive_deleting_the_current_extreme() {
+        let out = agg(
+            true,
+            &[(AggFunc::Min, false), (AggFunc::Max, false)],
+            vec![
+                kv(1, "+1 a 5, +1 a 1, +1 a 9"),
+                kv(2, "-1 a 1"),
+                kv(3, "-1 a 9"),
+                kv(4, "-1 a 5"),
+            ],
+        );
+        assert_eq!(
+            out,
+            [
+                "@1 +1 a 1 9",
+                "@2 +1 a 5 9",
+                "@2 -1 a 1 9",
+                "@3 +1 a 5 5",
+                "@3 -1 a 5 9",
+                "@4 -1 a 5 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn count_distinct_counts_values_present() {
+        let out = agg(
+            true,
+            &[(AggFunc::Count, true), (AggFunc::CountStar, false)],
+            vec![kv(1, "+1 a 1, +1 a 1, +1 a 2"), kv(2, "-1 a 1"), kv(3, "-1 a 1")],
+        );
+        assert_eq!(
+            out,
+            ["@1 +1 a 2 3", "@2 +1 a 2 2", "@2 -1 a 2 3", "@3 +1 a 1 1", "@3 -1 a 2 2"]
+        );
+    }
+
+    #[test]
+    fn scalar_aggregate_exists_from_the_first_instant() {
+        // No input at the first instant: COUNT(*) = 0, SUM = NULL; then a row comes and goes.
+        let out = agg(
+            false,
+            &[(AggFunc::CountStar, false), (AggFunc::Sum, false)],
+            vec![kv(0, ""), kv(1, "+1 a 4"), kv(2, "-1 a 4")],
+        );
+        assert_eq!(out, ["@0 +1 0 _", "@1 +1 1 4", "@1 -1 0 _", "@2 +1 0 _", "@2 -1 1 4"]);
+    }
+
+    #[test]
+    fn sum_and_avg_skip_nulls_and_retract() {
+        let out = agg(
+            true,
+            &[(AggFunc::Sum, false), (AggFunc::Avg, false), (AggFunc::Count, false)],
+            vec![kv(1, "+1 a 2, +1 a _, +1 a 4"), kv(2, "-1 a 4")],
+        );
+        assert_eq!(out, ["@1 +1 a 6 3.0 2", "@2 +1 a 2 2.0 1", "@2 -1 a 6 3.0 2"]);
+    }
+
+    #[test]
+    fn unchanged_values_emit_nothing() {
+        // A replacement by an equal value leaves the group's output unchanged.
+        let out =
+            agg(true, &[(AggFunc::Sum, false)], vec![kv(1, "+1 b 5"), kv(4, "-1 b 5, +1 b 5")]);
+        assert_eq!(out, ["@1 +1 b 5"]);
+    }
+}

@@ -59,3 +59,16 @@ impl Operator for Distinct {
         self.input.next_wakeup()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed};
+
+    #[test]
+    fn emits_only_when_presence_changes() {
+        let input = vec![kv(1, "+1 a 1, +1 a 1"), kv(2, "-1 a 1"), kv(3, "-1 a 1, +1 b 2")];
+        let mut op = Distinct::new(Feed::new(kv_schema(), input), kv_schema()).unwrap();
+        assert_eq!(run(&mut op), ["@1 +1 a 1", "@3 +1 b 2", "@3 -1 a 1"]);
+    }
+}

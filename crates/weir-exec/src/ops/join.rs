@@ -144,3 +144,59 @@ impl Operator for Join {
         min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+
+    fn join(left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let side = |input| JoinSide {
+            input,
+            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("k2", DataType::Utf8, true),
+            Field::new("v2", DataType::Int64, true),
+        ]));
+        let mut op = Join::new(
+            side(Feed::new(kv_schema(), left)),
+            side(Feed::new(kv_schema(), right)),
+            RowCodec::new(vec![DataType::Utf8]).unwrap(),
+            None,
+            schema,
+        );
+        run(&mut op)
+    }
+
+    #[test]
+    fn delta_join_counts_each_pair_once() {
+        // Both sides change at instant 1: the pair (a1, a10) must appear exactly once.
+        let out =
+            join(vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")], vec![kv(1, "+1 a 10"), kv(2, "+1 a 20")]);
+        assert_eq!(out, ["@1 +1 a 1 a 10", "@2 +1 a 1 a 20", "@3 -1 a 1 a 10", "@3 -1 a 1 a 20"]);
+    }
+
+    #[test]
+    fn null_keys_never_match() {
+        let out = join(vec![kv(1, "+1 _ 1, +1 b 2")], vec![kv(1, "+1 _ 3, +1 b 4")]);
+        assert_eq!(out, ["@1 +1 b 2 b 4"]);
+    }
+
+    #[test]
+    fn multiplicities_multiply() {
+        let out = join(vec![kv(1, "+2 a 1")], vec![kv(1, "+3 a 2")]);
+        assert_eq!(out, ["@1 +6 a 1 a 2"]);
+    }
+}

@@ -64,3 +64,46 @@ impl Operator for ToStream {
         self.input.next_wakeup()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+
+    fn r2s(op: R2S, input: Vec<Tick>) -> Vec<String> {
+        let mut s = ToStream::new(Feed::new(kv_schema(), input), op, kv_schema()).unwrap();
+        run(&mut s)
+    }
+
+    fn input() -> Vec<Tick> {
+        vec![kv(1, "+1 a 1, +1 b 2"), kv(2, "-1 a 1, +1 a 1, +1 c 3"), kv(3, "-1 b 2"), kv(4, "")]
+    }
+
+    #[test]
+    fn istream_is_what_entered_after_consolidation() {
+        assert_eq!(r2s(R2S::Istream, input()), ["@1 +1 a 1", "@1 +1 b 2", "@2 +1 c 3"]);
+    }
+
+    #[test]
+    fn dstream_is_what_left() {
+        assert_eq!(r2s(R2S::Dstream, input()), ["@3 +1 b 2"]);
+    }
+
+    #[test]
+    fn rstream_is_the_whole_relation_at_every_instant() {
+        assert_eq!(
+            r2s(R2S::Rstream, input()),
+            [
+                "@1 +1 a 1",
+                "@1 +1 b 2",
+                "@2 +1 a 1",
+                "@2 +1 b 2",
+                "@2 +1 c 3",
+                "@3 +1 a 1",
+                "@3 +1 c 3",
+                "@4 +1 a 1",
+                "@4 +1 c 3"
+            ]
+        );
+    }
+}

@@ -78,3 +78,36 @@ impl Operator for RowsWindow {
         self.input.next_wakeup()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed};
+
+    #[test]
+    fn rows_evicts_oldest_by_arrival_within_a_timestamp() {
+        let input = vec![kv(1, "+1 a 1, +1 b 1, +1 c 1"), kv(2, "+1 d 2")];
+        let mut w = RowsWindow::new(Feed::new(kv_schema(), input), vec![], 2, kv_schema()).unwrap();
+        // At 1, a arrives then is evicted by c (+a −a cancel downstream); at 2, d evicts b.
+        assert_eq!(
+            run(&mut w),
+            ["@1 +1 a 1", "@1 +1 b 1", "@1 +1 c 1", "@1 -1 a 1", "@2 +1 d 2", "@2 -1 b 1"]
+        );
+    }
+
+    #[test]
+    fn partitions_are_independent() {
+        let input = vec![kv(1, "+1 a 1, +1 b 5"), kv(3, "+1 a 3")];
+        let mut w =
+            RowsWindow::new(Feed::new(kv_schema(), input), vec![0], 1, kv_schema()).unwrap();
+        assert_eq!(run(&mut w), ["@1 +1 a 1", "@1 +1 b 5", "@3 +1 a 3", "@3 -1 a 1"]);
+    }
+
+    #[test]
+    fn rows_zero_is_always_empty() {
+        let mut w =
+            RowsWindow::new(Feed::new(kv_schema(), vec![kv(1, "+1 a 1")]), vec![], 0, kv_schema())
+                .unwrap();
+        assert_eq!(run(&mut w), ["@1 +1 a 1", "@1 -1 a 1"]);
+    }
+}

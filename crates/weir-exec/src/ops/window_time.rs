@@ -143,3 +143,70 @@ impl Operator for TimeWindow {
         crate::operator::min_wakeup([own, self.input.next_wakeup()])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+
+    fn window(bounds: TimeBounds, input: Vec<Tick>) -> Vec<String> {
+        let mut w = TimeWindow::new(Feed::new(kv_schema(), input), bounds, kv_schema());
+        run(&mut w)
+    }
+
+    #[test]
+    fn range_keeps_each_element_exactly_t_ticks() {
+        let out =
+            window(TimeBounds::Range(2), vec![kv(1, "+1 a 1"), kv(2, "+1 b 2"), kv(4, "+1 c 4")]);
+        assert_eq!(
+            out,
+            ["@1 +1 a 1", "@2 +1 b 2", "@3 -1 a 1", "@4 +1 c 4", "@4 -1 b 2", "@6 -1 c 4"]
+        );
+    }
+
+    #[test]
+    fn slide_windows_become_current_at_their_last_tick() {
+        // [RANGE 10 SLIDE 5]: windows [kS−10, kS) current at kS−1.
+        let out = window(
+            TimeBounds::Slide { range: 10, slide: 5 },
+            vec![kv(1, "+1 x 1"), kv(4, "+1 x 4"), kv(6, "+1 x 6"), kv(12, "+1 x 12")],
+        );
+        assert_eq!(
+            out,
+            [
+                "@4 +1 x 1",
+                "@4 +1 x 4",
+                "@9 +1 x 6",
+                "@14 +1 x 12",
+                "@14 -1 x 1",
+                "@14 -1 x 4",
+                "@19 -1 x 6",
+                "@24 -1 x 12"
+            ]
+        );
+    }
+
+    #[test]
+    fn slide_not_dividing_range() {
+        // [RANGE 5 SLIDE 3]: windows [3k−5, 3k) current at 3k−1; x@4 is in [1,6) (at 5) and
+        // [4,9) (at 8), and leaves at 11 when [7,12) becomes current.
+        let out = window(TimeBounds::Slide { range: 5, slide: 3 }, vec![kv(4, "+1 x 4")]);
+        assert_eq!(out, ["@5 +1 x 4", "@11 -1 x 4"]);
+    }
+
+    #[test]
+    fn elements_in_a_gap_are_never_in_a_window() {
+        // [RANGE 2 SLIDE 5]: windows [5k−2, 5k); x@1 is in no window, y@4 is in [3,5).
+        let out = window(
+            TimeBounds::Slide { range: 2, slide: 5 },
+            vec![kv(1, "+1 x 1"), kv(4, "+1 y 4")],
+        );
+        assert_eq!(out, ["@4 +1 y 4", "@9 -1 y 4"]);
+    }
+
+    #[test]
+    fn multiplicities_enter_and_leave_together() {
+        let out = window(TimeBounds::Range(3), vec![kv(0, "+2 a 0")]);
+        assert_eq!(out, ["@0 +2 a 0", "@3 -2 a 0"]);
+    }
+}
