@@ -1,1 +1,77 @@
-fn main() {}
+//! The `weir` command: runs CQL scripts (`weir run FILE`, `weir -c SQL`, statements piped on
+//! standard input) or, on a terminal, a REPL. See `weir --help` and the module docs of
+//! [`output`] for the output formats.
+
+mod args;
+mod output;
+mod repl;
+mod script;
+
+use std::io::{self, IsTerminal, Write};
+use std::process::ExitCode;
+
+use args::Command;
+use output::Format;
+use script::{Failure, Session};
+
+/// Prints `error: msg` on standard error (ignoring a closed stderr: nothing else to do).
+pub(crate) fn report(msg: &str) {
+    let _ = writeln!(io::stderr(), "error: {msg}");
+}
+
+fn main() -> ExitCode {
+    let args = match args::parse(std::env::args_os().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            report(&e);
+            let _ = writeln!(io::stderr(), "(see weir --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match args.command {
+        Command::Help => write_stdout(args::USAGE),
+        Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Inline(sql) => run_script(&sql, args.format),
+        Command::Run(path) if path.as_os_str() == "-" => run_stdin(args.format),
+        Command::Run(path) => match std::fs::read_to_string(&path) {
+            Ok(text) => run_script(&text, args.format),
+            Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
+        },
+        Command::Default if io::stdin().is_terminal() => {
+            repl::run(args.format).map_err(|e| Failure::Statement(format!("{e:#}")))
+        }
+        Command::Default => run_stdin(args.format),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`weir run x.sql | head`): stop quietly.
+        Err(Failure::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Output(e)) => {
+            report(&format!("cannot write the output: {e}"));
+            ExitCode::FAILURE
+        }
+        Err(Failure::Statement(msg)) => {
+            report(&msg);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_stdout(text: &str) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Runs a script, then closes every stream.
+fn run_script(text: &str, format: Format) -> Result<(), Failure> {
+    let mut session = Session::new(format, io::stdout().lock(), false);
+    script::run_lines(&mut session, text.as_bytes())
+}
+
+/// Runs statements from standard input as they arrive.
+fn run_stdin(format: Format) -> Result<(), Failure> {
+    let mut session = Session::new(format, io::stdout().lock(), false);
+    script::run_lines(&mut session, io::stdin().lock())
+}

@@ -7,7 +7,8 @@
 
 use std::fmt;
 
-/// A position range in SQL text, 1-based lines and columns, end inclusive.
+/// A position range in SQL text: 1-based lines and columns (in characters), end exclusive
+/// (sqlparser's convention: the end is the position just after the last character).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub line: u64,
@@ -17,9 +18,9 @@ pub struct Span {
 }
 
 impl Span {
-    /// A span covering one position.
+    /// A span covering the one character at a position.
     pub fn point(line: u64, column: u64) -> Span {
-        Span { line, column, end_line: line, end_column: column }
+        Span { line, column, end_line: line, end_column: column + 1 }
     }
 
     /// Converts sqlparser's span; `None` for its "empty" span (line 0).
@@ -74,8 +75,8 @@ impl fmt::Display for Diagnostic {
             return Ok(());
         };
         let col = span.column.max(1) as usize;
-        let width = if span.end_line == span.line && span.end_column >= span.column {
-            (span.end_column - span.column + 1) as usize
+        let width = if span.end_line == span.line && span.end_column > span.column {
+            (span.end_column - span.column) as usize
         } else {
             line.chars().count().saturating_sub(col - 1).max(1)
         };
@@ -157,7 +158,7 @@ mod tests {
 
     #[test]
     fn renders_multi_char_span() {
-        let span = Span { line: 1, column: 8, end_line: 1, end_column: 10 };
+        let span = Span { line: 1, column: 8, end_line: 1, end_column: 11 };
         let d = Diagnostic::at("no such column", Some(span)).with_source("SELECT abc FROM t");
         assert_eq!(
             d.to_string(),

@@ -230,46 +230,71 @@ fn parse_script_inner(sql: &str) -> Result<Vec<ParsedStatement>> {
     })?;
     let tokens: Vec<TokenWithSpan> =
         tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
+    let source = Source::new(sql);
     let mut out = Vec::new();
     for stmt in tokens.split(|t| t.token == Token::SemiColon) {
         if stmt.is_empty() {
             continue;
         }
-        let text = slice_text(sql, stmt);
+        let text = source.slice(stmt);
         let span = span_of(stmt);
-        let statement = parse_statement(sql, stmt)?;
+        let statement = parse_statement(&source, stmt)?;
         out.push(ParsedStatement { statement, text, span: span.unwrap_or(Span::point(1, 1)) });
     }
     Ok(out)
 }
 
-/// The source text a token range covers.
-fn slice_text(sql: &str, toks: &[TokenWithSpan]) -> String {
-    let (Some(first), Some(last)) = (toks.first(), toks.last()) else { return String::new() };
-    let start = offset_of(sql, first.span.start);
-    let end = offset_of(sql, last.span.end);
-    match (start, end) {
-        (Some(s), Some(e)) if s <= e => sql[s..e].to_string(),
-        _ => String::new(),
-    }
+/// Maps token locations (1-based line, column in characters) back to byte offsets, in time
+/// independent of the script's length (scripts can hold many thousands of statements).
+struct Source<'a> {
+    sql: &'a str,
+    /// Byte offset where each line starts, and whether the line is ASCII (then columns are
+    /// byte offsets).
+    lines: Vec<(usize, bool)>,
 }
 
-/// Byte offset of a 1-based (line, column-in-chars) location.
-fn offset_of(sql: &str, loc: Location) -> Option<usize> {
-    let mut line = 1u64;
-    let mut col = 1u64;
-    for (i, c) in sql.char_indices() {
-        if line == loc.line && col == loc.column {
-            return Some(i);
+impl<'a> Source<'a> {
+    fn new(sql: &'a str) -> Self {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for line in sql.split_inclusive('\n') {
+            lines.push((start, line.is_ascii()));
+            start += line.len();
         }
-        if c == '\n' {
-            line += 1;
-            col = 1;
+        if lines.is_empty() || sql.ends_with('\n') {
+            lines.push((sql.len(), true));
+        }
+        Source { sql, lines }
+    }
+
+    /// Byte offset of a location, if it lies in the text (or just past its end).
+    fn offset_of(&self, loc: Location) -> Option<usize> {
+        let (start, ascii) = *self.lines.get((loc.line as usize).checked_sub(1)?)?;
+        let col = (loc.column as usize).checked_sub(1)?;
+        let off = if ascii {
+            start + col
         } else {
-            col += 1;
+            let rest = &self.sql[start..];
+            match rest.char_indices().nth(col) {
+                Some((i, _)) => start + i,
+                None => start + rest.len(),
+            }
+        };
+        (off <= self.sql.len()).then_some(off)
+    }
+
+    /// The source text a token range covers.
+    fn slice(&self, toks: &[TokenWithSpan]) -> String {
+        let (Some(first), Some(last)) = (toks.first(), toks.last()) else { return String::new() };
+        match (self.offset_of(first.span.start), self.offset_of(last.span.end)) {
+            (Some(s), Some(e))
+                if s <= e && self.sql.is_char_boundary(s) && self.sql.is_char_boundary(e) =>
+            {
+                self.sql[s..e].to_string()
+            }
+            _ => String::new(),
         }
     }
-    (line == loc.line && col == loc.column).then_some(sql.len())
 }
 
 fn span_of(toks: &[TokenWithSpan]) -> Option<Span> {
@@ -335,7 +360,7 @@ fn sql_err(e: ParserError, toks: &[TokenWithSpan]) -> WeirError {
     match sqlparser_error(e) {
         WeirError::Syntax(mut d) if d.span.is_none() => {
             d.span = toks.last().and_then(|t| {
-                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column + 1))
+                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column))
             });
             WeirError::Syntax(d)
         }
@@ -384,7 +409,7 @@ impl<'a> Cursor<'a> {
         let span = match found {
             Some(t) => tok_span(t),
             None => self.toks.last().and_then(|t| {
-                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column + 1))
+                Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column))
             }),
         };
         WeirError::Syntax(Diagnostic::at(
@@ -480,7 +505,7 @@ fn sub_parser(toks: &[TokenWithSpan]) -> Parser<'static> {
     Parser::new(&DIALECT).with_tokens_with_locations(toks.to_vec())
 }
 
-fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
+fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement> {
     let mut c = Cursor::new(toks);
     let span = span_of(toks);
     if c.eat_word("CREATE") {
@@ -501,7 +526,7 @@ fn parse_statement(sql: &str, toks: &[TokenWithSpan]) -> Result<Statement> {
             return Ok(Statement::CreateView {
                 name,
                 query: Box::new(query),
-                sql: slice_text(sql, rest),
+                sql: source.slice(rest),
                 or_replace,
                 span,
             });

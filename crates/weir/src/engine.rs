@@ -405,6 +405,7 @@ impl Engine {
             kind: plan.kind(),
             domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
             rx,
+            closed: std::cell::Cell::new(false),
         })
     }
 

