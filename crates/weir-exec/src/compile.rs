@@ -22,6 +22,7 @@ use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
 use crate::ops::scan::Scan;
+use crate::ops::topk::{SortKey, TopK};
 use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
 use crate::ops::window_rows::RowsWindow;
@@ -149,6 +150,21 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(ToStream::new(compile(input)?, *op, schema)?)
         }
         LogicalPlan::Rename { input, .. } => Box::new(Rename::new(compile(input)?, schema)),
+        LogicalPlan::TopK { order, skip, fetch, input } => {
+            let in_schema = input.schema();
+            let keys = order
+                .iter()
+                .map(|o| {
+                    Ok(SortKey {
+                        expr: ScalarExpr::compile(&o.expr, &in_schema)?,
+                        data_type: expr_type(&o.expr, &in_schema)?,
+                        descending: !o.asc,
+                        nulls_first: o.nulls_first,
+                    })
+                })
+                .collect::<Result<_>>()?;
+            Box::new(TopK::new(compile(input)?, keys, *skip, *fetch, schema)?)
+        }
     })
 }
 

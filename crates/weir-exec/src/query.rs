@@ -159,7 +159,8 @@ impl QueryRunner {
 }
 
 /// Evaluates a plan over tables once: the relation it denotes given the tables' contents.
-/// Returns consolidated rows with their multiplicities (diff > 0).
+/// Returns rows with their multiplicities (diff > 0): in the plan's order if it has an
+/// ORDER BY, else consolidated and sorted by value.
 pub fn evaluate_once(
     plan: &LogicalPlan,
     tables: HashMap<String, ChangeBatch>,
@@ -173,5 +174,12 @@ pub fn evaluate_once(
         ctx.inputs.insert(name, b);
     }
     let d = root.eval(0, &ctx)?;
+    if plan.is_ordered() {
+        // Every change of a first evaluation is an insertion; keep the operator's order.
+        if d.diffs.iter().any(|&n| n < 0) {
+            return Err(WeirError::internal("retraction in a one-shot evaluation"));
+        }
+        return Ok(d);
+    }
     consolidate(&codec, &schema, &d, 0)
 }

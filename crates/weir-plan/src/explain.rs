@@ -64,6 +64,19 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
         LogicalPlan::UnionAll { .. } => "UnionAll".to_string(),
         LogicalPlan::Values { rows, .. } => format!("Values: {} row(s)", rows.len()),
         LogicalPlan::ToStream { op, .. } => format!("{op}"),
+        LogicalPlan::TopK { order, skip, fetch, .. } => {
+            let mut s = String::from("TopK:");
+            if !order.is_empty() {
+                let _ = write!(s, " order=[{}]", list(order.iter().map(|o| o.to_string())));
+            }
+            if *skip > 0 {
+                let _ = write!(s, " skip={skip}");
+            }
+            if let Some(f) = fetch {
+                let _ = write!(s, " fetch={f}");
+            }
+            s
+        }
         LogicalPlan::Rename { schema, .. } => {
             let q: Vec<String> = schema
                 .iter()

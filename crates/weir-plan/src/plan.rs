@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion_common::DFSchemaRef;
-use datafusion_expr::Expr;
+use datafusion_expr::{Expr, SortExpr};
 use weir_common::{Time, TimeDomain};
 
 /// Whether a plan's output is a stream (timestamped elements, append-only) or a relation
@@ -177,6 +177,10 @@ pub enum LogicalPlan {
     ToStream { op: R2S, input: Arc<LogicalPlan> },
     /// Renames the input's columns (a view or subquery alias); data is unchanged.
     Rename { input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// `ORDER BY` with an optional `OFFSET`/`LIMIT`: with a limit, the relation of the rows
+    /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
+    /// whose changes and one-shot results come out in this order.
+    TopK { order: Vec<SortExpr>, skip: usize, fetch: Option<usize>, input: Arc<LogicalPlan> },
 }
 
 impl LogicalPlan {
@@ -194,6 +198,7 @@ impl LogicalPlan {
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
+            | LogicalPlan::TopK { input, .. }
             | LogicalPlan::ToStream { input, .. } => input.schema(),
         }
     }
@@ -219,6 +224,7 @@ impl LogicalPlan {
             | LogicalPlan::Aggregate { input, .. }
             | LogicalPlan::Distinct { input }
             | LogicalPlan::ToStream { input, .. }
+            | LogicalPlan::TopK { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -244,6 +250,18 @@ impl LogicalPlan {
 
     fn is_stream_source(&self) -> bool {
         self.kind() == PlanKind::Stream
+    }
+
+    /// Whether the result has a defined order: an ORDER BY at the top, seen through
+    /// projections, filters and renames (which keep the order of their input).
+    pub fn is_ordered(&self) -> bool {
+        match self {
+            LogicalPlan::TopK { order, .. } => !order.is_empty(),
+            LogicalPlan::Project { input, .. }
+            | LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Rename { input, .. } => input.is_ordered(),
+            _ => false,
+        }
     }
 
     /// Names of the base streams and tables this plan reads, in first-seen order.

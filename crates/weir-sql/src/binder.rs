@@ -216,6 +216,8 @@ impl<'a> Binder<'a> {
         let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
         let parser_options = ParserOptions {
             collect_spans: true,
+            // NULL sorts as the smallest value, as in SQLite.
+            default_null_ordering: datafusion_sql::planner::NullOrdering::NullsMin,
             map_string_types_to_utf8view: false,
             ..ParserOptions::default()
         };
@@ -479,8 +481,37 @@ impl Converter<'_> {
             DfPlan::Values(v) => {
                 LogicalPlan::Values { rows: v.values.clone(), schema: v.schema.clone() }
             }
-            DfPlan::Sort(_) => return Err(unsupported("ORDER BY")),
-            DfPlan::Limit(_) => return Err(unsupported("LIMIT")),
+            DfPlan::Sort(sort) => LogicalPlan::TopK {
+                order: sort.expr.clone(),
+                skip: 0,
+                fetch: sort.fetch,
+                input: self.convert(&sort.input)?,
+            },
+            DfPlan::Limit(limit) => {
+                let skip = match limit.get_skip_type().map_err(df_error)? {
+                    datafusion_expr::logical_plan::SkipType::Literal(n) => n,
+                    _ => return Err(WeirError::plan("OFFSET must be a constant")),
+                };
+                let fetch = match limit.get_fetch_type().map_err(df_error)? {
+                    datafusion_expr::logical_plan::FetchType::Literal(n) => n,
+                    _ => return Err(WeirError::plan("LIMIT must be a constant")),
+                };
+                // LIMIT over ORDER BY is one top-k; over anything else it takes rows in value order.
+                match self.convert(&limit.input)?.as_ref() {
+                    LogicalPlan::TopK { order, skip: 0, fetch: None, input } => LogicalPlan::TopK {
+                        order: order.clone(),
+                        skip,
+                        fetch,
+                        input: input.clone(),
+                    },
+                    _ => LogicalPlan::TopK {
+                        order: vec![],
+                        skip,
+                        fetch,
+                        input: self.convert(&limit.input)?,
+                    },
+                }
+            }
             DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
             other => return Err(unsupported(&format!("'{}'", other.display()))),
         }))

@@ -9,6 +9,7 @@ pub mod project;
 pub mod r2s;
 pub mod rename;
 pub mod scan;
+pub mod topk;
 pub mod union;
 pub mod values;
 pub mod window_rows;

@@ -1,0 +1,224 @@
+//! Top-k: `ORDER BY ... [OFFSET s] LIMIT k`, and `ORDER BY` alone.
+//!
+//! Delta semantics: with a limit, the output relation is the rows ranked s+1 ..= s+k by the
+//! sort key (ties broken by the rows' values, so the result is deterministic). At each instant
+//! the operator compares the ranked window before and after applying ΔR and emits −r for rows
+//! that left it and +r for rows that entered: O(s+k) work per changed instant, plus O(log n)
+//! per changed row. State: every row of the input, ordered by (sort key, row).
+//! Without a limit, the output relation is the input relation: changes pass through, sorted by
+//! the key, which is what gives a one-shot `ORDER BY` its order. No state.
+
+use std::collections::BTreeMap;
+
+use arrow::array::ArrayRef;
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use crate::expr::ScalarExpr;
+use crate::operator::{EvalCtx, Operator};
+use crate::row::{RowBytes, RowCodec};
+
+/// One sort key: expression, type and direction.
+#[derive(Debug)]
+pub struct SortKey {
+    pub expr: ScalarExpr,
+    pub data_type: DataType,
+    pub descending: bool,
+    pub nulls_first: bool,
+}
+
+#[derive(Debug)]
+pub struct TopK {
+    input: Box<dyn Operator>,
+    keys: Vec<ScalarExpr>,
+    key_converter: Option<RowConverter>,
+    key_types: Vec<DataType>,
+    skip: usize,
+    fetch: Option<usize>,
+    schema: SchemaRef,
+    codec: RowCodec,
+    rows: BTreeMap<(RowBytes, RowBytes), i64>,
+}
+
+impl TopK {
+    pub fn new(
+        input: Box<dyn Operator>,
+        keys: Vec<SortKey>,
+        skip: usize,
+        fetch: Option<usize>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let key_types: Vec<DataType> = keys.iter().map(|k| k.data_type.clone()).collect();
+        let key_converter = if keys.is_empty() {
+            None
+        } else {
+            let fields = keys
+                .iter()
+                .map(|k| {
+                    SortField::new_with_options(
+                        k.data_type.clone(),
+                        SortOptions { descending: k.descending, nulls_first: k.nulls_first },
+                    )
+                })
+                .collect();
+            Some(RowConverter::new(fields)?)
+        };
+        Ok(TopK {
+            input,
+            keys: keys.into_iter().map(|k| k.expr).collect(),
+            key_converter,
+            key_types,
+            skip,
+            fetch,
+            codec: RowCodec::for_schema(&schema)?,
+            schema,
+            rows: BTreeMap::new(),
+        })
+    }
+
+    /// (sort key, row) of every change, in input order.
+    fn encode(&self, d: &ChangeBatch) -> Result<Vec<(RowBytes, RowBytes)>> {
+        let rows = self.codec.encode(d.data.columns(), d.len())?;
+        let keys = match &self.key_converter {
+            None => None,
+            Some(conv) => {
+                let cols: Vec<ArrayRef> = self
+                    .keys
+                    .iter()
+                    .zip(&self.key_types)
+                    .map(|(k, t)| k.eval_as(&d.data, t))
+                    .collect::<Result<_>>()?;
+                Some(conv.convert_columns(&cols)?)
+            }
+        };
+        Ok((0..d.len())
+            .map(|i| {
+                let key: RowBytes = match &keys {
+                    Some(k) => k.row(i).data().into(),
+                    None => RowBytes::from(&[][..]),
+                };
+                (key, RowBytes::from(rows.get(i)))
+            })
+            .collect())
+    }
+
+    /// The ranked window skip+1 ..= skip+fetch, with multiplicities.
+    fn window(&self) -> Vec<((RowBytes, RowBytes), i64)> {
+        let Some(fetch) = self.fetch else { return vec![] };
+        let mut to_skip = self.skip as i64;
+        let mut left = fetch as i64;
+        let mut out = Vec::new();
+        for (k, &n) in &self.rows {
+            if left == 0 {
+                break;
+            }
+            let mut n = n;
+            let skipped = n.min(to_skip);
+            to_skip -= skipped;
+            n -= skipped;
+            let taken = n.min(left);
+            if taken > 0 {
+                out.push((k.clone(), taken));
+                left -= taken;
+            }
+        }
+        out
+    }
+
+    fn emit(&self, rows: Vec<(RowBytes, i64)>, t: Time) -> Result<ChangeBatch> {
+        let data = self.codec.decode_batch(&self.schema, rows.iter().map(|(r, _)| &r[..]))?;
+        let diffs: Vec<i64> = rows.iter().map(|(_, d)| *d).collect();
+        Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
+    }
+}
+
+impl Operator for TopK {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        if self.fetch.is_none() && self.skip == 0 {
+            // ORDER BY alone: the same relation, changes sorted by key (then value).
+            if d.is_empty() {
+                return Ok(d);
+            }
+            let mut changes: Vec<((RowBytes, RowBytes), i64)> =
+                self.encode(&d)?.into_iter().zip(d.diffs.iter().copied()).collect();
+            changes.sort();
+            return self.emit(changes.into_iter().map(|((_, r), n)| (r, n)).collect(), t);
+        }
+        if self.fetch.is_none() {
+            return Err(WeirError::plan("OFFSET without LIMIT is not supported yet"));
+        }
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let before = self.window();
+        for (k, n) in self.encode(&d)?.into_iter().zip(d.diffs.iter().copied()) {
+            let c = self.rows.entry(k.clone()).or_insert(0);
+            *c += n;
+            if *c == 0 {
+                self.rows.remove(&k);
+            }
+        }
+        let after = self.window();
+        // Multiset difference of two sorted lists.
+        let mut net: BTreeMap<(RowBytes, RowBytes), i64> = BTreeMap::new();
+        for (k, n) in after {
+            *net.entry(k).or_insert(0) += n;
+        }
+        for (k, n) in before {
+            *net.entry(k).or_insert(0) -= n;
+        }
+        let (mut dels, mut ins): (Vec<_>, Vec<_>) = net
+            .into_iter()
+            .filter(|(_, n)| *n != 0)
+            .map(|((_, r), n)| (r, n))
+            .partition(|(_, n)| *n < 0);
+        dels.append(&mut ins);
+        self.emit(dels, t)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+
+    fn topk(descending: bool, skip: usize, fetch: Option<usize>, input: Vec<Tick>) -> Vec<String> {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let key = SortKey {
+            expr: ScalarExpr::compile(&col("v"), &df).unwrap(),
+            data_type: DataType::Int64,
+            descending,
+            nulls_first: false,
+        };
+        let mut op =
+            TopK::new(Feed::new(kv_schema(), input), vec![key], skip, fetch, kv_schema()).unwrap();
+        run(&mut op)
+    }
+
+    #[test]
+    fn top_two_by_value_descending_follows_deletions() {
+        let out = topk(
+            true,
+            0,
+            Some(2),
+            vec![kv(1, "+1 a 5, +1 b 9, +1 c 7"), kv(2, "-1 b 9"), kv(3, "+1 d 1")],
+        );
+        assert_eq!(out, ["@1 +1 b 9", "@1 +1 c 7", "@2 +1 a 5", "@2 -1 b 9"]);
+    }
+
+    #[test]
+    fn offset_skips_the_first_ranks() {
+        let out = topk(false, 1, Some(1), vec![kv(1, "+1 a 5, +1 b 9, +1 c 7")]);
+        assert_eq!(out, ["@1 +1 c 7"]);
+    }
+}
