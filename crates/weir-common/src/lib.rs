@@ -17,4 +17,4 @@ pub mod time;
 
 pub use change::ChangeBatch;
 pub use error::{Diagnostic, Result, Span, WeirError};
-pub use time::{format_time, Time, TimeDomain};
+pub use time::{format_time, Time, TimeDomain, Watermark, WATERMARK_CLOSED, WATERMARK_MIN};

@@ -11,6 +11,17 @@ use std::fmt;
 /// [`Time::MAX`] means "after everything" (a closed stream's watermark).
 pub type Time = i64;
 
+/// A watermark or frontier: every instant strictly below it is complete. It ranges over the
+/// tick domain and beyond, so that "nothing is complete" ([`WATERMARK_MIN`]) and "everything
+/// is complete, instant `Time::MAX` included" ([`WATERMARK_CLOSED`]) are both expressible.
+pub type Watermark = i128;
+
+/// The watermark of a stream that has promised nothing yet.
+pub const WATERMARK_MIN: Watermark = i128::MIN;
+
+/// The watermark of a closed stream: every instant is complete.
+pub const WATERMARK_CLOSED: Watermark = i128::MAX;
+
 /// How a stream's ticks are to be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TimeDomain {

@@ -147,7 +147,7 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(Values::new(values_batch(rows, df)?, schema))
         }
         LogicalPlan::ToStream { op, input } => {
-            Box::new(ToStream::new(compile(input)?, *op, schema)?)
+            Box::new(ToStream::new(compile(input)?, *op, schema, input.sources())?)
         }
         LogicalPlan::Rename { input, .. } => Box::new(Rename::new(compile(input)?, schema)),
         LogicalPlan::TopK { order, skip, fetch, input } => {

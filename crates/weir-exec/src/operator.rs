@@ -8,7 +8,7 @@
 //! Operators do not know how they are scheduled and never reach into each other: all traffic is
 //! change batches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use weir_common::{ChangeBatch, Result, Time};
 
@@ -16,6 +16,8 @@ use weir_common::{ChangeBatch, Result, Time};
 #[derive(Debug, Default)]
 pub struct EvalCtx {
     pub inputs: HashMap<String, ChangeBatch>,
+    /// Sources that have changes or a heartbeat at this instant.
+    pub active: HashSet<String>,
 }
 
 /// One node of a compiled dataflow.

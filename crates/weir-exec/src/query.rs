@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use arrow::datatypes::SchemaRef;
-use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_plan::{LogicalPlan, PlanKind};
 
 use crate::compile::{compile, exec_schema};
@@ -33,7 +33,8 @@ pub struct QueryRunner {
     codec: RowCodec,
     sources: Vec<String>,
     pending: HashMap<String, BTreeMap<Time, Vec<ChangeBatch>>>,
-    heartbeats: BTreeSet<Time>,
+    /// Heartbeat instants, with the sources they came from.
+    heartbeats: BTreeMap<Time, BTreeSet<String>>,
     last: Option<Time>,
 }
 
@@ -47,7 +48,7 @@ impl QueryRunner {
             schema,
             sources: plan.sources(),
             pending: HashMap::new(),
-            heartbeats: BTreeSet::new(),
+            heartbeats: BTreeMap::new(),
             last: None,
         })
     }
@@ -105,27 +106,28 @@ impl QueryRunner {
         Ok(())
     }
 
-    /// Makes `t` an instant of the query (a heartbeat), if it is still in the future.
-    pub fn heartbeat(&mut self, t: Time) {
+    /// Makes `t` an instant of the query (a heartbeat on `source`), if it is still in the
+    /// future.
+    pub fn heartbeat(&mut self, source: &str, t: Time) {
         if self.last.is_none_or(|l| t > l) {
-            self.heartbeats.insert(t);
+            self.heartbeats.entry(t).or_default().insert(source.to_string());
         }
     }
 
     /// The next instant to evaluate, if any.
     fn next_instant(&self) -> Option<Time> {
         let pending = self.pending.values().filter_map(|b| b.keys().next().copied()).min();
-        [pending, self.heartbeats.first().copied(), self.root.next_wakeup()]
+        [pending, self.heartbeats.keys().next().copied(), self.root.next_wakeup()]
             .into_iter()
             .flatten()
             .min()
     }
 
-    /// Evaluates every instant below `frontier`, returning the output changes in time order.
-    pub fn advance(&mut self, frontier: Time) -> Result<Vec<ChangeBatch>> {
-        let mut out = Vec::new();
+    /// Evaluates every instant below `frontier`, appending the output changes to `out` in time
+    /// order. On an error, `out` keeps the output of the instants evaluated before it.
+    pub fn advance(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
         while let Some(t) = self.next_instant() {
-            if t >= frontier {
+            if t as Watermark >= frontier {
                 break;
             }
             if self.last.is_some_and(|l| t <= l) {
@@ -136,11 +138,18 @@ impl QueryRunner {
                 if let Some(batches) = buf.remove(&t) {
                     let schema = batches[0].schema();
                     ctx.inputs.insert(name.clone(), ChangeBatch::concat(&schema, &batches)?);
+                    ctx.active.insert(name.clone());
                 }
             }
             self.pending.retain(|_, b| !b.is_empty());
-            while self.heartbeats.first().is_some_and(|&h| h <= t) {
-                self.heartbeats.pop_first();
+            while let Some(entry) = self.heartbeats.first_entry() {
+                if *entry.key() > t {
+                    break;
+                }
+                let (h, sources) = entry.remove_entry();
+                if h == t {
+                    ctx.active.extend(sources);
+                }
             }
             let d = self.root.eval(t, &ctx)?;
             self.last = Some(t);
@@ -154,16 +163,18 @@ impl QueryRunner {
                 out.push(d);
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
 /// Evaluates a plan over tables once: the relation it denotes given the tables' contents.
-/// Returns rows with their multiplicities (diff > 0): in the plan's order if it has an
-/// ORDER BY, else consolidated and sorted by value.
+/// Returns rows with their multiplicities (diff > 0): as the operators produced them if
+/// `as_produced` (an `INSERT ... VALUES` keeps its row order, which `ROWS` windows can see) or
+/// the plan has an ORDER BY; else consolidated and sorted by value.
 pub fn evaluate_once(
     plan: &LogicalPlan,
     tables: HashMap<String, ChangeBatch>,
+    as_produced: bool,
 ) -> Result<ChangeBatch> {
     let mut root = compile(plan)?;
     let schema = exec_schema(&plan.schema());
@@ -174,7 +185,7 @@ pub fn evaluate_once(
         ctx.inputs.insert(name, b);
     }
     let d = root.eval(0, &ctx)?;
-    if plan.is_ordered() {
+    if as_produced || plan.is_ordered() {
         // Every change of a first evaluation is an insertion; keep the operator's order.
         if d.diffs.iter().any(|&n| n < 0) {
             return Err(WeirError::internal("retraction in a one-shot evaluation"));

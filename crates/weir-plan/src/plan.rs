@@ -282,6 +282,14 @@ impl LogicalPlan {
         }
     }
 
+    /// Every base stream the plan reads, with its time domain.
+    pub fn stream_domains(&self) -> Vec<(String, TimeDomain)> {
+        match self {
+            LogicalPlan::StreamScan { name, domain, .. } => vec![(name.clone(), *domain)],
+            other => other.inputs().into_iter().flat_map(|i| i.stream_domains()).collect(),
+        }
+    }
+
     /// The time domain of the plan's streams (`None` if it reads only tables).
     pub fn time_domain(&self) -> Option<TimeDomain> {
         match self {

@@ -200,6 +200,15 @@ impl<'a> Binder<'a> {
         self.check_relations(&q.query)?;
         let df = self.plan_sql(&q.query, &q.windows)?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        let domains = plan.stream_domains();
+        let ticks = domains.iter().find(|(_, d)| *d == TimeDomain::Ticks);
+        let micros = domains.iter().find(|(_, d)| *d == TimeDomain::Micros);
+        if let (Some((t, _)), Some((m, _))) = (ticks, micros) {
+            return Err(WeirError::plan(format!(
+                "a query cannot mix time domains: '{t}' is stamped by integer ticks and '{m}' by \
+                 TIMESTAMP"
+            )));
+        }
         Ok(match q.r2s {
             Some(op) => Arc::new(LogicalPlan::ToStream { op, input: plan }),
             None if plan.is_monotonic() => {

@@ -203,6 +203,14 @@ impl std::fmt::Display for CqlQuery {
         if let Some(op) = self.r2s {
             if let Some(rest) = text.strip_prefix("SELECT ") {
                 text = format!("SELECT {op} {rest}");
+            } else if let Some(with) = &self.query.with {
+                // WITH ... SELECT: the body follows the WITH clause's text.
+                let prefix = format!("{with} ");
+                if let Some(rest) =
+                    text.strip_prefix(&prefix).and_then(|r| r.strip_prefix("SELECT "))
+                {
+                    text = format!("{prefix}SELECT {op} {rest}");
+                }
             }
         }
         // Replace the longest names first so __weir_w1 never matches inside __weir_w10.
@@ -977,26 +985,41 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
     }
     // 1. Relation-to-stream operator after the top-level SELECT.
     let mut r2s = None;
-    if toks.len() > 1 && word_is(&toks[0], "SELECT") {
-        let op = if word_is(&toks[1], "ISTREAM") {
+    // The top-level SELECT is the first SELECT outside parentheses (after any WITH clause,
+    // whose definitions are parenthesized).
+    let mut depth = 0i32;
+    let mut sel = None;
+    for (i, t) in toks.iter().enumerate() {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && word_is(t, "SELECT") => {
+                sel = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    if let Some(sel) = sel.filter(|&i| i + 1 < toks.len()) {
+        let op = if word_is(&toks[sel + 1], "ISTREAM") {
             Some(R2S::Istream)
-        } else if word_is(&toks[1], "DSTREAM") {
+        } else if word_is(&toks[sel + 1], "DSTREAM") {
             Some(R2S::Dstream)
-        } else if word_is(&toks[1], "RSTREAM") {
+        } else if word_is(&toks[sel + 1], "RSTREAM") {
             Some(R2S::Rstream)
         } else {
             None
         };
         if let Some(op) = op {
             r2s = Some(op);
-            toks.remove(1);
+            toks.remove(sel + 1);
             // Function form: SELECT ISTREAM(a, b) FROM ... / SELECT ISTREAM(*)
-            if toks.get(1).is_some_and(|t| t.token == Token::LParen) {
-                if let Some(close) = matching(&toks, 1, &Token::LParen, &Token::RParen) {
+            if toks.get(sel + 1).is_some_and(|t| t.token == Token::LParen) {
+                if let Some(close) = matching(&toks, sel + 1, &Token::LParen, &Token::RParen) {
                     let after = toks.get(close + 1);
                     if after.is_none() || after.is_some_and(|t| word_is(t, "FROM")) {
                         toks.remove(close);
-                        toks.remove(1);
+                        toks.remove(sel + 1);
                     }
                 }
             }
@@ -1239,6 +1262,7 @@ mod tests {
             "SELECT * FROM s [RANGE INTERVAL '10' SECOND SLIDE 5 SECONDS] AS w, p",
             "SELECT k FROM (SELECT k FROM s [UNBOUNDED]) AS sub",
             "SELECT a FROM s [RANGE 2] UNION ALL SELECT a FROM t [RANGE 3]",
+            "WITH g AS (SELECT k FROM s [RANGE 2]) SELECT ISTREAM k FROM g",
         ] {
             round_trip(sql);
         }

@@ -16,7 +16,9 @@ use arrow::array::{
     Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
+use weir_common::{
+    ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
+};
 use weir_exec::query::evaluate_once;
 use weir_exec::row::{RowBytes, RowCodec};
 use weir_exec::QueryRunner;
@@ -45,7 +47,7 @@ pub enum ExecResult {
 #[derive(Debug)]
 struct StreamState {
     def: StreamDef,
-    watermark: Time,
+    watermark: Watermark,
     max_seen: Option<Time>,
     closed: bool,
     accepted: u64,
@@ -262,7 +264,7 @@ impl Engine {
                     name,
                     StreamState {
                         def,
-                        watermark: Time::MIN,
+                        watermark: WATERMARK_MIN,
                         max_seen: None,
                         closed: false,
                         accepted: 0,
@@ -370,6 +372,11 @@ impl Engine {
     }
 
     fn evaluate(&self, plan: &LogicalPlan) -> Result<ChangeBatch> {
+        self.evaluate_with(plan, false)
+    }
+
+    /// See [`evaluate_once`] for `as_produced`.
+    fn evaluate_with(&self, plan: &LogicalPlan, as_produced: bool) -> Result<ChangeBatch> {
         let mut inputs = HashMap::new();
         for s in plan.sources() {
             let view = self.views.get(&s).and_then(|v| v.contents.as_ref().map(|c| (v, c)));
@@ -393,7 +400,7 @@ impl Engine {
                 }
             }
         }
-        evaluate_once(plan, inputs)
+        evaluate_once(plan, inputs, as_produced)
     }
 
     fn start_query(&mut self, plan: Arc<LogicalPlan>) -> Result<Subscription> {
@@ -406,6 +413,7 @@ impl Engine {
             domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
             rx,
             closed: std::cell::Cell::new(false),
+            failure: std::cell::RefCell::new(None),
         })
     }
 
@@ -440,7 +448,7 @@ impl Engine {
     /// Evaluates every query up to its frontier and delivers the output. A query whose
     /// subscriber went away is stopped; a query that fails reports the error and stops.
     fn run_queries(&mut self) {
-        let watermarks: HashMap<String, Time> =
+        let watermarks: HashMap<String, Watermark> =
             self.streams.iter().map(|(n, s)| (n.clone(), s.watermark)).collect();
         let views = &mut self.views;
         self.queries.retain_mut(|q| {
@@ -451,21 +459,26 @@ impl Engine {
                 .filter_map(|s| watermarks.get(s))
                 .copied()
                 .min()
-                .unwrap_or(Time::MAX);
-            let result = q.runner.advance(frontier);
+                .unwrap_or(WATERMARK_CLOSED);
+            // Output produced before a failure is still delivered, then the failure.
+            let mut batches = Vec::new();
+            let result = q.runner.advance(frontier, &mut batches);
             match &q.sink {
-                Sink::Subscriber(tx) => match result {
-                    Ok(batches) => batches.into_iter().all(|b| tx.send(Ok(b)).is_ok()),
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        false
+                Sink::Subscriber(tx) => {
+                    let delivered = batches.into_iter().all(|b| tx.send(Ok(b)).is_ok());
+                    match result {
+                        Ok(()) => delivered,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            false
+                        }
                     }
-                },
+                }
                 Sink::View(name) => {
                     let Some(c) = views.get_mut(name).and_then(|v| v.contents.as_mut()) else {
                         return false;
                     };
-                    match result.and_then(|batches| apply_to_view(c, &batches)) {
+                    match apply_to_view(c, &batches).and(result) {
                         Ok(()) => true,
                         Err(e) => {
                             c.failed = Some(e);
@@ -503,7 +516,9 @@ impl Engine {
         }
         let data = RecordBatch::try_new(schema.clone(), cols)?;
         let times = event_times(&name, &st.def, &data)?;
-        if let Some((row, t)) = times.iter().enumerate().find(|(_, t)| **t < st.watermark) {
+        if let Some((row, t)) =
+            times.iter().enumerate().find(|(_, t)| (**t as Watermark) < st.watermark)
+        {
             return Err(exec_err(format!(
                 "stream '{name}' row {}: late element at {} is below the watermark {} \
                  (nothing in this batch was accepted)",
@@ -527,7 +542,7 @@ impl Engine {
             self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         st.accepted += batch.len() as u64;
         st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
-        st.watermark = st.watermark.max(max.saturating_sub(delay));
+        st.watermark = st.watermark.max(max as Watermark - delay as Watermark);
         self.clock = self.clock.max(max);
         self.run_queries();
         Ok(())
@@ -597,11 +612,11 @@ impl Engine {
         if st.closed {
             return Err(exec_err(format!("stream '{name}' is closed")));
         }
-        st.watermark = st.watermark.max(t.saturating_add(1));
+        st.watermark = st.watermark.max(t as Watermark + 1);
         self.clock = self.clock.max(t);
         for q in &mut self.queries {
             if q.runner.sources().contains(&name) {
-                q.runner.heartbeat(t);
+                q.runner.heartbeat(&name, t);
             }
         }
         self.run_queries();
@@ -616,7 +631,7 @@ impl Engine {
             .get_mut(&name)
             .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
         st.closed = true;
-        st.watermark = Time::MAX;
+        st.watermark = WATERMARK_CLOSED;
         self.run_queries();
         Ok(())
     }
@@ -625,14 +640,15 @@ impl Engine {
     pub fn close_all(&mut self) -> Result<()> {
         for st in self.streams.values_mut() {
             st.closed = true;
-            st.watermark = Time::MAX;
+            st.watermark = WATERMARK_CLOSED;
         }
         self.run_queries();
         Ok(())
     }
 
-    /// The current watermark of a stream.
-    pub fn watermark(&self, stream: &str) -> Option<Time> {
+    /// The current watermark of a stream: every instant below it is complete
+    /// ([`WATERMARK_CLOSED`] once the stream is closed).
+    pub fn watermark(&self, stream: &str) -> Option<Watermark> {
         self.streams.get(&stream.to_ascii_lowercase()).map(|s| s.watermark)
     }
 
@@ -678,7 +694,7 @@ impl Engine {
         };
         let q = CqlQuery { query: source, r2s: None, windows: vec![] };
         let plan = self.bind(&q)?;
-        let rows = expand(&self.evaluate(&plan)?)?;
+        let rows = expand(&self.evaluate_with(&plan, true)?)?;
         let data = arrange_columns(target, &schema, columns, &rows, span)?;
         let n = data.num_rows();
         if self.streams.contains_key(target) {

@@ -48,19 +48,29 @@ pub struct Subscription {
     pub(crate) rx: Receiver<Result<ChangeBatch>>,
     /// Set once the engine has stopped the query (its input was dropped, or it failed).
     pub(crate) closed: std::cell::Cell<bool>,
+    /// A failure received after output in the same poll: returned by the next poll, so the
+    /// output before it is not lost.
+    pub(crate) failure: std::cell::RefCell<Option<WeirError>>,
 }
 
 impl Subscription {
     /// Every change batch produced since the last poll, in time order. An error means the
     /// query failed; it produces nothing after that.
     pub fn poll(&self) -> Result<Vec<ChangeBatch>> {
+        if let Some(e) = self.failure.borrow_mut().take() {
+            return Err(e);
+        }
         let mut out = Vec::new();
         loop {
             match self.rx.try_recv() {
                 Ok(Ok(b)) => out.push(b),
                 Ok(Err(e)) => {
                     self.closed.set(true);
-                    return Err(e);
+                    if out.is_empty() {
+                        return Err(e);
+                    }
+                    *self.failure.borrow_mut() = Some(e);
+                    return Ok(out);
                 }
                 Err(TryRecvError::Empty) => return Ok(out),
                 Err(TryRecvError::Disconnected) => {

@@ -1,2 +1,1580 @@
+//! Differential tests: the incremental executor, integrated over time, equals a from-scratch
+//! evaluation of the CQL definitions (`/work/shared/design/semantics.md`) at every instant.
+//!
+//! For each query template and each window, random inputs are pushed through a fresh [`Engine`]
+//! in batches of 1, 3 and 1024 elements. The three runs must produce byte-identical change
+//! lists (the determinism contract). The subscription's changes, summed up to each tick τ, must
+//! equal the oracle's R(τ) for every tick from before the first input to well past the last
+//! window expiry; relation changes must be consolidated per instant, in time order, and the
+//! output kind must be a stream exactly for monotonic queries and explicit ISTREAM/DSTREAM/
+//! RSTREAM. The oracle below is written directly from the definitions, never from Weir:
+//!
+//! - windows: `[UNBOUNDED]` = S(≤τ); `[NOW]` = stamped τ; `[RANGE T]` = stamped in (τ−T, τ];
+//!   `[RANGE T SLIDE S]` = stamped in [b−T, b), b = S·⌊(τ+1)/S⌋; `[ROWS N]` = the last N of S(≤τ)
+//!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k;
+//! - relational operators evaluated on the instantaneous bags, with SQL NULL semantics
+//!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
+//!   HAVING, DISTINCT, UNION [ALL], equi/theta/cross joins of two windowed streams,
+//!   stream-table joins with INSERT/DELETE ... AT, aggregates over subqueries);
+//! - a query's relations are empty before its first instant (smallest input timestamp), from
+//!   which on a scalar aggregate has exactly one row;
+//! - `ISTREAM`/`DSTREAM` = positive/negative part of R(τ) − R(τ−1) at each τ; `RSTREAM` = R(τ) at
+//!   each instant (input timestamps and ticks where some window's contents change);
+//! - a window over a derived stream (a view defined with ISTREAM/DSTREAM) windows the tuples that
+//!   entered/left the inner relation, stamped with that instant.
+//!
+//! Inputs are in timestamp order, except in `out_of_order_arrival_matches_oracle`, where the
+//! stream has a watermark delay and elements arrive shuffled within it (equal timestamps keep
+//! their order); the result must not change. Two ignored properties move the inputs to the ends
+//! of the i64 tick domain; regressions for the bugs they found are at the end of the file.
+//!
+//! Set `DIFF_CASES` to change the number of cases per property (default 64).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use weir::{Change, Engine, PlanKind};
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------------
+
+/// One stream element. For stream `s` the columns are (k, v, t); for `s2` they are (k, w, t),
+/// and `v` holds w.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct El {
+    k: i64,
+    v: Option<i64>,
+    t: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TableOp {
+    /// `INSERT INTO tb VALUES (k, w) AT t`
+    Insert(i64, i64),
+    /// `DELETE FROM tb WHERE k = .. AT t`
+    Delete(i64),
+}
+
+#[derive(Clone, Debug, Default)]
+struct Input {
+    /// Elements of `s`, in arrival order (non-decreasing timestamps).
+    s: Vec<El>,
+    /// Elements of `s2`, in arrival order.
+    s2: Vec<El>,
+    /// Changes of table `tb`, in time order.
+    table: Vec<(i64, TableOp)>,
+    /// If set, `s` is declared `WATERMARK FOR t AS t - 3` and its elements arrive in this order
+    /// (a permutation of `s`'s indexes that keeps equal timestamps in order and is never late).
+    s_arrival: Option<Vec<usize>>,
+}
+
+impl Input {
+    fn single(s: Vec<El>) -> Self {
+        Input { s, ..Input::default() }
+    }
+}
+
+fn el(k: i64, v: Option<i64>, t: i64) -> El {
+    El { k, v, t }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Windows (the oracle's stream-to-relation operators)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Win {
+    Unbounded,
+    Now,
+    Range(i64),
+    Slide(i64, i64),
+    Rows(usize),
+    PartRows(usize),
+}
+
+const WINDOWS: &[Win] = &[
+    Win::Unbounded,
+    Win::Now,
+    Win::Range(1),
+    Win::Range(3),
+    Win::Slide(3, 2),
+    Win::Slide(2, 3),
+    Win::Slide(4, 4),
+    Win::Slide(3, 1),
+    Win::Rows(0),
+    Win::Rows(1),
+    Win::Rows(3),
+    Win::PartRows(1),
+    Win::PartRows(2),
+];
+
+impl Win {
+    fn sql(self) -> String {
+        match self {
+            Win::Unbounded => "[UNBOUNDED]".into(),
+            Win::Now => "[NOW]".into(),
+            Win::Range(t) => format!("[RANGE {t}]"),
+            Win::Slide(t, s) => format!("[RANGE {t} SLIDE {s}]"),
+            Win::Rows(n) => format!("[ROWS {n}]"),
+            Win::PartRows(n) => format!("[PARTITION BY k ROWS {n}]"),
+        }
+    }
+
+    /// How long after the last input the window can still change (an upper bound).
+    fn extent(self) -> i64 {
+        match self {
+            Win::Unbounded | Win::Rows(_) | Win::PartRows(_) => 0,
+            Win::Now => 1,
+            Win::Range(t) => t,
+            Win::Slide(t, s) => t + s,
+        }
+    }
+
+    /// Positions (arrival indexes) of the elements of `els` in the window at τ.
+    fn positions(self, els: &[El], tau: i64) -> Vec<usize> {
+        let upto: Vec<usize> = (0..els.len()).filter(|&i| els[i].t <= tau).collect();
+        match self {
+            Win::Unbounded => upto,
+            Win::Now => upto.into_iter().filter(|&i| els[i].t == tau).collect(),
+            // Window bounds in i128: near the ends of the i64 domain they leave it.
+            Win::Range(r) => upto
+                .into_iter()
+                .filter(|&i| i128::from(els[i].t) > i128::from(tau) - i128::from(r))
+                .collect(),
+            Win::Slide(r, s) => {
+                let (r, s) = (i128::from(r), i128::from(s));
+                let b = s * (i128::from(tau) + 1).div_euclid(s);
+                (0..els.len()).filter(|&i| (b - r..b).contains(&i128::from(els[i].t))).collect()
+            }
+            Win::Rows(n) => last_n(els, upto, n),
+            Win::PartRows(n) => {
+                let keys: BTreeSet<i64> = upto.iter().map(|&i| els[i].k).collect();
+                let mut out: Vec<usize> = keys
+                    .into_iter()
+                    .flat_map(|k| {
+                        let part: Vec<usize> =
+                            upto.iter().copied().filter(|&i| els[i].k == k).collect();
+                        last_n(els, part, n)
+                    })
+                    .collect();
+                out.sort_unstable();
+                out
+            }
+        }
+    }
+
+    /// The window's contents at τ, as a bag of elements.
+    fn contents(self, els: &[El], tau: i64) -> Vec<El> {
+        self.positions(els, tau).into_iter().map(|i| els[i]).collect()
+    }
+}
+
+/// The `n` positions among `idx` with the largest (timestamp, arrival position).
+fn last_n(els: &[El], mut idx: Vec<usize>, n: usize) -> Vec<usize> {
+    idx.sort_by_key(|&i| (els[i].t, i));
+    let skip = idx.len().saturating_sub(n);
+    idx.split_off(skip)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bags and values
+// ---------------------------------------------------------------------------------------------
+
+type Row = Vec<String>;
+/// A multiset of rows: row -> multiplicity (never zero).
+type Bag = BTreeMap<Row, i64>;
+
+fn add(bag: &mut Bag, row: Row, n: i64) {
+    let c = bag.entry(row.clone()).or_insert(0);
+    *c += n;
+    if *c == 0 {
+        bag.remove(&row);
+    }
+}
+
+fn bag(rows: impl IntoIterator<Item = Row>) -> Bag {
+    let mut b = Bag::new();
+    for r in rows {
+        add(&mut b, r, 1);
+    }
+    b
+}
+
+/// Bag difference a − b (multiplicities clipped at 0).
+fn minus(a: &Bag, b: &Bag) -> Bag {
+    let mut out = Bag::new();
+    for (r, &n) in a {
+        let m = n - b.get(r).copied().unwrap_or(0);
+        if m > 0 {
+            out.insert(r.clone(), m);
+        }
+    }
+    out
+}
+
+fn txt(v: Option<i64>) -> String {
+    v.map_or_else(|| "NULL".to_string(), |x| x.to_string())
+}
+
+fn int(x: i64) -> String {
+    x.to_string()
+}
+
+fn float(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// Engine values as compared: floats (anything with a '.') rounded to 6 decimals, so that
+/// `2.0` and `2`, or last-digit differences of AVG, compare equal.
+fn norm(v: &str) -> String {
+    if v.contains('.') {
+        if let Ok(f) = v.parse::<f64>() {
+            return float(f);
+        }
+    }
+    v.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Aggregates over a bag of nullable values, SQL style
+// ---------------------------------------------------------------------------------------------
+
+fn nonnull(vs: &[Option<i64>]) -> Vec<i64> {
+    vs.iter().flatten().copied().collect()
+}
+
+fn sum(vs: &[Option<i64>]) -> String {
+    let n = nonnull(vs);
+    if n.is_empty() {
+        "NULL".into()
+    } else {
+        int(n.iter().sum())
+    }
+}
+
+fn min(vs: &[Option<i64>]) -> String {
+    txt(nonnull(vs).into_iter().min())
+}
+
+fn max(vs: &[Option<i64>]) -> String {
+    txt(nonnull(vs).into_iter().max())
+}
+
+fn count(vs: &[Option<i64>]) -> String {
+    int(nonnull(vs).len() as i64)
+}
+
+fn count_distinct(vs: &[Option<i64>]) -> String {
+    int(nonnull(vs).into_iter().collect::<BTreeSet<_>>().len() as i64)
+}
+
+fn avg(vs: &[Option<i64>]) -> String {
+    let n = nonnull(vs);
+    if n.is_empty() {
+        "NULL".into()
+    } else {
+        float(n.iter().sum::<i64>() as f64 / n.len() as f64)
+    }
+}
+
+/// Groups values by key; a group exists iff it has at least one row.
+fn group<K: Ord>(
+    rows: impl IntoIterator<Item = (K, Option<i64>)>,
+) -> BTreeMap<K, Vec<Option<i64>>> {
+    let mut g: BTreeMap<K, Vec<Option<i64>>> = BTreeMap::new();
+    for (k, v) in rows {
+        g.entry(k).or_default().push(v);
+    }
+    g
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query cases: SQL text plus the oracle R(τ)
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// No relation-to-stream operator: the integrated output is R(τ).
+    Rel,
+    Istream,
+    Dstream,
+    Rstream,
+}
+
+type Oracle = Box<dyn Fn(&Input, i64) -> Bag>;
+
+struct Case {
+    /// Statements run before subscribing (views).
+    setup: String,
+    sql: String,
+    /// Streams the query reads (`s`, `s2`), and whether it reads table `tb`.
+    reads_s: bool,
+    reads_s2: bool,
+    reads_table: bool,
+    /// The windows the query applies (to compute instants and the horizon).
+    wins: Vec<(Win, bool)>,
+    /// Whether the query (without ISTREAM/...) is monotonic, so that it gets an implicit ISTREAM.
+    monotonic: bool,
+    /// Extra ticks after the last input at which the result can still change (stacked windows).
+    extra: i64,
+    mode: Mode,
+    /// R(τ) by the definitions, ignoring the first-instant rule (applied by the checker).
+    oracle: Oracle,
+}
+
+impl Case {
+    fn single(sql: String, w: Win, monotonic: bool, oracle: Oracle) -> Case {
+        Case {
+            setup: String::new(),
+            sql,
+            reads_s: true,
+            reads_s2: false,
+            reads_table: false,
+            wins: vec![(w, false)],
+            monotonic: monotonic && w == Win::Unbounded,
+            extra: 0,
+            mode: Mode::Rel,
+            oracle,
+        }
+    }
+
+    fn with_mode(mut self, m: Mode) -> Case {
+        let kw = match m {
+            Mode::Rel => return self,
+            Mode::Istream => "ISTREAM",
+            Mode::Dstream => "DSTREAM",
+            Mode::Rstream => "RSTREAM",
+        };
+        self.sql = self.sql.replacen("SELECT ", &format!("SELECT {kw} "), 1);
+        self.mode = m;
+        self
+    }
+
+    /// Timestamps of the streams the query reads.
+    fn stream_times(&self, input: &Input) -> Vec<i64> {
+        let mut ts = Vec::new();
+        if self.reads_s {
+            ts.extend(input.s.iter().map(|e| e.t));
+        }
+        if self.reads_s2 {
+            ts.extend(input.s2.iter().map(|e| e.t));
+        }
+        ts
+    }
+
+    /// R(τ − 1), with R(τ − 1) = ∅ at the first tick of the domain.
+    fn r_prev(&self, input: &Input, tau: i64) -> Bag {
+        tau.checked_sub(1).map_or_else(Bag::new, |p| self.r(input, p))
+    }
+
+    /// R(τ), with the first-instant rule: empty before the smallest input timestamp.
+    fn r(&self, input: &Input, tau: i64) -> Bag {
+        match self.stream_times(input).into_iter().min() {
+            Some(first) if tau >= first => (self.oracle)(input, tau),
+            _ => Bag::new(),
+        }
+    }
+
+    /// Ticks at which the query is evaluated: input timestamps, and ticks where some window's
+    /// contents change.
+    fn is_instant(&self, input: &Input, tau: i64) -> bool {
+        if self.stream_times(input).contains(&tau) {
+            return true;
+        }
+        if self.reads_table && input.table.iter().any(|(t, _)| *t == tau) {
+            return true;
+        }
+        self.wins.iter().any(|&(w, second)| {
+            let els = if second { &input.s2 } else { &input.s };
+            let before = tau.checked_sub(1).map_or_else(Vec::new, |p| w.positions(els, p));
+            w.positions(els, tau) != before
+        })
+    }
+
+    /// The ticks to check: from before the first input to past the last possible change.
+    fn tick_range(&self, input: &Input) -> (i64, i64) {
+        let mut ts = self.stream_times(input);
+        if self.reads_table {
+            ts.extend(input.table.iter().map(|(t, _)| *t));
+        }
+        let lo = ts.iter().copied().min().unwrap_or(0).saturating_sub(2);
+        let ext = self.wins.iter().map(|(w, _)| w.extent()).max().unwrap_or(0);
+        let hi = ts.iter().copied().max().unwrap_or(0).saturating_add(ext + self.extra + 2);
+        (lo, hi)
+    }
+}
+
+fn s_at(w: Win, input: &Input, tau: i64) -> Vec<El> {
+    w.contents(&input.s, tau)
+}
+
+fn s2_at(w: Win, input: &Input, tau: i64) -> Vec<El> {
+    w.contents(&input.s2, tau)
+}
+
+/// The table's bag of (k, w) at τ: every change stamped ≤ τ applied in order.
+fn table_at(input: &Input, tau: i64) -> Vec<(i64, i64)> {
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for &(t, op) in &input.table {
+        if t > tau {
+            continue;
+        }
+        match op {
+            TableOp::Insert(k, w) => rows.push((k, w)),
+            TableOp::Delete(k) => rows.retain(|r| r.0 != k),
+        }
+    }
+    rows
+}
+
+// --- single-stream templates ---
+
+/// Projection.
+fn q_project(w: Win) -> Case {
+    let sql = format!("SELECT k, v FROM s {}", w.sql());
+    Case::single(
+        sql,
+        w,
+        true,
+        Box::new(move |i, tau| bag(s_at(w, i, tau).iter().map(|e| vec![int(e.k), txt(e.v)]))),
+    )
+}
+
+/// Selection with NULL-aware predicate and an arithmetic projection.
+fn q_filter(w: Win) -> Case {
+    let sql = format!("SELECT k, v + k FROM s {} WHERE v > 1 OR k = 0", w.sql());
+    Case::single(
+        sql,
+        w,
+        true,
+        Box::new(move |i, tau| {
+            bag(s_at(w, i, tau)
+                .iter()
+                .filter(|e| e.v.is_some_and(|v| v > 1) || e.k == 0)
+                .map(|e| vec![int(e.k), txt(e.v.map(|v| v + e.k))]))
+        }),
+    )
+}
+
+/// GROUP BY with COUNT(*).
+fn q_group_count(w: Win) -> Case {
+    let sql = format!("SELECT k, COUNT(*) FROM s {} GROUP BY k", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().map(|(k, vs)| vec![int(k), int(vs.len() as i64)]))
+        }),
+    )
+}
+
+/// GROUP BY with SUM, MIN, MAX, COUNT(v) over a nullable column.
+fn q_group_sum_min_max(w: Win) -> Case {
+    let sql = format!("SELECT k, SUM(v), MIN(v), MAX(v), COUNT(v) FROM s {} GROUP BY k", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().map(|(k, vs)| vec![int(k), sum(&vs), min(&vs), max(&vs), count(&vs)]))
+        }),
+    )
+}
+
+/// GROUP BY with COUNT(DISTINCT v).
+fn q_group_count_distinct(w: Win) -> Case {
+    let sql = format!("SELECT k, COUNT(DISTINCT v) FROM s {} GROUP BY k", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().map(|(k, vs)| vec![int(k), count_distinct(&vs)]))
+        }),
+    )
+}
+
+/// GROUP BY with AVG (compared to 6 decimals).
+fn q_group_avg(w: Win) -> Case {
+    let sql = format!("SELECT k, AVG(v) FROM s {} GROUP BY k", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().map(|(k, vs)| vec![int(k), avg(&vs)]))
+        }),
+    )
+}
+
+/// Grouping on a nullable column: NULLs form one group.
+fn q_group_by_nullable(w: Win) -> Case {
+    let sql = format!("SELECT v, COUNT(*), SUM(k) FROM s {} GROUP BY v", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.v, Some(e.k))));
+            bag(g.into_iter().map(|(v, ks)| vec![txt(v), int(ks.len() as i64), sum(&ks)]))
+        }),
+    )
+}
+
+/// Scalar aggregates: exactly one row from the first instant on.
+fn q_scalar(w: Win) -> Case {
+    let sql = format!(
+        "SELECT COUNT(*), SUM(v), MIN(v), MAX(v), COUNT(v), COUNT(DISTINCT v), AVG(v) FROM s {}",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let vs: Vec<Option<i64>> = s_at(w, i, tau).iter().map(|e| e.v).collect();
+            bag([vec![
+                int(vs.len() as i64),
+                sum(&vs),
+                min(&vs),
+                max(&vs),
+                count(&vs),
+                count_distinct(&vs),
+                avg(&vs),
+            ]])
+        }),
+    )
+}
+
+/// SELECT DISTINCT (NULLs are one value).
+fn q_distinct(w: Win) -> Case {
+    let sql = format!("SELECT DISTINCT v FROM s {}", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let set: BTreeSet<Option<i64>> = s_at(w, i, tau).iter().map(|e| e.v).collect();
+            bag(set.into_iter().map(|v| vec![txt(v)]))
+        }),
+    )
+}
+
+/// HAVING.
+fn q_having(w: Win) -> Case {
+    let sql = format!("SELECT k, SUM(v) FROM s {} GROUP BY k HAVING COUNT(*) >= 2", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().filter(|(_, vs)| vs.len() >= 2).map(|(k, vs)| vec![int(k), sum(&vs)]))
+        }),
+    )
+}
+
+/// Aggregation over an aggregate (a subquery in FROM): the inner values change and retract.
+fn q_nested_group(w: Win) -> Case {
+    let sql = format!(
+        "SELECT c, COUNT(*), MIN(k), MAX(k) FROM \
+         (SELECT k, COUNT(*) AS c FROM s {} GROUP BY k) x GROUP BY c",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let inner = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            let outer = group(inner.into_iter().map(|(k, vs)| (vs.len() as i64, Some(k))));
+            bag(outer
+                .into_iter()
+                .map(|(c, ks)| vec![int(c), int(ks.len() as i64), min(&ks), max(&ks)]))
+        }),
+    )
+}
+
+/// A scalar aggregate over a grouped aggregate with NULL results (SUM of all-NULL groups).
+fn q_nested_scalar(w: Win) -> Case {
+    let sql = format!(
+        "SELECT MIN(c), MAX(c), SUM(c), COUNT(c), COUNT(*) FROM \
+         (SELECT k, SUM(v) AS c FROM s {} GROUP BY k) x",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let inner = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            let cs: Vec<Option<i64>> =
+                inner.values().map(|vs| nonnull(vs).into_iter().reduce(|a, b| a + b)).collect();
+            bag([vec![min(&cs), max(&cs), sum(&cs), count(&cs), int(cs.len() as i64)]])
+        }),
+    )
+}
+
+// --- two-stream templates ---
+
+fn two(sql: String, w1: Win, w2: Win, monotonic: bool, oracle: Oracle) -> Case {
+    Case {
+        setup: String::new(),
+        sql,
+        reads_s: true,
+        reads_s2: true,
+        reads_table: false,
+        wins: vec![(w1, false), (w2, true)],
+        monotonic: monotonic && w1 == Win::Unbounded && w2 == Win::Unbounded,
+        extra: 0,
+        mode: Mode::Rel,
+        oracle,
+    }
+}
+
+/// Inner equi-join of two windowed streams on a non-null key.
+fn q_join(w1: Win, w2: Win) -> Case {
+    let sql =
+        format!("SELECT a.k, a.v, b.w FROM s {} a, s2 {} b WHERE a.k = b.k", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        true,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let mut rows = Vec::new();
+            for a in &l {
+                for b in &r {
+                    if a.k == b.k {
+                        rows.push(vec![int(a.k), txt(a.v), txt(b.v)]);
+                    }
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+/// Inner equi-join on nullable columns (NULL never matches), with JOIN ... ON syntax.
+fn q_join_nullable(w1: Win, w2: Win) -> Case {
+    let sql =
+        format!("SELECT a.k, b.k, a.v FROM s {} a JOIN s2 {} b ON a.v = b.w", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        true,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let mut rows = Vec::new();
+            for a in &l {
+                for b in &r {
+                    if a.v.is_some() && a.v == b.v {
+                        rows.push(vec![int(a.k), int(b.k), txt(a.v)]);
+                    }
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+/// Aggregate over a join.
+fn q_join_group(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, COUNT(*), SUM(b.w) FROM s {} a, s2 {} b WHERE a.k = b.k GROUP BY a.k",
+        w1.sql(),
+        w2.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let mut pairs = Vec::new();
+            for a in &l {
+                for b in &r {
+                    if a.k == b.k {
+                        pairs.push((a.k, b.v));
+                    }
+                }
+            }
+            let g = group(pairs);
+            bag(g.into_iter().map(|(k, ws)| vec![int(k), int(ws.len() as i64), sum(&ws)]))
+        }),
+    )
+}
+
+/// UNION ALL of two windowed streams.
+fn q_union_all(w1: Win, w2: Win) -> Case {
+    let sql = format!("SELECT k, v FROM s {} UNION ALL SELECT k, w FROM s2 {}", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        true,
+        Box::new(move |i, tau| {
+            let mut b = bag(s_at(w1, i, tau).iter().map(|e| vec![int(e.k), txt(e.v)]));
+            for e in s2_at(w2, i, tau) {
+                add(&mut b, vec![int(e.k), txt(e.v)], 1);
+            }
+            b
+        }),
+    )
+}
+
+/// UNION (with duplicate elimination) of two windowed streams.
+fn q_union_distinct(w1: Win, w2: Win) -> Case {
+    let sql = format!("SELECT k, v FROM s {} UNION SELECT k, w FROM s2 {}", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let mut set: BTreeSet<(i64, Option<i64>)> =
+                s_at(w1, i, tau).iter().map(|e| (e.k, e.v)).collect();
+            set.extend(s2_at(w2, i, tau).iter().map(|e| (e.k, e.v)));
+            bag(set.into_iter().map(|(k, v)| vec![int(k), txt(v)]))
+        }),
+    )
+}
+
+/// Theta join (a.v < b.w; NULL never satisfies it).
+fn q_theta_join(w1: Win, w2: Win) -> Case {
+    let sql =
+        format!("SELECT a.k, b.k, a.v FROM s {} a, s2 {} b WHERE a.v < b.w", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        true,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let mut rows = Vec::new();
+            for a in &l {
+                for b in &r {
+                    if let (Some(x), Some(y)) = (a.v, b.v) {
+                        if x < y {
+                            rows.push(vec![int(a.k), int(b.k), txt(a.v)]);
+                        }
+                    }
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+/// Cross join.
+fn q_cross_join(w1: Win, w2: Win) -> Case {
+    let sql = format!("SELECT a.k, b.w FROM s {} a CROSS JOIN s2 {} b", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        true,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            bag(l.iter().flat_map(|a| r.iter().map(move |b| vec![int(a.k), txt(b.v)])))
+        }),
+    )
+}
+
+/// A scalar aggregate over a join of two streams: one row from the first instant of either.
+fn q_join_scalar(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT COUNT(*), SUM(a.v), MAX(b.w) FROM s {} a, s2 {} b WHERE a.k = b.k",
+        w1.sql(),
+        w2.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let (mut vs, mut ws) = (Vec::new(), Vec::new());
+            for a in &l {
+                for b in &r {
+                    if a.k == b.k {
+                        vs.push(a.v);
+                        ws.push(b.v);
+                    }
+                }
+            }
+            bag([vec![int(vs.len() as i64), sum(&vs), max(&ws)]])
+        }),
+    )
+}
+
+// --- windows over derived streams ---
+
+/// Time-based windows only: the order in which a derived stream's elements of one instant
+/// arrive is not defined, so a ROWS window over it is not deterministic.
+const TIME_WINDOWS: &[Win] = &[
+    Win::Unbounded,
+    Win::Now,
+    Win::Range(1),
+    Win::Range(3),
+    Win::Slide(3, 2),
+    Win::Slide(2, 3),
+    Win::Slide(4, 4),
+];
+
+/// The derived stream `ISTREAM`/`DSTREAM` of `SELECT k, v FROM s [w] WHERE v > 0`: each tuple
+/// that enters (leaves) the relation at τ, stamped τ.
+fn derived_stream(input: &Input, w: Win, m: Mode) -> Vec<El> {
+    let r = |tau: i64| -> BTreeMap<(i64, Option<i64>), i64> {
+        let mut b = BTreeMap::new();
+        for e in w.contents(&input.s, tau) {
+            if e.v.is_some_and(|v| v > 0) {
+                *b.entry((e.k, e.v)).or_insert(0) += 1;
+            }
+        }
+        b
+    };
+    let Some(lo) = input.s.iter().map(|e| e.t).min() else { return vec![] };
+    let hi = input.s.iter().map(|e| e.t).max().unwrap_or(lo).saturating_add(w.extent() + 1);
+    let mut out = Vec::new();
+    for tau in lo..=hi {
+        let (now, before) = (r(tau), tau.checked_sub(1).map_or_else(BTreeMap::new, r));
+        let keys: BTreeSet<(i64, Option<i64>)> = now.keys().chain(before.keys()).copied().collect();
+        for key in keys {
+            let d = now.get(&key).copied().unwrap_or(0) - before.get(&key).copied().unwrap_or(0);
+            let n = if m == Mode::Istream { d } else { -d };
+            for _ in 0..n.max(0) {
+                out.push(el(key.0, key.1, tau));
+            }
+        }
+    }
+    out
+}
+
+/// `CREATE VIEW d AS SELECT ISTREAM|DSTREAM k, v FROM s [w1] WHERE v > 0`, then a grouped
+/// aggregate over `d [w2]`.
+fn q_derived(m: Mode, w1: Win, w2: Win) -> Case {
+    let kw = if m == Mode::Istream { "ISTREAM" } else { "DSTREAM" };
+    let setup = format!("CREATE VIEW d AS SELECT {kw} k, v FROM s {} WHERE v > 0", w1.sql());
+    let sql = format!("SELECT k, COUNT(*), SUM(v) FROM d {} GROUP BY k", w2.sql());
+    Case {
+        setup,
+        sql,
+        reads_s: true,
+        reads_s2: false,
+        reads_table: false,
+        wins: vec![(w1, false)],
+        monotonic: false,
+        extra: w2.extent() + 1,
+        mode: Mode::Rel,
+        oracle: Box::new(move |i, tau| {
+            let d = derived_stream(i, w1, m);
+            let g = group(w2.contents(&d, tau).iter().map(|e| (e.k, e.v)));
+            bag(g.into_iter().map(|(k, vs)| vec![int(k), int(vs.len() as i64), sum(&vs)]))
+        }),
+    }
+}
+
+// --- stream-table templates ---
+
+fn with_table(sql: String, w: Win, oracle: Oracle) -> Case {
+    Case {
+        setup: String::new(),
+        sql,
+        reads_s: true,
+        reads_s2: false,
+        reads_table: true,
+        wins: vec![(w, false)],
+        monotonic: false,
+        extra: 0,
+        mode: Mode::Rel,
+        oracle,
+    }
+}
+
+/// Equi-join of a windowed stream with a table changed by INSERT/DELETE ... AT.
+fn q_table_join(w: Win) -> Case {
+    let sql = format!("SELECT a.k, a.v, b.w FROM s {} a, tb b WHERE a.k = b.k", w.sql());
+    with_table(
+        sql,
+        w,
+        Box::new(move |i, tau| {
+            let tb = table_at(i, tau);
+            let mut rows = Vec::new();
+            for a in s_at(w, i, tau) {
+                for &(k, tw) in &tb {
+                    if a.k == k {
+                        rows.push(vec![int(a.k), txt(a.v), int(tw)]);
+                    }
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+/// Aggregate over a stream-table join, grouped by a table column.
+fn q_table_join_group(w: Win) -> Case {
+    let sql = format!(
+        "SELECT b.w, SUM(a.v), COUNT(*) FROM s {} a, tb b WHERE a.k = b.k GROUP BY b.w",
+        w.sql()
+    );
+    with_table(
+        sql,
+        w,
+        Box::new(move |i, tau| {
+            let tb = table_at(i, tau);
+            let mut pairs = Vec::new();
+            for a in s_at(w, i, tau) {
+                for &(k, tw) in &tb {
+                    if a.k == k {
+                        pairs.push((tw, a.v));
+                    }
+                }
+            }
+            let g = group(pairs);
+            bag(g.into_iter().map(|(tw, vs)| vec![int(tw), sum(&vs), int(vs.len() as i64)]))
+        }),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the engine
+// ---------------------------------------------------------------------------------------------
+
+const BATCH_SIZES: [usize; 3] = [1, 3, 1024];
+
+/// Watermark delay of `s` when its elements arrive out of order.
+const DELAY: i64 = 3;
+
+fn ddl(input: &Input) -> String {
+    let delay = if input.s_arrival.is_some() { format!(" - {DELAY}") } else { String::new() };
+    format!(
+        "CREATE STREAM s (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t{delay}); \
+         CREATE STREAM s2 (k BIGINT, w BIGINT, t BIGINT, WATERMARK FOR t AS t); \
+         CREATE TABLE tb (k BIGINT, w BIGINT)"
+    )
+}
+
+fn record_batch(second: bool, els: &[El]) -> RecordBatch {
+    let vname = if second { "w" } else { "v" };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new(vname, DataType::Int64, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(els.iter().map(|e| e.k).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(els.iter().map(|e| e.v).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(els.iter().map(|e| e.t).collect::<Vec<_>>())),
+    ];
+    RecordBatch::try_new(schema, cols).expect("record batch")
+}
+
+fn table_sql(t: i64, op: TableOp) -> String {
+    match op {
+        TableOp::Insert(k, w) => format!("INSERT INTO tb VALUES ({k}, {w}) AT {t}"),
+        TableOp::Delete(k) => format!("DELETE FROM tb WHERE k = {k} AT {t}"),
+    }
+}
+
+/// Runs the case over `input`, pushing each stream's elements in batches of at most `batch`
+/// elements (in arrival order), and returns every change after closing all inputs.
+///
+/// Table changes at τ are applied after the stream elements stamped ≤ τ and before later ones,
+/// so that they happen exactly at τ; batches never straddle a table change. The batches of two
+/// streams are interleaved by their first timestamps.
+fn run(case: &Case, input: &Input, batch: usize) -> Result<(PlanKind, Vec<Change>), String> {
+    let err = |what: &str, e: weir::WeirError| format!("{what}: {e}");
+    let mut e = Engine::new();
+    e.execute(&ddl(input)).map_err(|x| err("DDL", x))?;
+    if !case.setup.is_empty() {
+        e.execute(&case.setup).map_err(|x| err("setup", x))?;
+    }
+    let sub = e.subscribe(&case.sql).map_err(|x| err("subscribe", x))?;
+    let table: Vec<(i64, TableOp)> = if case.reads_table { input.table.clone() } else { vec![] };
+    let s_arrived: Vec<El> = match &input.s_arrival {
+        Some(order) => {
+            assert!(table.is_empty(), "out-of-order input with table changes");
+            order.iter().map(|&i| input.s[i]).collect()
+        }
+        None => input.s.clone(),
+    };
+    let cuts: Vec<i64> =
+        table.iter().map(|(t, _)| *t).collect::<BTreeSet<_>>().into_iter().collect();
+    let streams: Vec<(&str, bool, &[El])> =
+        [("s", false, &s_arrived[..]), ("s2", true, &input.s2[..])]
+            .into_iter()
+            .filter(|(n, _, _)| if *n == "s" { case.reads_s } else { case.reads_s2 })
+            .collect();
+    let mut next = vec![0usize; streams.len()];
+    for seg in 0..=cuts.len() {
+        let bound = cuts.get(seg).copied().unwrap_or(i64::MAX);
+        // This segment's chunks, per stream in arrival order.
+        let mut queues: Vec<std::collections::VecDeque<&[El]>> = Vec::new();
+        for (si, (_, _, els)) in streams.iter().enumerate() {
+            let start = next[si];
+            let end = start + els[start..].iter().take_while(|x| x.t <= bound).count();
+            queues.push(els[start..end].chunks(batch).collect());
+            next[si] = end;
+        }
+        // Merge the streams' chunks by first timestamp, keeping each stream's order.
+        while let Some(si) = (0..queues.len())
+            .filter(|&q| !queues[q].is_empty())
+            .min_by_key(|&q| (queues[q][0][0].t, q))
+        {
+            let c = queues[si].pop_front().unwrap_or_default();
+            let (name, second, _) = streams[si];
+            e.push(name, record_batch(second, c)).map_err(|x| err("push", x))?;
+        }
+        if seg < cuts.len() {
+            for &(t, op) in table.iter().filter(|(t, _)| *t == bound) {
+                e.execute(&table_sql(t, op)).map_err(|x| err("table change", x))?;
+            }
+        }
+    }
+    e.close_all().map_err(|x| err("close", x))?;
+    let changes = sub.poll_changes().map_err(|x| err("poll", x))?;
+    Ok((sub.kind, changes))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The property
+// ---------------------------------------------------------------------------------------------
+
+fn show_bag(b: &Bag) -> String {
+    let mut s = String::from("{");
+    for (r, n) in b {
+        let _ = write!(s, " {}", r.join(","));
+        if *n != 1 {
+            let _ = write!(s, "×{n}");
+        }
+    }
+    s.push_str(" }");
+    s
+}
+
+fn describe(case: &Case, input: &Input, changes: &[Change]) -> String {
+    let mut s = String::new();
+    if !case.setup.is_empty() {
+        let _ = writeln!(s, "setup: {}", case.setup);
+    }
+    let _ = writeln!(s, "query: {}", case.sql);
+    if case.reads_s {
+        let _ = writeln!(s, "s (k, v, t): {}", show_els(&input.s));
+        if let Some(order) = &input.s_arrival {
+            let arrived: Vec<El> = order.iter().map(|&i| input.s[i]).collect();
+            let _ = writeln!(s, "s arrives (watermark t - {DELAY}): {}", show_els(&arrived));
+        }
+    }
+    if case.reads_s2 {
+        let _ = writeln!(s, "s2 (k, w, t): {}", show_els(&input.s2));
+    }
+    if case.reads_table {
+        let _ = writeln!(s, "tb changes: {:?}", input.table);
+    }
+    let _ = writeln!(s, "engine output:");
+    for c in changes {
+        let _ = writeln!(s, "  {c}");
+    }
+    s
+}
+
+fn show_els(els: &[El]) -> String {
+    els.iter().map(|e| format!("({},{})@{}", e.k, txt(e.v), e.t)).collect::<Vec<_>>().join(" ")
+}
+
+/// Runs the case at every batch size and checks the engine against the oracle.
+fn check(case: &Case, input: &Input) -> Result<(), TestCaseError> {
+    let mut runs = Vec::new();
+    for b in BATCH_SIZES {
+        match run(case, input, b) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                return Err(TestCaseError::fail(format!(
+                    "engine error at batch size {b}: {e}\n{}",
+                    describe(case, input, &[])
+                )))
+            }
+        }
+    }
+    let (kind, changes) = runs[0].clone();
+    for (b, r) in BATCH_SIZES.iter().zip(&runs).skip(1) {
+        if r.1 != changes {
+            return Err(TestCaseError::fail(format!(
+                "batch size {b} gives different changes than batch size 1\n{}batch size {b}:\n{}",
+                describe(case, input, &changes),
+                r.1.iter().map(|c| format!("  {c}\n")).collect::<String>()
+            )));
+        }
+    }
+    let ctx = || describe(case, input, &changes);
+    let expected_kind = if case.mode != Mode::Rel || case.monotonic {
+        PlanKind::Stream
+    } else {
+        PlanKind::Relation
+    };
+    prop_assert_eq!(kind, expected_kind, "output kind\n{}", ctx());
+    prop_assert!(
+        changes.windows(2).all(|w| w[0].time <= w[1].time),
+        "changes not in time order\n{}",
+        ctx()
+    );
+    let (lo, hi) = case.tick_range(input);
+    prop_assert!(
+        changes.iter().all(|c| c.time >= lo && c.time <= hi),
+        "change outside [{lo}, {hi}]\n{}",
+        ctx()
+    );
+    if kind == PlanKind::Relation {
+        let mut seen = BTreeSet::new();
+        for c in &changes {
+            prop_assert!(c.diff != 0, "zero diff\n{}", ctx());
+            prop_assert!(
+                seen.insert((c.time, c.values.clone())),
+                "relation changes not consolidated at {}\n{}",
+                c.time,
+                ctx()
+            );
+        }
+    }
+    let at = |tau: i64| -> Bag {
+        let mut b = Bag::new();
+        for c in changes.iter().filter(|c| c.time == tau) {
+            add(&mut b, c.values.iter().map(|v| norm(v)).collect(), c.diff);
+        }
+        b
+    };
+    let mut integrated = Bag::new();
+    for tau in lo..=hi {
+        let out = at(tau);
+        match case.mode {
+            Mode::Rel => {
+                for (r, n) in out {
+                    add(&mut integrated, r, n);
+                }
+                let want = case.r(input, tau);
+                prop_assert!(
+                    integrated == want,
+                    "at τ={tau}: integrated output {} but R(τ) = {}\n{}",
+                    show_bag(&integrated),
+                    show_bag(&want),
+                    ctx()
+                );
+            }
+            Mode::Istream | Mode::Dstream => {
+                let (now, before) = (case.r(input, tau), case.r_prev(input, tau));
+                let want = if case.mode == Mode::Istream {
+                    minus(&now, &before)
+                } else {
+                    minus(&before, &now)
+                };
+                prop_assert!(
+                    out == want,
+                    "at τ={tau}: {:?} output {} but expected {} (R(τ−1) = {}, R(τ) = {})\n{}",
+                    case.mode,
+                    show_bag(&out),
+                    show_bag(&want),
+                    show_bag(&before),
+                    show_bag(&now),
+                    ctx()
+                );
+            }
+            Mode::Rstream => {
+                let want =
+                    if case.is_instant(input, tau) { case.r(input, tau) } else { Bag::new() };
+                prop_assert!(
+                    out == want,
+                    "at τ={tau}: RSTREAM output {} but expected {} (instant: {})\n{}",
+                    show_bag(&out),
+                    show_bag(&want),
+                    case.is_instant(input, tau),
+                    ctx()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_all_windows(make: fn(Win) -> Case, input: &Input) -> Result<(), TestCaseError> {
+    for &w in WINDOWS {
+        check(&make(w), input)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generators
+// ---------------------------------------------------------------------------------------------
+
+/// 0..40 elements: keys 0..3, values −2..5 (sometimes NULL), timestamps over a random span
+/// (dense spans give many equal timestamps, wide ones gaps longer than the windows), sorted by
+/// timestamp with ties kept in generation order (the arrival order).
+fn elements() -> impl Strategy<Value = Vec<El>> {
+    (1i64..25).prop_flat_map(|span| {
+        prop::collection::vec((0i64..3, prop::option::weighted(0.85, -2i64..5), -3i64..span), 0..40)
+            .prop_map(|v| {
+                let mut els: Vec<El> = v.into_iter().map(|(k, v, t)| el(k, v, t)).collect();
+                els.sort_by_key(|e| e.t);
+                els
+            })
+    })
+}
+
+/// Elements of `s` with an arrival order: each timestamp τ is delayed by a jitter j(τ) in
+/// 0..=DELAY (the same for all elements stamped τ, so equal timestamps keep their order), and
+/// elements arrive in order of τ + j(τ). Every element then arrives at or above the watermark
+/// max(seen) − DELAY, so none is late.
+fn out_of_order() -> impl Strategy<Value = Input> {
+    (elements(), prop::collection::vec(0..=DELAY, 40)).prop_map(|(s, jitter)| {
+        let key = |t: i64| t + jitter[(t + 3).rem_euclid(40) as usize];
+        let mut order: Vec<usize> = (0..s.len()).collect();
+        order.sort_by_key(|&i| key(s[i].t));
+        Input { s, s_arrival: Some(order), ..Input::default() }
+    })
+}
+
+/// Elements moved to the low end of the i64 tick domain: the earliest lands on
+/// i64::MIN + `off`.
+fn near_min() -> impl Strategy<Value = Vec<El>> {
+    (elements(), 0i64..3).prop_map(|(els, off)| {
+        let base = els.first().map_or(0, |e| e.t);
+        els.into_iter().map(|e| el(e.k, e.v, i64::MIN + off + (e.t - base))).collect()
+    })
+}
+
+/// Elements moved to the high end of the i64 tick domain: the latest lands on
+/// i64::MAX − `off`.
+fn near_max() -> impl Strategy<Value = Vec<El>> {
+    (elements(), 0i64..3).prop_map(|(els, off)| {
+        let top = els.last().map_or(0, |e| e.t);
+        els.into_iter().map(|e| el(e.k, e.v, i64::MAX - off - (top - e.t))).collect()
+    })
+}
+
+fn table_ops() -> impl Strategy<Value = Vec<(i64, TableOp)>> {
+    let op = prop_oneof![
+        3 => (0i64..3, 0i64..3).prop_map(|(k, w)| TableOp::Insert(k, w)),
+        1 => (0i64..3).prop_map(TableOp::Delete),
+    ];
+    prop::collection::vec((-4i64..20, op), 0..8).prop_map(|mut v| {
+        v.sort_by_key(|(t, _)| *t);
+        v
+    })
+}
+
+fn window() -> impl Strategy<Value = Win> {
+    prop::sample::select(WINDOWS)
+}
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("DIFF_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..ProptestConfig::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+// ---------------------------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn project_matches_oracle(s in elements()) {
+        check_all_windows(q_project, &Input::single(s))?;
+    }
+
+    #[test]
+    fn filter_matches_oracle(s in elements()) {
+        check_all_windows(q_filter, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_count_matches_oracle(s in elements()) {
+        check_all_windows(q_group_count, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_sum_min_max_matches_oracle(s in elements()) {
+        check_all_windows(q_group_sum_min_max, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_count_distinct_matches_oracle(s in elements()) {
+        check_all_windows(q_group_count_distinct, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_avg_matches_oracle(s in elements()) {
+        check_all_windows(q_group_avg, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_by_nullable_matches_oracle(s in elements()) {
+        check_all_windows(q_group_by_nullable, &Input::single(s))?;
+    }
+
+    #[test]
+    fn scalar_aggregates_match_oracle(s in elements()) {
+        check_all_windows(q_scalar, &Input::single(s))?;
+    }
+
+    #[test]
+    fn distinct_matches_oracle(s in elements()) {
+        check_all_windows(q_distinct, &Input::single(s))?;
+    }
+
+    #[test]
+    fn having_matches_oracle(s in elements()) {
+        check_all_windows(q_having, &Input::single(s))?;
+    }
+
+    #[test]
+    fn nested_aggregates_match_oracle(s in elements()) {
+        let input = Input::single(s);
+        check_all_windows(q_nested_group, &input)?;
+        check_all_windows(q_nested_scalar, &input)?;
+    }
+
+    #[test]
+    fn out_of_order_arrival_matches_oracle(input in out_of_order(), w in window()) {
+        for make in [q_project, q_group_sum_min_max, q_scalar, q_distinct] {
+            check(&make(w), &input)?;
+        }
+    }
+
+    #[test]
+    fn timestamps_near_i64_min_match_oracle(s in near_min()) {
+        let input = Input::single(s);
+        check_all_windows(q_project, &input)?;
+        check_all_windows(q_scalar, &input)?;
+    }
+
+    #[test]
+    fn timestamps_near_i64_max_match_oracle(s in near_max()) {
+        let input = Input::single(s);
+        check_all_windows(q_project, &input)?;
+        check_all_windows(q_scalar, &input)?;
+    }
+
+    #[test]
+    fn stream_join_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_join(w1, w2), &input)?;
+        check(&q_join_nullable(w1, w2), &input)?;
+    }
+
+    #[test]
+    fn join_group_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        check(&q_join_group(w1, w2), &Input { s, s2, ..Input::default() })?;
+    }
+
+    #[test]
+    fn union_all_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_union_all(w1, w2), &input)?;
+        check(&q_union_distinct(w1, w2), &input)?;
+    }
+
+    #[test]
+    fn theta_and_cross_join_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_theta_join(w1, w2), &input)?;
+        check(&q_cross_join(w1, w2), &input)?;
+    }
+
+    #[test]
+    fn scalar_aggregate_over_join_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        check(&q_join_scalar(w1, w2), &Input { s, s2, ..Input::default() })?;
+    }
+
+    #[test]
+    fn window_over_derived_stream_matches_oracle(
+        s in elements(),
+        w1 in window(),
+        w2 in prop::sample::select(TIME_WINDOWS),
+    ) {
+        let input = Input::single(s);
+        check(&q_derived(Mode::Istream, w1, w2), &input)?;
+        check(&q_derived(Mode::Dstream, w1, w2), &input)?;
+    }
+
+    #[test]
+    fn stream_table_join_matches_oracle(s in elements(), table in table_ops(), w in window()) {
+        let input = Input { s, table, ..Input::default() };
+        check(&q_table_join(w), &input)?;
+        check(&q_table_join_group(w), &input)?;
+    }
+
+    #[test]
+    fn istream_dstream_rstream_match_oracle(s in elements(), w in window()) {
+        let input = Input::single(s);
+        for make in [q_project, q_group_count, q_group_sum_min_max, q_scalar, q_having] {
+            for m in [Mode::Istream, Mode::Dstream, Mode::Rstream] {
+                check(&make(w).with_mode(m), &input)?;
+            }
+        }
+    }
+
+    #[test]
+    fn istream_dstream_of_join_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for m in [Mode::Istream, Mode::Dstream] {
+            check(&q_join(w1, w2).with_mode(m), &input)?;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oracle against semantics.md's worked examples (keeps the oracle honest)
+// ---------------------------------------------------------------------------------------------
+
+fn oracle_stream(case: &Case, input: &Input, lo: i64, hi: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    for tau in lo..=hi {
+        let (now, before) = (case.r(input, tau), case.r_prev(input, tau));
+        let d = match case.mode {
+            Mode::Istream => minus(&now, &before),
+            Mode::Dstream => minus(&before, &now),
+            _ => unreachable!(),
+        };
+        for (r, n) in d {
+            for _ in 0..n {
+                out.push(format!("{}@{tau}", r.join(",")));
+            }
+        }
+    }
+    out
+}
+
 #[test]
-fn stub() {}
+fn oracle_reproduces_worked_examples() {
+    // Example 2: S [RANGE 2], a@1, b@2, c@4 (a, b, c as v = 1, 2, 3).
+    let i = Input::single(vec![el(0, Some(1), 1), el(0, Some(2), 2), el(0, Some(3), 4)]);
+    let c = |m| q_project(Win::Range(2)).with_mode(m);
+    assert_eq!(oracle_stream(&c(Mode::Istream), &i, 0, 8), ["0,1@1", "0,2@2", "0,3@4"]);
+    assert_eq!(oracle_stream(&c(Mode::Dstream), &i, 0, 8), ["0,1@3", "0,2@4", "0,3@6"]);
+    // Example 3: S [ROWS 2], 10@1, 20@2, 30@3, 40@5.
+    let i = Input::single(vec![
+        el(0, Some(10), 1),
+        el(0, Some(20), 2),
+        el(0, Some(30), 3),
+        el(0, Some(40), 5),
+    ]);
+    let c = |m| q_project(Win::Rows(2)).with_mode(m);
+    assert_eq!(oracle_stream(&c(Mode::Dstream), &i, 0, 8), ["0,10@3", "0,20@5"]);
+    // Example 4: [PARTITION BY k ROWS 1], (a,1)@1, (b,5)@2, (a,3)@3, (b,5)@4; ISTREAM SUM(v).
+    let i = Input::single(vec![
+        el(0, Some(1), 1),
+        el(1, Some(5), 2),
+        el(0, Some(3), 3),
+        el(1, Some(5), 4),
+    ]);
+    let c = q_project(Win::PartRows(1)).with_mode(Mode::Istream);
+    assert_eq!(oracle_stream(&c, &i, 0, 8), ["0,1@1", "1,5@2", "0,3@3"]);
+    let w = Win::PartRows(1);
+    let sum_case = Case::single(
+        String::new(),
+        w,
+        false,
+        Box::new(move |i, tau| {
+            bag([vec![sum(&s_at(w, i, tau).iter().map(|e| e.v).collect::<Vec<_>>())]])
+        }),
+    )
+    .with_mode(Mode::Istream);
+    assert_eq!(oracle_stream(&sum_case, &i, 0, 8), ["1@1", "6@2", "8@3"]);
+    // Example 5: k, COUNT(*) over [RANGE 2] GROUP BY k; a@1, a@2, b@3, a@5.
+    let i = Input::single(vec![el(0, None, 1), el(0, None, 2), el(1, None, 3), el(0, None, 5)]);
+    let c = |m| q_group_count(Win::Range(2)).with_mode(m);
+    assert_eq!(
+        oracle_stream(&c(Mode::Istream), &i, 0, 9),
+        ["0,1@1", "0,2@2", "0,1@3", "1,1@3", "0,1@5"]
+    );
+    assert_eq!(
+        oracle_stream(&c(Mode::Dstream), &i, 0, 9),
+        ["0,1@2", "0,2@3", "0,1@4", "1,1@5", "0,1@7"]
+    );
+    // Example 7: ISTREAM COUNT(*) over [RANGE 10 SLIDE 5]; x@1, x@4, x@6, x@12.
+    let w = Win::Slide(10, 5);
+    let i = Input::single(vec![el(0, None, 1), el(0, None, 4), el(0, None, 6), el(0, None, 12)]);
+    let count_case = Case::single(
+        String::new(),
+        w,
+        false,
+        Box::new(move |i, tau| bag([vec![int(s_at(w, i, tau).len() as i64)]])),
+    )
+    .with_mode(Mode::Istream);
+    assert_eq!(
+        oracle_stream(&count_case, &i, -5, 30),
+        ["0@1", "2@4", "3@9", "2@14", "1@19", "0@24"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regression tests at the ends of the tick domain, where the properties above once found bugs
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sql` over elements of `s` pushed in one batch, then closes; the output as lines,
+/// sorted within each instant.
+fn engine_lines(sql: &str, els: &[El]) -> Result<Vec<String>, String> {
+    let mut e = Engine::new();
+    e.execute(&ddl(&Input::default())).map_err(|x| x.to_string())?;
+    let sub = e.subscribe(sql).map_err(|x| x.to_string())?;
+    e.push("s", record_batch(false, els)).map_err(|x| x.to_string())?;
+    e.close_all().map_err(|x| x.to_string())?;
+    let mut changes = sub.poll_changes().map_err(|x| x.to_string())?;
+    changes.sort_by_key(|c| (c.time, c.to_string()));
+    Ok(changes.iter().map(|c| c.to_string()).collect())
+}
+
+/// `[NOW]` at τ holds the elements stamped exactly τ, so at τ = i64::MIN it holds the element
+/// stamped i64::MIN: COUNT(*) is 1 there and 0 from i64::MIN + 1 (window bounds must not be
+/// clamped into the tick domain).
+#[test]
+fn range_window_holds_an_element_at_i64_min() {
+    let min = i64::MIN;
+    let got = engine_lines("SELECT COUNT(*) FROM s [NOW]", &[el(0, Some(1), min)]);
+    let want =
+        vec![format!("@{min} +1 1"), format!("@{} +1 0", min + 1), format!("@{} -1 1", min + 1)];
+    assert_eq!(got, Ok(want));
+}
+
+/// Closing a stream sets its watermark to +∞, so every instant is evaluated, including an
+/// element's instant i64::MAX.
+#[test]
+fn instant_i64_max_is_evaluated_on_close() {
+    let max = i64::MAX;
+    let got = engine_lines("SELECT k, v FROM s", &[el(0, Some(1), max)]);
+    assert_eq!(got, Ok(vec![format!("@{max} 0 1")]));
+}
+
+/// `[RANGE 3 SLIDE 3]`: the element stamped i64::MAX − 2 = 2^63 − 3 lies in window
+/// [2^63 − 5, 2^63 − 2), current from τ = 2^63 − 3 on; the next boundary 2^63 + 1 is past the
+/// end of the domain, so the element never leaves.
+#[test]
+fn slide_window_near_i64_max_stays_current() {
+    let t = i64::MAX - 2;
+    let got = engine_lines("SELECT COUNT(*) FROM s [RANGE 3 SLIDE 3]", &[el(0, Some(1), t)]);
+    assert_eq!(got, Ok(vec![format!("@{t} +1 1")]));
+}

@@ -67,3 +67,23 @@ fn one_shot_over_maintained_view() {
     };
     assert_eq!(rows, vec![vec!["a".to_string(), "2".into()], vec!["b".into(), "1".into()]]);
 }
+
+/// A derived stream made by RSTREAM has elements at its own instants only; windowing it must
+/// not feed the window's expiries back as new RSTREAM instants (that never terminated).
+#[test]
+fn rstream_view_has_its_own_instants() {
+    let mut e = Engine::new();
+    e.execute(
+        "CREATE STREAM s (x VARCHAR, t BIGINT, WATERMARK FOR t AS t);
+         CREATE VIEW snap AS SELECT RSTREAM COUNT(*) AS n FROM s [RANGE 2]",
+    )
+    .unwrap();
+    let now = e.subscribe("SELECT n FROM snap [NOW]").unwrap();
+    e.execute("INSERT INTO s VALUES ('a', 1), ('b', 2); CLOSE s").unwrap();
+    let got: Vec<String> = now.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
+    // snap: 1@1 2@2 1@3 0@4; snap [NOW] holds exactly the element of each instant.
+    assert_eq!(
+        got,
+        ["@1 +1 1", "@2 -1 1", "@2 +1 2", "@3 +1 1", "@3 -1 2", "@4 +1 0", "@4 -1 1", "@5 -1 0"]
+    );
+}

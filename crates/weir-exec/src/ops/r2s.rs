@@ -3,7 +3,10 @@
 //! With R(−1) = ∅ and bag difference −, at each instant τ of the query:
 //! - ISTREAM emits R(τ) − R(τ−1): rows whose consolidated diff at τ is positive, that many times;
 //! - DSTREAM emits R(τ−1) − R(τ): rows whose consolidated diff is negative;
-//! - RSTREAM emits R(τ) whole, at every instant, even one where R did not change.
+//! - RSTREAM emits R(τ) whole, at every instant of its own input, even one where R did not
+//!   change. Its instants are those of the plan below it (its sources' elements and
+//!   heartbeats, its windows' expiries), not those of a query that reads it: a derived stream
+//!   is what its view emits, whoever reads it.
 //!
 //! Changes are consolidated per instant first, so an insertion and a deletion of the same tuple
 //! at one instant cancel. Output rows carry diff = multiplicity (> 0), sorted by value.
@@ -26,17 +29,27 @@ pub struct ToStream {
     schema: SchemaRef,
     codec: RowCodec,
     relation: HashMap<RowBytes, i64>,
+    /// The base streams and tables below this operator.
+    sources: Vec<String>,
 }
 
 impl ToStream {
-    pub fn new(input: Box<dyn Operator>, op: R2S, schema: SchemaRef) -> Result<Self> {
+    pub fn new(
+        input: Box<dyn Operator>,
+        op: R2S,
+        schema: SchemaRef,
+        sources: Vec<String>,
+    ) -> Result<Self> {
         let codec = RowCodec::for_schema(&schema)?;
-        Ok(ToStream { input, op, schema, codec, relation: HashMap::new() })
+        Ok(ToStream { input, op, schema, codec, relation: HashMap::new(), sources })
     }
 }
 
 impl Operator for ToStream {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        // Is τ an instant of the plan below? (Decided before evaluating it.)
+        let own_instant = self.input.next_wakeup() == Some(t)
+            || self.sources.iter().any(|s| ctx.active.contains(s));
         let d = self.input.eval(t, ctx)?;
         let net = if d.is_empty() { HashMap::new() } else { net_diffs(&self.codec, &d)? };
         let rows: Vec<(RowBytes, i64)> = match self.op {
@@ -49,6 +62,9 @@ impl Operator for ToStream {
                     if *c == 0 {
                         self.relation.remove(&r);
                     }
+                }
+                if !own_instant {
+                    return Ok(ChangeBatch::empty(self.schema.clone()));
                 }
                 self.relation
                     .iter()
@@ -71,7 +87,7 @@ mod tests {
     use crate::testing::{kv, kv_schema, run, Feed, Tick};
 
     fn r2s(op: R2S, input: Vec<Tick>) -> Vec<String> {
-        let mut s = ToStream::new(Feed::new(kv_schema(), input), op, kv_schema()).unwrap();
+        let mut s = ToStream::new(Feed::new(kv_schema(), input), op, kv_schema(), vec![]).unwrap();
         run(&mut s)
     }
 

@@ -37,14 +37,16 @@ pub enum TimeBounds {
 }
 
 impl TimeBounds {
-    /// [lo, hi) at instant t.
-    fn at(self, t: Time) -> (Time, Time) {
+    /// [lo, hi) at instant t. Computed in i128: bounds may lie outside the i64 tick domain
+    /// (a window at the domain's ends), and must not be clamped into it.
+    fn at(self, t: Time) -> (i128, i128) {
+        let t = t as i128;
         match self {
-            TimeBounds::Unbounded => (Time::MIN, t.saturating_add(1)),
-            TimeBounds::Range(r) => (t.saturating_sub(r).saturating_add(1), t.saturating_add(1)),
+            TimeBounds::Unbounded => (i128::MIN, t + 1),
+            TimeBounds::Range(r) => (t - r as i128 + 1, t + 1),
             TimeBounds::Slide { range, slide } => {
-                let b = slide.saturating_mul(t.saturating_add(1).div_euclid(slide));
-                (b.saturating_sub(range), b)
+                let b = slide as i128 * (t + 1).div_euclid(slide as i128);
+                (b - range as i128, b)
             }
         }
     }
@@ -78,23 +80,30 @@ impl TimeWindow {
         match self.bounds {
             TimeBounds::Unbounded | TimeBounds::Range(_) => Some(e),
             TimeBounds::Slide { range, slide } => {
-                let b = slide.saturating_mul(e.div_euclid(slide).saturating_add(1));
-                (b.saturating_sub(range) <= e).then(|| b - 1)
+                let (e, range, slide) = (e as i128, range as i128, slide as i128);
+                let b = slide * (e.div_euclid(slide) + 1);
+                if b - range > e {
+                    return None; // in a gap between windows
+                }
+                // The window holding e becomes current at b−1; past the domain's end it never
+                // does, and the element is in no window.
+                Time::try_from(b - 1).ok()
             }
         }
     }
 
     /// The tick at which an element stamped `e`, now inside, leaves.
+    /// `None` if that tick lies past the end of the time domain (it never leaves).
     fn exit_tick(&self, e: Time) -> Option<Time> {
-        match self.bounds {
-            TimeBounds::Unbounded => None,
-            TimeBounds::Range(r) => Some(e.saturating_add(r)),
+        let tick = match self.bounds {
+            TimeBounds::Unbounded => return None,
+            TimeBounds::Range(r) => e as i128 + r as i128,
             TimeBounds::Slide { range, slide } => {
-                let b = slide
-                    .saturating_mul(e.saturating_add(range).div_euclid(slide).saturating_add(1));
-                Some(b.saturating_sub(1))
+                let (e, range, slide) = (e as i128, range as i128, slide as i128);
+                slide * ((e + range).div_euclid(slide) + 1) - 1
             }
-        }
+        };
+        Time::try_from(tick).ok()
     }
 }
 
@@ -110,15 +119,15 @@ impl Operator for TimeWindow {
         }
         let (lo, hi) = self.bounds.at(t);
         let mut out = Vec::new();
-        while self.entered < self.elems.len() && self.elems[self.entered].time < hi {
+        while self.entered < self.elems.len() && (self.elems[self.entered].time as i128) < hi {
             let e = &mut self.elems[self.entered];
-            if e.time >= lo {
+            if e.time as i128 >= lo {
                 e.inside = true;
                 out.push(e.batch.clone());
             }
             self.entered += 1;
         }
-        while self.entered > 0 && self.elems.front().is_some_and(|e| e.time < lo) {
+        while self.entered > 0 && self.elems.front().is_some_and(|e| (e.time as i128) < lo) {
             if let Some(e) = self.elems.pop_front() {
                 if e.inside {
                     out.push(e.batch.negate());
