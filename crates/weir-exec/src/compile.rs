@@ -47,6 +47,13 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         LogicalPlan::StreamScan { name, .. } | LogicalPlan::TableScan { name, .. } => {
             Box::new(Scan::new(name.clone(), schema))
         }
+        LogicalPlan::Window { spec, input, bounds_columns: true, .. } => {
+            let WindowSpec::RangeSlide { range, slide } = spec else {
+                return Err(WeirError::internal("window bounds columns without RANGE ... SLIDE"));
+            };
+            let bounds = TimeBounds::Slide { range: *range, slide: *slide };
+            Box::new(TimeWindow::with_bounds_columns(compile(input)?, bounds, schema))
+        }
         LogicalPlan::Window { spec, input, .. } => {
             let child = compile(input)?;
             match spec {

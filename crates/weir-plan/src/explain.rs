@@ -26,12 +26,14 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
     let label = match plan {
         LogicalPlan::StreamScan { name, .. } => format!("StreamScan: {name}"),
         LogicalPlan::TableScan { name, .. } => format!("TableScan: {name}"),
-        LogicalPlan::Window { spec, input, .. } => {
+        LogicalPlan::Window { spec, input, bounds_columns, .. } => {
             let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
-            format!(
-                "Window: [{}]",
-                LogicalPlan::window_label(spec, domain, &names(&input.schema()))
-            )
+            let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
+            if *bounds_columns {
+                format!("Window: [{label}] with window_start, window_end")
+            } else {
+                format!("Window: [{label}]")
+            }
         }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {

@@ -150,8 +150,10 @@ pub enum LogicalPlan {
     StreamScan { name: String, schema: DFSchemaRef, time_column: usize, domain: TimeDomain },
     /// The changes of a table (a relation changed by INSERT/DELETE at instants).
     TableScan { name: String, schema: DFSchemaRef },
-    /// Stream-to-relation. `schema` is the input's columns under the name the query uses.
-    Window { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// Stream-to-relation. `schema` is the input's columns under the name the query uses, plus,
+    /// with `bounds_columns` (the TUMBLE/HOP table functions), `window_start` and `window_end`:
+    /// the bounds [b−T, b) of the window current at each instant.
+    Window { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef, bounds_columns: bool },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -236,8 +238,8 @@ impl LogicalPlan {
     /// relation-to-stream operator gets an implicit `ISTREAM`.
     pub fn is_monotonic(&self) -> bool {
         match self {
-            LogicalPlan::Window { spec, input, .. } => {
-                *spec == WindowSpec::Unbounded && input.is_stream_source()
+            LogicalPlan::Window { spec, input, bounds_columns, .. } => {
+                *spec == WindowSpec::Unbounded && !bounds_columns && input.is_stream_source()
             }
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }

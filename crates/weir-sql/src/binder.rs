@@ -100,7 +100,7 @@ impl ContextProvider for Provider<'_> {
     ) -> datafusion_common::Result<Arc<dyn TableSource>> {
         let table = name.table();
         let schema = if let Some(w) = self.windows.iter().find(|w| w.synthetic == table) {
-            self.catalog.lookup(&w.stream).map(|e| e.schema())
+            window_schema(self.catalog, w)
         } else {
             self.catalog.lookup(table).map(|e| e.schema())
         };
@@ -471,8 +471,13 @@ impl Converter<'_> {
                 let input = self.convert(&s.input)?;
                 let schema = s.schema.clone();
                 match input.as_ref() {
-                    LogicalPlan::Window { spec, input, .. } => {
-                        LogicalPlan::Window { spec: spec.clone(), input: input.clone(), schema }
+                    LogicalPlan::Window { spec, input, bounds_columns, .. } => {
+                        LogicalPlan::Window {
+                            spec: spec.clone(),
+                            input: input.clone(),
+                            schema,
+                            bounds_columns: *bounds_columns,
+                        }
                     }
                     LogicalPlan::TableScan { name, .. } => {
                         LogicalPlan::TableScan { name: name.clone(), schema }
@@ -531,13 +536,22 @@ impl Converter<'_> {
         if let Some(w) = self.windows.iter().find(|w| w.synthetic == name) {
             let source = self.source(&w.stream)?;
             let spec = self.window_spec(w, &source)?;
-            return Ok(Arc::new(LogicalPlan::Window { spec, input: source, schema }));
+            let bounds_columns = w.kind.has_bounds_columns();
+            return Ok(Arc::new(LogicalPlan::Window {
+                spec,
+                input: source,
+                schema,
+                bounds_columns,
+            }));
         }
         let source = self.source(name)?;
         Ok(Arc::new(match source.kind() {
-            PlanKind::Stream => {
-                LogicalPlan::Window { spec: WindowSpec::Unbounded, input: source, schema }
-            }
+            PlanKind::Stream => LogicalPlan::Window {
+                spec: WindowSpec::Unbounded,
+                input: source,
+                schema,
+                bounds_columns: false,
+            },
             PlanKind::Relation => LogicalPlan::Rename { input: source, schema },
         }))
     }
@@ -598,6 +612,14 @@ impl Converter<'_> {
                 WindowSpec::RangeSlide { range: ticks(*r)?, slide: ticks(*s)? }
             }
             WindowKind::Rows(n) => WindowSpec::Rows(*n),
+            WindowKind::Tumble { column, size } => {
+                self.check_descriptor(w, source, column)?;
+                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*size)? }
+            }
+            WindowKind::Hop { column, slide, size } => {
+                self.check_descriptor(w, source, column)?;
+                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*slide)? }
+            }
             WindowKind::PartitionRows(cols, n) => {
                 let schema = source.schema();
                 let mut by = Vec::new();
@@ -615,6 +637,52 @@ impl Converter<'_> {
             }
         })
     }
+}
+
+impl Converter<'_> {
+    /// TUMBLE/HOP's DESCRIPTOR names the stream's event-time column: windows run on event time.
+    fn check_descriptor(&self, w: &WindowAst, source: &LogicalPlan, column: &str) -> Result<()> {
+        match source {
+            LogicalPlan::StreamScan { schema, time_column, .. } => {
+                let tc = schema.field(*time_column).name();
+                if tc == column {
+                    Ok(())
+                } else {
+                    Err(WeirError::plan_at(
+                        format!(
+                            "DESCRIPTOR({column}) must name '{}''s event-time column '{tc}'",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            }
+            _ => Err(WeirError::plan_at(
+                format!("TUMBLE and HOP apply to base streams; '{}' is a view", w.stream),
+                w.span,
+            )),
+        }
+    }
+}
+
+/// The schema a windowed stream shows the query: the stream's columns, plus `window_start`
+/// and `window_end` for the window table functions.
+fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<SchemaRef> {
+    let entry = catalog.lookup(&w.stream)?;
+    let schema = entry.schema();
+    if !w.kind.has_bounds_columns() {
+        return Some(schema);
+    }
+    let ty = match &entry {
+        CatalogEntry::Stream(s) if s.domain == TimeDomain::Micros => {
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)
+        }
+        _ => DataType::Int64,
+    };
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));
+    fields.push(Arc::new(arrow::datatypes::Field::new("window_end", ty, true)));
+    Some(Arc::new(arrow::datatypes::Schema::new(fields)))
 }
 
 fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {

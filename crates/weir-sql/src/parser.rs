@@ -76,6 +76,26 @@ pub enum WindowKind {
     RangeSlide(Duration, Duration),
     Rows(u64),
     PartitionRows(Vec<(String, Option<Span>)>, u64),
+    /// `TABLE(TUMBLE(TABLE s, DESCRIPTOR(col), size))`: `[RANGE size SLIDE size]` plus
+    /// `window_start` and `window_end` columns.
+    Tumble {
+        column: String,
+        size: Duration,
+    },
+    /// `TABLE(HOP(TABLE s, DESCRIPTOR(col), slide, size))`: `[RANGE size SLIDE slide]` plus
+    /// `window_start` and `window_end` columns.
+    Hop {
+        column: String,
+        slide: Duration,
+        size: Duration,
+    },
+}
+
+impl WindowKind {
+    /// Whether the window adds `window_start` and `window_end` columns (the table functions).
+    pub fn has_bounds_columns(&self) -> bool {
+        matches!(self, WindowKind::Tumble { .. } | WindowKind::Hop { .. })
+    }
 }
 
 /// A window after a stream name, with the synthetic name that replaced it in the SQL.
@@ -191,6 +211,12 @@ impl std::fmt::Display for WindowKind {
                 let cols: Vec<&str> = cols.iter().map(|(c, _)| c.as_str()).collect();
                 write!(f, "[PARTITION BY {} ROWS {n}]", cols.join(", "))
             }
+            WindowKind::Tumble { column, size } => {
+                write!(f, "TUMBLE(DESCRIPTOR({column}), {size})")
+            }
+            WindowKind::Hop { column, slide, size } => {
+                write!(f, "HOP(DESCRIPTOR({column}), {slide}, {size})")
+            }
         }
     }
 }
@@ -217,7 +243,16 @@ impl std::fmt::Display for CqlQuery {
         let mut windows: Vec<&WindowAst> = self.windows.iter().collect();
         windows.sort_by_key(|w| std::cmp::Reverse(w.synthetic.len()));
         for w in windows {
-            text = text.replace(&w.synthetic, &format!("{} {}", w.stream, w.kind));
+            let replacement = match &w.kind {
+                WindowKind::Tumble { column, size } => {
+                    format!("TABLE(TUMBLE(TABLE {}, DESCRIPTOR({column}), {size}))", w.stream)
+                }
+                WindowKind::Hop { column, slide, size } => {
+                    format!("TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}))", w.stream)
+                }
+                kind => format!("{} {kind}", w.stream),
+            };
+            text = text.replace(&w.synthetic, &replacement);
         }
         f.write_str(&text)
     }
@@ -936,6 +971,41 @@ fn parse_window(
     Ok(kind)
 }
 
+/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)` or `HOP(TABLE s, DESCRIPTOR(col), slide, size)`:
+/// the tokens inside `TABLE( ... )`.
+fn parse_window_function(
+    toks: &[TokenWithSpan],
+    close: &TokenWithSpan,
+) -> Result<(String, WindowKind)> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let hop = if c.eat_word("TUMBLE") {
+        false
+    } else {
+        c.expect_word("HOP")?;
+        true
+    };
+    c.expect(&Token::LParen, "'('")?;
+    c.expect_word("TABLE")?;
+    let (stream, _) = c.ident("a stream name")?;
+    c.expect(&Token::Comma, "','")?;
+    c.expect_word("DESCRIPTOR")?;
+    c.expect(&Token::LParen, "'('")?;
+    let (column, _) = c.ident("the event-time column")?;
+    c.expect(&Token::RParen, "')'")?;
+    c.expect(&Token::Comma, "','")?;
+    let first = parse_duration(&mut c)?;
+    let kind = if hop {
+        c.expect(&Token::Comma, "',' and the window size (HOP takes slide, then size)")?;
+        let size = parse_duration(&mut c)?;
+        WindowKind::Hop { column, slide: first, size }
+    } else {
+        WindowKind::Tumble { column, size: first }
+    };
+    c.expect(&Token::RParen, "')'")?;
+    c.end()?;
+    Ok((stream, kind))
+}
+
 fn rows_count(c: &mut Cursor) -> Result<u64> {
     let span = c.peek().and_then(tok_span);
     let n = c.integer("a row count")?;
@@ -1036,6 +1106,63 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             Token::LParen => in_from.push(false),
             Token::RParen if in_from.len() > 1 => {
                 in_from.pop();
+            }
+            Token::Word(w)
+                if in_from.last().copied().unwrap_or(false)
+                    && w.value.eq_ignore_ascii_case("TABLE")
+                    && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
+                    && toks
+                        .get(i + 2)
+                        .is_some_and(|t| word_is(t, "TUMBLE") || word_is(t, "HOP")) =>
+            {
+                let close =
+                    matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
+                        WeirError::Syntax(Diagnostic::at(
+                            "TABLE( is never closed: expected ')'",
+                            tok_span(t),
+                        ))
+                    })?;
+                let (stream, kind) = parse_window_function(&toks[i + 2..close], &toks[close])?;
+                let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    t.span.start,
+                    toks[close].span.end,
+                ));
+                let alias_follows = match toks.get(close + 1).map(|t| &t.token) {
+                    Some(Token::Word(w)) => {
+                        w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
+                    }
+                    _ => false,
+                };
+                out.push(TokenWithSpan::new(
+                    Token::Word(Word {
+                        value: synthetic.clone(),
+                        quote_style: None,
+                        keyword: Keyword::NoKeyword,
+                    }),
+                    t.span,
+                ));
+                if !alias_follows {
+                    out.push(TokenWithSpan::new(
+                        Token::Word(Word {
+                            value: "AS".into(),
+                            quote_style: None,
+                            keyword: Keyword::AS,
+                        }),
+                        t.span,
+                    ));
+                    out.push(TokenWithSpan::new(
+                        Token::Word(Word {
+                            value: stream.clone(),
+                            quote_style: None,
+                            keyword: Keyword::NoKeyword,
+                        }),
+                        t.span,
+                    ));
+                }
+                windows.push(WindowAst { synthetic, stream, kind, span });
+                i = close + 1;
+                continue;
             }
             Token::Word(w) if w.quote_style.is_none() => {
                 let up = w.value.to_ascii_uppercase();
@@ -1263,6 +1390,8 @@ mod tests {
             "SELECT k FROM (SELECT k FROM s [UNBOUNDED]) AS sub",
             "SELECT a FROM s [RANGE 2] UNION ALL SELECT a FROM t [RANGE 3]",
             "WITH g AS (SELECT k FROM s [RANGE 2]) SELECT ISTREAM k FROM g",
+            "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
+            "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
         ] {
             round_trip(sql);
         }

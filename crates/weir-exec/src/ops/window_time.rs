@@ -15,8 +15,16 @@
 //! boundary) or leaves (an expiry), so those ticks become instants. Elements that fall into a
 //! gap between sliding windows (T < S) are never in any window and are dropped on arrival.
 //! State: the elements not yet expired. `[UNBOUNDED]` keeps none.
+//!
+//! With bounds columns (the TUMBLE/HOP table functions), each row also carries the current
+//! window's `window_start` = b−T and `window_end` = b. When the window slides, every row still
+//! inside changes (its bounds do), so the output is −(old rows, old bounds) +(new rows, new
+//! bounds): proportional to the window's contents, which is the size of the change itself.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
@@ -68,11 +76,60 @@ pub struct TimeWindow {
     elems: VecDeque<Elements>,
     /// How many entries at the head have been passed by `hi` (entered, or skipped).
     entered: usize,
+    /// The input's columns (`schema` less the bounds columns, if any).
+    data_schema: SchemaRef,
+    /// Whether rows carry `window_start`/`window_end`.
+    bounds_columns: bool,
+    /// The bounds [lo, hi) at the last instant.
+    current: Option<(i128, i128)>,
 }
 
 impl TimeWindow {
     pub fn new(input: Box<dyn Operator>, bounds: TimeBounds, schema: SchemaRef) -> Self {
-        TimeWindow { input, bounds, schema, elems: VecDeque::new(), entered: 0 }
+        TimeWindow {
+            input,
+            bounds,
+            data_schema: schema.clone(),
+            schema,
+            elems: VecDeque::new(),
+            entered: 0,
+            bounds_columns: false,
+            current: None,
+        }
+    }
+
+    /// A window whose rows carry `window_start` and `window_end`, the last two columns of
+    /// `schema`.
+    pub fn with_bounds_columns(
+        input: Box<dyn Operator>,
+        bounds: TimeBounds,
+        schema: SchemaRef,
+    ) -> Self {
+        let n = schema.fields().len().saturating_sub(2);
+        let data_schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
+        TimeWindow { data_schema, bounds_columns: true, ..TimeWindow::new(input, bounds, schema) }
+    }
+
+    /// Rows of `batches` with constant bounds columns appended, and diffs times `sign`.
+    fn with_bounds(
+        &self,
+        batches: &[ChangeBatch],
+        bounds: (i128, i128),
+        sign: i64,
+    ) -> Result<ChangeBatch> {
+        let all = ChangeBatch::concat(&self.data_schema, batches)?;
+        let n = all.len();
+        let clamp = |v: i128| v.clamp(Time::MIN as i128, Time::MAX as i128) as i64;
+        let mut cols = all.data.columns().to_vec();
+        for v in [bounds.0, bounds.1] {
+            cols.push(Arc::new(arrow::array::Int64Array::from(vec![clamp(v); n])) as ArrayRef);
+        }
+        let data = batch_of(&self.schema, cols, n)?;
+        Ok(ChangeBatch::new(data, all.times, all.diffs.iter().map(|d| d * sign).collect()))
+    }
+
+    fn inside(&self) -> Vec<ChangeBatch> {
+        self.elems.iter().filter(|e| e.inside).map(|e| e.batch.clone()).collect()
     }
 
     /// The tick at which an element stamped `e` first lies in the window, if ever.
@@ -110,7 +167,7 @@ impl TimeWindow {
 impl Operator for TimeWindow {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let d = self.input.eval(t, ctx)?;
-        let d = d.with_schema(self.schema.clone())?;
+        let d = d.with_schema(self.data_schema.clone())?;
         if self.bounds == TimeBounds::Unbounded {
             return Ok(d);
         }
@@ -118,6 +175,10 @@ impl Operator for TimeWindow {
             self.elems.push_back(Elements { time: t, batch: d, inside: false });
         }
         let (lo, hi) = self.bounds.at(t);
+        let slid = self.current.is_some_and(|c| c != (lo, hi));
+        let before = if self.bounds_columns && slid { self.inside() } else { vec![] };
+        let old_bounds = self.current.unwrap_or((lo, hi));
+        self.current = Some((lo, hi));
         let mut out = Vec::new();
         while self.entered < self.elems.len() && (self.elems[self.entered].time as i128) < hi {
             let e = &mut self.elems[self.entered];
@@ -135,16 +196,35 @@ impl Operator for TimeWindow {
             }
             self.entered -= 1;
         }
-        let mut all = ChangeBatch::concat(&self.schema, &out)?;
+        let mut all = if !self.bounds_columns {
+            let all = ChangeBatch::concat(&self.data_schema, &out)?;
+            let data = batch_of(&self.schema, all.data.columns().to_vec(), all.len())?;
+            ChangeBatch::new(data, all.times, all.diffs)
+        } else if slid {
+            let old = self.with_bounds(&before, old_bounds, -1)?;
+            let new = self.with_bounds(&self.inside(), (lo, hi), 1)?;
+            ChangeBatch::concat(&self.schema, &[old, new])?
+        } else {
+            self.with_bounds(&out, (lo, hi), 1)?
+        };
         all.times.iter_mut().for_each(|x| *x = t);
-        let data = batch_of(&self.schema, all.data.columns().to_vec(), all.len())?;
-        Ok(ChangeBatch::new(data, all.times, all.diffs))
+        Ok(all)
     }
 
     fn next_wakeup(&self) -> Option<Time> {
+        // With bounds columns, rows inside change at every slide (their bounds do).
+        let next_slide = match (self.bounds, self.current) {
+            (TimeBounds::Slide { slide, .. }, Some((_, hi)))
+                if self.bounds_columns && self.elems.front().is_some_and(|e| e.inside) =>
+            {
+                Time::try_from(hi + slide as i128 - 1).ok()
+            }
+            _ => None,
+        };
         let own = [
             self.elems.get(self.entered).and_then(|e| self.entry_tick(e.time)),
             self.elems.front().filter(|e| e.inside).and_then(|e| self.exit_tick(e.time)),
+            next_slide,
         ]
         .into_iter()
         .flatten()
