@@ -85,7 +85,7 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 exprs.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
             Box::new(Project::new(compile(input)?, exprs, schema))
         }
-        LogicalPlan::Join { left, right, on, filter, .. } => {
+        LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } => {
             let (ls, rs) = (left.schema(), right.schema());
             let mut key_types = Vec::new();
             let mut lkeys = Vec::new();
@@ -102,6 +102,8 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 None => None,
             };
             Box::new(Join::new(
+                *kind,
+                *nulls_equal,
                 JoinSide {
                     input: compile(left)?,
                     keys: lkeys,

@@ -39,8 +39,8 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))
         }
-        LogicalPlan::Join { on, filter, .. } => {
-            let mut s = String::from("Join: inner");
+        LogicalPlan::Join { kind, on, filter, .. } => {
+            let mut s = format!("Join: {kind}");
             if !on.is_empty() {
                 let _ = write!(s, " on {}", list(on.iter().map(|(l, r)| format!("{l} = {r}"))));
             }

@@ -107,6 +107,33 @@ impl fmt::Display for R2S {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JoinKind {
     Inner,
+    /// Inner pairs plus each unmatched left row padded with NULLs.
+    Left,
+    /// Inner pairs plus each unmatched right row padded with NULLs.
+    Right,
+    /// Left and right padding both.
+    Full,
+    /// Left rows with at least one match (`EXISTS`, `IN`, `INTERSECT`).
+    LeftSemi,
+    /// Left rows with no match (`NOT EXISTS`, `EXCEPT`); `null_aware` adds `NOT IN`'s NULL
+    /// rules.
+    LeftAnti {
+        null_aware: bool,
+    },
+}
+
+impl fmt::Display for JoinKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JoinKind::Inner => "inner",
+            JoinKind::Left => "left",
+            JoinKind::Right => "right",
+            JoinKind::Full => "full",
+            JoinKind::LeftSemi => "left semi",
+            JoinKind::LeftAnti { null_aware: false } => "left anti",
+            JoinKind::LeftAnti { null_aware: true } => "left anti (null-aware)",
+        })
+    }
 }
 
 /// Aggregate functions with retractable incremental state.
@@ -158,13 +185,15 @@ pub enum LogicalPlan {
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
     Project { exprs: Vec<Expr>, input: Arc<LogicalPlan>, schema: DFSchemaRef },
-    /// Inner join on `on` equalities plus an optional residual `filter` over the joined row.
+    /// A join on `on` equalities plus an optional residual `filter` over the joined row.
     Join {
         kind: JoinKind,
         left: Arc<LogicalPlan>,
         right: Arc<LogicalPlan>,
         on: Vec<(Expr, Expr)>,
         filter: Option<Expr>,
+        /// Whether NULL keys match each other (set operations: EXCEPT, INTERSECT).
+        nulls_equal: bool,
         schema: DFSchemaRef,
     },
     /// Group by `group` (empty: one scalar row) computing `aggs`; output = keys then aggregates.
@@ -244,7 +273,12 @@ impl LogicalPlan {
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Rename { input, .. } => input.is_monotonic(),
-            LogicalPlan::Join { left, right, .. } => left.is_monotonic() && right.is_monotonic(),
+            LogicalPlan::Join { kind, left, right, .. } => {
+                // Outer padding and anti-join rows retract when a match arrives.
+                matches!(kind, JoinKind::Inner | JoinKind::LeftSemi)
+                    && left.is_monotonic()
+                    && right.is_monotonic()
+            }
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().all(|i| i.is_monotonic()),
             _ => false,
         }

@@ -222,6 +222,8 @@ impl<'a> Binder<'a> {
         let mut options = ConfigOptions::new();
         options.sql_parser.enable_ident_normalization = true;
         options.optimizer.filter_null_join_keys = false;
+        // Weir has no physical subquery operator: every scalar subquery becomes a join.
+        options.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
         let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
         let parser_options = ParserOptions {
             collect_spans: true,
@@ -231,8 +233,17 @@ impl<'a> Binder<'a> {
             ..ParserOptions::default()
         };
         let planner = SqlToRel::new_with_options(&provider, parser_options);
-        let plan = planner
-            .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
+        let plan =
+            match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
+                Err(e) if e.to_string().contains("Projections require unique expression names") => {
+                    // SQL allows repeated output names; DataFusion does not. Name the columns after
+                    // their SQL text and plan again.
+                    let mut query = query.clone();
+                    name_duplicate_columns(&mut query);
+                    planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query)))
+                }
+                other => other,
+            }
             .map_err(df_error)?;
         let plan =
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
@@ -342,6 +353,87 @@ impl<'a> Binder<'a> {
     }
 }
 
+/// SQL allows two output columns with the same name (`SELECT 1, 1`, `SELECT v, v`, two scalar
+/// subqueries); DataFusion's planner does not. Every unaliased expression is named after its
+/// SQL text, and a name that repeats an earlier one gets a suffix `:n` (n = 2, 3, ...), in
+/// every SELECT of the query.
+fn name_duplicate_columns(q: &mut sql::Query) {
+    if let Some(with) = &mut q.with {
+        for cte in &mut with.cte_tables {
+            name_duplicate_columns(&mut cte.query);
+        }
+    }
+    name_duplicates_in(&mut q.body);
+}
+
+fn name_duplicates_in(body: &mut sql::SetExpr) {
+    match body {
+        sql::SetExpr::Select(select) => {
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for item in &mut select.projection {
+                let (name, expr) = match item {
+                    sql::SelectItem::UnnamedExpr(e) => {
+                        let (name, rename) = match &*e {
+                            sql::Expr::Identifier(id) => (id.value.to_ascii_lowercase(), false),
+                            sql::Expr::CompoundIdentifier(ids) => (
+                                ids.last()
+                                    .map(|i| i.value.to_ascii_lowercase())
+                                    .unwrap_or_default(),
+                                false,
+                            ),
+                            e => (e.to_string(), true),
+                        };
+                        if rename {
+                            let expr = e.clone();
+                            let n = seen.entry(name.clone()).or_insert(0);
+                            *n += 1;
+                            let alias = if *n > 1 { format!("{name}:{n}") } else { name };
+                            *item = sql::SelectItem::ExprWithAlias {
+                                expr,
+                                alias: sql::Ident::with_quote('"', alias),
+                            };
+                            continue;
+                        }
+                        (name, Some(e.clone()))
+                    }
+                    sql::SelectItem::ExprWithAlias { alias, .. } => {
+                        (alias.value.to_ascii_lowercase(), None)
+                    }
+                    _ => continue,
+                };
+                let n = seen.entry(name.clone()).or_insert(0);
+                *n += 1;
+                if *n > 1 {
+                    if let Some(expr) = expr {
+                        *item = sql::SelectItem::ExprWithAlias {
+                            expr,
+                            alias: sql::Ident::with_quote('"', format!("{name}:{n}")),
+                        };
+                    }
+                }
+            }
+            for twj in &mut select.from {
+                name_duplicates_in_factor(&mut twj.relation);
+                for j in &mut twj.joins {
+                    name_duplicates_in_factor(&mut j.relation);
+                }
+            }
+        }
+        sql::SetExpr::Query(q) => name_duplicate_columns(q),
+        sql::SetExpr::SetOperation { left, right, .. } => {
+            name_duplicates_in(left);
+            name_duplicates_in(right);
+        }
+        _ => {}
+    }
+}
+
+fn name_duplicates_in_factor(f: &mut sql::TableFactor) {
+    if let sql::TableFactor::Derived { subquery, .. } = f {
+        name_duplicate_columns(subquery);
+    }
+}
+
 /// Appends the names of the streams, tables and views a query's FROM clauses name (not CTEs,
 /// not windowed streams' synthetic names), for dependency tracking.
 pub fn collect_relation_names(q: &sql::Query, out: &mut Vec<String>) {
@@ -430,15 +522,22 @@ impl Converter<'_> {
                 }
             }
             DfPlan::Join(j) => {
-                if j.join_type != JoinType::Inner {
-                    return Err(unsupported(&format!("{} JOIN", j.join_type)));
-                }
+                let kind = match j.join_type {
+                    JoinType::Inner => JoinKind::Inner,
+                    JoinType::Left => JoinKind::Left,
+                    JoinType::Right => JoinKind::Right,
+                    JoinType::Full => JoinKind::Full,
+                    JoinType::LeftSemi => JoinKind::LeftSemi,
+                    JoinType::LeftAnti => JoinKind::LeftAnti { null_aware: j.null_aware },
+                    other => return Err(unsupported(&format!("{other} JOIN"))),
+                };
                 LogicalPlan::Join {
-                    kind: JoinKind::Inner,
+                    kind,
                     left: self.convert(&j.left)?,
                     right: self.convert(&j.right)?,
                     on: j.on.clone(),
                     filter: j.filter.clone(),
+                    nulls_equal: j.null_equality == datafusion_common::NullEquality::NullEqualsNull,
                     schema: j.schema.clone(),
                 }
             }

@@ -87,3 +87,60 @@ fn rstream_view_has_its_own_instants() {
         ["@1 +1 1", "@2 -1 1", "@2 +1 2", "@3 +1 1", "@3 -1 2", "@4 +1 0", "@4 -1 1", "@5 -1 0"]
     );
 }
+
+fn rows(e: &mut Engine, sql: &str) -> Vec<String> {
+    match e.execute(sql).unwrap().pop() {
+        Some(ExecResult::Rows { batches, .. }) => batches
+            .iter()
+            .flat_map(|b| weir::format::rows_as_text(b).unwrap())
+            .map(|r| r.join(" "))
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn relational_sql_over_tables() {
+    let mut e = Engine::new();
+    e.execute(
+        "CREATE TABLE p (item VARCHAR, price BIGINT);
+         CREATE TABLE q (item VARCHAR, qty BIGINT);
+         INSERT INTO p VALUES ('x', 10), ('y', 20), ('z', 30);
+         INSERT INTO q VALUES ('x', 1), ('w', 2), (NULL, 3)",
+    )
+    .unwrap();
+    assert_eq!(rows(&mut e, "SELECT 1, 1"), ["1 1"]);
+    assert_eq!(rows(&mut e, "SELECT 2 + 3 * 4, (2 + 3) * 4"), ["14 20"]);
+    assert_eq!(
+        rows(&mut e, "SELECT p.item, q.qty FROM p LEFT JOIN q ON p.item = q.item ORDER BY 1"),
+        ["x 1", "y NULL", "z NULL"]
+    );
+    assert_eq!(
+        rows(&mut e, "SELECT p.item, q.item FROM p FULL JOIN q ON p.item = q.item ORDER BY 1, 2"),
+        ["NULL NULL", "NULL w", "x x", "y NULL", "z NULL"]
+    );
+    assert_eq!(
+        rows(&mut e, "SELECT item FROM p WHERE item IN (SELECT item FROM q) ORDER BY 1"),
+        ["x"]
+    );
+    assert_eq!(
+        rows(&mut e, "SELECT item FROM p WHERE NOT EXISTS (SELECT 1 FROM q WHERE q.item = p.item) ORDER BY 1"),
+        ["y", "z"]
+    );
+    // NOT IN over a set containing NULL is never true.
+    assert!(rows(&mut e, "SELECT item FROM p WHERE item NOT IN (SELECT item FROM q)").is_empty());
+    assert_eq!(rows(&mut e, "SELECT item FROM p EXCEPT SELECT item FROM q ORDER BY 1"), ["y", "z"]);
+    assert_eq!(rows(&mut e, "SELECT item FROM p INTERSECT SELECT item FROM q"), ["x"]);
+    assert_eq!(
+        rows(&mut e, "SELECT item, (SELECT MAX(qty) FROM q) FROM p ORDER BY 1"),
+        ["x 3", "y 3", "z 3"]
+    );
+    assert_eq!(rows(&mut e, "SELECT item FROM p WHERE price > (SELECT AVG(price) FROM p)"), ["z"]);
+    assert_eq!(
+        rows(
+            &mut e,
+            "SELECT item, (SELECT COUNT(*) FROM q WHERE q.item = p.item) FROM p ORDER BY 1"
+        ),
+        ["x 1", "y 0", "z 0"]
+    );
+}

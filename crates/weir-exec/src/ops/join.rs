@@ -1,17 +1,31 @@
-//! Inner join: R ⋈_θ S, with equality keys and an optional residual predicate.
+//! Join: inner, left/right/full outer, left semi and left anti, on equality keys plus an
+//! optional residual predicate θ.
 //!
-//! Delta semantics: Δ(R ⋈ S) = ΔR ⋈ S_old + R_new ⋈ ΔS, where S_old is the right input before
-//! this instant's changes and R_new the left input after them; each output pair's diff is the
-//! product of its inputs' diffs. Rows whose key contains NULL never match (SQL equality).
-//! State: per input, an index from key to the multiset of rows with that key, so a change
-//! costs work proportional to the rows it matches. A theta join without equality keys keeps one
-//! bucket per side and tests the predicate on every pair, as it must.
+//! Delta semantics of the matched pairs: Δ(R ⋈ S) = ΔR ⋈ S_old + R_new ⋈ ΔS, where S_old is the
+//! right input before this instant's changes and R_new the left input after them; a pair's
+//! diff is the product of its rows' diffs/multiplicities. Rows whose key contains NULL never
+//! match (SQL equality).
+//!
+//! The other kinds follow from each row's match count m(r) = Σ multiplicities of the rows of
+//! the other side that it matches (key equal and θ true): a left row with multiplicity c
+//! contributes c padded rows (r, NULL...) to a left outer join while m(r) = 0, c rows to a semi
+//! join while m(r) > 0, and c rows to an anti join while m(r) = 0. At each instant the
+//! operator updates m for the rows the matched-pair delta touches and emits the difference of
+//! those contributions before and after, so a row gains or loses its padding exactly when its
+//! last match leaves or its first arrives. The null-aware anti join (`NOT IN`) also empties
+//! when the right side holds a NULL key, and excludes NULL-keyed left rows unless the right
+//! side is empty; when those conditions flip, every left row is re-examined.
+//!
+//! State: per input, an index from key to the multiset of rows with that key (work per change
+//! is proportional to the rows it matches; a theta join without keys keeps one bucket); for
+//! outer, semi and anti joins, each tracked row's multiplicity and match count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
+use weir_plan::JoinKind;
 
 use crate::expr::ScalarExpr;
 use crate::operator::{min_wakeup, EvalCtx, Operator};
@@ -29,8 +43,19 @@ pub struct JoinSide {
     pub schema: SchemaRef,
 }
 
+/// Multiplicity, match count and whether the key is NULL, of a row of a tracked side.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Tracked {
+    count: i64,
+    matches: i64,
+    null_key: bool,
+}
+
 #[derive(Debug)]
 pub struct Join {
+    kind: JoinKind,
+    /// NULL keys match each other (set operations) instead of never matching.
+    nulls_equal: bool,
     left: JoinSide,
     right: JoinSide,
     key_codec: RowCodec,
@@ -38,15 +63,70 @@ pub struct Join {
     schema: SchemaRef,
     left_index: Index,
     right_index: Index,
+    left_rows: HashMap<RowBytes, Tracked>,
+    right_rows: HashMap<RowBytes, Tracked>,
+    /// For the null-aware anti join: right rows in total, and with a NULL key.
+    right_total: i64,
+    right_null: i64,
 }
 
-/// A delta side, encoded: (key or None if a key is NULL, row, diff).
-struct Encoded {
-    rows: Vec<(Option<RowBytes>, RowBytes, i64)>,
+/// One side's columns for output rows; `None` rows are NULL (outer-join padding).
+fn side_columns(
+    codec: &RowCodec,
+    schema: &SchemaRef,
+    rows: &[Option<&[u8]>],
+) -> Result<Vec<ArrayRef>> {
+    let n = rows.len();
+    if rows.iter().all(|r| r.is_some()) {
+        return codec.decode(rows.iter().flatten().copied());
+    }
+    let decoded = codec.decode(rows.iter().flatten().copied())?;
+    let mut pos = 0;
+    let idx: Vec<(usize, usize)> = rows
+        .iter()
+        .map(|r| {
+            if r.is_some() {
+                pos += 1;
+                (0, pos - 1)
+            } else {
+                (1, 0)
+            }
+        })
+        .collect();
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(c, f)| {
+            let nulls = new_null_array(f.data_type(), 1);
+            if decoded.is_empty() || pos == 0 {
+                return Ok(new_null_array(f.data_type(), n));
+            }
+            let sources: [&dyn arrow::array::Array; 2] = [decoded[c].as_ref(), nulls.as_ref()];
+            Ok(arrow::compute::interleave(&sources, &idx)?)
+        })
+        .collect()
+}
+
+/// An output row as (left row, right row); `None` is that side's NULL padding.
+type OutRow<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// A delta side, encoded: (key, or None if a key is NULL; row; diff).
+type Encoded = Vec<(Option<RowBytes>, RowBytes, i64)>;
+
+/// A candidate pair: rows, their diff/multiplicity factors, and which delta produced it.
+struct Pair {
+    l: RowBytes,
+    r: RowBytes,
+    lc: i64,
+    rc: i64,
+    from_left_delta: bool,
 }
 
 impl Join {
     pub fn new(
+        kind: JoinKind,
+        nulls_equal: bool,
         left: JoinSide,
         right: JoinSide,
         key_codec: RowCodec,
@@ -54,6 +134,8 @@ impl Join {
         schema: SchemaRef,
     ) -> Self {
         Join {
+            kind,
+            nulls_equal,
             left,
             right,
             key_codec,
@@ -61,29 +143,48 @@ impl Join {
             schema,
             left_index: Index::new(),
             right_index: Index::new(),
+            left_rows: HashMap::new(),
+            right_rows: HashMap::new(),
+            right_total: 0,
+            right_null: 0,
         }
     }
 
-    fn encode(side: &JoinSide, key_codec: &RowCodec, d: &ChangeBatch) -> Result<Encoded> {
+    fn tracks_left(&self) -> bool {
+        matches!(
+            self.kind,
+            JoinKind::Left | JoinKind::Full | JoinKind::LeftSemi | JoinKind::LeftAnti { .. }
+        )
+    }
+
+    fn tracks_right(&self) -> bool {
+        matches!(self.kind, JoinKind::Right | JoinKind::Full)
+    }
+
+    fn encode(
+        side: &JoinSide,
+        key_codec: &RowCodec,
+        d: &ChangeBatch,
+        nulls_equal: bool,
+    ) -> Result<Encoded> {
         if d.is_empty() {
-            return Ok(Encoded { rows: vec![] });
+            return Ok(vec![]);
         }
         let key_cols: Vec<ArrayRef> =
             side.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
         let keys = key_codec.encode(&key_cols, d.len())?;
         let rows = side.row_codec.encode(d.data.columns(), d.len())?;
-        let out = (0..d.len())
+        Ok((0..d.len())
             .map(|i| {
-                let null_key = key_cols.iter().any(|c| c.is_null(i));
+                let null_key = !nulls_equal && key_cols.iter().any(|c| c.is_null(i));
                 let key = (!null_key).then(|| RowBytes::from(keys.get(i)));
                 (key, RowBytes::from(rows.get(i)), d.diffs[i])
             })
-            .collect();
-        Ok(Encoded { rows: out })
+            .collect())
     }
 
     fn apply(index: &mut Index, delta: &Encoded) {
-        for (key, row, diff) in &delta.rows {
+        for (key, row, diff) in delta {
             let Some(key) = key else { continue };
             let bucket = index.entry(key.clone()).or_default();
             let c = bucket.entry(row.clone()).or_insert(0);
@@ -96,52 +197,228 @@ impl Join {
             }
         }
     }
+
+    /// Joined rows (left columns then right columns) for (left, right) row pairs; `None` pads
+    /// that side with NULLs.
+    fn joined(&self, rows: &[OutRow<'_>]) -> Result<RecordBatch> {
+        let n = rows.len();
+        let lefts: Vec<Option<&[u8]>> = rows.iter().map(|r| r.0).collect();
+        let mut cols = side_columns(&self.left.row_codec, &self.left.schema, &lefts)?;
+        if !matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+            let rights: Vec<Option<&[u8]>> = rows.iter().map(|r| r.1).collect();
+            cols.extend(side_columns(&self.right.row_codec, &self.right.schema, &rights)?);
+        }
+        batch_of(&self.schema, cols, n)
+    }
+
+    /// Updates the tracked rows of one side; returns each touched row's state before.
+    fn track(
+        rows: &mut HashMap<RowBytes, Tracked>,
+        delta: &Encoded,
+        matched: &[&Pair],
+        own: impl Fn(&Pair) -> (&RowBytes, &RowBytes, i64, bool),
+    ) -> HashMap<RowBytes, Tracked> {
+        let mut before: HashMap<RowBytes, Tracked> = HashMap::new();
+        let mut touch = |rows: &HashMap<RowBytes, Tracked>, r: &RowBytes| {
+            if !before.contains_key(r) {
+                before.insert(r.clone(), rows.get(r).copied().unwrap_or_default());
+            }
+        };
+        for (_, r, _) in delta {
+            touch(rows, r);
+        }
+        for p in matched {
+            touch(rows, own(p).0);
+        }
+        // Match counts of rows new at this instant come from the pairs with the other side's
+        // old contents (each distinct partner once); existing rows only gain the pairs with
+        // the other side's delta.
+        let mut seen: HashSet<(RowBytes, RowBytes)> = HashSet::new();
+        for p in matched {
+            let (row, partner, partner_count, from_own_delta) = own(p);
+            let was_present = before.get(row).is_some_and(|t| t.count > 0);
+            let e = rows.entry(row.clone()).or_default();
+            if from_own_delta {
+                if !was_present && seen.insert((row.clone(), partner.clone())) {
+                    e.matches += partner_count;
+                }
+            } else {
+                e.matches += partner_count;
+            }
+        }
+        for (key, r, d) in delta {
+            let e = rows.entry(r.clone()).or_default();
+            e.count += d;
+            e.null_key = key.is_none();
+        }
+        for r in before.keys() {
+            if rows.get(r).is_some_and(|t| t.count == 0) {
+                rows.remove(r);
+            }
+        }
+        before
+    }
 }
 
 impl Operator for Join {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let dl = self.left.input.eval(t, ctx)?;
         let dr = self.right.input.eval(t, ctx)?;
-        let el = Self::encode(&self.left, &self.key_codec, &dl)?;
-        let er = Self::encode(&self.right, &self.key_codec, &dr)?;
-        let mut pairs: Vec<(RowBytes, RowBytes, i64)> = Vec::new();
+        let el = Self::encode(&self.left, &self.key_codec, &dl, self.nulls_equal)?;
+        let er = Self::encode(&self.right, &self.key_codec, &dr, self.nulls_equal)?;
+        let mut pairs: Vec<Pair> = Vec::new();
         // ΔR ⋈ S_old
-        for (key, lrow, ld) in &el.rows {
+        for (key, l, ld) in &el {
             let Some(bucket) = key.as_ref().and_then(|k| self.right_index.get(k)) else { continue };
-            for (rrow, rc) in bucket {
-                pairs.push((lrow.clone(), rrow.clone(), ld * rc));
+            for (r, rc) in bucket {
+                pairs.push(Pair {
+                    l: l.clone(),
+                    r: r.clone(),
+                    lc: *ld,
+                    rc: *rc,
+                    from_left_delta: true,
+                });
             }
         }
         Self::apply(&mut self.left_index, &el);
         // R_new ⋈ ΔS
-        for (key, rrow, rd) in &er.rows {
+        for (key, r, rd) in &er {
             let Some(bucket) = key.as_ref().and_then(|k| self.left_index.get(k)) else { continue };
-            for (lrow, lc) in bucket {
-                pairs.push((lrow.clone(), rrow.clone(), lc * rd));
+            for (l, lc) in bucket {
+                pairs.push(Pair {
+                    l: l.clone(),
+                    r: r.clone(),
+                    lc: *lc,
+                    rc: *rd,
+                    from_left_delta: false,
+                });
             }
         }
         Self::apply(&mut self.right_index, &er);
-        if pairs.is_empty() {
-            return Ok(ChangeBatch::empty(self.schema.clone()));
-        }
-        let mut cols = self.left.row_codec.decode(pairs.iter().map(|p| &p.0[..]))?;
-        cols.extend(self.right.row_codec.decode(pairs.iter().map(|p| &p.1[..]))?);
-        let data: RecordBatch = batch_of(&self.schema, cols, pairs.len())?;
-        let diffs: Vec<i64> = pairs.iter().map(|p| p.2).collect();
-        let out = ChangeBatch::new(data, vec![t; diffs.len()], diffs);
-        match &self.filter {
-            None => Ok(out),
-            Some(f) => {
-                let mask = f.eval_predicate(&out.data)?;
-                let keep: Vec<u32> =
-                    (0..out.len()).filter(|&i| mask.value(i)).map(|i| i as u32).collect();
-                out.take(&keep)
+
+        // The residual predicate, on whole candidate pairs at once.
+        let matched: Vec<&Pair> = match (&self.filter, pairs.is_empty()) {
+            (Some(f), false) => {
+                let rows: Vec<OutRow<'_>> =
+                    pairs.iter().map(|p| (Some(&p.l[..]), Some(&p.r[..]))).collect();
+                let full = self.joined_full(&rows)?;
+                let mask = f.eval_predicate(&full)?;
+                pairs.iter().enumerate().filter(|(i, _)| mask.value(*i)).map(|(_, p)| p).collect()
+            }
+            _ => pairs.iter().collect(),
+        };
+
+        let mut out_rows: Vec<OutRow<'_>> = Vec::new();
+        let mut diffs: Vec<i64> = Vec::new();
+        if !matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+            for p in &matched {
+                out_rows.push((Some(&p.l[..]), Some(&p.r[..])));
+                diffs.push(p.lc * p.rc);
             }
         }
+
+        // Padding, semi and anti rows from the tracked match counts.
+        let mut owned: Vec<(RowBytes, bool, i64)> = Vec::new(); // (row, is_left, diff)
+        if self.tracks_left() {
+            let before = Self::track(&mut self.left_rows, &el, &matched, |p| {
+                (&p.l, &p.r, p.rc, p.from_left_delta)
+            });
+            let null_aware = matches!(self.kind, JoinKind::LeftAnti { null_aware: true });
+            let (old_total, old_null) = (self.right_total, self.right_null);
+            if null_aware {
+                for (k, _, d) in &er {
+                    self.right_total += d;
+                    if k.is_none() {
+                        self.right_null += d;
+                    }
+                }
+            }
+            let contributes = |kind: JoinKind, tr: Tracked, total: i64, nulls: i64| -> i64 {
+                let unmatched = tr.matches == 0;
+                let on = match kind {
+                    JoinKind::LeftSemi => !unmatched,
+                    JoinKind::LeftAnti { null_aware: true } => {
+                        unmatched && (total == 0 || (nulls == 0 && !tr.null_key))
+                    }
+                    _ => unmatched,
+                };
+                if on {
+                    tr.count
+                } else {
+                    0
+                }
+            };
+            let flipped = null_aware
+                && ((old_total == 0) != (self.right_total == 0)
+                    || (old_null == 0) != (self.right_null == 0));
+            let mut touched: Vec<(RowBytes, Tracked)> = before.into_iter().collect();
+            if flipped {
+                let already: HashSet<RowBytes> = touched.iter().map(|(r, _)| r.clone()).collect();
+                for (r, tr) in &self.left_rows {
+                    if !already.contains(r) {
+                        touched.push((r.clone(), *tr));
+                    }
+                }
+            }
+            for (r, old) in touched {
+                let new = self.left_rows.get(&r).copied().unwrap_or_default();
+                let d = contributes(self.kind, new, self.right_total, self.right_null)
+                    - contributes(self.kind, old, old_total, old_null);
+                if d != 0 {
+                    owned.push((r, true, d));
+                }
+            }
+        }
+        if self.tracks_right() {
+            let before = Self::track(&mut self.right_rows, &er, &matched, |p| {
+                (&p.r, &p.l, p.lc, !p.from_left_delta)
+            });
+            for (r, old) in before {
+                let new = self.right_rows.get(&r).copied().unwrap_or_default();
+                let pad = |tr: Tracked| if tr.matches == 0 { tr.count } else { 0 };
+                let d = pad(new) - pad(old);
+                if d != 0 {
+                    owned.push((r, false, d));
+                }
+            }
+        }
+        for (r, is_left, d) in &owned {
+            out_rows.push(if *is_left { (Some(&r[..]), None) } else { (None, Some(&r[..])) });
+            diffs.push(*d);
+        }
+        if out_rows.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let data = self.joined(&out_rows)?;
+        Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
     }
 
     fn next_wakeup(&self) -> Option<Time> {
         min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
+    }
+}
+
+impl Join {
+    /// Both sides' columns for candidate pairs, whatever the join's output shape (the residual
+    /// predicate is over the joined row).
+    fn joined_full(&self, rows: &[OutRow<'_>]) -> Result<RecordBatch> {
+        let n = rows.len();
+        let mut cols = self.left.row_codec.decode(rows.iter().filter_map(|r| r.0))?;
+        cols.extend(self.right.row_codec.decode(rows.iter().filter_map(|r| r.1))?);
+        let fields: Vec<arrow::datatypes::FieldRef> = self
+            .left
+            .schema
+            .fields()
+            .iter()
+            .chain(self.right.schema.fields().iter())
+            .cloned()
+            .collect();
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+        Ok(RecordBatch::try_new_with_options(
+            schema,
+            cols,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+        )?)
     }
 }
 
@@ -156,7 +433,7 @@ mod tests {
     use super::*;
     use crate::testing::{kv, kv_schema, run, Feed, Tick};
 
-    fn join(left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
+    fn join(kind: JoinKind, left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let side = |input| JoinSide {
             input,
@@ -164,13 +441,19 @@ mod tests {
             row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
             schema: kv_schema(),
         };
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("v", DataType::Int64, true),
-            Field::new("k2", DataType::Utf8, true),
-            Field::new("v2", DataType::Int64, true),
-        ]));
+        let schema = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+            kv_schema()
+        } else {
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new("k2", DataType::Utf8, true),
+                Field::new("v2", DataType::Int64, true),
+            ]))
+        };
         let mut op = Join::new(
+            kind,
+            false,
             side(Feed::new(kv_schema(), left)),
             side(Feed::new(kv_schema(), right)),
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
@@ -183,20 +466,78 @@ mod tests {
     #[test]
     fn delta_join_counts_each_pair_once() {
         // Both sides change at instant 1: the pair (a1, a10) must appear exactly once.
-        let out =
-            join(vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")], vec![kv(1, "+1 a 10"), kv(2, "+1 a 20")]);
+        let out = join(
+            JoinKind::Inner,
+            vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")],
+            vec![kv(1, "+1 a 10"), kv(2, "+1 a 20")],
+        );
         assert_eq!(out, ["@1 +1 a 1 a 10", "@2 +1 a 1 a 20", "@3 -1 a 1 a 10", "@3 -1 a 1 a 20"]);
     }
 
     #[test]
     fn null_keys_never_match() {
-        let out = join(vec![kv(1, "+1 _ 1, +1 b 2")], vec![kv(1, "+1 _ 3, +1 b 4")]);
+        let out =
+            join(JoinKind::Inner, vec![kv(1, "+1 _ 1, +1 b 2")], vec![kv(1, "+1 _ 3, +1 b 4")]);
         assert_eq!(out, ["@1 +1 b 2 b 4"]);
     }
 
     #[test]
     fn multiplicities_multiply() {
-        let out = join(vec![kv(1, "+2 a 1")], vec![kv(1, "+3 a 2")]);
+        let out = join(JoinKind::Inner, vec![kv(1, "+2 a 1")], vec![kv(1, "+3 a 2")]);
         assert_eq!(out, ["@1 +6 a 1 a 2"]);
+    }
+
+    #[test]
+    fn left_outer_pads_while_unmatched() {
+        // x is padded until its match arrives at 2, and again after it leaves at 3.
+        let out = join(
+            JoinKind::Left,
+            vec![kv(1, "+1 x 1, +1 _ 9")],
+            vec![kv(2, "+1 x 5"), kv(3, "-1 x 5")],
+        );
+        assert_eq!(
+            out,
+            [
+                "@1 +1 _ 9 _ _",
+                "@1 +1 x 1 _ _",
+                "@2 +1 x 1 x 5",
+                "@2 -1 x 1 _ _",
+                "@3 +1 x 1 _ _",
+                "@3 -1 x 1 x 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn full_outer_pads_both_sides() {
+        let out =
+            join(JoinKind::Full, vec![kv(1, "+1 a 1")], vec![kv(1, "+1 b 2"), kv(2, "+1 a 3")]);
+        assert_eq!(
+            out,
+            // (a,3) matches a1 as it arrives, so it is never padded.
+            ["@1 +1 _ _ b 2", "@1 +1 a 1 _ _", "@2 +1 a 1 a 3", "@2 -1 a 1 _ _"]
+        );
+    }
+
+    #[test]
+    fn semi_and_anti_follow_the_first_and_last_match() {
+        let left = || vec![kv(1, "+2 a 1, +1 b 2")];
+        let right = || vec![kv(2, "+1 a 7, +1 a 8"), kv(3, "-1 a 7"), kv(4, "-1 a 8")];
+        assert_eq!(join(JoinKind::LeftSemi, left(), right()), ["@2 +2 a 1", "@4 -2 a 1"]);
+        assert_eq!(
+            join(JoinKind::LeftAnti { null_aware: false }, left(), right()),
+            ["@1 +1 b 2", "@1 +2 a 1", "@2 -2 a 1", "@4 +2 a 1"]
+        );
+    }
+
+    #[test]
+    fn null_aware_anti_join_follows_not_in() {
+        // x NOT IN (R): empty R keeps everything (NULL x too); a NULL in R empties the result.
+        let out = join(
+            JoinKind::LeftAnti { null_aware: true },
+            vec![kv(1, "+1 a 1, +1 _ 2")],
+            vec![kv(2, "+1 b 0"), kv(3, "+1 _ 0"), kv(4, "-1 _ 0")],
+        );
+        assert_eq!(out, ["@1 +1 _ 2", "@1 +1 a 1", "@2 -1 _ 2", "@3 -1 a 1", "@4 +1 a 1"]);
     }
 }
