@@ -12,9 +12,11 @@ Usage:
   weir run FILE.sql [--format F]   run a script ('-' reads standard input)
   weir -c \"SQL\" [--format F]       run the statements given
   weir [--format F]                a REPL on a terminal; otherwise runs standard input
+  weir demo [--format F]           the REPL with a live stream of auction bids to query
 
 After each statement Weir prints the new output of every running continuous query; at the
-end of a script every stream is closed, so all pending instants are emitted.
+end of a script every stream is closed, so all pending instants are emitted. In the REPL,
+continuous queries print their changes live and \\help lists the commands (docs/repl.md).
 
 Options:
   --format F      table (default), csv or jsonl
@@ -32,6 +34,8 @@ pub enum Command {
     Inline(String),
     /// No command: the REPL on a terminal, standard input otherwise.
     Default,
+    /// The REPL with a generated stream of bids flowing.
+    Demo,
     Help,
     Version,
 }
@@ -49,7 +53,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
-            return Err("give either 'run FILE' or '-c SQL', once".to_string());
+            return Err("give one of 'run FILE', '-c SQL' or 'demo', once".to_string());
         }
         *command = new;
         Ok(())
@@ -73,6 +77,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                 let sql = v.into_string().map_err(|_| "-c: the SQL is not valid UTF-8")?;
                 set(&mut command, Command::Inline(sql))?;
             }
+            "demo" if command == Command::Default => set(&mut command, Command::Demo)?,
             "run" if command == Command::Default => {
                 let file = args.next().ok_or("run needs a file: weir run FILE.sql")?;
                 set(&mut command, Command::Run(PathBuf::from(file)))?;
@@ -107,6 +112,8 @@ mod tests {
         assert_eq!(p(&["run", "-"]).unwrap().command, Command::Run("-".into()));
         assert_eq!(p(&["-h"]).unwrap().command, Command::Help);
         assert_eq!(p(&["--version"]).unwrap().command, Command::Version);
+        assert_eq!(p(&["demo"]).unwrap().command, Command::Demo);
+        assert_eq!(p(&["demo", "--format", "csv"]).unwrap().format, Format::Csv);
     }
 
     #[test]
@@ -119,5 +126,7 @@ mod tests {
         assert!(p(&["--format"]).unwrap_err().contains("--format needs a value"));
         assert!(p(&["-c", "a", "run", "f"]).is_err());
         assert!(p(&["run", "f", "run", "g"]).is_err());
+        assert!(p(&["demo", "demo"]).is_err());
+        assert!(p(&["run", "f", "demo"]).is_err());
     }
 }

@@ -1,8 +1,11 @@
 //! The `weir` command: runs CQL scripts (`weir run FILE`, `weir -c SQL`, statements piped on
-//! standard input) or, on a terminal, a REPL. See `weir --help` and the module docs of
-//! [`output`] for the output formats.
+//! standard input) or, on a terminal, a REPL (`weir`, or `weir demo` with a live stream of
+//! bids to query). See `weir --help`, `docs/repl.md`, and the module docs of [`output`] for the
+//! output formats.
 
 mod args;
+mod complete;
+mod demo;
 mod output;
 mod repl;
 mod script;
@@ -38,8 +41,15 @@ fn main() -> ExitCode {
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
-            repl::run(args.format).map_err(|e| Failure::Statement(format!("{e:#}")))
+            repl::run(args.format, false).map_err(|e| Failure::Statement(format!("{e:#}")))
         }
+        Command::Demo if io::stdin().is_terminal() => {
+            repl::run(args.format, true).map_err(|e| Failure::Statement(format!("{e:#}")))
+        }
+        Command::Demo => Err(Failure::Statement(
+            "weir demo is interactive: run it in a terminal (or try weir run examples/auction.sql)"
+                .into(),
+        )),
         Command::Default => run_stdin(args.format),
     };
     match result {

@@ -87,6 +87,11 @@ pub struct QueryOutput {
 /// Width of `2024-01-01T12:00:05`, the usual instant of a TIMESTAMP stream.
 const TIMESTAMP_WIDTH: usize = 19;
 
+/// Width of `2024-01-01T12:00:04.999999`, an instant with microseconds: what the REPL reserves
+/// for the instants of live TIMESTAMP queries, whose windows close a microsecond before a
+/// boundary.
+pub const LIVE_TIMESTAMP_WIDTH: usize = 26;
+
 impl QueryOutput {
     pub fn new(number: usize, sub: &Subscription) -> Self {
         Self::with_shape(number, sub.column_names(), sub.kind, sub.domain)
@@ -104,6 +109,34 @@ impl QueryOutput {
             *w = (*w).max(TIMESTAMP_WIDTH);
         }
         q
+    }
+
+    /// Pads the `_time` cells of a TIMESTAMP query to at least `width`.
+    pub fn reserve_time_width(&mut self, width: usize) {
+        if let (TimeDomain::Micros, Some(w)) = (self.domain, self.widths.first_mut()) {
+            *w = (*w).max(width);
+        }
+    }
+
+    /// Pads each column to a width typical of its type (4 for integers, 10 for strings...), so
+    /// that live output rarely has to print its header again when a wider value arrives.
+    pub fn reserve_value_widths(&mut self, schema: &Schema) {
+        let first = if self.is_relation() { 2 } else { 1 };
+        for (i, f) in schema.fields().iter().enumerate() {
+            let typical = match f.data_type() {
+                t if t.is_integer() => 4,
+                DataType::Float16 | DataType::Float32 | DataType::Float64 => 8,
+                DataType::Decimal128(p, _) | DataType::Decimal256(p, _) => usize::from(*p) + 2,
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => 10,
+                DataType::Boolean => 5,
+                DataType::Date32 | DataType::Date64 => 10,
+                DataType::Timestamp(_, _) => 23,
+                _ => 0,
+            };
+            if let Some(w) = self.widths.get_mut(first + i) {
+                *w = (*w).max(typical);
+            }
+        }
     }
 
     fn is_relation(&self) -> bool {
@@ -503,6 +536,39 @@ mod tests {
             QueryOutput::with_shape(1, vec!["a".into()], PlanKind::Stream, TimeDomain::Micros);
         assert_eq!(q.header(Format::Table).unwrap(), "[1] _time               | a\n");
         assert_eq!(q.header(Format::Csv).unwrap(), "_query,_time,a\n");
+    }
+
+    #[test]
+    fn live_output_reserves_typical_widths() {
+        let schema = Schema::new(vec![
+            Field::new("item", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("ok", DataType::Boolean, true),
+        ]);
+        let mut q = QueryOutput::with_shape(
+            1,
+            vec!["item".into(), "n".into(), "ok".into()],
+            PlanKind::Relation,
+            TimeDomain::Micros,
+        );
+        q.reserve_time_width(LIVE_TIMESTAMP_WIDTH);
+        q.reserve_value_widths(&schema);
+        assert_eq!(
+            q.header(Format::Table).unwrap(),
+            "[1] _time                      | _diff | item       | n    | ok\n"
+        );
+        // A 23-character instant and a 9-character string fit: no second header.
+        let line = vec![
+            "2024-05-01T12:00:01.500".to_string(),
+            "+1".to_string(),
+            "telescope".to_string(),
+            "12".to_string(),
+            "true".to_string(),
+        ];
+        assert_eq!(
+            q.table_lines(&[line]),
+            "[1] 2024-05-01T12:00:01.500    | +1    | telescope  | 12   | true\n"
+        );
     }
 
     #[test]

@@ -47,6 +47,16 @@ impl From<anyhow::Error> for Failure {
 struct Running {
     sub: Subscription,
     output: QueryOutput,
+    /// The statement that started it, for `\queries`.
+    sql: String,
+}
+
+/// A running continuous query, as listed by the REPL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryInfo {
+    /// Its `[N]`.
+    pub number: usize,
+    pub sql: String,
 }
 
 /// An engine with its running queries, printing to `out`.
@@ -113,7 +123,7 @@ impl<W: Write> Session<W> {
                 }
             };
             for r in results {
-                self.show(r)?;
+                self.show(r, &stmt.text)?;
             }
             self.print_new_output()?;
         }
@@ -126,7 +136,7 @@ impl<W: Write> Session<W> {
         self.print_new_output()
     }
 
-    fn show(&mut self, r: ExecResult) -> Result<(), Failure> {
+    fn show(&mut self, r: ExecResult, sql: &str) -> Result<(), Failure> {
         let text = match r {
             ExecResult::Done(tag) => output::done(self.format, &tag, self.interactive),
             ExecResult::Rows { schema, batches } => output::rows(self.format, &schema, &batches)?,
@@ -134,8 +144,15 @@ impl<W: Write> Session<W> {
             ExecResult::Subscribed(sub) => {
                 self.started += 1;
                 let mut output = QueryOutput::new(self.started, &sub);
+                if self.interactive {
+                    // Live output: leave room for sub-second instants, so the header is not
+                    // printed again as soon as one arrives.
+                    output.reserve_time_width(output::LIVE_TIMESTAMP_WIDTH);
+                    output.reserve_value_widths(&sub.schema);
+                }
                 let header = output.header(self.format)?;
-                self.queries.push(Running { sub, output });
+                let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
+                self.queries.push(Running { sub, output, sql });
                 header
             }
         };
@@ -155,7 +172,19 @@ impl<W: Write> Session<W> {
                 Ok(batches) => {
                     let text = q.output.changes(format, &q.sub, &batches)?;
                     self.out.write_all(text.as_bytes())?;
-                    i += 1;
+                    if q.sub.is_closed() {
+                        // A stream or table it read was dropped: it has ended for good.
+                        if self.interactive {
+                            let n = q.output.number;
+                            writeln!(
+                                self.out,
+                                "[{n}] ended: a stream or table it read was dropped"
+                            )?;
+                        }
+                        self.queries.remove(i);
+                    } else {
+                        i += 1;
+                    }
                 }
                 Err(e) => {
                     if failure.is_none() {
@@ -170,6 +199,44 @@ impl<W: Write> Session<W> {
             Some(msg) => Err(Failure::Statement(msg)),
             None => Ok(()),
         }
+    }
+}
+
+impl<W: Write> Session<W> {
+    /// The engine, for the REPL's meta-commands and the demo's generator.
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Where output goes.
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    /// The continuous queries still running, in start order.
+    pub fn queries(&self) -> Vec<QueryInfo> {
+        self.queries
+            .iter()
+            .map(|q| QueryInfo { number: q.output.number, sql: q.sql.clone() })
+            .collect()
+    }
+
+    /// Stops continuous query `[number]`; its output not yet printed is dropped. Whether it
+    /// was running.
+    pub fn stop(&mut self, number: usize) -> bool {
+        let Some(i) = self.queries.iter().position(|q| q.output.number == number) else {
+            return false;
+        };
+        let q = self.queries.remove(i);
+        self.engine.unsubscribe(q.sub.id);
+        true
+    }
+
+    /// Stops the most recently started continuous query still running; its number.
+    pub fn stop_latest(&mut self) -> Option<usize> {
+        let number = self.queries.last()?.output.number;
+        self.stop(number);
+        Some(number)
     }
 }
 
@@ -233,9 +300,17 @@ pub fn completeness(text: &str) -> Completeness {
 
 /// Runs statements as they arrive on `input` (a file, a pipe), each as soon as its `;` is
 /// read, then closes every stream at the end of input.
-pub fn run_lines<R: BufRead, W: Write>(
-    session: &mut Session<W>,
+pub fn run_lines<R: BufRead, W: Write>(session: &mut Session<W>, input: R) -> Result<(), Failure> {
+    for_each_statement(input, |text, first_line| session.run_text(text, first_line))?;
+    session.finish()
+}
+
+/// Reads `input` a line at a time and calls `run(text, first_line)` as soon as the lines read
+/// so far end a statement (`text` may hold several statements sharing a line), and once more
+/// for what is left at the end. Stops at the first error.
+pub fn for_each_statement<R: BufRead>(
     mut input: R,
+    mut run: impl FnMut(&str, u64) -> Result<(), Failure>,
 ) -> Result<(), Failure> {
     let mut buf = String::new();
     let mut first_line = 1u64;
@@ -257,16 +332,16 @@ pub fn run_lines<R: BufRead, W: Write>(
             Completeness::Incomplete => continue,
             Completeness::Empty | Completeness::Complete => {
                 let lines = buf.matches('\n').count() as u64;
-                session.run_text(&buf, first_line)?;
+                run(&buf, first_line)?;
                 first_line += lines;
                 buf.clear();
             }
         }
     }
     if !buf.trim().is_empty() {
-        session.run_text(&buf, first_line)?;
+        run(&buf, first_line)?;
     }
-    session.finish()
+    Ok(())
 }
 
 #[cfg(test)]
@@ -340,6 +415,30 @@ mod tests {
             String::from_utf8(s.out).unwrap(),
             "CREATE STREAM\n[1] _time | a\n_query,_time,a\n1,1,4\n"
         );
+    }
+
+    #[test]
+    fn queries_stop_one_by_one_and_end_with_their_stream() {
+        let mut s = Session::new(Format::Table, Vec::new(), true);
+        s.run_text("CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);", 1).unwrap();
+        s.run_text("SELECT a FROM s;\nSELECT ISTREAM a * 10 AS b FROM s;", 1).unwrap();
+        let sqls: Vec<String> = s.queries().into_iter().map(|q| q.sql).collect();
+        assert_eq!(sqls, ["SELECT a FROM s", "SELECT ISTREAM a * 10 AS b FROM s"]);
+        assert_eq!(s.stop_latest(), Some(2));
+        assert!(!s.stop(2));
+        s.out.clear();
+        s.run_text("INSERT INTO s VALUES (4, 1), (5, 2);", 1).unwrap();
+        assert_eq!(
+            String::from_utf8(std::mem::take(&mut s.out)).unwrap(),
+            "INSERT 2\n[1] 1     | 4\n"
+        );
+        s.run_text("DROP STREAM s;", 1).unwrap();
+        assert_eq!(
+            String::from_utf8(std::mem::take(&mut s.out)).unwrap(),
+            "DROP STREAM\n[1] ended: a stream or table it read was dropped\n"
+        );
+        assert!(s.queries().is_empty());
+        assert_eq!(s.stop_latest(), None);
     }
 
     #[test]

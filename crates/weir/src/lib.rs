@@ -32,5 +32,7 @@ pub mod subscription;
 pub use datafusion_common::ScalarValue as Value;
 pub use engine::{Engine, ExecResult};
 pub use subscription::{Change, Subscription};
-pub use weir_common::{ChangeBatch, Result, Time, TimeDomain, WeirError};
+pub use weir_common::{
+    ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
+};
 pub use weir_plan::PlanKind;
