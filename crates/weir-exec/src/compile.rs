@@ -97,8 +97,11 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             }
             let lschema = exec_schema(&ls);
             let rschema = exec_schema(&rs);
+            // The residual predicate sees both sides' columns, whatever the join outputs
+            // (a semi join outputs the left side only).
+            let both = ls.join(&rs).map_err(|e| WeirError::internal(e.to_string()))?;
             let filter = match filter {
-                Some(f) => Some(ScalarExpr::compile(f, &plan.schema())?),
+                Some(f) => Some(ScalarExpr::compile(f, &both)?),
                 None => None,
             };
             Box::new(Join::new(

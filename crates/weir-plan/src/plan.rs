@@ -120,6 +120,9 @@ pub enum JoinKind {
     LeftAnti {
         null_aware: bool,
     },
+    /// Every left row, with a boolean `mark`: whether it has a match (`EXISTS` or `IN` inside
+    /// a larger expression).
+    LeftMark,
 }
 
 impl fmt::Display for JoinKind {
@@ -132,6 +135,7 @@ impl fmt::Display for JoinKind {
             JoinKind::LeftSemi => "left semi",
             JoinKind::LeftAnti { null_aware: false } => "left anti",
             JoinKind::LeftAnti { null_aware: true } => "left anti (null-aware)",
+            JoinKind::LeftMark => "left mark",
         })
     }
 }

@@ -529,6 +529,7 @@ impl Converter<'_> {
                     JoinType::Full => JoinKind::Full,
                     JoinType::LeftSemi => JoinKind::LeftSemi,
                     JoinType::LeftAnti => JoinKind::LeftAnti { null_aware: j.null_aware },
+                    JoinType::LeftMark => JoinKind::LeftMark,
                     other => return Err(unsupported(&format!("{other} JOIN"))),
                 };
                 LogicalPlan::Join {

@@ -157,6 +157,11 @@ impl Join {
         )
     }
 
+    /// Whether the output has the left side's columns only (plus `mark` for a mark join).
+    fn left_only(&self) -> bool {
+        matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. } | JoinKind::LeftMark)
+    }
+
     fn tracks_right(&self) -> bool {
         matches!(self.kind, JoinKind::Right | JoinKind::Full)
     }
@@ -204,7 +209,7 @@ impl Join {
         let n = rows.len();
         let lefts: Vec<Option<&[u8]>> = rows.iter().map(|r| r.0).collect();
         let mut cols = side_columns(&self.left.row_codec, &self.left.schema, &lefts)?;
-        if !matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+        if !self.left_only() {
             let rights: Vec<Option<&[u8]>> = rows.iter().map(|r| r.1).collect();
             cols.extend(side_columns(&self.right.row_codec, &self.right.schema, &rights)?);
         }
@@ -310,7 +315,7 @@ impl Operator for Join {
 
         let mut out_rows: Vec<OutRow<'_>> = Vec::new();
         let mut diffs: Vec<i64> = Vec::new();
-        if !matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+        if !self.left_only() {
             for p in &matched {
                 out_rows.push((Some(&p.l[..]), Some(&p.r[..])));
                 diffs.push(p.lc * p.rc);
@@ -319,6 +324,7 @@ impl Operator for Join {
 
         // Padding, semi and anti rows from the tracked match counts.
         let mut owned: Vec<(RowBytes, bool, i64)> = Vec::new(); // (row, is_left, diff)
+        let mut marks: Vec<(RowBytes, i64, bool)> = Vec::new(); // mark join: (row, diff, mark)
         if self.tracks_left() {
             let before = Self::track(&mut self.left_rows, &el, &matched, |p| {
                 (&p.l, &p.r, p.rc, p.from_left_delta)
@@ -362,6 +368,24 @@ impl Operator for Join {
             }
             for (r, old) in touched {
                 let new = self.left_rows.get(&r).copied().unwrap_or_default();
+                if self.kind == JoinKind::LeftMark {
+                    // (row, mark) with the row's multiplicity: the mark flips with the first
+                    // match and the last.
+                    let (old_mark, new_mark) = (old.matches > 0, new.matches > 0);
+                    if old_mark == new_mark {
+                        if new.count != old.count {
+                            marks.push((r, new.count - old.count, new_mark));
+                        }
+                    } else {
+                        if old.count != 0 {
+                            marks.push((r.clone(), -old.count, old_mark));
+                        }
+                        if new.count != 0 {
+                            marks.push((r, new.count, new_mark));
+                        }
+                    }
+                    continue;
+                }
                 let d = contributes(self.kind, new, self.right_total, self.right_null)
                     - contributes(self.kind, old, old_total, old_null);
                 if d != 0 {
@@ -385,6 +409,19 @@ impl Operator for Join {
         for (r, is_left, d) in &owned {
             out_rows.push(if *is_left { (Some(&r[..]), None) } else { (None, Some(&r[..])) });
             diffs.push(*d);
+        }
+        if self.kind == JoinKind::LeftMark {
+            if marks.is_empty() {
+                return Ok(ChangeBatch::empty(self.schema.clone()));
+            }
+            let lefts: Vec<Option<&[u8]>> = marks.iter().map(|m| Some(&m.0[..])).collect();
+            let mut cols = side_columns(&self.left.row_codec, &self.left.schema, &lefts)?;
+            let flags =
+                arrow::array::BooleanArray::from(marks.iter().map(|m| m.2).collect::<Vec<_>>());
+            cols.push(std::sync::Arc::new(flags));
+            let data = batch_of(&self.schema, cols, marks.len())?;
+            let diffs: Vec<i64> = marks.iter().map(|m| m.1).collect();
+            return Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs));
         }
         if out_rows.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
