@@ -15,6 +15,7 @@ use weir_plan::{LogicalPlan, WindowSpec};
 use crate::expr::ScalarExpr;
 use crate::operator::Operator;
 use crate::ops::aggregate::{AggSpec, Aggregate};
+use crate::ops::apply::Apply;
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
@@ -162,6 +163,9 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(ToStream::new(compile(input)?, *op, schema, input.sources())?)
         }
         LogicalPlan::Rename { input, .. } => Box::new(Rename::new(compile(input)?, schema)),
+        LogicalPlan::Apply { input, subqueries, .. } => {
+            Box::new(Apply::new(compile(input)?, &input.schema(), subqueries, schema)?)
+        }
         LogicalPlan::TopK { order, skip, fetch, input } => {
             let in_schema = input.schema();
             let keys = order

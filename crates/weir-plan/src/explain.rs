@@ -63,6 +63,9 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             )
         }
         LogicalPlan::Distinct { .. } => "Distinct".to_string(),
+        LogicalPlan::Apply { subqueries, .. } => {
+            format!("Apply: {} subquery(ies) per row", subqueries.len())
+        }
         LogicalPlan::UnionAll { .. } => "UnionAll".to_string(),
         LogicalPlan::Values { rows, .. } => format!("Values: {} row(s)", rows.len()),
         LogicalPlan::ToStream { op, .. } => format!("{op}"),

@@ -212,6 +212,10 @@ pub enum LogicalPlan {
     ToStream { op: R2S, input: Arc<LogicalPlan> },
     /// Renames the input's columns (a view or subquery alias); data is unchanged.
     Rename { input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// Scalar subqueries that could not be decorrelated into joins, evaluated for each input row
+    /// with its outer references bound (one-shot queries only). Output: the input's columns,
+    /// then one column per subquery (`__sq_0`, ...).
+    Apply { input: Arc<LogicalPlan>, subqueries: Vec<Arc<LogicalPlan>>, schema: DFSchemaRef },
     /// `ORDER BY` with an optional `OFFSET`/`LIMIT`: with a limit, the relation of the rows
     /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
     /// whose changes and one-shot results come out in this order.
@@ -230,6 +234,7 @@ impl LogicalPlan {
             | LogicalPlan::Aggregate { schema, .. }
             | LogicalPlan::UnionAll { schema, .. }
             | LogicalPlan::Values { schema, .. }
+            | LogicalPlan::Apply { schema, .. }
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
@@ -260,6 +265,7 @@ impl LogicalPlan {
             | LogicalPlan::Distinct { input }
             | LogicalPlan::ToStream { input, .. }
             | LogicalPlan::TopK { input, .. }
+            | LogicalPlan::Apply { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -318,7 +324,94 @@ impl LogicalPlan {
                     out.push(name.clone());
                 }
             }
+            LogicalPlan::Apply { input, subqueries, .. } => {
+                input.collect_sources(out);
+                subqueries.iter().for_each(|q| q.collect_sources(out));
+            }
             other => other.inputs().into_iter().for_each(|i| i.collect_sources(out)),
+        }
+    }
+
+    /// Whether the plan evaluates subqueries row by row ([`LogicalPlan::Apply`]), which only a
+    /// one-shot query can do.
+    pub fn contains_apply(&self) -> bool {
+        matches!(self, LogicalPlan::Apply { .. })
+            || self.inputs().iter().any(|i| i.contains_apply())
+    }
+
+    /// The same plan with `f` applied to every scalar expression (used to bind a correlated
+    /// subquery's outer references to one row's values).
+    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr) -> LogicalPlan {
+        let m = |p: &Arc<LogicalPlan>| Arc::new(p.map_exprs(f));
+        match self {
+            LogicalPlan::StreamScan { .. } | LogicalPlan::TableScan { .. } => self.clone(),
+            LogicalPlan::Window { spec, input, schema, bounds_columns } => LogicalPlan::Window {
+                spec: spec.clone(),
+                input: m(input),
+                schema: schema.clone(),
+                bounds_columns: *bounds_columns,
+            },
+            LogicalPlan::Filter { predicate, input } => {
+                LogicalPlan::Filter { predicate: f(predicate), input: m(input) }
+            }
+            LogicalPlan::Project { exprs, input, schema } => LogicalPlan::Project {
+                exprs: exprs.iter().map(f).collect(),
+                input: m(input),
+                schema: schema.clone(),
+            },
+            LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema } => {
+                LogicalPlan::Join {
+                    kind: *kind,
+                    left: m(left),
+                    right: m(right),
+                    on: on.iter().map(|(l, r)| (f(l), f(r))).collect(),
+                    filter: filter.as_ref().map(f),
+                    nulls_equal: *nulls_equal,
+                    schema: schema.clone(),
+                }
+            }
+            LogicalPlan::Aggregate { group, aggs, input, schema } => LogicalPlan::Aggregate {
+                group: group.iter().map(f).collect(),
+                aggs: aggs
+                    .iter()
+                    .map(|a| AggCall {
+                        func: a.func,
+                        arg: a.arg.as_ref().map(f),
+                        distinct: a.distinct,
+                    })
+                    .collect(),
+                input: m(input),
+                schema: schema.clone(),
+            },
+            LogicalPlan::Distinct { input } => LogicalPlan::Distinct { input: m(input) },
+            LogicalPlan::UnionAll { inputs, schema } => LogicalPlan::UnionAll {
+                inputs: inputs.iter().map(m).collect(),
+                schema: schema.clone(),
+            },
+            LogicalPlan::Values { rows, schema } => LogicalPlan::Values {
+                rows: rows.iter().map(|r| r.iter().map(f).collect()).collect(),
+                schema: schema.clone(),
+            },
+            LogicalPlan::ToStream { op, input } => {
+                LogicalPlan::ToStream { op: *op, input: m(input) }
+            }
+            LogicalPlan::Rename { input, schema } => {
+                LogicalPlan::Rename { input: m(input), schema: schema.clone() }
+            }
+            LogicalPlan::Apply { input, subqueries, schema } => LogicalPlan::Apply {
+                input: m(input),
+                subqueries: subqueries.iter().map(m).collect(),
+                schema: schema.clone(),
+            },
+            LogicalPlan::TopK { order, skip, fetch, input } => LogicalPlan::TopK {
+                order: order
+                    .iter()
+                    .map(|o| SortExpr { expr: f(&o.expr), asc: o.asc, nulls_first: o.nulls_first })
+                    .collect(),
+                skip: *skip,
+                fetch: *fetch,
+                input: m(input),
+            },
         }
     }
 

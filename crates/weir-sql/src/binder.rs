@@ -507,18 +507,28 @@ impl Converter<'_> {
                 }
                 return self.scan(scan.table_name.table(), scan.projected_schema.clone());
             }
-            DfPlan::Projection(p) => LogicalPlan::Project {
-                exprs: p.expr.clone(),
-                input: self.convert(&p.input)?,
-                schema: p.schema.clone(),
-            },
+            DfPlan::Projection(p) => {
+                let input = self.convert(&p.input)?;
+                let (exprs, input) = self.apply_subqueries(p.expr.clone(), input)?;
+                LogicalPlan::Project { exprs, input, schema: p.schema.clone() }
+            }
             DfPlan::Filter(f) => {
-                if f.predicate.exists(|e| Ok(is_subquery(e))).unwrap_or(false) {
-                    return Err(unsupported("this subquery (it could not be decorrelated)"));
-                }
-                LogicalPlan::Filter {
-                    predicate: f.predicate.clone(),
-                    input: self.convert(&f.input)?,
+                let input = self.convert(&f.input)?;
+                let (mut exprs, input) = self.apply_subqueries(vec![f.predicate.clone()], input)?;
+                let predicate =
+                    exprs.pop().ok_or_else(|| WeirError::internal("filter predicate"))?;
+                let filter = LogicalPlan::Filter { predicate, input: input.clone() };
+                // Drop the subquery columns again: a filter keeps its input's schema.
+                if let LogicalPlan::Apply { input: below, .. } = input.as_ref() {
+                    let below_schema = below.schema();
+                    let keep = below_schema.columns().into_iter().map(Expr::Column).collect();
+                    LogicalPlan::Project {
+                        exprs: keep,
+                        input: Arc::new(filter),
+                        schema: below_schema,
+                    }
+                } else {
+                    filter
                 }
             }
             DfPlan::Join(j) => {
@@ -629,6 +639,64 @@ impl Converter<'_> {
             DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
             other => return Err(unsupported(&format!("'{}'", other.display()))),
         }))
+    }
+
+    /// Replaces the scalar subqueries DataFusion could not decorrelate by columns of an
+    /// [`LogicalPlan::Apply`] over `input`, which evaluates them row by row.
+    fn apply_subqueries(
+        &self,
+        exprs: Vec<Expr>,
+        input: Arc<LogicalPlan>,
+    ) -> Result<(Vec<Expr>, Arc<LogicalPlan>)> {
+        if !exprs.iter().any(|e| e.exists(|x| Ok(is_subquery(x))).unwrap_or(false)) {
+            return Ok((exprs, input));
+        }
+        let mut subqueries: Vec<Arc<LogicalPlan>> = Vec::new();
+        let mut fields: Vec<(Option<TableReference>, Arc<arrow::datatypes::Field>)> = Vec::new();
+        let mut rewritten = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let mut err = None;
+            let new = e
+                .transform_up(|x| match x {
+                    Expr::ScalarSubquery(sq) => {
+                        let plan = match self.convert(&sq.subquery) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                err = Some(e);
+                                return Ok(datafusion_common::tree_node::Transformed::no(
+                                    Expr::ScalarSubquery(sq),
+                                ));
+                            }
+                        };
+                        let name = format!("__sq_{}", subqueries.len());
+                        let field = plan
+                            .schema()
+                            .field(0)
+                            .as_ref()
+                            .clone()
+                            .with_name(&name)
+                            .with_nullable(true);
+                        fields.push((None, Arc::new(field)));
+                        subqueries.push(plan);
+                        Ok(datafusion_common::tree_node::Transformed::yes(Expr::Column(
+                            datafusion_common::Column::new_unqualified(name),
+                        )))
+                    }
+                    other => Ok(datafusion_common::tree_node::Transformed::no(other)),
+                })
+                .map_err(df_error)?
+                .data;
+            if let Some(e) = err {
+                return Err(e);
+            }
+            if new.exists(|x| Ok(is_subquery(x))).unwrap_or(false) {
+                return Err(unsupported("IN or EXISTS with a subquery in this position"));
+            }
+            rewritten.push(new);
+        }
+        let extra = DFSchema::new_with_metadata(fields, Default::default()).map_err(df_error)?;
+        let schema = Arc::new(input.schema().join(&extra).map_err(df_error)?);
+        Ok((rewritten, Arc::new(LogicalPlan::Apply { input, subqueries, schema })))
     }
 
     /// A leaf: windowed stream, bare stream (UNBOUNDED), table or view.

@@ -419,6 +419,12 @@ impl Engine {
 
     /// Starts running a plan into a sink; returns the query's id.
     fn launch(&mut self, plan: &LogicalPlan, sink: Sink) -> Result<u64> {
+        if plan.contains_apply() {
+            return Err(WeirError::plan(
+                "this correlated subquery cannot be turned into a join, which a continuous query \
+                 needs; it works in one-shot queries over tables",
+            ));
+        }
         let mut runner = QueryRunner::new(plan)?;
         // A query over tables starts from their current contents.
         for s in plan.sources() {

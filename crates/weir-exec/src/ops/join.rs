@@ -153,7 +153,11 @@ impl Join {
     fn tracks_left(&self) -> bool {
         matches!(
             self.kind,
-            JoinKind::Left | JoinKind::Full | JoinKind::LeftSemi | JoinKind::LeftAnti { .. }
+            JoinKind::Left
+                | JoinKind::Full
+                | JoinKind::LeftSemi
+                | JoinKind::LeftAnti { .. }
+                | JoinKind::LeftMark
         )
     }
 
@@ -576,5 +580,46 @@ mod tests {
             vec![kv(2, "+1 b 0"), kv(3, "+1 _ 0"), kv(4, "-1 _ 0")],
         );
         assert_eq!(out, ["@1 +1 _ 2", "@1 +1 a 1", "@2 -1 _ 2", "@3 -1 a 1", "@4 +1 a 1"]);
+    }
+}
+
+#[cfg(test)]
+mod mark_tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{kv, kv_schema, run, Feed};
+
+    #[test]
+    fn mark_join_flags_rows_with_a_match() {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let side = |input| JoinSide {
+            input,
+            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("mark", DataType::Boolean, true),
+        ]));
+        let mut op = Join::new(
+            JoinKind::LeftMark,
+            false,
+            side(Feed::new(kv_schema(), vec![kv(1, "+1 a 1, +1 b 2")])),
+            side(Feed::new(kv_schema(), vec![kv(1, "+1 a 9"), kv(2, "+1 b 3")])),
+            RowCodec::new(vec![DataType::Utf8]).unwrap(),
+            None,
+            schema,
+        );
+        assert_eq!(
+            run(&mut op),
+            ["@1 +1 a 1 true", "@1 +1 b 2 false", "@2 +1 b 2 true", "@2 -1 b 2 false"]
+        );
     }
 }

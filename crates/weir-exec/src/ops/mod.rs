@@ -2,6 +2,7 @@
 //! semantics: what one input change at instant τ produces, and what state it keeps.
 
 pub mod aggregate;
+pub mod apply;
 pub mod distinct;
 pub mod filter;
 pub mod join;

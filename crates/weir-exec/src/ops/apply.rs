@@ -1,0 +1,179 @@
+//! Apply: scalar subqueries evaluated row by row, for the correlated subqueries that could not
+//! be decorrelated into joins (e.g. `(SELECT count(*) FROM t AS x WHERE x.b < t.b)`).
+//!
+//! Semantics: each input row r gets one more column per subquery: the subquery's value with its
+//! outer references bound to r's values (NULL if it returns no row; an error if it returns
+//! more than one). Values are cached per distinct outer binding. The operator is not
+//! incremental: it runs in one-shot queries only, where every input arrives at one instant
+//! (the engine refuses a continuous query that needs it). State: the cache.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use datafusion_common::tree_node::{Transformed, TreeNode};
+use datafusion_common::{Column, DFSchemaRef, ScalarValue};
+use datafusion_expr::Expr;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_plan::LogicalPlan;
+
+use crate::compile::{compile, exec_schema};
+use crate::consolidate::consolidate;
+use crate::operator::{EvalCtx, Operator};
+use crate::ops::batch_of;
+use crate::row::{RowBytes, RowCodec};
+
+/// One subquery with the input columns its outer references name.
+#[derive(Debug)]
+struct Sub {
+    plan: Arc<LogicalPlan>,
+    /// (outer column, index in the input).
+    outer: Vec<(Column, usize)>,
+    codec: RowCodec,
+    cache: HashMap<RowBytes, ScalarValue>,
+}
+
+#[derive(Debug)]
+pub struct Apply {
+    input: Box<dyn Operator>,
+    subs: Vec<Sub>,
+    schema: SchemaRef,
+    evaluated: bool,
+}
+
+/// The outer columns a subquery plan references.
+fn outer_columns(plan: &LogicalPlan) -> Vec<Column> {
+    let found = std::cell::RefCell::new(Vec::<Column>::new());
+    plan.map_exprs(&|e| {
+        let _ = e.apply(|x| {
+            if let Expr::OuterReferenceColumn(_, c) = x {
+                if !found.borrow().contains(c) {
+                    found.borrow_mut().push(c.clone());
+                }
+            }
+            Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+        });
+        e.clone()
+    });
+    found.into_inner()
+}
+
+impl Apply {
+    pub fn new(
+        input: Box<dyn Operator>,
+        input_schema: &DFSchemaRef,
+        subqueries: &[Arc<LogicalPlan>],
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let mut subs = Vec::new();
+        for plan in subqueries {
+            let mut outer = Vec::new();
+            for c in outer_columns(plan) {
+                let idx = input_schema.index_of_column(&c).map_err(|e| {
+                    WeirError::internal(format!("outer reference {c}: {}", e.strip_backtrace()))
+                })?;
+                outer.push((c, idx));
+            }
+            let types =
+                outer.iter().map(|(_, i)| input_schema.field(*i).data_type().clone()).collect();
+            subs.push(Sub {
+                plan: plan.clone(),
+                outer,
+                codec: RowCodec::new(types)?,
+                cache: HashMap::new(),
+            });
+        }
+        Ok(Apply { input, subs, schema, evaluated: false })
+    }
+}
+
+impl Sub {
+    /// The subquery's value with its outer references bound to `values`.
+    fn value(&self, values: &[ScalarValue], t: Time, ctx: &EvalCtx) -> Result<ScalarValue> {
+        let bindings: Vec<(Column, ScalarValue)> =
+            self.outer.iter().map(|(c, _)| c.clone()).zip(values.iter().cloned()).collect();
+        let bound = self.plan.map_exprs(&|e| {
+            e.clone()
+                .transform_up(|x| match &x {
+                    Expr::OuterReferenceColumn(_, c) => {
+                        match bindings.iter().find(|(b, _)| b == c) {
+                            Some((_, v)) => Ok(Transformed::yes(Expr::Literal(v.clone(), None))),
+                            None => Ok(Transformed::no(x)),
+                        }
+                    }
+                    _ => Ok(Transformed::no(x)),
+                })
+                .map(|t| t.data)
+                .unwrap_or_else(|_| e.clone())
+        });
+        let mut root = compile(&bound)?;
+        let schema = exec_schema(&bound.schema());
+        let out = root.eval(t, ctx)?;
+        let out = consolidate(&RowCodec::for_schema(&schema)?, &schema, &out, t)?;
+        let rows: i64 = out.diffs.iter().filter(|d| **d > 0).sum();
+        match rows {
+            0 => {
+                Ok(ScalarValue::try_from(schema.field(0).data_type()).unwrap_or(ScalarValue::Null))
+            }
+            1 => ScalarValue::try_from_array(out.data.column(0), 0)
+                .map_err(|e| WeirError::internal(e.to_string())),
+            _ => Err(WeirError::Execution("a scalar subquery returned more than one row".into())),
+        }
+    }
+}
+
+impl Operator for Apply {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        if self.evaluated && (!d.is_empty() || !ctx.active.is_empty()) {
+            return Err(WeirError::Execution(
+                "a correlated subquery that cannot be turned into a join is evaluated in one-shot \
+                 queries only"
+                    .into(),
+            ));
+        }
+        self.evaluated = true;
+        let n = d.len();
+        let mut cols: Vec<ArrayRef> = d.data.columns().to_vec();
+        for sub in &mut self.subs {
+            let outer_cols: Vec<ArrayRef> =
+                sub.outer.iter().map(|(_, i)| d.data.column(*i).clone()).collect();
+            let keys = sub.codec.encode(&outer_cols, n)?;
+            let mut values = Vec::with_capacity(n);
+            for i in 0..n {
+                let key = keys.get(i);
+                if let Some(v) = sub.cache.get(key) {
+                    values.push(v.clone());
+                    continue;
+                }
+                let bound: Vec<ScalarValue> = outer_cols
+                    .iter()
+                    .map(|c| ScalarValue::try_from_array(c, i))
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| WeirError::internal(e.to_string()))?;
+                let v = sub.value(&bound, t, ctx)?;
+                sub.cache.insert(key.into(), v.clone());
+                values.push(v);
+            }
+            let ty = self.schema.field(cols.len()).data_type().clone();
+            let arr = if values.is_empty() {
+                arrow::array::new_empty_array(&ty)
+            } else {
+                let values: Vec<ScalarValue> = values
+                    .into_iter()
+                    .map(|v| if v.is_null() { ScalarValue::try_from(&ty).unwrap_or(v) } else { v })
+                    .collect();
+                ScalarValue::iter_to_array(values)
+                    .map_err(|e| WeirError::internal(e.to_string()))?
+            };
+            cols.push(arr);
+        }
+        let data = batch_of(&self.schema, cols, n)?;
+        Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+}
