@@ -20,4 +20,6 @@ pub mod explain;
 pub mod plan;
 
 pub use explain::explain;
-pub use plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S};
+pub use plan::{
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S,
+};

@@ -174,6 +174,24 @@ pub struct AggCall {
     pub distinct: bool,
 }
 
+/// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
+#[derive(Debug, Clone)]
+pub enum ApplyKind {
+    /// The subquery's single value (NULL if it returns no row).
+    Scalar,
+    /// `[NOT] EXISTS (subquery)`.
+    Exists { negated: bool },
+    /// `probe [NOT] IN (subquery)`, with SQL's NULL rules; `probe` is over the Apply's input.
+    In { probe: Expr, negated: bool },
+}
+
+/// One subquery of an [`LogicalPlan::Apply`].
+#[derive(Debug, Clone)]
+pub struct ApplySubquery {
+    pub plan: Arc<LogicalPlan>,
+    pub kind: ApplyKind,
+}
+
 /// A node of the plan tree. See the crate docs.
 #[derive(Debug, Clone)]
 pub enum LogicalPlan {
@@ -215,7 +233,7 @@ pub enum LogicalPlan {
     /// Scalar subqueries that could not be decorrelated into joins, evaluated for each input row
     /// with its outer references bound (one-shot queries only). Output: the input's columns,
     /// then one column per subquery (`__sq_0`, ...).
-    Apply { input: Arc<LogicalPlan>, subqueries: Vec<Arc<LogicalPlan>>, schema: DFSchemaRef },
+    Apply { input: Arc<LogicalPlan>, subqueries: Vec<ApplySubquery>, schema: DFSchemaRef },
     /// `ORDER BY` with an optional `OFFSET`/`LIMIT`: with a limit, the relation of the rows
     /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
     /// whose changes and one-shot results come out in this order.
@@ -326,7 +344,7 @@ impl LogicalPlan {
             }
             LogicalPlan::Apply { input, subqueries, .. } => {
                 input.collect_sources(out);
-                subqueries.iter().for_each(|q| q.collect_sources(out));
+                subqueries.iter().for_each(|q| q.plan.collect_sources(out));
             }
             other => other.inputs().into_iter().for_each(|i| i.collect_sources(out)),
         }
@@ -400,7 +418,18 @@ impl LogicalPlan {
             }
             LogicalPlan::Apply { input, subqueries, schema } => LogicalPlan::Apply {
                 input: m(input),
-                subqueries: subqueries.iter().map(m).collect(),
+                subqueries: subqueries
+                    .iter()
+                    .map(|q| ApplySubquery {
+                        plan: m(&q.plan),
+                        kind: match &q.kind {
+                            ApplyKind::In { probe, negated } => {
+                                ApplyKind::In { probe: f(probe), negated: *negated }
+                            }
+                            other => other.clone(),
+                        },
+                    })
+                    .collect(),
                 schema: schema.clone(),
             },
             LogicalPlan::TopK { order, skip, fetch, input } => LogicalPlan::TopK {

@@ -28,7 +28,9 @@ use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sqlparser::ast as sql;
 use weir_common::{Diagnostic, Result, Span, TimeDomain, WeirError};
-use weir_plan::{AggCall, AggFunc, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S};
+use weir_plan::{
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S,
+};
 
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{object_name, CqlQuery, Duration, WindowAst, WindowKind, WINDOW_PREFIX};
@@ -651,46 +653,49 @@ impl Converter<'_> {
         if !exprs.iter().any(|e| e.exists(|x| Ok(is_subquery(x))).unwrap_or(false)) {
             return Ok((exprs, input));
         }
-        let mut subqueries: Vec<Arc<LogicalPlan>> = Vec::new();
+        let mut subqueries: Vec<ApplySubquery> = Vec::new();
         let mut fields: Vec<(Option<TableReference>, Arc<arrow::datatypes::Field>)> = Vec::new();
         let mut rewritten = Vec::with_capacity(exprs.len());
         for e in exprs {
             let mut err = None;
             let new = e
-                .transform_up(|x| match x {
-                    Expr::ScalarSubquery(sq) => {
-                        let plan = match self.convert(&sq.subquery) {
-                            Ok(p) => p,
-                            Err(e) => {
-                                err = Some(e);
-                                return Ok(datafusion_common::tree_node::Transformed::no(
-                                    Expr::ScalarSubquery(sq),
-                                ));
-                            }
-                        };
-                        let name = format!("__sq_{}", subqueries.len());
-                        let field = plan
-                            .schema()
-                            .field(0)
-                            .as_ref()
-                            .clone()
-                            .with_name(&name)
-                            .with_nullable(true);
-                        fields.push((None, Arc::new(field)));
-                        subqueries.push(plan);
-                        Ok(datafusion_common::tree_node::Transformed::yes(Expr::Column(
-                            datafusion_common::Column::new_unqualified(name),
-                        )))
-                    }
-                    other => Ok(datafusion_common::tree_node::Transformed::no(other)),
+                .transform_up(|x| {
+                    let (subquery, kind) = match x {
+                        Expr::ScalarSubquery(sq) => (sq, ApplyKind::Scalar),
+                        Expr::Exists(ex) => {
+                            (ex.subquery, ApplyKind::Exists { negated: ex.negated })
+                        }
+                        Expr::InSubquery(i) => {
+                            (i.subquery, ApplyKind::In { probe: *i.expr, negated: i.negated })
+                        }
+                        other => return Ok(datafusion_common::tree_node::Transformed::no(other)),
+                    };
+                    let plan = match self.convert(&subquery.subquery) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            err = Some(e);
+                            return Ok(datafusion_common::tree_node::Transformed::no(
+                                Expr::ScalarSubquery(subquery),
+                            ));
+                        }
+                    };
+                    let name = format!("__sq_{}", subqueries.len());
+                    let field = match kind {
+                        ApplyKind::Scalar => {
+                            plan.schema().field(0).as_ref().clone().with_name(&name)
+                        }
+                        _ => arrow::datatypes::Field::new(&name, DataType::Boolean, true),
+                    };
+                    fields.push((None, Arc::new(field.with_nullable(true))));
+                    subqueries.push(ApplySubquery { plan, kind });
+                    Ok(datafusion_common::tree_node::Transformed::yes(Expr::Column(
+                        datafusion_common::Column::new_unqualified(name),
+                    )))
                 })
                 .map_err(df_error)?
                 .data;
             if let Some(e) = err {
                 return Err(e);
-            }
-            if new.exists(|x| Ok(is_subquery(x))).unwrap_or(false) {
-                return Err(unsupported("IN or EXISTS with a subquery in this position"));
             }
             rewritten.push(new);
         }

@@ -156,6 +156,12 @@ pub enum Statement {
         span: Option<Span>,
     },
     Show(ObjectKind),
+    /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own
+    /// state).
+    CreateIndex {
+        table: String,
+        span: Option<Span>,
+    },
     Describe {
         name: String,
         span: Option<Span>,
@@ -578,7 +584,17 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             return parse_create_table(toks, span);
         }
         if c.peek_word("INDEX") || c.peek_word("UNIQUE") {
-            return Err(WeirError::plan_at("CREATE INDEX is not supported", span));
+            // Accepted for SQL compatibility; operators keep their own indexes.
+            c.eat_word("UNIQUE");
+            c.expect_word("INDEX")?;
+            if c.eat_word("IF") {
+                c.expect_word("NOT")?;
+                c.expect_word("EXISTS")?;
+            }
+            c.ident("an index name")?;
+            c.expect_word("ON")?;
+            let (table, span) = c.ident("a table name")?;
+            return Ok(Statement::CreateIndex { table, span });
         }
         return Err(c.err("STREAM, TABLE or VIEW"));
     }
@@ -1095,7 +1111,34 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             }
         }
     }
-    // 2. Windows after stream names in FROM clauses.
+    // 2. `x IN ()`: SQL's empty list (false; NOT IN () is true, even for NULL x), which
+    // sqlparser rejects, becomes an empty subquery with the same meaning.
+    let mut i = 0;
+    while i + 2 < toks.len() {
+        if word_is(&toks[i], "IN")
+            && toks[i + 1].token == Token::LParen
+            && toks[i + 2].token == Token::RParen
+        {
+            let span = toks[i + 1].span;
+            let word = |w: &str, k: Keyword| {
+                TokenWithSpan::new(
+                    Token::Word(Word { value: w.into(), quote_style: None, keyword: k }),
+                    span,
+                )
+            };
+            let empty = [
+                word("SELECT", Keyword::SELECT),
+                word("NULL", Keyword::NULL),
+                word("WHERE", Keyword::WHERE),
+                word("FALSE", Keyword::FALSE),
+            ];
+            toks.splice(i + 2..i + 2, empty);
+            i += 6;
+        } else {
+            i += 1;
+        }
+    }
+    // 3. Windows after stream names in FROM clauses.
     let mut windows = Vec::new();
     let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
     let mut in_from: Vec<bool> = vec![false];

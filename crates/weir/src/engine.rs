@@ -326,6 +326,12 @@ impl Engine {
                 self.drop(kind, &name, if_exists, span)
             }
             Statement::Show(kind) => Ok(self.show(kind)),
+            Statement::CreateIndex { table, span } => {
+                if !self.tables.contains_key(&table) {
+                    return Err(WeirError::plan_at(format!("unknown table '{table}'"), span));
+                }
+                Ok(ExecResult::Done("CREATE INDEX".into()))
+            }
             Statement::Describe { name, span } => self.describe(&name, span),
             Statement::Insert { target, columns, source, at, span } => {
                 self.insert(&target, &columns, source, at, span)

@@ -1,22 +1,28 @@
 //! Apply: scalar subqueries evaluated row by row, for the correlated subqueries that could not
 //! be decorrelated into joins (e.g. `(SELECT count(*) FROM t AS x WHERE x.b < t.b)`).
 //!
-//! Semantics: each input row r gets one more column per subquery: the subquery's value with its
-//! outer references bound to r's values (NULL if it returns no row; an error if it returns
-//! more than one). Values are cached per distinct outer binding. The operator is not
+//! Semantics: each input row r gets one more column per subquery, computed with the subquery's
+//! outer references bound to r's values: a scalar subquery's value (NULL if it returns no row;
+//! an error if more than one), `[NOT] EXISTS`, or `probe [NOT] IN (subquery)` with SQL's NULL
+//! rules (NULL when the probe is NULL or the set holds a NULL and no match, over a non-empty
+//! set). Subquery results are cached per distinct outer binding. The operator is not
 //! incremental: it runs in one-shot queries only, where every input arrives at one instant
 //! (the engine refuses a continuous query that needs it). State: the cache.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use arrow::array::Array;
 use arrow::array::ArrayRef;
+use arrow::datatypes::DataType;
 use arrow::datatypes::SchemaRef;
 use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::{Column, DFSchemaRef, ScalarValue};
 use datafusion_expr::Expr;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::LogicalPlan;
+use weir_plan::{ApplyKind, ApplySubquery, LogicalPlan};
+
+use crate::expr::ScalarExpr;
 
 use crate::compile::{compile, exec_schema};
 use crate::consolidate::consolidate;
@@ -24,14 +30,29 @@ use crate::operator::{EvalCtx, Operator};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 
+/// What a subquery evaluated to for one outer binding.
+#[derive(Debug, Clone)]
+enum Outcome {
+    Scalar(ScalarValue),
+    /// The subquery's rows: encoded first-column values, whether one is NULL, and the count.
+    Set {
+        values: HashSet<RowBytes>,
+        has_null: bool,
+        rows: i64,
+    },
+}
+
 /// One subquery with the input columns its outer references name.
 #[derive(Debug)]
 struct Sub {
     plan: Arc<LogicalPlan>,
+    kind: ApplyKind,
+    /// For IN: the probe over the input, and the codec of the subquery's column.
+    probe: Option<(ScalarExpr, RowCodec, DataType)>,
     /// (outer column, index in the input).
     outer: Vec<(Column, usize)>,
     codec: RowCodec,
-    cache: HashMap<RowBytes, ScalarValue>,
+    cache: HashMap<RowBytes, Outcome>,
 }
 
 #[derive(Debug)]
@@ -63,11 +84,23 @@ impl Apply {
     pub fn new(
         input: Box<dyn Operator>,
         input_schema: &DFSchemaRef,
-        subqueries: &[Arc<LogicalPlan>],
+        subqueries: &[ApplySubquery],
         schema: SchemaRef,
     ) -> Result<Self> {
         let mut subs = Vec::new();
-        for plan in subqueries {
+        for q in subqueries {
+            let plan = &q.plan;
+            let probe = match &q.kind {
+                ApplyKind::In { probe, .. } => {
+                    let ty = plan.schema().field(0).data_type().clone();
+                    Some((
+                        ScalarExpr::compile(probe, input_schema)?,
+                        RowCodec::new(vec![ty.clone()])?,
+                        ty,
+                    ))
+                }
+                _ => None,
+            };
             let mut outer = Vec::new();
             for c in outer_columns(plan) {
                 let idx = input_schema.index_of_column(&c).map_err(|e| {
@@ -79,6 +112,8 @@ impl Apply {
                 outer.iter().map(|(_, i)| input_schema.field(*i).data_type().clone()).collect();
             subs.push(Sub {
                 plan: plan.clone(),
+                kind: q.kind.clone(),
+                probe,
                 outer,
                 codec: RowCodec::new(types)?,
                 cache: HashMap::new(),
@@ -89,8 +124,8 @@ impl Apply {
 }
 
 impl Sub {
-    /// The subquery's value with its outer references bound to `values`.
-    fn value(&self, values: &[ScalarValue], t: Time, ctx: &EvalCtx) -> Result<ScalarValue> {
+    /// The subquery's result with its outer references bound to `values`.
+    fn value(&self, values: &[ScalarValue], t: Time, ctx: &EvalCtx) -> Result<Outcome> {
         let bindings: Vec<(Column, ScalarValue)> =
             self.outer.iter().map(|(c, _)| c.clone()).zip(values.iter().cloned()).collect();
         let bound = self.plan.map_exprs(&|e| {
@@ -112,11 +147,27 @@ impl Sub {
         let out = root.eval(t, ctx)?;
         let out = consolidate(&RowCodec::for_schema(&schema)?, &schema, &out, t)?;
         let rows: i64 = out.diffs.iter().filter(|d| **d > 0).sum();
-        match rows {
-            0 => {
-                Ok(ScalarValue::try_from(schema.field(0).data_type()).unwrap_or(ScalarValue::Null))
+        if !matches!(self.kind, ApplyKind::Scalar) {
+            let mut values = HashSet::new();
+            let mut has_null = false;
+            if let (Some((_, codec, _)), Some(col)) = (&self.probe, out.data.columns().first()) {
+                let enc = codec.encode(std::slice::from_ref(col), out.len())?;
+                for i in 0..out.len() {
+                    if col.is_null(i) {
+                        has_null = true;
+                    } else {
+                        values.insert(RowBytes::from(enc.get(i)));
+                    }
+                }
             }
+            return Ok(Outcome::Set { values, has_null, rows });
+        }
+        match rows {
+            0 => Ok(Outcome::Scalar(
+                ScalarValue::try_from(schema.field(0).data_type()).unwrap_or(ScalarValue::Null),
+            )),
             1 => ScalarValue::try_from_array(out.data.column(0), 0)
+                .map(Outcome::Scalar)
                 .map_err(|e| WeirError::internal(e.to_string())),
             _ => Err(WeirError::Execution("a scalar subquery returned more than one row".into())),
         }
@@ -140,21 +191,56 @@ impl Operator for Apply {
             let outer_cols: Vec<ArrayRef> =
                 sub.outer.iter().map(|(_, i)| d.data.column(*i).clone()).collect();
             let keys = sub.codec.encode(&outer_cols, n)?;
+            // For IN: the probe values, encoded like the subquery's column.
+            let probes = match &sub.probe {
+                Some((expr, codec, ty)) if n > 0 => {
+                    let col = expr.eval_as(&d.data, ty)?;
+                    Some((codec.encode(std::slice::from_ref(&col), n)?, col))
+                }
+                _ => None,
+            };
             let mut values = Vec::with_capacity(n);
             for i in 0..n {
                 let key = keys.get(i);
-                if let Some(v) = sub.cache.get(key) {
-                    values.push(v.clone());
-                    continue;
-                }
-                let bound: Vec<ScalarValue> = outer_cols
-                    .iter()
-                    .map(|c| ScalarValue::try_from_array(c, i))
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|e| WeirError::internal(e.to_string()))?;
-                let v = sub.value(&bound, t, ctx)?;
-                sub.cache.insert(key.into(), v.clone());
-                values.push(v);
+                let outcome = match sub.cache.get(key) {
+                    Some(o) => o.clone(),
+                    None => {
+                        let bound: Vec<ScalarValue> = outer_cols
+                            .iter()
+                            .map(|c| ScalarValue::try_from_array(c, i))
+                            .collect::<std::result::Result<_, _>>()
+                            .map_err(|e| WeirError::internal(e.to_string()))?;
+                        let o = sub.value(&bound, t, ctx)?;
+                        sub.cache.insert(key.into(), o.clone());
+                        o
+                    }
+                };
+                values.push(match (outcome, &sub.kind) {
+                    (Outcome::Scalar(v), _) => v,
+                    (Outcome::Set { rows, .. }, ApplyKind::Exists { negated }) => {
+                        ScalarValue::Boolean(Some((rows > 0) != *negated))
+                    }
+                    (Outcome::Set { values, has_null, rows }, ApplyKind::In { negated, .. }) => {
+                        let (enc, col) = probes
+                            .as_ref()
+                            .ok_or_else(|| WeirError::internal("IN without a probe"))?;
+                        let result = if rows == 0 {
+                            Some(false)
+                        } else if col.is_null(i) {
+                            None
+                        } else if values.contains(enc.get(i)) {
+                            Some(true)
+                        } else if has_null {
+                            None
+                        } else {
+                            Some(false)
+                        };
+                        ScalarValue::Boolean(result.map(|r| r != *negated))
+                    }
+                    (Outcome::Set { .. }, ApplyKind::Scalar) => {
+                        return Err(WeirError::internal("scalar subquery gave a set"))
+                    }
+                });
             }
             let ty = self.schema.field(cols.len()).data_type().clone();
             let arr = if values.is_empty() {
