@@ -28,9 +28,15 @@ fn main() -> anyhow::Result<()> {
     let query = args.get(3).map(String::as_str).unwrap_or("range_count");
     let sql = match query {
         "filter" => "SELECT ISTREAM auction, price * 2 AS p FROM bids WHERE price > 500",
-        "range_count" => "SELECT auction, COUNT(*), MAX(price) FROM bids [RANGE 1000] GROUP BY auction",
-        "slide_max" => "SELECT ISTREAM auction, MAX(price) FROM bids [RANGE 10000 SLIDE 1000] GROUP BY auction",
-        "rows_partition" => "SELECT auction, SUM(price) FROM bids [PARTITION BY auction ROWS 10] GROUP BY auction",
+        "range_count" => {
+            "SELECT auction, COUNT(*), MAX(price) FROM bids [RANGE 1000] GROUP BY auction"
+        }
+        "slide_max" => {
+            "SELECT ISTREAM auction, MAX(price) FROM bids [RANGE 10000 SLIDE 1000] GROUP BY auction"
+        }
+        "rows_partition" => {
+            "SELECT auction, SUM(price) FROM bids [PARTITION BY auction ROWS 10] GROUP BY auction"
+        }
         "join" => {
             "SELECT ISTREAM a.auction, b.price FROM bids [RANGE 100] a JOIN bids [RANGE 100] b \
              ON a.auction = b.auction WHERE a.price > b.price + 900"
@@ -38,7 +44,9 @@ fn main() -> anyhow::Result<()> {
         other => anyhow::bail!("unknown query {other}"),
     };
     let mut engine = Engine::new();
-    engine.execute("CREATE STREAM bids (auction BIGINT, price BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
+    engine.execute(
+        "CREATE STREAM bids (auction BIGINT, price BIGINT, t BIGINT, WATERMARK FOR t AS t)",
+    )?;
     let sub = engine.subscribe(sql)?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("auction", DataType::Int64, true),
@@ -62,7 +70,11 @@ fn main() -> anyhow::Result<()> {
         let t: Vec<i64> = (i..i + n).map(|j| (j / 10) as i64).collect();
         batches.push(RecordBatch::try_new(
             schema.clone(),
-            vec![Arc::new(Int64Array::from(auction)), Arc::new(Int64Array::from(price)), Arc::new(Int64Array::from(t))],
+            vec![
+                Arc::new(Int64Array::from(auction)),
+                Arc::new(Int64Array::from(price)),
+                Arc::new(Int64Array::from(t)),
+            ],
         )?);
         i += n;
     }
