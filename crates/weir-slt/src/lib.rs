@@ -4,10 +4,14 @@
 //! (`subscribe`, `output`) and plans (`explain`); the format is documented in
 //! `grammar-tests/README.md`. [`record`] parses a file into records; [`runner`] executes them
 //! against a fresh [`weir::Engine`] per file and reports failures with file, line, expected and
-//! actual text. The `weir-slt` binary and the `grammar` integration test both drive it.
+//! actual text; [`values`] prints query values as SQLite's reference driver does and hashes
+//! results; [`lists`] reads the known-failure list and the pass-count baseline kept beside a
+//! corpus. The `weir-slt` binary and the `grammar` and `sqlite` integration tests drive it.
 
+pub mod lists;
 pub mod record;
 pub mod runner;
+pub mod values;
 
 use std::path::{Path, PathBuf};
 

@@ -20,12 +20,35 @@ pub enum Expect {
 
 #[derive(Debug, Clone)]
 pub enum Kind {
-    Statement { sql: String, expect: Expect },
-    Query { sql: String, sort: SortMode, expected: Vec<String>, expect_error: Option<Expect> },
-    Subscribe { name: String, sql: String },
-    Output { name: String, expected: Vec<String> },
-    Explain { sql: String, expected: Vec<String> },
+    Statement {
+        sql: String,
+        expect: Expect,
+    },
+    /// A one-shot query. `types` are the type letters (`ITR`, ...), one per column; `label`
+    /// names results that must hash the same wherever the label appears in the file.
+    Query {
+        sql: String,
+        types: String,
+        sort: SortMode,
+        label: Option<String>,
+        expected: Vec<String>,
+        expect_error: Option<Expect>,
+    },
+    Subscribe {
+        name: String,
+        sql: String,
+    },
+    Output {
+        name: String,
+        expected: Vec<String>,
+    },
+    Explain {
+        sql: String,
+        expected: Vec<String>,
+    },
     Halt,
+    /// `hash-threshold N`: results with more than N values are compared by hash (0: never).
+    HashThreshold(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -36,31 +59,43 @@ pub struct Record {
     pub skip: bool,
 }
 
+/// The engine name `skipif` and `onlyif` compare against (case-insensitively).
+pub const ENGINE: &str = "weir";
+
 /// Splits a file into records. Errors name the line.
+///
+/// As in the reference driver, a line starting with `#` is a comment wherever it is (it ends
+/// nothing and is not part of a record's SQL or results).
 pub fn parse(text: &str) -> Result<Vec<Record>, String> {
-    let lines: Vec<&str> = text.lines().collect();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let numbers: Vec<usize> =
+        text.lines().enumerate().filter(|(_, l)| !l.starts_with('#')).map(|(n, _)| n + 1).collect();
     let mut i = 0;
     let mut out = Vec::new();
     let mut skip = false;
     while i < lines.len() {
         let line = lines[i].trim_end();
-        let start = i + 1;
+        let start = numbers[i];
         i += 1;
-        if line.trim().is_empty() || line.starts_with('#') {
+        if line.trim().is_empty() {
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
         let block = |i: &mut usize, dashes: bool| read_block(&lines, i, dashes);
         let kind = match words[0] {
             "skipif" => {
-                skip |= words.get(1) == Some(&"weir");
+                skip |= words.get(1).is_some_and(|w| w.eq_ignore_ascii_case(ENGINE));
                 continue;
             }
             "onlyif" => {
-                skip |= words.get(1) != Some(&"weir");
+                skip |= !words.get(1).is_some_and(|w| w.eq_ignore_ascii_case(ENGINE));
                 continue;
             }
-            "hash-threshold" | "control" => continue,
+            "control" => continue,
+            "hash-threshold" => match words.get(1).and_then(|n| n.parse().ok()) {
+                Some(n) => Kind::HashThreshold(n),
+                None => return Err(format!("line {start}: hash-threshold needs a number")),
+            },
             "halt" => Kind::Halt,
             "statement" => {
                 let (sql, dashed) = block(&mut i, true);
@@ -89,19 +124,31 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                     let exact = if dashed { Some(read_until_blank(&lines, &mut i)) } else { None };
                     Kind::Query {
                         sql: sql.join("\n"),
+                        types: String::new(),
                         sort: SortMode::NoSort,
+                        label: None,
                         expected: vec![],
                         expect_error: Some(Expect::Error { pattern, exact }),
                     }
                 } else {
                     let sort = match words.get(2) {
+                        None | Some(&"nosort") => SortMode::NoSort,
                         Some(&"rowsort") => SortMode::RowSort,
                         Some(&"valuesort") => SortMode::ValueSort,
-                        _ => SortMode::NoSort,
+                        Some(other) => {
+                            return Err(format!("line {start}: unknown sort mode '{other}'"))
+                        }
                     };
                     let (sql, dashed) = block(&mut i, true);
                     let expected = if dashed { read_until_blank(&lines, &mut i) } else { vec![] };
-                    Kind::Query { sql: sql.join("\n"), sort, expected, expect_error: None }
+                    Kind::Query {
+                        sql: sql.join("\n"),
+                        types: words.get(1).map(|t| t.to_string()).unwrap_or_default(),
+                        sort,
+                        label: words.get(3).map(|l| l.to_string()),
+                        expected,
+                        expect_error: None,
+                    }
                 }
             }
             "subscribe" => {
@@ -155,4 +202,80 @@ fn read_block(lines: &[&str], i: &mut usize, dashes: bool) -> (Vec<String>, bool
         *i += 1;
     }
     (got, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Record {
+        let mut r = parse(text).expect("parses");
+        assert_eq!(r.len(), 1, "{r:?}");
+        r.remove(0)
+    }
+
+    #[test]
+    fn sqlite_query_with_hash_and_label() {
+        let r = one("# comment\nquery III rowsort label-7\nSELECT a, b, c\n  FROM t1\n----\n\
+             30 values hashing to 3c13dee48d9356ae19af2515e05e6b54\n");
+        assert_eq!(r.line, 2);
+        let Kind::Query { sql, types, sort, label, expected, expect_error } = r.kind else {
+            panic!("not a query")
+        };
+        assert_eq!(sql, "SELECT a, b, c\n  FROM t1");
+        assert_eq!(types, "III");
+        assert_eq!(sort, SortMode::RowSort);
+        assert_eq!(label.as_deref(), Some("label-7"));
+        assert_eq!(expected, ["30 values hashing to 3c13dee48d9356ae19af2515e05e6b54"]);
+        assert!(expect_error.is_none());
+    }
+
+    #[test]
+    fn value_wise_results_and_sort_modes() {
+        let r = one("query IT valuesort\nSELECT 1, 'a'\n----\n1\na\n");
+        let Kind::Query { sort, label, expected, .. } = r.kind else { panic!("not a query") };
+        assert_eq!(sort, SortMode::ValueSort);
+        assert_eq!(label, None);
+        assert_eq!(expected, ["1", "a"]);
+        let r = one("query I nosort\nSELECT 1\n----\n1\n");
+        assert!(matches!(r.kind, Kind::Query { sort: SortMode::NoSort, .. }));
+        assert!(parse("query I bogus\nSELECT 1\n").is_err());
+    }
+
+    #[test]
+    fn conditions_apply_to_the_next_record() {
+        let recs = parse(
+            "onlyif sqlite # empty RHS\nquery I nosort\nSELECT 1\n----\n1\n\n\
+             skipif mysql\nstatement ok\nSELECT 1\n\nskipif Weir\nstatement ok\nSELECT 1\n\n\
+             onlyif weir\nstatement error\nSELECT x\n",
+        )
+        .expect("parses");
+        let skips: Vec<(usize, bool)> = recs.iter().map(|r| (r.line, r.skip)).collect();
+        // Engine names compare case-insensitively, as in the reference driver.
+        assert_eq!(skips, [(2, true), (8, false), (12, true), (16, false)]);
+    }
+
+    #[test]
+    fn statements_halt_and_hash_threshold() {
+        let recs = parse(
+            "hash-threshold 8\n\nstatement ok\nCREATE TABLE t1(a INTEGER)\n\n\
+             statement error\nSELECT 1 IN (SELECT 1,2)\n\nquery error division\nSELECT 1/0\n\n\
+             control resultmode valuewise\n\nhalt\n",
+        )
+        .expect("parses");
+        assert!(matches!(recs[0].kind, Kind::HashThreshold(8)));
+        assert!(matches!(recs[1].kind, Kind::Statement { expect: Expect::Ok, .. }));
+        assert!(matches!(
+            &recs[2].kind,
+            Kind::Statement { expect: Expect::Error { pattern: None, exact: None }, .. }
+        ));
+        assert!(matches!(
+            &recs[3].kind,
+            Kind::Query { expect_error: Some(Expect::Error { pattern: Some(p), .. }), .. }
+                if p == "division"
+        ));
+        assert!(matches!(recs[4].kind, Kind::Halt));
+        assert_eq!(recs.len(), 5);
+        assert!(parse("hash-threshold x\n").is_err());
+    }
 }

@@ -1,0 +1,61 @@
+//! Runs SQLite's sqllogictest corpus (`shared/conformance/sqlite/`, beside the repository)
+//! against the recorded baseline in `crates/weir-slt/sqlite/`: fails if any file passes fewer
+//! records than recorded, skipping the listed known failures. Without the corpus (a checkout
+//! with no `shared/` beside it) the test prints a notice and passes.
+//!
+//! The same check from the command line, at the repository root:
+//! `cargo run -p weir-slt -- --baseline crates/weir-slt/sqlite/baseline.txt ../shared/conformance/sqlite/`
+
+use std::path::Path;
+
+use weir_slt::lists::{Baseline, KnownFailures};
+use weir_slt::{collect_files, runner};
+
+#[test]
+fn sqlite_corpus_holds_its_baseline() {
+    let krate = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = krate.join("../../../shared/conformance/sqlite");
+    if !corpus.is_dir() {
+        println!("notice: no SQLite corpus at {}; not run", corpus.display());
+        return;
+    }
+    let baseline = Baseline::load(&krate.join("sqlite/baseline.txt")).expect("baseline");
+    let known = KnownFailures::load(&krate.join("sqlite/known-failures.txt")).expect("skip list");
+    let mut files = Vec::new();
+    collect_files(&corpus, &mut files).expect("the corpus is readable");
+    assert!(!files.is_empty(), "no test files under {}", corpus.display());
+
+    let opts = runner::Options { known_failures: Some(&known), quiet: true };
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut total = runner::Counts::default();
+    let mut problems = Vec::new();
+    runner::run_files(&files, &opts, jobs, |i, report| {
+        let file = &files[i];
+        println!("{}: {}", file.display(), report.counts);
+        total.add(&report.counts);
+        match baseline.get(file) {
+            Some((_, want)) if report.counts.passed < want => problems.push(format!(
+                "{}: {} passed, below its baseline of {want}",
+                file.display(),
+                report.counts.passed
+            )),
+            Some(_) => {}
+            None => problems.push(format!(
+                "{}: no count in crates/weir-slt/sqlite/baseline.txt (record one with \
+                 --write-baseline)",
+                file.display()
+            )),
+        }
+    });
+    for key in baseline.entries.keys() {
+        if !files.iter().any(|f| weir_slt::lists::names(key, f)) {
+            problems.push(format!("{}: in the baseline but not in the corpus", key.display()));
+        }
+    }
+    println!("sqlite corpus: {total}");
+    assert!(
+        problems.is_empty(),
+        "the SQLite corpus fell below its baseline:\n{}",
+        problems.join("\n")
+    );
+}
