@@ -318,7 +318,12 @@ impl<'a> Binder<'a> {
                 Ok(())
             }
             sql::SetExpr::Query(q) => self.check_relations(q),
-            sql::SetExpr::SetOperation { left, right, .. } => {
+            sql::SetExpr::SetOperation { left, right, op, set_quantifier } => {
+                let bag = matches!(set_quantifier, sql::SetQuantifier::All);
+                if bag && matches!(op, sql::SetOperator::Except | sql::SetOperator::Intersect) {
+                    // DataFusion plans these as semi/anti joins, which are set operations.
+                    return Err(unsupported(&format!("{op} ALL")));
+                }
                 self.check_set_expr(left, ctes)?;
                 self.check_set_expr(right, ctes)
             }
@@ -540,6 +545,11 @@ impl Converter<'_> {
                     JoinType::Right => JoinKind::Right,
                     JoinType::Full => JoinKind::Full,
                     JoinType::LeftSemi => JoinKind::LeftSemi,
+                    JoinType::LeftAnti if j.null_aware && j.on.len() > 1 => {
+                        // NOT IN's NULL rules would have to hold per correlation key; the
+                        // null-aware anti join applies them over the whole subquery.
+                        return Err(unsupported("a correlated NOT IN subquery"));
+                    }
                     JoinType::LeftAnti => JoinKind::LeftAnti { null_aware: j.null_aware },
                     JoinType::LeftMark => JoinKind::LeftMark,
                     other => return Err(unsupported(&format!("{other} JOIN"))),

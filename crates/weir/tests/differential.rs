@@ -16,6 +16,17 @@
 //!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
 //!   HAVING, DISTINCT, UNION [ALL], equi/theta/cross joins of two windowed streams,
 //!   stream-table joins with INSERT/DELETE ... AT, aggregates over subqueries);
+//! - outer joins: the pairs for which ON is true (not unknown), plus each unmatched row of the
+//!   preserved side(s) padded with NULLs (LEFT, RIGHT, FULL; windowed streams on a nullable key,
+//!   with and without a residual conjunct in ON; a stream LEFT JOIN a changing table);
+//! - subqueries: `x IN S` is true iff x is not NULL and equals a member; `x NOT IN S` is true iff
+//!   S is empty, or x is not NULL, S has no NULL and no member equals x (in general, three-valued:
+//!   see `in3`); `[NOT] EXISTS` tests the correlated set for emptiness; a correlated scalar
+//!   subquery is its aggregate over the row's correlated set (COUNT(*) = 0, MAX = NULL if empty);
+//! - `INTERSECT`/`EXCEPT`: set intersection/difference of the two sides' distinct rows, NULL
+//!   equal to NULL;
+//! - `ORDER BY x [DESC] LIMIT n [OFFSET m]`: sort by x (NULL the smallest value), ties by the row's
+//!   values ascending (NULL first), keep the rows ranked m+1 ..= m+n of the bag;
 //! - a query's relations are empty before its first instant (smallest input timestamp), from
 //!   which on a scalar aggregate has exactly one row;
 //! - `ISTREAM`/`DSTREAM` = positive/negative part of R(τ) − R(τ−1) at each τ; `RSTREAM` = R(τ) at
@@ -25,8 +36,12 @@
 //!
 //! Inputs are in timestamp order, except in `out_of_order_arrival_matches_oracle`, where the
 //! stream has a watermark delay and elements arrive shuffled within it (equal timestamps keep
-//! their order); the result must not change. Two ignored properties move the inputs to the ends
-//! of the i64 tick domain; regressions for the bugs they found are at the end of the file.
+//! their order); the result must not change (also for outer joins, NOT IN, scalar subqueries,
+//! EXCEPT and top-k in `out_of_order_arrival_matches_oracle_for_outer_joins_and_subqueries`).
+//! Two properties move the inputs to the ends of the i64 tick domain; regressions for the bugs
+//! they found are near the end of the file. After them come minimal repros of open engine bugs,
+//! ignored (like the properties that found them) until the engine is fixed: run them with
+//! `cargo test -p weir --test differential -- --ignored`.
 //!
 //! Set `DIFF_CASES` to change the number of cases per property (default 64).
 
@@ -953,6 +968,520 @@ fn q_table_join_group(w: Win) -> Case {
     )
 }
 
+// --- outer joins ---
+
+/// Which rows an outer join pads with NULLs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Outer {
+    Left,
+    Right,
+    Full,
+}
+
+impl Outer {
+    fn sql(self) -> &'static str {
+        match self {
+            Outer::Left => "LEFT JOIN",
+            Outer::Right => "RIGHT OUTER JOIN",
+            Outer::Full => "FULL OUTER JOIN",
+        }
+    }
+}
+
+/// An outer join's ON condition between `a` (s: k, v) and `b` (s2: k, w).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum On {
+    /// `a.v = b.w`: a nullable key.
+    VEq,
+    /// `a.v = b.w AND a.k <= b.k`: a nullable key and a residual predicate.
+    VEqKLe,
+    /// `a.k = b.k AND a.v < b.w`: a residual predicate over nullable columns.
+    KEqVLt,
+}
+
+const ONS: &[On] = &[On::VEq, On::VEqKLe, On::KEqVLt];
+
+impl On {
+    fn sql(self) -> &'static str {
+        match self {
+            On::VEq => "a.v = b.w",
+            On::VEqKLe => "a.v = b.w AND a.k <= b.k",
+            On::KEqVLt => "a.k = b.k AND a.v < b.w",
+        }
+    }
+
+    /// Whether the condition is true (not false, not unknown) for the pair.
+    fn holds(self, a: &El, b: &El) -> bool {
+        let eq = a.v.is_some() && a.v == b.v;
+        match self {
+            On::VEq => eq,
+            On::VEqKLe => eq && a.k <= b.k,
+            On::KEqVLt => a.k == b.k && matches!((a.v, b.v), (Some(x), Some(y)) if x < y),
+        }
+    }
+}
+
+/// `l ⟗ r` on `on`: the pairs for which `on` is true, plus (LEFT, FULL) each left row with no
+/// such pair, padded with NULLs on the right (`None`), plus (RIGHT, FULL) each such right row,
+/// padded on the left.
+fn outer_pairs<'a>(
+    kind: Outer,
+    on: On,
+    l: &'a [El],
+    r: &'a [El],
+) -> Vec<(Option<&'a El>, Option<&'a El>)> {
+    let mut out = Vec::new();
+    for a in l {
+        for b in r {
+            if on.holds(a, b) {
+                out.push((Some(a), Some(b)));
+            }
+        }
+    }
+    if kind != Outer::Right {
+        for a in l.iter().filter(|a| !r.iter().any(|b| on.holds(a, b))) {
+            out.push((Some(a), None));
+        }
+    }
+    if kind != Outer::Left {
+        for b in r.iter().filter(|b| !l.iter().any(|a| on.holds(a, b))) {
+            out.push((None, Some(b)));
+        }
+    }
+    out
+}
+
+/// The outer join's rows (a.k, a.v, b.k, b.w).
+fn outer_join(kind: Outer, on: On, l: &[El], r: &[El]) -> Bag {
+    bag(outer_pairs(kind, on, l, r).into_iter().map(|(a, b)| {
+        vec![
+            txt(a.map(|a| a.k)),
+            txt(a.and_then(|a| a.v)),
+            txt(b.map(|b| b.k)),
+            txt(b.and_then(|b| b.v)),
+        ]
+    }))
+}
+
+/// An outer join of two windowed streams. Never monotonic: a padded row leaves when its first
+/// match arrives.
+fn q_outer_join(kind: Outer, on: On, w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v, b.k, b.w FROM s {} a {} s2 {} b ON {}",
+        w1.sql(),
+        kind.sql(),
+        w2.sql(),
+        on.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| outer_join(kind, on, &s_at(w1, i, tau), &s2_at(w2, i, tau))),
+    )
+}
+
+/// The anti-join spelled as an outer join: `LEFT JOIN ... ON a.v = b.w WHERE b.k IS NULL` keeps
+/// the padded rows, i.e. the rows of `a` with no match.
+fn q_left_join_is_null(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a LEFT JOIN s2 {} b ON a.v = b.w WHERE b.k IS NULL",
+        w1.sql(),
+        w2.sql()
+    );
+    q_filtered_by(sql, w1, w2, false, |a, r| !r.iter().any(|b| On::VEq.holds(a, b)))
+}
+
+/// An aggregate over a FULL join, grouped by a padded column (NULL is one group):
+/// `SELECT b.k, COUNT(*), COUNT(a.v), SUM(b.w) ... GROUP BY b.k`.
+fn q_full_join_group(on: On, w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT b.k, COUNT(*), COUNT(a.v), SUM(b.w) FROM s {} a FULL JOIN s2 {} b ON {} \
+         GROUP BY b.k",
+        w1.sql(),
+        w2.sql(),
+        on.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w1, i, tau), s2_at(w2, i, tau));
+            let pairs = outer_pairs(Outer::Full, on, &l, &r);
+            // Per b.k group: the a.v and b.w of its rows (NULL when padded).
+            let avs = group(pairs.iter().map(|(a, b)| (b.map(|b| b.k), a.and_then(|a| a.v))));
+            let bws = group(pairs.iter().map(|(_, b)| (b.map(|b| b.k), b.and_then(|b| b.v))));
+            bag(avs.into_iter().zip(bws.into_values()).map(|((bk, avs), bws)| {
+                vec![txt(bk), int(avs.len() as i64), count(&avs), sum(&bws)]
+            }))
+        }),
+    )
+}
+
+/// A windowed stream LEFT JOIN the table (whose rows come and go), with or without a residual
+/// predicate `a.v > b.w`.
+fn q_table_left_join(w: Win, residual: bool) -> Case {
+    let extra = if residual { " AND a.v > b.w" } else { "" };
+    let sql = format!(
+        "SELECT a.k, a.v, b.k, b.w FROM s {} a LEFT JOIN tb b ON a.k = b.k{extra}",
+        w.sql()
+    );
+    with_table(
+        sql,
+        w,
+        Box::new(move |i, tau| {
+            let tb = table_at(i, tau);
+            let holds = |a: &El, (k, tw): (i64, i64)| {
+                a.k == k && (!residual || a.v.is_some_and(|v| v > tw))
+            };
+            let mut rows = Vec::new();
+            for a in s_at(w, i, tau) {
+                let matches: Vec<(i64, i64)> =
+                    tb.iter().copied().filter(|&r| holds(&a, r)).collect();
+                if matches.is_empty() {
+                    rows.push(vec![int(a.k), txt(a.v), "NULL".into(), "NULL".into()]);
+                }
+                for (k, tw) in matches {
+                    rows.push(vec![int(a.k), txt(a.v), int(k), int(tw)]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+// --- subqueries: IN, NOT IN, EXISTS, NOT EXISTS, scalar ---
+
+/// A predicate on a row of `s` given the window of `s2`: a semi- or anti-join.
+type Keep = fn(&El, &[El]) -> bool;
+
+/// `SELECT k, v FROM s [w1] a WHERE <pred over s2 [w2] b>`: the rows of `a` for which `keep`.
+fn q_filtered_by(sql: String, w1: Win, w2: Win, monotonic: bool, keep: Keep) -> Case {
+    two(
+        sql,
+        w1,
+        w2,
+        monotonic,
+        Box::new(move |i, tau| {
+            let r = s2_at(w2, i, tau);
+            bag(s_at(w1, i, tau).iter().filter(|a| keep(a, &r)).map(|a| vec![int(a.k), txt(a.v)]))
+        }),
+    )
+}
+
+/// `x IN (set)`: true iff x is not NULL and equals a member (NULL members never equal).
+fn sql_in(x: Option<i64>, set: &[Option<i64>]) -> bool {
+    x.is_some() && set.contains(&x)
+}
+
+/// `x NOT IN (set)`: true iff the set is empty, or x is not NULL, no member is NULL and none
+/// equals x (otherwise it is false or unknown).
+fn sql_not_in(x: Option<i64>, set: &[Option<i64>]) -> bool {
+    set.is_empty() || (x.is_some() && !set.contains(&None) && !set.contains(&x))
+}
+
+fn ws(r: &[El]) -> Vec<Option<i64>> {
+    r.iter().map(|b| b.v).collect()
+}
+
+fn ws_of_k(r: &[El], k: i64) -> Vec<Option<i64>> {
+    r.iter().filter(|b| b.k == k).map(|b| b.v).collect()
+}
+
+/// `v IN (SELECT w FROM s2 [w2])`: a semi-join, monotonic over unbounded windows.
+fn q_in(w1: Win, w2: Win) -> Case {
+    let sql = format!("SELECT k, v FROM s {} WHERE v IN (SELECT w FROM s2 {})", w1.sql(), w2.sql());
+    q_filtered_by(sql, w1, w2, true, |a, r| sql_in(a.v, &ws(r)))
+}
+
+/// `v NOT IN (SELECT w FROM s2 [w2])`, NULLs on both sides.
+fn q_not_in(w1: Win, w2: Win) -> Case {
+    let sql =
+        format!("SELECT k, v FROM s {} WHERE v NOT IN (SELECT w FROM s2 {})", w1.sql(), w2.sql());
+    q_filtered_by(sql, w1, w2, false, |a, r| sql_not_in(a.v, &ws(r)))
+}
+
+/// `a.v NOT IN (SELECT b.w FROM s2 [w2] b WHERE b.k = a.k)`: NOT IN's NULL rules per key.
+fn q_not_in_correlated(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE a.v NOT IN (SELECT b.w FROM s2 {} b WHERE b.k = a.k)",
+        w1.sql(),
+        w2.sql()
+    );
+    q_filtered_by(sql, w1, w2, false, |a, r| sql_not_in(a.v, &ws_of_k(r, a.k)))
+}
+
+/// `a.v IN (SELECT b.w FROM s2 [w2] b WHERE b.k = a.k)`.
+fn q_in_correlated(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE a.v IN (SELECT b.w FROM s2 {} b WHERE b.k = a.k)",
+        w1.sql(),
+        w2.sql()
+    );
+    q_filtered_by(sql, w1, w2, true, |a, r| sql_in(a.v, &ws_of_k(r, a.k)))
+}
+
+/// `[NOT] EXISTS (SELECT * FROM s2 [w2] b WHERE b.k = a.k)`.
+fn q_exists(negated: bool, w1: Win, w2: Win) -> Case {
+    let not = if negated { "NOT " } else { "" };
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE {not}EXISTS (SELECT * FROM s2 {} b WHERE b.k = a.k)",
+        w1.sql(),
+        w2.sql()
+    );
+    let keep: Keep = if negated {
+        |a, r| !r.iter().any(|b| b.k == a.k)
+    } else {
+        |a, r| r.iter().any(|b| b.k == a.k)
+    };
+    q_filtered_by(sql, w1, w2, !negated, keep)
+}
+
+/// `[NOT] EXISTS (SELECT * FROM s2 [w2] b WHERE b.w = a.v)`: correlated on a nullable column,
+/// where NULL never equals NULL (a NULL a.v has no match).
+fn q_exists_nullable(negated: bool, w1: Win, w2: Win) -> Case {
+    let not = if negated { "NOT " } else { "" };
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE {not}EXISTS (SELECT * FROM s2 {} b WHERE b.w = a.v)",
+        w1.sql(),
+        w2.sql()
+    );
+    let keep: Keep = if negated {
+        |a, r| !r.iter().any(|b| On::VEq.holds(a, b))
+    } else {
+        |a, r| r.iter().any(|b| On::VEq.holds(a, b))
+    };
+    q_filtered_by(sql, w1, w2, !negated, keep)
+}
+
+/// `[NOT] EXISTS (SELECT 1 FROM s2 [w2] b WHERE b.k = a.k AND b.w > a.v)`: a correlated
+/// residual over nullable columns (unknown is not true).
+fn q_exists_residual(negated: bool, w1: Win, w2: Win) -> Case {
+    let not = if negated { "NOT " } else { "" };
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE {not}EXISTS \
+         (SELECT 1 FROM s2 {} b WHERE b.k = a.k AND b.w > a.v)",
+        w1.sql(),
+        w2.sql()
+    );
+    fn any(a: &El, r: &[El]) -> bool {
+        r.iter().any(|b| b.k == a.k && matches!((a.v, b.v), (Some(x), Some(y)) if y > x))
+    }
+    let keep: Keep = if negated { |a, r| !any(a, r) } else { any };
+    q_filtered_by(sql, w1, w2, !negated, keep)
+}
+
+/// Correlated scalar subqueries in the select list: per row of `s [w1] a`, COUNT(*) and
+/// MAX(w) over the rows of `s2 [w2] b` with b.k = a.k (0 and NULL when there are none).
+fn q_scalar_sub_k(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v, (SELECT COUNT(*) FROM s2 {w} b WHERE b.k = a.k), \
+         (SELECT MAX(b.w) FROM s2 {w} b WHERE b.k = a.k) FROM s {} a",
+        w1.sql(),
+        w = w2.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let r = s2_at(w2, i, tau);
+            bag(s_at(w1, i, tau).iter().map(|a| {
+                let m = ws_of_k(&r, a.k);
+                vec![int(a.k), txt(a.v), int(m.len() as i64), max(&m)]
+            }))
+        }),
+    )
+}
+
+/// A correlated scalar subquery in WHERE: `a.v >= (SELECT MAX(b.w) ... WHERE b.k = a.k)`,
+/// unknown (so not kept) when either side is NULL.
+fn q_scalar_sub_where(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v FROM s {} a WHERE a.v >= (SELECT MAX(b.w) FROM s2 {} b WHERE b.k = a.k)",
+        w1.sql(),
+        w2.sql()
+    );
+    q_filtered_by(sql, w1, w2, false, |a, r| {
+        let m = nonnull(&ws_of_k(r, a.k)).into_iter().max();
+        matches!((a.v, m), (Some(x), Some(y)) if x >= y)
+    })
+}
+
+/// `k IN (SELECT k FROM s2 [w2] GROUP BY k HAVING COUNT(*) >= 2)`: the set changes as groups
+/// grow and shrink.
+fn q_in_aggregate(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT k, v FROM s {} WHERE k IN (SELECT k FROM s2 {} GROUP BY k HAVING COUNT(*) >= 2)",
+        w1.sql(),
+        w2.sql()
+    );
+    q_filtered_by(sql, w1, w2, false, |a, r| r.iter().filter(|b| b.k == a.k).count() >= 2)
+}
+
+/// `x IN (set)` in SQL's three-valued logic: false over an empty set; else NULL for a NULL x;
+/// else true if a member equals x; else NULL if a member is NULL; else false.
+fn in3(x: Option<i64>, set: &[Option<i64>]) -> Option<bool> {
+    if set.is_empty() {
+        Some(false)
+    } else if x.is_none() {
+        None
+    } else if set.contains(&x) {
+        Some(true)
+    } else if set.contains(&None) {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+/// A subquery predicate inside a larger boolean expression, where its truth value (not just
+/// whether it holds) matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SubPred {
+    /// `v IN (SELECT w FROM s2 [w2]) OR k = 2`
+    InOr,
+    /// `v NOT IN (SELECT w FROM s2 [w2]) OR k = 2`: NOT of NULL is NULL, so only a false IN
+    /// makes it true.
+    NotInOr,
+    /// `(v IN (SELECT w FROM s2 [w2])) IS NULL`
+    InIsNull,
+    /// `EXISTS (SELECT * FROM s2 [w2] b WHERE b.k = a.k) OR v = 2`
+    ExistsOr,
+    /// `NOT EXISTS (SELECT * FROM s2 [w2] b WHERE b.k = a.k) OR v = 2`
+    NotExistsOr,
+}
+
+fn q_sub_pred(p: SubPred, w1: Win, w2: Win) -> Case {
+    let sub = format!("(SELECT w FROM s2 {})", w2.sql());
+    let corr = format!("(SELECT * FROM s2 {} b WHERE b.k = a.k)", w2.sql());
+    let pred = match p {
+        SubPred::InOr => format!("a.v IN {sub} OR a.k = 2"),
+        SubPred::NotInOr => format!("a.v NOT IN {sub} OR a.k = 2"),
+        SubPred::InIsNull => format!("(a.v IN {sub}) IS NULL"),
+        SubPred::ExistsOr => format!("EXISTS {corr} OR a.v = 2"),
+        SubPred::NotExistsOr => format!("NOT EXISTS {corr} OR a.v = 2"),
+    };
+    let sql = format!("SELECT a.k, a.v FROM s {} a WHERE {pred}", w1.sql());
+    let keep: Keep = match p {
+        SubPred::InOr => |a, r| in3(a.v, &ws(r)) == Some(true) || a.k == 2,
+        SubPred::NotInOr => |a, r| in3(a.v, &ws(r)) == Some(false) || a.k == 2,
+        SubPred::InIsNull => |a, r| in3(a.v, &ws(r)).is_none(),
+        SubPred::ExistsOr => |a, r| r.iter().any(|b| b.k == a.k) || a.v == Some(2),
+        SubPred::NotExistsOr => |a, r| !r.iter().any(|b| b.k == a.k) || a.v == Some(2),
+    };
+    q_filtered_by(sql, w1, w2, false, keep)
+}
+
+/// A scalar subquery correlated on a nullable column: `(SELECT COUNT(*) ... WHERE b.w = a.v)`
+/// (0 for a NULL a.v), and an uncorrelated one, `(SELECT MAX(w) FROM s2 [w2])`.
+fn q_scalar_sub_v(w1: Win, w2: Win) -> Case {
+    let sql = format!(
+        "SELECT a.k, a.v, (SELECT COUNT(*) FROM s2 {w} b WHERE b.w = a.v), \
+         (SELECT MAX(w) FROM s2 {w}), (SELECT COUNT(*) FROM s2 {w}) FROM s {} a",
+        w1.sql(),
+        w = w2.sql()
+    );
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let r = s2_at(w2, i, tau);
+            let all = ws(&r);
+            bag(s_at(w1, i, tau).iter().map(|a| {
+                let c = r.iter().filter(|b| a.v.is_some() && b.v == a.v).count();
+                vec![int(a.k), txt(a.v), int(c as i64), max(&all), int(all.len() as i64)]
+            }))
+        }),
+    )
+}
+
+// --- set operations ---
+
+/// `SELECT k, v FROM s [w1] INTERSECT|EXCEPT SELECT k, w FROM s2 [w2]` (or of `v` alone): set
+/// semantics, NULL equal to NULL.
+fn q_set_op(intersect: bool, both_columns: bool, w1: Win, w2: Win) -> Case {
+    let op = if intersect { "INTERSECT" } else { "EXCEPT" };
+    let (c1, c2) = if both_columns { ("k, v", "k, w") } else { ("v", "w") };
+    let sql = format!("SELECT {c1} FROM s {} {op} SELECT {c2} FROM s2 {}", w1.sql(), w2.sql());
+    two(
+        sql,
+        w1,
+        w2,
+        false,
+        Box::new(move |i, tau| {
+            let row = |e: &El| {
+                if both_columns {
+                    vec![int(e.k), txt(e.v)]
+                } else {
+                    vec![txt(e.v)]
+                }
+            };
+            let l: BTreeSet<Row> = s_at(w1, i, tau).iter().map(row).collect();
+            let r: BTreeSet<Row> = s2_at(w2, i, tau).iter().map(row).collect();
+            if intersect {
+                bag(l.intersection(&r).cloned())
+            } else {
+                bag(l.difference(&r).cloned())
+            }
+        }),
+    )
+}
+
+// --- ORDER BY ... LIMIT: top-k relations ---
+
+/// Rows (k, x) ranked by x (descending or ascending, NULL the smallest value), ties broken by
+/// the row's values ascending (NULL first); the rows ranked skip+1 ..= skip+fetch, as a bag.
+fn top_k(mut rows: Vec<(i64, Option<i64>)>, desc: bool, skip: usize, fetch: usize) -> Bag {
+    rows.sort_by(|p, q| {
+        let by_key = if desc { q.1.cmp(&p.1) } else { p.1.cmp(&q.1) };
+        by_key.then(p.cmp(q))
+    });
+    bag(rows.into_iter().skip(skip).take(fetch).map(|(k, x)| vec![int(k), txt(x)]))
+}
+
+/// `SELECT k, v FROM s [w] ORDER BY v [DESC] LIMIT fetch [OFFSET skip]`.
+fn q_top(w: Win, desc: bool, skip: usize, fetch: usize) -> Case {
+    let dir = if desc { " DESC" } else { "" };
+    let off = if skip > 0 { format!(" OFFSET {skip}") } else { String::new() };
+    let sql = format!("SELECT k, v FROM s {} ORDER BY v{dir} LIMIT {fetch}{off}", w.sql());
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            top_k(s_at(w, i, tau).iter().map(|e| (e.k, e.v)).collect(), desc, skip, fetch)
+        }),
+    )
+}
+
+/// `SELECT k, SUM(v) AS sv FROM s [w] GROUP BY k ORDER BY sv DESC LIMIT fetch [OFFSET skip]`:
+/// a top-k over an aggregate whose values change (and are NULL for all-NULL groups).
+fn q_top_group(w: Win, skip: usize, fetch: usize) -> Case {
+    let off = if skip > 0 { format!(" OFFSET {skip}") } else { String::new() };
+    let sql = format!(
+        "SELECT k, SUM(v) AS sv FROM s {} GROUP BY k ORDER BY sv DESC LIMIT {fetch}{off}",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            let rows =
+                g.into_iter().map(|(k, vs)| (k, nonnull(&vs).into_iter().reduce(|a, b| a + b)));
+            top_k(rows.collect(), true, skip, fetch)
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -1446,6 +1975,149 @@ proptest! {
     }
 }
 
+// Properties of outer joins, subqueries, set operations and top-k relations.
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn outer_joins_match_oracle(
+        s in elements(),
+        s2 in elements(),
+        w1 in window(),
+        w2 in window(),
+        on in prop::sample::select(ONS),
+    ) {
+        let input = Input { s, s2, ..Input::default() };
+        for kind in [Outer::Left, Outer::Right, Outer::Full] {
+            check(&q_outer_join(kind, on, w1, w2), &input)?;
+        }
+        check(&q_left_join_is_null(w1, w2), &input)?;
+        check(&q_full_join_group(on, w1, w2), &input)?;
+    }
+
+    #[test]
+    fn istream_dstream_of_outer_join_match_oracle(
+        s in elements(),
+        s2 in elements(),
+        w1 in window(),
+        w2 in window(),
+        on in prop::sample::select(ONS),
+    ) {
+        let input = Input { s, s2, ..Input::default() };
+        for m in [Mode::Istream, Mode::Dstream] {
+            check(&q_outer_join(Outer::Full, on, w1, w2).with_mode(m), &input)?;
+        }
+    }
+
+    #[test]
+    fn stream_table_left_join_matches_oracle(s in elements(), table in table_ops(), w in window()) {
+        let input = Input { s, table, ..Input::default() };
+        check(&q_table_left_join(w, false), &input)?;
+        check(&q_table_left_join(w, true), &input)?;
+    }
+
+    #[test]
+    fn in_and_not_in_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_in(w1, w2), &input)?;
+        check(&q_not_in(w1, w2), &input)?;
+        check(&q_in_correlated(w1, w2), &input)?;
+        check(&q_in_aggregate(w1, w2), &input)?;
+    }
+
+    #[test]
+    #[ignore = "correlated NOT IN is refused until its NULL rules hold per correlation key"]
+    fn correlated_not_in_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        check(&q_not_in_correlated(w1, w2), &Input { s, s2, ..Input::default() })?;
+    }
+
+    #[test]
+    fn subqueries_in_disjunctions_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for p in [SubPred::InOr, SubPred::ExistsOr, SubPred::NotExistsOr] {
+            check(&q_sub_pred(p, w1, w2), &input)?;
+        }
+    }
+
+    #[test]
+    #[ignore = "engine bug: IN/NOT IN as a mark join loses SQL's NULL (unknown) result"]
+    fn three_valued_in_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for p in [SubPred::NotInOr, SubPred::InIsNull] {
+            check(&q_sub_pred(p, w1, w2), &input)?;
+        }
+    }
+
+    #[test]
+    fn istream_dstream_of_not_in_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for m in [Mode::Istream, Mode::Dstream] {
+            check(&q_not_in(w1, w2).with_mode(m), &input)?;
+        }
+    }
+
+    #[test]
+    fn exists_and_not_exists_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for negated in [false, true] {
+            check(&q_exists(negated, w1, w2), &input)?;
+            check(&q_exists_nullable(negated, w1, w2), &input)?;
+            check(&q_exists_residual(negated, w1, w2), &input)?;
+        }
+    }
+
+    #[test]
+    fn scalar_subqueries_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_scalar_sub_k(w1, w2), &input)?;
+        check(&q_scalar_sub_v(w1, w2), &input)?;
+        check(&q_scalar_sub_where(w1, w2), &input)?;
+    }
+
+    #[test]
+    fn intersect_and_except_match_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
+        let input = Input { s, s2, ..Input::default() };
+        for intersect in [true, false] {
+            for both in [true, false] {
+                check(&q_set_op(intersect, both, w1, w2), &input)?;
+            }
+        }
+    }
+
+    #[test]
+    fn order_by_limit_matches_oracle(s in elements(), w in window()) {
+        let input = Input::single(s);
+        check(&q_top(w, true, 0, 2), &input)?;
+        check(&q_top(w, true, 1, 2), &input)?;
+        check(&q_top(w, false, 0, 2), &input)?;
+        for m in [Mode::Istream, Mode::Dstream, Mode::Rstream] {
+            check(&q_top(w, true, 1, 2).with_mode(m), &input)?;
+        }
+    }
+
+    #[test]
+    fn out_of_order_arrival_matches_oracle_for_outer_joins_and_subqueries(
+        input in out_of_order(),
+        s2 in elements(),
+        w1 in window(),
+        w2 in window(),
+    ) {
+        let input = Input { s2, ..input };
+        check(&q_outer_join(Outer::Full, On::KEqVLt, w1, w2), &input)?;
+        check(&q_not_in(w1, w2), &input)?;
+        check(&q_scalar_sub_k(w1, w2), &input)?;
+        check(&q_set_op(false, true, w1, w2), &input)?;
+        check(&q_top(w1, true, 1, 2), &input)?;
+    }
+
+    #[test]
+    fn order_by_limit_over_aggregate_matches_oracle(s in elements(), w in window()) {
+        let input = Input::single(s);
+        check(&q_top_group(w, 0, 2), &input)?;
+        check(&q_top_group(w, 1, 2), &input)?;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The oracle against semantics.md's worked examples (keeps the oracle honest)
 // ---------------------------------------------------------------------------------------------
@@ -1577,4 +2249,87 @@ fn slide_window_near_i64_max_stays_current() {
     let t = i64::MAX - 2;
     let got = engine_lines("SELECT COUNT(*) FROM s [RANGE 3 SLIDE 3]", &[el(0, Some(1), t)]);
     assert_eq!(got, Ok(vec![format!("@{t} +1 1")]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine bugs found by the properties above (ignored until fixed)
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sql` over `s` and `s2`, each pushed in one batch, then closes; the output as lines,
+/// sorted within each instant.
+fn engine_lines2(sql: &str, s: &[El], s2: &[El]) -> Result<Vec<String>, String> {
+    let mut e = Engine::new();
+    e.execute(&ddl(&Input::default())).map_err(|x| x.to_string())?;
+    let sub = e.subscribe(sql).map_err(|x| x.to_string())?;
+    e.push("s", record_batch(false, s)).map_err(|x| x.to_string())?;
+    e.push("s2", record_batch(true, s2)).map_err(|x| x.to_string())?;
+    e.close_all().map_err(|x| x.to_string())?;
+    let mut changes = sub.poll_changes().map_err(|x| x.to_string())?;
+    changes.sort_by_key(|c| (c.time, c.to_string()));
+    Ok(changes.iter().map(|c| c.to_string()).collect())
+}
+
+/// Correlated `NOT IN` takes its NULL rules from the whole subquery instead of the row's own
+/// correlated set. For a.k = 2 the set `SELECT b.w FROM s2 b WHERE b.k = 2` is empty, so
+/// `a.v NOT IN (∅)` is true whatever a.v is (SQL: `x NOT IN (empty)` is true, even for NULL x);
+/// a NULL that s2 has under another key (0) is not in that set. Both rows must come out.
+#[test]
+#[ignore = "correlated NOT IN is refused until its NULL rules hold per correlation key"]
+fn correlated_not_in_uses_the_rows_own_set() {
+    let q = "SELECT ISTREAM a.k, a.v FROM s a \
+             WHERE a.v NOT IN (SELECT b.w FROM s2 b WHERE b.k = a.k)";
+    // Another key's NULL: the engine outputs nothing.
+    assert_eq!(
+        engine_lines2(q, &[el(2, Some(0), 1)], &[el(0, None, 1)]),
+        Ok(vec!["@1 2 0".into()])
+    );
+    // A NULL probe over an empty correlated set, while another key's set is not empty: the
+    // engine outputs nothing.
+    assert_eq!(
+        engine_lines2(q, &[el(2, None, 1)], &[el(0, Some(5), 1)]),
+        Ok(vec!["@1 2 NULL".into()])
+    );
+}
+
+/// `IN`/`NOT IN` inside a larger boolean expression run as a mark join whose mark is only ever
+/// true or false, never NULL: SQL's unknown result (a NULL probe over a non-empty set, or no
+/// match in a set that has a NULL) becomes false, so `NOT IN` becomes true.
+#[test]
+#[ignore = "engine bug: IN/NOT IN as a mark join loses SQL's NULL (unknown) result"]
+fn in_inside_an_expression_keeps_unknown() {
+    let q = "SELECT a.k, a.v FROM s [RANGE 5] a WHERE a.v NOT IN (SELECT w FROM s2) OR a.k = 5";
+    // 2 NOT IN {NULL} is unknown, k = 5 is false: unknown, not kept. The engine keeps the row.
+    assert_eq!(engine_lines2(q, &[el(1, Some(2), 1)], &[el(1, None, 1)]), Ok(vec![]));
+    // NULL NOT IN {2} is unknown too. The engine keeps the row.
+    assert_eq!(engine_lines2(q, &[el(1, None, 1)], &[el(1, Some(2), 1)]), Ok(vec![]));
+    // NULL IN {2} is NULL, so `IS NULL` keeps the row (until it leaves the window at 6). The
+    // engine outputs nothing.
+    let q = "SELECT a.k, a.v FROM s [RANGE 5] a WHERE (a.v IN (SELECT w FROM s2)) IS NULL";
+    assert_eq!(
+        engine_lines2(q, &[el(1, None, 1)], &[el(1, Some(2), 1)]),
+        Ok(vec!["@1 +1 1 NULL".into(), "@6 -1 1 NULL".into()])
+    );
+}
+
+/// `EXCEPT ALL` is accepted but evaluated as a plain anti-join: SQL's bag difference keeps
+/// max(m − n, 0) copies of a row that the left side has m times and the right side n times.
+/// Left {1, 1}, right {1}: one 1, from τ = 1 until both windows empty at τ = 6.
+#[test]
+#[ignore = "EXCEPT ALL is refused until it is a bag difference"]
+fn except_all_is_a_bag_difference() {
+    let q = "SELECT v FROM s [RANGE 5] EXCEPT ALL SELECT w FROM s2 [RANGE 5]";
+    let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
+    // The engine: Ok([]).
+    assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
+}
+
+/// `INTERSECT ALL` is accepted but evaluated as a plain semi-join: SQL keeps min(m, n) copies.
+/// Left {1, 1}, right {1}: one 1, from τ = 1 until both windows empty at τ = 6.
+#[test]
+#[ignore = "INTERSECT ALL is refused until it keeps the smaller multiplicity"]
+fn intersect_all_keeps_the_smaller_multiplicity() {
+    let q = "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]";
+    let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
+    // The engine: Ok(["@1 +2 1", "@6 -2 1"]).
+    assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
 }

@@ -144,3 +144,22 @@ fn relational_sql_over_tables() {
         ["x 1", "y 0", "z 0"]
     );
 }
+
+/// Forms whose incremental semantics are not implemented yet are refused, never run wrongly.
+#[test]
+fn unimplemented_forms_are_refused() {
+    let mut e = Engine::new();
+    e.execute(
+        "CREATE STREAM s (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t);
+         CREATE STREAM s2 (k BIGINT, w BIGINT, t BIGINT, WATERMARK FOR t AS t)",
+    )
+    .unwrap();
+    for q in [
+        "SELECT ISTREAM a.k FROM s a WHERE a.v NOT IN (SELECT b.w FROM s2 b WHERE b.k = a.k)",
+        "SELECT v FROM s [RANGE 5] EXCEPT ALL SELECT w FROM s2 [RANGE 5]",
+        "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]",
+    ] {
+        let err = e.subscribe(q).unwrap_err().to_string();
+        assert!(err.contains("not supported in Weir yet"), "{q}: {err}");
+    }
+}
