@@ -1045,6 +1045,32 @@ fn matching(toks: &[TokenWithSpan], open: usize, l: &Token, r: &Token) -> Option
     None
 }
 
+/// A word token at `span` (for tokens the pre-pass writes in place of CQL syntax).
+fn word_token(value: &str, keyword: Keyword, span: sqlparser::tokenizer::Span) -> TokenWithSpan {
+    TokenWithSpan::new(Token::Word(Word { value: value.into(), quote_style: None, keyword }), span)
+}
+
+/// Writes `synthetic AS name` in place of a windowed stream, or just `synthetic` when the
+/// query gives an alias itself (`next` is the token after the window).
+fn push_windowed(
+    out: &mut Vec<TokenWithSpan>,
+    synthetic: &str,
+    name: TokenWithSpan,
+    next: Option<&TokenWithSpan>,
+) {
+    let alias_follows = match next.map(|t| &t.token) {
+        Some(Token::Word(w)) => {
+            w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
+        }
+        _ => false,
+    };
+    out.push(word_token(synthetic, Keyword::NoKeyword, name.span));
+    if !alias_follows {
+        out.push(word_token("AS", Keyword::AS, name.span));
+        out.push(name);
+    }
+}
+
 /// Clause keywords that end a FROM clause at their nesting depth.
 const ENDS_FROM: &[&str] = &[
     "SELECT",
@@ -1120,17 +1146,11 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             && toks[i + 2].token == Token::RParen
         {
             let span = toks[i + 1].span;
-            let word = |w: &str, k: Keyword| {
-                TokenWithSpan::new(
-                    Token::Word(Word { value: w.into(), quote_style: None, keyword: k }),
-                    span,
-                )
-            };
             let empty = [
-                word("SELECT", Keyword::SELECT),
-                word("NULL", Keyword::NULL),
-                word("WHERE", Keyword::WHERE),
-                word("FALSE", Keyword::FALSE),
+                word_token("SELECT", Keyword::SELECT, span),
+                word_token("NULL", Keyword::NULL, span),
+                word_token("WHERE", Keyword::WHERE, span),
+                word_token("FALSE", Keyword::FALSE, span),
             ];
             toks.splice(i + 2..i + 2, empty);
             i += 6;
@@ -1171,38 +1191,8 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                     t.span.start,
                     toks[close].span.end,
                 ));
-                let alias_follows = match toks.get(close + 1).map(|t| &t.token) {
-                    Some(Token::Word(w)) => {
-                        w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
-                    }
-                    _ => false,
-                };
-                out.push(TokenWithSpan::new(
-                    Token::Word(Word {
-                        value: synthetic.clone(),
-                        quote_style: None,
-                        keyword: Keyword::NoKeyword,
-                    }),
-                    t.span,
-                ));
-                if !alias_follows {
-                    out.push(TokenWithSpan::new(
-                        Token::Word(Word {
-                            value: "AS".into(),
-                            quote_style: None,
-                            keyword: Keyword::AS,
-                        }),
-                        t.span,
-                    ));
-                    out.push(TokenWithSpan::new(
-                        Token::Word(Word {
-                            value: stream.clone(),
-                            quote_style: None,
-                            keyword: Keyword::NoKeyword,
-                        }),
-                        t.span,
-                    ));
-                }
+                let name = word_token(&stream, Keyword::NoKeyword, t.span);
+                push_windowed(&mut out, &synthetic, name, toks.get(close + 1));
                 windows.push(WindowAst { synthetic, stream, kind, span });
                 i = close + 1;
                 continue;
@@ -1256,31 +1246,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                     kind,
                     span,
                 });
-                let alias_follows = match toks.get(close + 1).map(|t| &t.token) {
-                    Some(Token::Word(w)) => {
-                        w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
-                    }
-                    _ => false,
-                };
-                out.push(TokenWithSpan::new(
-                    Token::Word(Word {
-                        value: synthetic,
-                        quote_style: None,
-                        keyword: Keyword::NoKeyword,
-                    }),
-                    name_tok.span,
-                ));
-                if !alias_follows {
-                    out.push(TokenWithSpan::new(
-                        Token::Word(Word {
-                            value: "AS".into(),
-                            quote_style: None,
-                            keyword: Keyword::AS,
-                        }),
-                        name_tok.span,
-                    ));
-                    out.push(name_tok);
-                }
+                push_windowed(&mut out, &synthetic, name_tok, toks.get(close + 1));
                 i = close + 1;
                 continue;
             }
