@@ -38,7 +38,6 @@ use arrow::array::{
     ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use weir::{ChangeBatch, PlanKind, Subscription, TimeDomain};
 
 /// How results are printed.
@@ -430,15 +429,7 @@ pub fn boxed_table(header: &[String], body: &[Vec<String>]) -> String {
 
 /// Every value of every row as text, NULL as `null_text`.
 fn format_rows(batch: &RecordBatch, null_text: &str) -> Result<Vec<Vec<String>>> {
-    let options = FormatOptions::default().with_null(null_text);
-    let formatters = batch
-        .columns()
-        .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((0..batch.num_rows())
-        .map(|r| formatters.iter().map(|f| f.value(r).to_string()).collect())
-        .collect())
+    Ok(weir::format::rows_as_text_with_null(batch, null_text)?)
 }
 
 /// CSV records, RFC 4180 quoting, `\n` line ends.

@@ -53,11 +53,44 @@ struct StreamState {
     accepted: u64,
 }
 
+/// A relation's current contents: encoded rows with their multiplicities.
+#[derive(Debug)]
+struct Contents {
+    codec: RowCodec,
+    rows: BTreeMap<RowBytes, i64>,
+}
+
+impl Contents {
+    fn new(schema: &SchemaRef) -> Result<Self> {
+        Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new() })
+    }
+
+    /// Adds the changes' diffs; rows whose multiplicity reaches zero leave.
+    fn apply(&mut self, changes: &ChangeBatch) -> Result<()> {
+        let rows = self.codec.encode(changes.data.columns(), changes.len())?;
+        for (i, d) in changes.diffs.iter().enumerate() {
+            let key: RowBytes = rows.get(i).into();
+            let n = self.rows.entry(key.clone()).or_insert(0);
+            *n += d;
+            if *n <= 0 {
+                self.rows.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    /// The contents as inserts at `at`.
+    fn snapshot(&self, schema: &SchemaRef, at: Time) -> Result<ChangeBatch> {
+        let data = self.codec.decode_batch(schema, self.rows.keys().map(|k| &k[..]))?;
+        let diffs: Vec<i64> = self.rows.values().copied().collect();
+        Ok(ChangeBatch::new(data, vec![at; diffs.len()], diffs))
+    }
+}
+
 #[derive(Debug)]
 struct TableState {
     def: TableDef,
-    codec: RowCodec,
-    rows: BTreeMap<RowBytes, i64>,
+    contents: Contents,
 }
 
 /// Where a running query's output goes.
@@ -79,8 +112,7 @@ struct RunningQuery {
 /// The current relation of a view over streams, maintained as its query runs.
 #[derive(Debug)]
 struct ViewContents {
-    codec: RowCodec,
-    rows: BTreeMap<RowBytes, i64>,
+    contents: Contents,
     /// Set if the view's query failed; one-shot queries over it then report this.
     failed: Option<WeirError>,
 }
@@ -284,11 +316,9 @@ impl Engine {
                     fields.push(Field::new(&c.name, arrow_type(&c.data_type, c.span)?, true));
                 }
                 let schema: SchemaRef = Arc::new(Schema::new(fields));
-                let codec = RowCodec::for_schema(&schema)?;
-                self.tables.insert(
-                    name.clone(),
-                    TableState { def: TableDef { name, schema }, codec, rows: BTreeMap::new() },
-                );
+                let contents = Contents::new(&schema)?;
+                self.tables
+                    .insert(name.clone(), TableState { def: TableDef { name, schema }, contents });
                 Ok(ExecResult::Done("CREATE TABLE".into()))
             }
             Statement::CreateView { name, query, sql, or_replace, span } => {
@@ -307,11 +337,7 @@ impl Engine {
                 let reads_stream = plan.sources().iter().any(|s| self.streams.contains_key(s));
                 let maintain = plan.kind() == PlanKind::Relation && reads_stream;
                 let contents = if maintain {
-                    Some(ViewContents {
-                        codec: RowCodec::for_schema(&schema)?,
-                        rows: BTreeMap::new(),
-                        failed: None,
-                    })
+                    Some(ViewContents { contents: Contents::new(&schema)?, failed: None })
                 } else {
                     None
                 };
@@ -388,16 +414,13 @@ impl Engine {
             let view = self.views.get(&s).and_then(|v| v.contents.as_ref().map(|c| (v, c)));
             match (self.tables.get(&s), view) {
                 (Some(t), _) => {
-                    inputs.insert(s.clone(), table_snapshot(t, 0)?);
+                    inputs.insert(s.clone(), t.contents.snapshot(&t.def.schema, 0)?);
                 }
                 (None, Some((v, c))) => {
                     if let Some(e) = &c.failed {
                         return Err(exec_err(format!("view '{s}' failed: {e}")));
                     }
-                    let data =
-                        c.codec.decode_batch(&v.def.schema, c.rows.keys().map(|k| &k[..]))?;
-                    let diffs: Vec<i64> = c.rows.values().copied().collect();
-                    inputs.insert(s.clone(), ChangeBatch::new(data, vec![0; diffs.len()], diffs));
+                    inputs.insert(s.clone(), c.contents.snapshot(&v.def.schema, 0)?);
                 }
                 (None, None) => {
                     return Err(exec_err(format!(
@@ -435,8 +458,8 @@ impl Engine {
         // A query over tables starts from their current contents.
         for s in plan.sources() {
             if let Some(t) = self.tables.get(&s) {
-                if !t.rows.is_empty() {
-                    runner.push(&s, table_snapshot(t, self.clock)?)?;
+                if !t.contents.rows.is_empty() {
+                    runner.push(&s, t.contents.snapshot(&t.def.schema, self.clock)?)?;
                 }
             }
         }
@@ -490,7 +513,7 @@ impl Engine {
                     let Some(c) = views.get_mut(name).and_then(|v| v.contents.as_mut()) else {
                         return false;
                     };
-                    match apply_to_view(c, &batches).and(result) {
+                    match batches.iter().try_for_each(|b| c.contents.apply(b)).and(result) {
                         Ok(()) => true,
                         Err(e) => {
                             c.failed = Some(e);
@@ -762,15 +785,7 @@ impl Engine {
     fn change_table(&mut self, name: &str, changes: ChangeBatch, t: Time) -> Result<()> {
         let table =
             self.tables.get_mut(name).ok_or_else(|| WeirError::internal("table vanished"))?;
-        let rows = table.codec.encode(changes.data.columns(), changes.len())?;
-        for (i, d) in changes.diffs.iter().enumerate() {
-            let key: RowBytes = rows.get(i).into();
-            let c = table.rows.entry(key.clone()).or_insert(0);
-            *c += d;
-            if *c <= 0 {
-                table.rows.remove(&key);
-            }
-        }
+        table.contents.apply(&changes)?;
         for q in &mut self.queries {
             if q.runner.sources().iter().any(|s| s == name) {
                 let at = q.runner.last_instant().map_or(t, |l| t.max(l.saturating_add(1)));
@@ -843,7 +858,12 @@ impl Engine {
             ObjectKind::Table => self
                 .tables
                 .values()
-                .map(|t| (t.def.name.clone(), format!("{} row(s)", t.rows.values().sum::<i64>())))
+                .map(|t| {
+                    (
+                        t.def.name.clone(),
+                        format!("{} row(s)", t.contents.rows.values().sum::<i64>()),
+                    )
+                })
                 .unzip(),
             ObjectKind::View => {
                 self.views.values().map(|v| (v.def.name.clone(), v.def.kind().to_string())).unzip()
@@ -884,22 +904,6 @@ impl Engine {
     }
 }
 
-/// Integrates a view's output changes into its contents.
-fn apply_to_view(c: &mut ViewContents, batches: &[ChangeBatch]) -> Result<()> {
-    for b in batches {
-        let rows = c.codec.encode(b.data.columns(), b.len())?;
-        for (i, d) in b.diffs.iter().enumerate() {
-            let key: RowBytes = rows.get(i).into();
-            let n = c.rows.entry(key.clone()).or_insert(0);
-            *n += d;
-            if *n == 0 {
-                c.rows.remove(&key);
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Names a query reads directly (streams, tables, views), for dependency tracking.
 fn referenced_names(q: &CqlQuery) -> Vec<String> {
     let mut names: Vec<String> = q.windows.iter().map(|w| w.stream.clone()).collect();
@@ -907,13 +911,6 @@ fn referenced_names(q: &CqlQuery) -> Vec<String> {
     names.sort();
     names.dedup();
     names
-}
-
-/// The current rows of a table, as inserts at `t`.
-fn table_snapshot(t: &TableState, at: Time) -> Result<ChangeBatch> {
-    let data = t.codec.decode_batch(&t.def.schema, t.rows.keys().map(|k| &k[..]))?;
-    let diffs: Vec<i64> = t.rows.values().copied().collect();
-    Ok(ChangeBatch::new(data, vec![at; diffs.len()], diffs))
 }
 
 /// Rows repeated by their multiplicity.

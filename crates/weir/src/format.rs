@@ -6,7 +6,12 @@ use weir_common::{Result, WeirError};
 
 /// Formats every value of every row: NULL as `NULL`, strings bare.
 pub fn rows_as_text(batch: &RecordBatch) -> Result<Vec<Vec<String>>> {
-    let options = FormatOptions::default().with_null("NULL");
+    rows_as_text_with_null(batch, "NULL")
+}
+
+/// Like [`rows_as_text`], writing NULL as `null_text` (CSV leaves it empty).
+pub fn rows_as_text_with_null(batch: &RecordBatch, null_text: &str) -> Result<Vec<Vec<String>>> {
+    let options = FormatOptions::default().with_null(null_text);
     let formatters = batch
         .columns()
         .iter()
