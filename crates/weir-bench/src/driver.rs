@@ -1,0 +1,340 @@
+//! Running a query through the embedding API and measuring it.
+//!
+//! [`run`] creates a fresh [`Engine`], the three NEXMark streams and one continuous query, then
+//! feeds events in chunks: each chunk's events of every stream the query reads are pushed with
+//! [`Engine::push`] (streams the query does not read are not pushed, but their events count,
+//! as in the reference harnesses), and the subscription is polled after each push. At the end
+//! every stream is closed and the last output polled. Only the time spent in the engine (push,
+//! poll, close, and in file modes reading and parsing the files) is counted; generating events
+//! in memory is not.
+//!
+//! Latency (memory mode): an output at instant τ is caused by the first chunk holding an event
+//! stamped τ or later (the event that completed instant τ); its latency is the time from the
+//! start of that chunk's push to the poll that returned the output. One sample per output
+//! instant.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use arrow::array::{Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use weir::{ChangeBatch, Engine, Subscription};
+
+use crate::files::{read_stream, BatchReader, Format};
+use crate::generator::{ddl, Config, Generator};
+use crate::queries::{Params, Query};
+use crate::rng::SplitMix64;
+
+/// Where events come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Generated in memory, chunk by chunk.
+    Memory,
+    /// Read from files written beforehand (see [`crate::files`]).
+    Files(Format, PathBuf),
+}
+
+/// One benchmark run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub query: Query,
+    pub events: u64,
+    /// Events generated (or rows read per file) per chunk.
+    pub chunk: usize,
+    pub generator: Config,
+    pub params: Params,
+    pub input: Input,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub query: Query,
+    pub input: String,
+    pub events: u64,
+    pub seconds: f64,
+    pub outputs: u64,
+    pub peak_rss_mb: f64,
+    /// p50 and p99 latency (memory mode), if there was output.
+    pub latency: Option<(Duration, Duration)>,
+}
+
+impl Report {
+    pub fn events_per_sec(&self) -> f64 {
+        self.events as f64 / self.seconds.max(1e-9)
+    }
+
+    /// One line: query, input, events, seconds, events/s, peak RSS, latency, outputs.
+    pub fn line(&self) -> String {
+        let lat = match self.latency {
+            Some((p50, p99)) => format!(
+                "p50 {:.2} ms  p99 {:.2} ms",
+                p50.as_secs_f64() * 1e3,
+                p99.as_secs_f64() * 1e3
+            ),
+            None => "latency -".into(),
+        };
+        format!(
+            "{:<3} {:<6} events {:>10}  {:>8.3} s  {:>12.0} events/s  peak RSS {:>7.1} MB  {lat}  outputs {}",
+            self.query.name(),
+            self.input,
+            self.events,
+            self.seconds,
+            self.events_per_sec(),
+            self.peak_rss_mb,
+            self.outputs
+        )
+    }
+}
+
+/// The process's peak resident set size in MB (`VmHWM` in `/proc/self/status`; 0 if unknown).
+pub fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Resets the peak RSS counter (Linux: writing 5 to `/proc/self/clear_refs`), so that each run
+/// of `--query all` reports its own peak. Best effort.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Output counting and latency samples.
+struct Sink<'a> {
+    sub: &'a Subscription,
+    outputs: u64,
+    /// (largest timestamp in the chunk, when its push started), in chunk order.
+    chunks: Vec<(i64, Instant)>,
+    samples: Vec<Duration>,
+    measure_latency: bool,
+}
+
+impl Sink<'_> {
+    fn poll(&mut self) -> Result<()> {
+        let batches = self.sub.poll()?;
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        for b in &batches {
+            self.outputs += b.diffs.iter().map(|d| d.unsigned_abs()).sum::<u64>();
+            if self.measure_latency {
+                self.sample(b, now);
+            }
+        }
+        Ok(())
+    }
+
+    fn sample(&mut self, b: &ChangeBatch, now: Instant) {
+        let mut last = None;
+        for &t in &b.times {
+            if last == Some(t) {
+                continue;
+            }
+            last = Some(t);
+            let i = self.chunks.partition_point(|(max, _)| *max < t);
+            let start = self.chunks.get(i).or(self.chunks.last()).map(|c| c.1);
+            if let Some(start) = start {
+                self.samples.push(now.saturating_duration_since(start));
+            }
+        }
+    }
+
+    fn latency(&mut self) -> Option<(Duration, Duration)> {
+        if self.samples.is_empty() {
+            return None;
+        }
+        self.samples.sort_unstable();
+        let at = |q: f64| self.samples[((self.samples.len() - 1) as f64 * q).round() as usize];
+        Some((at(0.5), at(0.99)))
+    }
+}
+
+/// The largest `date_time` of a NEXMark batch (column named `date_time`).
+fn max_time(batch: &RecordBatch) -> Option<i64> {
+    let col = batch.column_by_name("date_time")?;
+    let a = col.as_any().downcast_ref::<TimestampMicrosecondArray>()?;
+    arrow::compute::max(a)
+}
+
+fn first_time(batch: &RecordBatch) -> Option<i64> {
+    let col = batch.column_by_name("date_time")?;
+    let a = col.as_any().downcast_ref::<TimestampMicrosecondArray>()?;
+    (!a.is_empty()).then(|| a.value(0))
+}
+
+/// Runs one query. See the module docs.
+pub fn run(cfg: &RunConfig) -> Result<Report> {
+    let mut engine = Engine::new();
+    engine.execute(ddl())?;
+    let sql = cfg.query.sql(&cfg.params);
+    let sub = engine.subscribe(&sql).with_context(|| format!("starting {}: {sql}", cfg.query))?;
+    let streams = cfg.query.streams();
+    let mut sink = Sink {
+        sub: &sub,
+        outputs: 0,
+        chunks: Vec::new(),
+        samples: Vec::new(),
+        measure_latency: cfg.input == Input::Memory,
+    };
+    let mut busy = Duration::ZERO;
+    let input_name;
+    match &cfg.input {
+        Input::Memory => {
+            input_name = "memory".to_string();
+            let mut g = Generator::new(cfg.generator.clone());
+            let mut left = cfg.events;
+            while left > 0 {
+                let n = left.min(cfg.chunk as u64);
+                left -= n;
+                let b = g.next_events(n)?;
+                let start = Instant::now();
+                let max = g.time_of(g.events_so_far() - 1);
+                sink.chunks.push((max, start));
+                for s in streams {
+                    if let Some(batch) = b.get(s).filter(|b| b.num_rows() > 0) {
+                        engine.push(s, batch.clone())?;
+                        sink.poll()?;
+                    }
+                }
+                busy += start.elapsed();
+            }
+        }
+        Input::Files(format, dir) => {
+            input_name = format.extension().to_string();
+            let start = Instant::now();
+            let mut readers: Vec<(&str, BatchReader)> = streams
+                .iter()
+                .map(|s| Ok((*s, read_stream(dir, s, *format, cfg.chunk)?)))
+                .collect::<Result<_>>()?;
+            // Push the stream whose next batch starts earliest, so that every stream's
+            // watermark keeps up and the query's frontier advances.
+            let mut heads: Vec<Option<RecordBatch>> = Vec::new();
+            for (_, r) in readers.iter_mut() {
+                heads.push(r.next().transpose()?);
+            }
+            loop {
+                let next = heads
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, h)| h.as_ref().map(|b| (first_time(b).unwrap_or(i64::MAX), i)))
+                    .min();
+                let Some((_, i)) = next else { break };
+                if let Some(batch) = heads[i].take() {
+                    if let Some(m) = max_time(&batch) {
+                        sink.chunks.push((m, Instant::now()));
+                    }
+                    engine.push(readers[i].0, batch)?;
+                    sink.poll()?;
+                }
+                heads[i] = readers[i].1.next().transpose()?;
+            }
+            busy += start.elapsed();
+        }
+    }
+    let start = Instant::now();
+    sink.chunks.push((i64::MAX, start));
+    engine.close_all()?;
+    sink.poll()?;
+    busy += start.elapsed();
+    Ok(Report {
+        query: cfg.query,
+        input: input_name,
+        events: cfg.events,
+        seconds: busy.as_secs_f64(),
+        outputs: sink.outputs,
+        peak_rss_mb: peak_rss_mb(),
+        latency: sink.latency(),
+    })
+}
+
+/// One point of the scaling benchmark.
+#[derive(Debug, Clone)]
+pub struct ScalingPoint {
+    pub ratio: i64,
+    pub range: i64,
+    pub slide: i64,
+    pub events: u64,
+    pub seconds: f64,
+    pub outputs: u64,
+}
+
+impl ScalingPoint {
+    pub fn ns_per_event(&self) -> f64 {
+        self.seconds * 1e9 / self.events.max(1) as f64
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "w/s {:>5}  [RANGE {} SLIDE {}]  events {}  {:.3} s  {:>8.1} ns/event  {:>10.0} events/s  outputs {}",
+            self.ratio,
+            self.range,
+            self.slide,
+            self.events,
+            self.seconds,
+            self.ns_per_event(),
+            self.events as f64 / self.seconds.max(1e-9),
+            self.outputs
+        )
+    }
+}
+
+/// The scaling benchmark: `SELECT ISTREAM k, COUNT(*), MAX(v) FROM s [RANGE w SLIDE s] GROUP
+/// BY k` over a tick stream with `per_tick` events per tick and `keys` keys, for each w/s ratio
+/// (slide `slide` ticks). Counts only time in the engine.
+pub fn scaling(
+    ratio: i64,
+    slide: i64,
+    events: u64,
+    per_tick: u64,
+    keys: u64,
+    chunk: usize,
+) -> Result<ScalingPoint> {
+    let range = slide * ratio;
+    let mut engine = Engine::new();
+    engine.execute("CREATE STREAM s (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
+    let sub = engine.subscribe(&format!(
+        "SELECT ISTREAM k, COUNT(*) AS n, MAX(v) AS top FROM s [RANGE {range} SLIDE {slide}] GROUP BY k"
+    ))?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let mut rng = SplitMix64::new(7);
+    let mut busy = Duration::ZERO;
+    let mut outputs = 0u64;
+    let mut next = 0u64;
+    let per_tick = per_tick.max(1);
+    while next < events {
+        let n = (events - next).min(chunk as u64);
+        let ks: Vec<i64> = (0..n).map(|_| rng.below(keys) as i64).collect();
+        let vs: Vec<i64> = (0..n).map(|_| rng.below(1_000_000) as i64).collect();
+        let ts: Vec<i64> = (next..next + n).map(|i| (i / per_tick) as i64).collect();
+        next += n;
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(ks)),
+                Arc::new(Int64Array::from(vs)),
+                Arc::new(Int64Array::from(ts)),
+            ],
+        )?;
+        let start = Instant::now();
+        engine.push("s", batch)?;
+        outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
+        busy += start.elapsed();
+    }
+    let start = Instant::now();
+    engine.close_all()?;
+    outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
+    busy += start.elapsed();
+    Ok(ScalingPoint { ratio, range, slide, events, seconds: busy.as_secs_f64(), outputs })
+}
