@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         Command::Inline(sql) => run_script(&sql, args.format),
         Command::Run(path) if path.as_os_str() == "-" => run_stdin(args.format),
         Command::Run(path) => match std::fs::read_to_string(&path) {
-            Ok(text) => run_script(&text, args.format),
+            Ok(text) => run_file(&text, &path, args.format),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
@@ -77,6 +77,15 @@ fn write_stdout(text: &str) -> Result<(), Failure> {
 /// Runs a script, then closes every stream.
 fn run_script(text: &str, format: Format) -> Result<(), Failure> {
     let mut session = Session::new(format, io::stdout().lock(), false);
+    script::run_lines(&mut session, text.as_bytes())
+}
+
+/// Runs a script file; relative source paths in it are read from the file's directory.
+fn run_file(text: &str, path: &std::path::Path, format: Format) -> Result<(), Failure> {
+    let mut session = Session::new(format, io::stdout().lock(), false);
+    if let Some(dir) = path.parent() {
+        session.engine_mut().set_base_dir(dir);
+    }
     script::run_lines(&mut session, text.as_bytes())
 }
 

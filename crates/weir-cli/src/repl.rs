@@ -281,8 +281,24 @@ impl Ticker {
                     *demo = None;
                 }
             }
+            // Sources read in the background, a bounded slice of time per tick.
+            let started = std::time::Instant::now();
+            let mut source_error = None;
+            loop {
+                match session.engine_mut().poll_sources(1 << 20) {
+                    Ok(p) if p.bytes > 0 && started.elapsed() < TICK / 2 => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        source_error = Some(e);
+                        break;
+                    }
+                }
+            }
             let result = session.print_new_output();
             let mut text = g.take_output();
+            if let Some(e) = source_error {
+                text.push_str(&format!("error: {e}\n"));
+            }
             if let Err(Failure::Statement(msg)) = result {
                 text.push_str(&format!("error: {msg}\n"));
             }

@@ -130,8 +130,19 @@ impl<W: Write> Session<W> {
         Ok(())
     }
 
-    /// End of input: closes every stream and prints what that completes.
+    /// End of input: reads the streams' sources (to their end; a followed file or standard
+    /// input until it ends or the process is interrupted), then closes every stream and prints
+    /// what that completes.
     pub fn finish(&mut self) -> Result<(), Failure> {
+        loop {
+            let polled = self.engine.run_sources();
+            self.print_new_output()?;
+            let p = polled.map_err(|e| Failure::Statement(e.to_string()))?;
+            if p.live == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
         self.print_new_output()
     }

@@ -47,6 +47,9 @@ pub enum Kind {
         expected: Vec<String>,
     },
     Halt,
+    /// `sleep 5s` (or `500ms`, `2m`): moves the engine's processing-time clock forward, which
+    /// is what idle timeouts count; nothing actually waits.
+    Sleep(std::time::Duration),
     /// `hash-threshold N`: results with more than N values are compared by hash (0: never).
     HashThreshold(usize),
 }
@@ -97,6 +100,10 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                 None => return Err(format!("line {start}: hash-threshold needs a number")),
             },
             "halt" => Kind::Halt,
+            "sleep" => match words.get(1).and_then(|d| parse_sleep(d)) {
+                Some(d) => Kind::Sleep(d),
+                None => return Err(format!("line {start}: sleep needs a duration such as 5s")),
+            },
             "statement" => {
                 let (sql, dashed) = block(&mut i, true);
                 match words.get(1) {
@@ -204,6 +211,18 @@ fn read_block(lines: &[&str], i: &mut usize, dashes: bool) -> (Vec<String>, bool
     (got, false)
 }
 
+/// `500ms`, `5s`, `2m`.
+fn parse_sleep(text: &str) -> Option<std::time::Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let n: u64 = text[..split].parse().ok()?;
+    match &text[split..] {
+        "ms" => Some(std::time::Duration::from_millis(n)),
+        "s" => Some(std::time::Duration::from_secs(n)),
+        "m" => Some(std::time::Duration::from_secs(n * 60)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,3 +298,4 @@ mod tests {
         assert!(parse("hash-threshold x\n").is_err());
     }
 }
+

@@ -164,6 +164,17 @@ pub fn run_file_with(path: &Path, opts: &Options) -> FileReport {
     }
 }
 
+/// A fresh engine for one file: idle timeouts count `sleep` records, not the wall clock, and
+/// source paths are relative to the file.
+fn test_engine(path: &Path) -> Engine {
+    let mut engine = Engine::new();
+    engine.use_manual_processing_time();
+    if let Some(dir) = path.parent() {
+        engine.set_base_dir(dir);
+    }
+    engine
+}
+
 /// Runs the records in `text` (the contents of `path`) against a fresh engine.
 pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
     let mut report = FileReport::default();
@@ -179,7 +190,7 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
     };
     let known = opts.known_failures.map(|k| k.for_file(path)).unwrap_or_default();
     let mut state = State {
-        engine: Engine::new(),
+        engine: test_engine(path),
         subs: HashMap::new(),
         hash_threshold: DEFAULT_HASH_THRESHOLD,
         labels: HashMap::new(),
@@ -188,7 +199,7 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
     let file_start = Instant::now();
     let mut halted = false;
     for rec in &records {
-        if matches!(rec.kind, Kind::HashThreshold(_)) && (halted || rec.skip) {
+        if matches!(rec.kind, Kind::HashThreshold(_) | Kind::Sleep(_)) && (halted || rec.skip) {
             continue; // not a statement or query: never counted
         }
         if halted || rec.skip || known.contains_key(&rec.line) {
@@ -202,6 +213,10 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
             }
             Kind::HashThreshold(n) => {
                 state.hash_threshold = *n;
+                continue;
+            }
+            Kind::Sleep(d) => {
+                state.engine.advance_processing_time(*d);
                 continue;
             }
             _ => {}
@@ -272,7 +287,7 @@ fn record_sql(rec: &Record) -> &str {
         | Kind::Subscribe { sql, .. }
         | Kind::Explain { sql, .. } => sql,
         Kind::Output { name, .. } => name,
-        Kind::Halt | Kind::HashThreshold(_) => "",
+        Kind::Halt | Kind::HashThreshold(_) | Kind::Sleep(_) => "",
     }
 }
 
@@ -364,6 +379,8 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
             (Err(e), expect) => check_error(rec, sql, expect, &e.to_string()),
         },
         Kind::Query { sql, types, sort, label, expected, expect_error } => {
+            // Sources are read when results are looked at; their errors reach the queries.
+            let _ = engine.run_sources();
             let result = timed(&mut || engine.execute(sql));
             if let Some(expect) = expect_error {
                 return match result {
@@ -390,6 +407,7 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
         }
         Kind::Output { name, expected } => {
             let label = format!("output {name}");
+            let _ = engine.run_sources();
             let sub = state.subs.get(name).ok_or_else(|| {
                 fail(rec, &label, "a subscription", "no such subscription", "no such subscription")
             })?;
@@ -433,7 +451,7 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
                 }
             }
         }
-        Kind::Halt | Kind::HashThreshold(_) => Ok(()),
+        Kind::Halt | Kind::HashThreshold(_) | Kind::Sleep(_) => Ok(()),
     }
 }
 

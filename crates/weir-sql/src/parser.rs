@@ -67,6 +67,39 @@ pub struct WatermarkAst {
     pub span: Option<Span>,
 }
 
+/// One `key = value` of `CREATE STREAM ... WITH (...)`. Keys are lower-cased; the engine
+/// validates them (sources, formats and policies are its business, not the parser's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOption {
+    pub key: String,
+    pub value: OptionValue,
+    /// Where the key is written, for messages.
+    pub span: Option<Span>,
+}
+
+/// The value of a stream option, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionValue {
+    /// `'text'` (or a bare word such as `csv`).
+    Text(String),
+    /// A number, as written.
+    Number(String),
+    Bool(bool),
+    /// `INTERVAL '10' SECOND` or `10 SECONDS`.
+    Duration(Duration),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            OptionValue::Number(n) => f.write_str(n),
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Duration(d) => write!(f, "{d}"),
+        }
+    }
+}
+
 /// A window clause as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WindowKind {
@@ -133,6 +166,8 @@ pub enum Statement {
         name: String,
         columns: Vec<ColumnAst>,
         watermark: Option<WatermarkAst>,
+        /// `WITH (key = value, ...)`: source, format and policies.
+        options: Vec<StreamOption>,
         if_not_exists: bool,
         span: Option<Span>,
     },
@@ -156,6 +191,8 @@ pub enum Statement {
         span: Option<Span>,
     },
     Show(ObjectKind),
+    /// `SHOW STREAM STATS`: per stream, accepted, late and bad rows, watermark, buffering.
+    ShowStreamStats,
     /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own
     /// state).
     CreateIndex {
@@ -609,6 +646,11 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
         return Ok(Statement::Drop { kind, name, if_exists, span: name_span });
     }
     if c.eat_word("SHOW") {
+        if c.eat_word("STREAM") {
+            c.expect_word("STATS")?;
+            c.end()?;
+            return Ok(Statement::ShowStreamStats);
+        }
         let kind = if c.eat_word("STREAMS") {
             ObjectKind::Stream
         } else if c.eat_word("TABLES") {
@@ -680,7 +722,8 @@ fn object_kind(c: &mut Cursor) -> Result<ObjectKind> {
     }
 }
 
-/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])`.
+/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])
+/// [WITH (key = value, ...)]`.
 fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<Statement> {
     let if_not_exists = if c.eat_word("IF") {
         c.expect_word("NOT")?;
@@ -728,9 +771,81 @@ fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<Statement> 
         c.expect(&Token::RParen, "',' or ')'")?;
         break;
     }
+    let options = if c.eat_word("WITH") { parse_stream_options(c)? } else { Vec::new() };
     c.end()?;
     let _ = span;
-    Ok(Statement::CreateStream { name, columns, watermark, if_not_exists, span: name_span })
+    Ok(Statement::CreateStream {
+        name,
+        columns,
+        watermark,
+        options,
+        if_not_exists,
+        span: name_span,
+    })
+}
+
+/// `( key = value, ... )` after `CREATE STREAM ... WITH`.
+fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> {
+    c.expect(&Token::LParen, "'(' and stream options, e.g. (source = 'file', path = 'x.csv')")?;
+    let mut options: Vec<StreamOption> = Vec::new();
+    loop {
+        let (key, span) = c.ident("an option name (source, path, format, ...)")?;
+        if options.iter().any(|o| o.key == key) {
+            return Err(WeirError::Syntax(Diagnostic::at(
+                format!("option '{key}' is given twice"),
+                span,
+            )));
+        }
+        c.expect(&Token::Eq, "'='")?;
+        let value = if c.peek_word("INTERVAL") {
+            OptionValue::Duration(parse_duration(c)?)
+        } else {
+            match c.peek().map(|t| &t.token) {
+                Some(Token::SingleQuotedString(s)) => {
+                    c.pos += 1;
+                    OptionValue::Text(s.clone())
+                }
+                Some(Token::Number(..)) | Some(Token::Minus) => {
+                    let at = c.pos;
+                    let neg = c.eat(&Token::Minus);
+                    match c.next().map(|t| &t.token) {
+                        Some(Token::Number(n, _)) => {
+                            let n = if neg { format!("-{n}") } else { n.clone() };
+                            // `10 SECONDS`: a duration.
+                            match c.peek() {
+                                Some(TokenWithSpan { token: Token::Word(w), .. })
+                                    if unit_micros(&w.value).is_some() =>
+                                {
+                                    c.pos = at;
+                                    OptionValue::Duration(parse_duration(c)?)
+                                }
+                                _ => OptionValue::Number(n),
+                            }
+                        }
+                        _ => {
+                            c.pos = at;
+                            return Err(c.err("an option value"));
+                        }
+                    }
+                }
+                Some(Token::Word(w)) if w.quote_style.is_none() => {
+                    c.pos += 1;
+                    match w.value.to_ascii_lowercase().as_str() {
+                        "true" => OptionValue::Bool(true),
+                        "false" => OptionValue::Bool(false),
+                        v => OptionValue::Text(v.to_string()),
+                    }
+                }
+                _ => return Err(c.err("an option value: 'text', a number, TRUE or FALSE")),
+            }
+        };
+        options.push(StreamOption { key, value, span });
+        if c.eat(&Token::Comma) {
+            continue;
+        }
+        c.expect(&Token::RParen, "',' or ')'")?;
+        return Ok(options);
+    }
 }
 
 fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
@@ -1334,6 +1449,41 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn create_stream_with_options() {
+        let sql = "CREATE STREAM bids (price BIGINT, ts TIMESTAMP, WATERMARK FOR ts) WITH (source = 'file', \
+                   path = 'data/b.csv', header = true, max = -3, idle_timeout = INTERVAL '5' SECOND, \
+                   poll = 250 MILLISECONDS, format = csv)";
+        match one(sql) {
+            Statement::CreateStream { options, .. } => {
+                let kv: Vec<(String, OptionValue)> =
+                    options.into_iter().map(|o| (o.key, o.value)).collect();
+                assert_eq!(
+                    kv,
+                    vec![
+                        ("source".into(), OptionValue::Text("file".into())),
+                        ("path".into(), OptionValue::Text("data/b.csv".into())),
+                        ("header".into(), OptionValue::Bool(true)),
+                        ("max".into(), OptionValue::Number("-3".into())),
+                        ("idle_timeout".into(), OptionValue::Duration(Duration::Micros(5_000_000))),
+                        ("poll".into(), OptionValue::Duration(Duration::Micros(250_000))),
+                        ("format".into(), OptionValue::Text("csv".into())),
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = parse_script("CREATE STREAM s (t INT, WATERMARK FOR t) WITH (a = 1, a = 2)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("option 'a' is given twice"), "{err}");
+        let err = parse_script("CREATE STREAM s (t INT, WATERMARK FOR t) WITH (a 1)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected '='"), "{err}");
+        assert!(matches!(one("SHOW STREAM STATS"), Statement::ShowStreamStats));
     }
 
     #[test]

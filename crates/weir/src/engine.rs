@@ -11,11 +11,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
+use std::time::Duration as WallDuration;
 
 use arrow::array::{
     Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use weir_common::time::format_time;
 use weir_common::{
     ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
 };
@@ -29,6 +31,11 @@ use weir_sql::{
     bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef,
 };
 
+use crate::ingest::{
+    bad_row_message, clamp, errors_batch, errors_def, late_batch, late_def, parse_options,
+    BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
+};
+use crate::source::{BadRow, Polled, SourceReader, SourceSpec};
 use crate::subscription::Subscription;
 
 /// What one statement did.
@@ -51,6 +58,96 @@ struct StreamState {
     max_seen: Option<Time>,
     closed: bool,
     accepted: u64,
+    /// For a companion (`s$late`, `s$errors`): `s`. A companion's watermark is its base's.
+    companion_of: Option<String>,
+    policy: StreamPolicy,
+    late: u64,
+    bad: u64,
+    /// Processing time of the last element or heartbeat, for the idle timeout.
+    last_activity: WallDuration,
+    idle: bool,
+    /// Accepted elements by time, not yet released to every query reading the stream.
+    buffered: BTreeMap<Time, u64>,
+    source: Option<SourceState>,
+}
+
+impl StreamState {
+    fn new(def: StreamDef, policy: StreamPolicy, now: WallDuration) -> Self {
+        StreamState {
+            def,
+            watermark: WATERMARK_MIN,
+            max_seen: None,
+            closed: false,
+            accepted: 0,
+            companion_of: None,
+            policy,
+            late: 0,
+            bad: 0,
+            last_activity: now,
+            idle: false,
+            buffered: BTreeMap::new(),
+            source: None,
+        }
+    }
+}
+
+/// A stream's source and whether it failed.
+#[derive(Debug)]
+struct SourceState {
+    reader: SourceReader,
+    failed: Option<String>,
+}
+
+/// Processing (wall-clock) time, for idle timeouts. Tests use a manual clock.
+#[derive(Debug)]
+enum ProcessingClock {
+    System(std::time::Instant),
+    Manual(WallDuration),
+}
+
+impl Default for ProcessingClock {
+    fn default() -> Self {
+        ProcessingClock::System(std::time::Instant::now())
+    }
+}
+
+impl ProcessingClock {
+    fn now(&self) -> WallDuration {
+        match self {
+            ProcessingClock::System(start) => start.elapsed(),
+            ProcessingClock::Manual(t) => *t,
+        }
+    }
+}
+
+/// Rows of one arrival at a stream: pushed, inserted, or read by its source.
+struct Arrival {
+    data: RecordBatch,
+    /// For each row of `data`, its record number in the arrival (rows and bad records share
+    /// one numbering, so a policy can stop at the first offending record).
+    rows_from: Vec<usize>,
+    /// Records that could not be read.
+    bad: Vec<(usize, BadRow)>,
+    /// `push`, `INSERT`, or the file the records came from.
+    origin: String,
+    /// The line of each record (sources), for messages; otherwise record i is row i+1.
+    lines: Option<Vec<u64>>,
+    /// Whether the records before an offending one are accepted (sources) or the whole
+    /// arrival is refused (push, INSERT).
+    partial: bool,
+}
+
+/// What [`Engine::poll_sources`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePoll {
+    /// Records read in this call.
+    pub records: usize,
+    /// Bytes read in this call.
+    pub bytes: u64,
+    /// Sources still reading (a followed file or stdin may produce more later).
+    pub live: usize,
+    /// Sources not started yet: no query reads their stream.
+    pub waiting: usize,
 }
 
 /// A relation's current contents: encoded rows with their multiplicities.
@@ -135,6 +232,9 @@ pub struct Engine {
     /// The largest instant seen (element, heartbeat or table change); table changes without
     /// `AT` happen here.
     clock: Time,
+    processing: ProcessingClock,
+    /// Relative source paths are read from here (empty: the working directory).
+    base_dir: std::path::PathBuf,
 }
 
 /// The binder's view of the engine's catalog. For one-shot queries, maintained views appear as
@@ -222,7 +322,7 @@ impl Engine {
 
     fn execute_parsed(&mut self, p: ParsedStatement) -> Result<ExecResult> {
         match p.statement {
-            Statement::CreateStream { name, columns, watermark, if_not_exists, span } => {
+            Statement::CreateStream { name, columns, watermark, options, if_not_exists, span } => {
                 if self.exists(&name) {
                     if if_not_exists {
                         return Ok(ExecResult::Done("CREATE STREAM".into()));
@@ -285,23 +385,15 @@ impl Engine {
                         wm.span,
                     ));
                 }
-                let def = StreamDef {
-                    name: name.clone(),
-                    schema,
-                    time_column,
-                    domain,
-                    watermark_delay: delay,
-                };
-                self.streams.insert(
-                    name,
-                    StreamState {
-                        def,
-                        watermark: WATERMARK_MIN,
-                        max_seen: None,
-                        closed: false,
-                        accepted: 0,
-                    },
-                );
+                if name.contains('$') {
+                    return Err(WeirError::plan_at(
+                        format!("'{name}': '$' is reserved for s$late and s$errors"),
+                        span,
+                    ));
+                }
+                let def = StreamDef { name, schema, time_column, domain, watermark_delay: delay };
+                let (policy, source) = parse_options(&def, &options)?;
+                self.add_stream(def, policy, source)?;
                 Ok(ExecResult::Done("CREATE STREAM".into()))
             }
             Statement::CreateTable { name, columns, if_not_exists, span } => {
@@ -352,6 +444,7 @@ impl Engine {
                 self.drop(kind, &name, if_exists, span)
             }
             Statement::Show(kind) => Ok(self.show(kind)),
+            Statement::ShowStreamStats => self.show_stream_stats(),
             Statement::CreateIndex { table, span } => {
                 if !self.tables.contains_key(&table) {
                     return Err(WeirError::plan_at(format!("unknown table '{table}'"), span));
@@ -388,6 +481,37 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Registers a stream with its companions `s$late` and `s$errors`.
+    fn add_stream(
+        &mut self,
+        def: StreamDef,
+        policy: StreamPolicy,
+        source: Option<SourceSpec>,
+    ) -> Result<()> {
+        let late = late_def(&def)?;
+        let errors = errors_def(&def);
+        for c in [&late.name, &errors.name] {
+            if self.exists(c) {
+                return Err(WeirError::plan(format!("'{c}' already exists")));
+            }
+        }
+        let now = self.processing.now();
+        let name = def.name.clone();
+        let mut st = StreamState::new(def, policy, now);
+        if let Some(spec) = source {
+            let reader = SourceReader::new(spec, st.def.schema.clone(), st.def.time_column)
+                .map_err(WeirError::plan)?;
+            st.source = Some(SourceState { reader, failed: None });
+        }
+        for c in [late, errors] {
+            let mut cs = StreamState::new(c, StreamPolicy::default(), now);
+            cs.companion_of = Some(name.clone());
+            self.streams.insert(cs.def.name.clone(), cs);
+        }
+        self.streams.insert(name, st);
+        Ok(())
     }
 
     fn exists(&self, name: &str) -> bool {
@@ -482,19 +606,66 @@ impl Engine {
 
     /// Evaluates every query up to its frontier and delivers the output. A query whose
     /// subscriber went away is stopped; a query that fails reports the error and stops.
+    ///
+    /// A query's frontier is the minimum watermark of the streams it reads, leaving out idle
+    /// ones (unless all are idle). An idle stream's watermark then rises to the largest
+    /// frontier of the queries reading it: what those queries have evaluated is complete, so
+    /// an element below it that arrives when the stream speaks again is late, like any other.
     fn run_queries(&mut self) {
-        let watermarks: HashMap<String, Watermark> =
-            self.streams.iter().map(|(n, s)| (n.clone(), s.watermark)).collect();
+        let now = self.processing.now();
+        for st in self.streams.values_mut() {
+            if let Some(timeout) = st.policy.idle_timeout {
+                st.idle = !st.closed && now.saturating_sub(st.last_activity) >= timeout;
+            }
+        }
+        // Watermark and idleness by name; a companion has its base stream's.
+        let info: HashMap<String, (String, Watermark, bool)> = self
+            .streams
+            .iter()
+            .map(|(n, s)| {
+                let base = s.companion_of.clone().unwrap_or(n.clone());
+                let b = self.streams.get(&base).unwrap_or(s);
+                (n.clone(), (base, b.watermark, b.idle))
+            })
+            .collect();
+        let frontiers: Vec<Watermark> = self
+            .queries
+            .iter()
+            .map(|q| {
+                let inputs: Vec<&(String, Watermark, bool)> =
+                    q.runner.sources().iter().filter_map(|s| info.get(s)).collect();
+                let active = inputs.iter().filter(|i| !i.2).map(|i| i.1).min();
+                active.or(inputs.iter().map(|i| i.1).min()).unwrap_or(WATERMARK_CLOSED)
+            })
+            .collect();
+        // Idle streams rise to the frontier of the queries reading them; buffered elements
+        // below every reader's frontier are released.
+        let mut released: HashMap<String, Watermark> = HashMap::new();
+        for (q, &f) in self.queries.iter().zip(&frontiers) {
+            for s in q.runner.sources() {
+                if let Some((base, _, idle)) = info.get(s) {
+                    if *idle {
+                        if let Some(st) = self.streams.get_mut(base) {
+                            st.watermark = st.watermark.max(f);
+                        }
+                    }
+                    let r = released.entry(s.clone()).or_insert(f);
+                    *r = (*r).min(f);
+                }
+            }
+        }
+        for (name, st) in self.streams.iter_mut() {
+            match released.get(name) {
+                Some(&f) if f < WATERMARK_CLOSED => {
+                    st.buffered = st.buffered.split_off(&clamp(f));
+                }
+                _ => st.buffered.clear(),
+            }
+        }
         let views = &mut self.views;
+        let mut frontiers = frontiers.into_iter();
         self.queries.retain_mut(|q| {
-            let frontier = q
-                .runner
-                .sources()
-                .iter()
-                .filter_map(|s| watermarks.get(s))
-                .copied()
-                .min()
-                .unwrap_or(WATERMARK_CLOSED);
+            let frontier = frontiers.next().unwrap_or(WATERMARK_CLOSED);
             // Output produced before a failure is still delivered, then the failure.
             let mut batches = Vec::new();
             let result = q.runner.advance(frontier, &mut batches);
@@ -526,17 +697,16 @@ impl Engine {
     }
 
     /// Appends a batch of elements to a stream. The batch must have the stream's columns;
-    /// timestamps come from its event-time column. The whole batch is rejected if any row is
-    /// malformed or late.
+    /// timestamps come from its event-time column. Late elements (below the watermark) go to
+    /// `s$late` and rows without an event time to `s$errors`, unless the stream's policy makes
+    /// them errors: then the whole batch is refused.
     pub fn push(&mut self, stream: &str, batch: RecordBatch) -> Result<()> {
+        self.push_from(stream, batch, "push")
+    }
+
+    fn push_from(&mut self, stream: &str, batch: RecordBatch, origin: &str) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let st = self
-            .streams
-            .get(&name)
-            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
-        if st.closed {
-            return Err(exec_err(format!("stream '{name}' is closed")));
-        }
+        let st = self.writable(&name, stream)?;
         let schema = st.def.schema.clone();
         if batch.num_columns() != schema.fields().len() {
             return Err(WeirError::Input(format!(
@@ -550,36 +720,204 @@ impl Engine {
             cols.push(cast_column(&name, f, batch.column(i))?);
         }
         let data = RecordBatch::try_new(schema.clone(), cols)?;
-        let times = event_times(&name, &st.def, &data)?;
-        if let Some((row, t)) =
-            times.iter().enumerate().find(|(_, t)| (**t as Watermark) < st.watermark)
-        {
+        let arrival = Arrival {
+            rows_from: (0..data.num_rows()).collect(),
+            data,
+            bad: Vec::new(),
+            origin: origin.to_string(),
+            lines: None,
+            partial: false,
+        };
+        self.ingest(&name, arrival)
+    }
+
+    /// The stream `name` if elements may be appended to it.
+    fn writable(&self, name: &str, written: &str) -> Result<&StreamState> {
+        let st = self
+            .streams
+            .get(name)
+            .ok_or_else(|| exec_err(format!("unknown stream '{written}'")))?;
+        if let Some(base) = &st.companion_of {
             return Err(exec_err(format!(
-                "stream '{name}' row {}: late element at {} is below the watermark {} \
-                 (nothing in this batch was accepted)",
-                row + 1,
-                t,
-                st.watermark
+                "stream '{name}' is written by the engine from '{base}'; it cannot be appended to"
             )));
         }
-        if times.is_empty() {
-            return Ok(());
+        if st.closed {
+            return Err(exec_err(format!("stream '{name}' is closed")));
         }
-        let max = times.iter().copied().max().unwrap_or(Time::MIN);
-        let delay = st.def.watermark_delay;
-        let batch = ChangeBatch::new(data, times, vec![1; batch.num_rows()]);
-        for q in &mut self.queries {
-            if q.runner.sources().contains(&name) {
-                q.runner.push(&name, batch.clone())?;
+        Ok(st)
+    }
+
+    /// Takes in an arrival: sorts its rows into accepted, late and bad under the stream's
+    /// policies, forwards each to the queries reading the stream or its companions, then
+    /// moves the watermark and evaluates what became complete.
+    fn ingest(&mut self, name: &str, a: Arrival) -> Result<()> {
+        let st = self.streams.get(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        let def = st.def.clone();
+        let policy = st.policy.clone();
+        let w = st.watermark;
+        let line_of = |record: usize| match &a.lines {
+            Some(lines) => lines.get(record).copied().unwrap_or(0),
+            None => record as u64 + 1,
+        };
+        let where_ = |record: usize| {
+            if a.lines.is_some() {
+                format!("source '{}' line {}", a.origin, line_of(record))
+            } else {
+                format!("row {}", line_of(record))
+            }
+        };
+        // Rows without an event time are bad rows.
+        let times = event_times(&def, &a.data)?;
+        let mut bad = a.bad;
+        let time_field = def.schema.field(def.time_column).name().clone();
+        let texts = if times.iter().any(Option::is_none) {
+            crate::format::rows_as_text(&a.data)?
+        } else {
+            Vec::new()
+        };
+        for (row, t) in times.iter().enumerate() {
+            if t.is_none() {
+                let record = a.rows_from[row];
+                bad.push((
+                    record,
+                    BadRow {
+                        line: line_of(record),
+                        offset: 0,
+                        field: time_field.clone(),
+                        reason: "no event time".into(),
+                        raw: texts.get(row).map(|r| r.join(", ")).unwrap_or_default(),
+                    },
+                ));
             }
         }
+        bad.sort_by_key(|(i, _)| *i);
+        // The first record a policy refuses, and why.
+        let mut fatal: Option<(usize, WeirError)> = None;
+        if policy.bad_rows == BadRowPolicy::Fail {
+            if let Some((i, b)) = bad.first() {
+                let origin = if a.lines.is_some() { a.origin.as_str() } else { "push" };
+                fatal = Some((*i, WeirError::Input(bad_row_message(name, origin, b))));
+            }
+        }
+        if policy.late == LatePolicy::Error {
+            let first_late =
+                times.iter().enumerate().find(|(_, t)| t.is_some_and(|t| (t as Watermark) < w));
+            if let Some((row, Some(t))) = first_late {
+                let record = a.rows_from[row];
+                if fatal.as_ref().is_none_or(|(i, _)| record < *i) {
+                    let msg = format!(
+                        "stream '{name}' {}: late element at {} is below the watermark {}",
+                        where_(record),
+                        format_time(*t, def.domain),
+                        format_watermark(w, def.domain),
+                    );
+                    fatal = Some((record, exec_err(msg)));
+                }
+            }
+        }
+        if !a.partial {
+            if let Some((_, e)) = fatal {
+                const NOTE: &str = "(nothing in this batch was accepted)";
+                return Err(match e {
+                    WeirError::Execution(m) => exec_err(format!("{m} {NOTE}")),
+                    WeirError::Input(m) => WeirError::Input(format!("{m} {NOTE}")),
+                    e => e,
+                });
+            }
+        }
+        let cut = fatal.as_ref().map_or(usize::MAX, |(record, _)| *record);
+        let mut accepted_rows = Vec::new();
+        let mut late_rows = Vec::new();
+        for (row, t) in times.iter().enumerate() {
+            if a.rows_from[row] >= cut {
+                continue;
+            }
+            match t {
+                Some(t) if (*t as Watermark) < w => late_rows.push(row as u32),
+                Some(_) => accepted_rows.push(row as u32),
+                None => {}
+            }
+        }
+        bad.retain(|(i, _)| *i < cut);
+        let take = |rows: &[u32]| -> Result<RecordBatch> {
+            if rows.len() == a.data.num_rows() {
+                return Ok(a.data.clone());
+            }
+            let idx = arrow::array::UInt32Array::from(rows.to_vec());
+            let cols = a
+                .data
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            Ok(RecordBatch::try_new(a.data.schema(), cols)?)
+        };
+        let now = self.processing.now();
+        if !late_rows.is_empty() {
+            let late_name = format!("{name}{LATE_SUFFIX}");
+            let stamp = clamp(w);
+            let late_def = self.streams.get(&late_name).map(|s| s.def.clone());
+            if let Some(ld) = late_def {
+                let batch = late_batch(&ld, &take(&late_rows)?, stamp)?;
+                self.forward(&late_name, ChangeBatch::uniform(batch, stamp, 1))?;
+            }
+        }
+        let accepted_times: Vec<Time> =
+            accepted_rows.iter().filter_map(|&r| times[r as usize]).collect();
+        if !accepted_rows.is_empty() {
+            let data = take(&accepted_rows)?;
+            let batch =
+                ChangeBatch::new(data, accepted_times.clone(), vec![1; accepted_rows.len()]);
+            self.forward(name, batch)?;
+        }
         let st =
-            self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream vanished"))?;
-        st.accepted += batch.len() as u64;
-        st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
-        st.watermark = st.watermark.max(max as Watermark - delay as Watermark);
-        self.clock = self.clock.max(max);
+            self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        st.late += late_rows.len() as u64;
+        st.bad += bad.len() as u64;
+        st.accepted += accepted_times.len() as u64;
+        if !accepted_times.is_empty() || !late_rows.is_empty() || !bad.is_empty() {
+            st.last_activity = now;
+            st.idle = false;
+        }
+        for &t in &accepted_times {
+            *st.buffered.entry(t).or_insert(0) += 1;
+        }
+        if let Some(max) = accepted_times.iter().copied().max() {
+            st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
+            let delay = st.def.watermark_delay;
+            st.watermark = st.watermark.max(max as Watermark - delay as Watermark);
+            self.clock = self.clock.max(max);
+        }
+        // Bad rows are stamped with the stream's progress including this arrival.
+        if !bad.is_empty() {
+            let errors_name = format!("{name}{ERRORS_SUFFIX}");
+            let st = &self.streams[name];
+            let stamp = match st.max_seen {
+                None if st.watermark == WATERMARK_MIN => 0,
+                m => clamp(st.watermark).max(m.unwrap_or(Time::MIN)),
+            };
+            let errors_def = self.streams.get(&errors_name).map(|s| s.def.clone());
+            if let Some(ed) = errors_def {
+                let rows: Vec<BadRow> = bad.iter().map(|(_, b)| b.clone()).collect();
+                let batch = errors_batch(&ed, &a.origin, &rows, stamp)?;
+                self.forward(&errors_name, ChangeBatch::uniform(batch, stamp, 1))?;
+            }
+        }
         self.run_queries();
+        match fatal {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands changes of a stream to every query reading it.
+    fn forward(&mut self, name: &str, batch: ChangeBatch) -> Result<()> {
+        for q in &mut self.queries {
+            if q.runner.sources().iter().any(|s| s == name) {
+                q.runner.push(name, batch.clone())?;
+            }
+        }
         Ok(())
     }
 
@@ -640,14 +978,15 @@ impl Engine {
     /// instant of every query reading it.
     pub fn advance(&mut self, stream: &str, t: Time) -> Result<()> {
         let name = stream.to_ascii_lowercase();
+        self.writable(&name, stream)?;
+        let now = self.processing.now();
         let st = self
             .streams
             .get_mut(&name)
             .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
-        if st.closed {
-            return Err(exec_err(format!("stream '{name}' is closed")));
-        }
         st.watermark = st.watermark.max(t as Watermark + 1);
+        st.last_activity = now;
+        st.idle = false;
         self.clock = self.clock.max(t);
         for q in &mut self.queries {
             if q.runner.sources().contains(&name) {
@@ -661,6 +1000,11 @@ impl Engine {
     /// End of input: the stream's watermark becomes +∞, so every pending instant is evaluated.
     pub fn close(&mut self, stream: &str) -> Result<()> {
         let name = stream.to_ascii_lowercase();
+        if let Some(base) = self.streams.get(&name).and_then(|s| s.companion_of.clone()) {
+            return Err(exec_err(format!(
+                "stream '{name}' ends when '{base}' does; close '{base}' instead"
+            )));
+        }
         let st = self
             .streams
             .get_mut(&name)
@@ -684,7 +1028,225 @@ impl Engine {
     /// The current watermark of a stream: every instant below it is complete
     /// ([`WATERMARK_CLOSED`] once the stream is closed).
     pub fn watermark(&self, stream: &str) -> Option<Watermark> {
-        self.streams.get(&stream.to_ascii_lowercase()).map(|s| s.watermark)
+        let st = self.streams.get(&stream.to_ascii_lowercase())?;
+        match &st.companion_of {
+            Some(base) => self.streams.get(base).map(|b| b.watermark),
+            None => Some(st.watermark),
+        }
+    }
+
+    /// Statistics of every stream (companions are counted in their base's `late` and `bad`).
+    pub fn stream_stats(&self) -> Vec<StreamStats> {
+        self.streams
+            .values()
+            .filter(|s| s.companion_of.is_none())
+            .map(|s| StreamStats {
+                stream: s.def.name.clone(),
+                accepted: s.accepted,
+                late: s.late,
+                bad: s.bad,
+                watermark: s.watermark,
+                buffered: s.buffered.values().sum(),
+                idle: s.idle,
+                source: s.source.as_ref().map(describe_source),
+            })
+            .collect()
+    }
+
+    /// Declares or replaces a stream's policies (late and bad rows, idle timeout).
+    pub fn set_stream_policy(&mut self, stream: &str, policy: StreamPolicy) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        self.writable(&name, stream)?;
+        if let Some(st) = self.streams.get_mut(&name) {
+            st.policy = policy;
+        }
+        Ok(())
+    }
+
+    /// Attaches a source to a stream (replacing one not yet started). It starts reading when
+    /// a query reads the stream; see [`Engine::poll_sources`].
+    pub fn set_source(&mut self, stream: &str, spec: SourceSpec) -> Result<()> {
+        let name = stream.to_ascii_lowercase();
+        self.writable(&name, stream)?;
+        let st = self.streams.get_mut(&name).ok_or_else(|| WeirError::internal("stream"))?;
+        if st.source.as_ref().is_some_and(|s| s.reader.started()) {
+            return Err(exec_err(format!("stream '{name}' is already reading its source")));
+        }
+        let reader = SourceReader::new(spec, st.def.schema.clone(), st.def.time_column)
+            .map_err(WeirError::plan)?;
+        st.source = Some(SourceState { reader, failed: None });
+        Ok(())
+    }
+
+    /// Relative source paths are read from `dir` (default: the working directory).
+    pub fn set_base_dir(&mut self, dir: impl Into<std::path::PathBuf>) {
+        self.base_dir = dir.into();
+    }
+
+    /// Idle timeouts then follow [`Engine::advance_processing_time`] instead of the wall clock
+    /// (for tests and simulations).
+    pub fn use_manual_processing_time(&mut self) {
+        self.processing = ProcessingClock::Manual(self.processing.now());
+    }
+
+    /// Moves the manual processing clock forward (see [`Engine::use_manual_processing_time`]);
+    /// streams past their idle timeout become idle and the queries they held back go on.
+    pub fn advance_processing_time(&mut self, by: WallDuration) {
+        if let ProcessingClock::Manual(t) = &mut self.processing {
+            *t += by;
+        }
+        self.run_queries();
+    }
+
+    /// Whether any running query reads `stream` or its companions.
+    fn is_read(&self, stream: &str) -> bool {
+        let late = format!("{stream}{LATE_SUFFIX}");
+        let errors = format!("{stream}{ERRORS_SUFFIX}");
+        self.queries
+            .iter()
+            .any(|q| q.runner.sources().iter().any(|s| *s == stream || *s == late || *s == errors))
+    }
+
+    /// Reads from every source whose stream some query reads, up to about `max_bytes` each,
+    /// and takes in what was read. A source starts reading when the first query over its
+    /// stream (or `s$late`, `s$errors`) is running; a file source that reaches its end closes
+    /// its stream. A source that fails (a missing file, a bad row under `bad_rows = 'fail'`, a
+    /// late row under `late = 'error'`) stops, the queries reading its stream fail with the
+    /// message, and the first such error is returned; other sources and queries go on.
+    pub fn poll_sources(&mut self, max_bytes: usize) -> Result<SourcePoll> {
+        let names: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| {
+                s.source.as_ref().is_some_and(|src| src.failed.is_none() && !src.reader.ended)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut poll = SourcePoll::default();
+        let mut first_error = None;
+        for name in names {
+            let started = self.source_mut(&name).is_some_and(|s| s.reader.started());
+            if !started {
+                if !self.is_read(&name) {
+                    poll.waiting += 1;
+                    continue;
+                }
+                let base = self.base_dir.clone();
+                let r = match self.source_mut(&name) {
+                    Some(s) => s.reader.start(&base),
+                    None => continue,
+                };
+                if let Err(msg) = r {
+                    let e = WeirError::Input(format!("stream '{name}': {msg}"));
+                    self.fail_source(&name, &e);
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            }
+            let Some(src) = self.source_mut(&name) else { continue };
+            let before = src.reader.bytes_read;
+            let polled = src.reader.poll(max_bytes);
+            poll.bytes += src.reader.bytes_read - before;
+            match polled {
+                Ok(Polled::Rows { decoded, records, origin, lines }) => {
+                    poll.records += records;
+                    let arrival = Arrival {
+                        data: decoded.batch,
+                        rows_from: decoded.rows_from,
+                        bad: decoded.bad,
+                        origin,
+                        lines: Some(lines),
+                        partial: true,
+                    };
+                    if let Err(e) = self.ingest(&name, arrival) {
+                        self.fail_source(&name, &e);
+                        first_error.get_or_insert(e);
+                        continue;
+                    }
+                }
+                Ok(Polled::Nothing) => {}
+                Ok(Polled::Ended) => {
+                    let closed = self.streams.get(&name).is_some_and(|s| s.closed);
+                    if !closed {
+                        self.close(&name)?;
+                    }
+                    continue;
+                }
+                Err(msg) => {
+                    let e = WeirError::Input(format!("stream '{name}': {msg}"));
+                    self.fail_source(&name, &e);
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            }
+            if self.source_mut(&name).is_some_and(|s| !s.reader.ended) {
+                poll.live += 1;
+            }
+        }
+        self.run_queries();
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(poll),
+        }
+    }
+
+    /// Reads every source as far as it goes now: finite files to their end (closing their
+    /// streams), followed files and stdin up to what is available. Returns the first source
+    /// error (see [`Engine::poll_sources`]) after reading everything else.
+    pub fn run_sources(&mut self) -> Result<SourcePoll> {
+        let mut total = SourcePoll::default();
+        let mut first_error = None;
+        loop {
+            let p = match self.poll_sources(1 << 20) {
+                Ok(p) => p,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            total.records += p.records;
+            total.bytes += p.bytes;
+            total.live = p.live;
+            total.waiting = p.waiting;
+            if p.bytes == 0 {
+                break;
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
+    }
+
+    fn source_mut(&mut self, name: &str) -> Option<&mut SourceState> {
+        self.streams.get_mut(name).and_then(|s| s.source.as_mut())
+    }
+
+    /// A source stopped: it records why, and the queries reading its stream fail.
+    fn fail_source(&mut self, name: &str, e: &WeirError) {
+        if let Some(s) = self.source_mut(name) {
+            s.failed = Some(e.to_string());
+        }
+        let late = format!("{name}{LATE_SUFFIX}");
+        let errors = format!("{name}{ERRORS_SUFFIX}");
+        let views = &mut self.views;
+        self.queries.retain(|q| {
+            let reads = q.runner.sources().iter().any(|s| *s == name || *s == late || *s == errors);
+            if !reads {
+                return true;
+            }
+            match &q.sink {
+                Sink::Subscriber(tx) => {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                Sink::View(v) => {
+                    if let Some(c) = views.get_mut(v).and_then(|v| v.contents.as_mut()) {
+                        c.failed = Some(e.clone());
+                    }
+                }
+            }
+            false
+        });
     }
 
     fn time_of(&self, stream: &str, t: TimeLit, span: Option<weir_common::Span>) -> Result<Time> {
@@ -713,6 +1275,12 @@ impl Engine {
         span: Option<weir_common::Span>,
     ) -> Result<ExecResult> {
         let schema = if let Some(s) = self.streams.get(target) {
+            if let Some(base) = &s.companion_of {
+                return Err(WeirError::plan_at(
+                    format!("'{target}' is written by the engine from '{base}'"),
+                    span,
+                ));
+            }
             if at.is_some() {
                 return Err(WeirError::plan_at(
                     "AT applies to tables; a stream's elements carry their own timestamps",
@@ -733,7 +1301,7 @@ impl Engine {
         let data = arrange_columns(target, &schema, columns, &rows, span)?;
         let n = data.num_rows();
         if self.streams.contains_key(target) {
-            self.push(target, data)?;
+            self.push_from(target, data, "INSERT")?;
         } else {
             let t = self.table_time(at)?;
             self.change_table(target, ChangeBatch::uniform(data, t, 1), t)?;
@@ -805,6 +1373,12 @@ impl Engine {
         if_exists: bool,
         span: Option<weir_common::Span>,
     ) -> Result<ExecResult> {
+        if let Some(base) = self.streams.get(name).and_then(|s| s.companion_of.as_ref()) {
+            return Err(WeirError::plan_at(
+                format!("'{name}' belongs to stream '{base}' and is dropped with it"),
+                span,
+            ));
+        }
         let present = match kind {
             ObjectKind::Stream => self.streams.contains_key(name),
             ObjectKind::Table => self.tables.contains_key(name),
@@ -822,7 +1396,10 @@ impl Engine {
             let noun = &tag[5..].to_ascii_lowercase();
             return Err(WeirError::plan_at(format!("unknown {noun} '{name}'"), span));
         }
-        if let Some((v, _)) = self.views.iter().find(|(_, v)| v.deps.iter().any(|d| d == name)) {
+        let late = format!("{name}{LATE_SUFFIX}");
+        let errors = format!("{name}{ERRORS_SUFFIX}");
+        let is_dep = |d: &String| *d == name || *d == late || *d == errors;
+        if let Some((v, _)) = self.views.iter().find(|(_, v)| v.deps.iter().any(is_dep)) {
             return Err(WeirError::plan_at(
                 format!("cannot drop '{name}': view '{v}' depends on it"),
                 span,
@@ -831,6 +1408,8 @@ impl Engine {
         match kind {
             ObjectKind::Stream => {
                 self.streams.remove(name);
+                self.streams.remove(&late);
+                self.streams.remove(&errors);
             }
             ObjectKind::Table => {
                 self.tables.remove(name);
@@ -841,7 +1420,7 @@ impl Engine {
             }
         }
         // Queries reading a dropped stream or table stop; their subscriptions end.
-        self.queries.retain(|q| !q.runner.sources().iter().any(|s| s == name));
+        self.queries.retain(|q| !q.runner.sources().iter().any(is_dep));
         Ok(ExecResult::Done(tag.into()))
     }
 
@@ -850,6 +1429,7 @@ impl Engine {
             ObjectKind::Stream => self
                 .streams
                 .values()
+                .filter(|s| s.companion_of.is_none())
                 .map(|s| {
                     let wm = s.def.schema.field(s.def.time_column).name().clone();
                     (s.def.name.clone(), format!("event time {wm}, {} element(s)", s.accepted))
@@ -870,6 +1450,39 @@ impl Engine {
             }
         };
         text_rows(&["name", "details"], vec![names, details])
+    }
+
+    fn show_stream_stats(&self) -> Result<ExecResult> {
+        let stats = self.stream_stats();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("stream", DataType::Utf8, false),
+            Field::new("accepted", DataType::Int64, false),
+            Field::new("late", DataType::Int64, false),
+            Field::new("bad", DataType::Int64, false),
+            Field::new("watermark", DataType::Utf8, false),
+            Field::new("buffered", DataType::Int64, false),
+            Field::new("idle", DataType::Boolean, false),
+            Field::new("source", DataType::Utf8, true),
+        ]));
+        let count = |f: &dyn Fn(&StreamStats) -> u64| -> ArrayRef {
+            Arc::new(Int64Array::from_iter_values(stats.iter().map(|s| f(s) as i64)))
+        };
+        let watermarks = stats.iter().map(|s| {
+            let domain = self.streams.get(&s.stream).map_or(TimeDomain::Ticks, |st| st.def.domain);
+            format_watermark(s.watermark, domain)
+        });
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from_iter_values(stats.iter().map(|s| s.stream.as_str()))),
+            count(&|s| s.accepted),
+            count(&|s| s.late),
+            count(&|s| s.bad),
+            Arc::new(StringArray::from_iter_values(watermarks)),
+            count(&|s| s.buffered),
+            Arc::new(arrow::array::BooleanArray::from_iter(stats.iter().map(|s| Some(s.idle)))),
+            Arc::new(StringArray::from_iter(stats.iter().map(|s| s.source.as_deref()))),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), cols)?;
+        Ok(ExecResult::Rows { schema, batches: vec![batch] })
     }
 
     fn describe(&self, name: &str, span: Option<weir_common::Span>) -> Result<ExecResult> {
@@ -902,6 +1515,24 @@ impl Engine {
         }
         Ok(text_rows(&["column", "type", "notes"], vec![cols, types, notes]))
     }
+}
+
+/// A source for statistics: what it reads, how far, and whether it ended or failed.
+fn describe_source(s: &SourceState) -> String {
+    let r = &s.reader;
+    let mut text = format!("{}: {} records", r.spec.describe(), r.records_read);
+    match r.bytes_total {
+        Some(total) => text += &format!(", {} of {} bytes", r.bytes_read, total),
+        None => text += &format!(", {} bytes", r.bytes_read),
+    }
+    if let Some(e) = &s.failed {
+        text += &format!(", failed: {e}");
+    } else if r.ended {
+        text += ", ended";
+    } else if !r.started() {
+        text += ", waiting for a query";
+    }
+    text
 }
 
 /// Names a query reads directly (streams, tables, views), for dependency tracking.
@@ -996,38 +1627,38 @@ fn arrange_columns(
     )?)
 }
 
-/// The event time of every row, in the stream's ticks.
-fn event_times(stream: &str, def: &StreamDef, data: &RecordBatch) -> Result<Vec<Time>> {
+/// The event time of every row, in the stream's ticks (None where it is NULL).
+fn event_times(def: &StreamDef, data: &RecordBatch) -> Result<Vec<Option<Time>>> {
     let col = data.column(def.time_column);
-    let field = def.schema.field(def.time_column).name();
-    let null_err = |row: usize| {
-        WeirError::Input(format!(
-            "stream '{stream}' row {}: event-time column '{field}' is NULL",
-            row + 1
-        ))
-    };
-    let as_i64 = match col.data_type() {
-        DataType::Timestamp(TimeUnit::Microsecond, _) => {
-            let a = col
-                .as_any()
-                .downcast_ref::<TimestampMicrosecondArray>()
-                .ok_or_else(|| WeirError::internal("timestamp column"))?;
-            (0..a.len())
-                .map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) })
-                .collect()
-        }
+    Ok(match col.data_type() {
+        DataType::Timestamp(TimeUnit::Microsecond, _) => col
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .ok_or_else(|| WeirError::internal("timestamp column"))?
+            .iter()
+            .collect(),
         _ => {
             let c = arrow::compute::cast(col, &DataType::Int64)?;
-            let a = c
-                .as_any()
+            c.as_any()
                 .downcast_ref::<Int64Array>()
-                .ok_or_else(|| WeirError::internal("int column"))?;
-            (0..a.len())
-                .map(|i| if a.is_null(i) { Err(null_err(i)) } else { Ok(a.value(i)) })
+                .ok_or_else(|| WeirError::internal("int column"))?
+                .iter()
                 .collect()
         }
-    };
-    as_i64
+    })
+}
+
+/// A watermark for people: `-inf` before anything is promised, `closed` after the end.
+pub fn format_watermark(w: Watermark, domain: TimeDomain) -> String {
+    if w == WATERMARK_MIN {
+        "-inf".into()
+    } else if w == WATERMARK_CLOSED {
+        "closed".into()
+    } else if w > Time::MAX as Watermark {
+        "+inf".into()
+    } else {
+        format_time(clamp(w), domain)
+    }
 }
 
 fn text_rows(names: &[&str], cols: Vec<Vec<String>>) -> ExecResult {

@@ -22,15 +22,20 @@
 //!
 //! Pipeline: SQL text -> [`weir_sql::parser`] -> [`weir_sql::binder`] ->
 //! [`weir_plan::LogicalPlan`] -> [`weir_exec::QueryRunner`] -> [`Subscription`].
-//! Modules: [`engine`] (statements, sources, time), [`subscription`] (output changes),
-//! [`format`] (values and instants as text).
+//! Modules: [`engine`] (statements, time, running queries), [`ingest`] (late and bad rows,
+//! idleness, the `s$late` and `s$errors` streams), [`source`] (CSV and JSON-lines files and
+//! stdin), [`subscription`] (output changes), [`format`] (values and instants as text).
 
 pub mod engine;
 pub mod format;
+pub mod ingest;
+pub mod source;
 pub mod subscription;
 
 pub use datafusion_common::ScalarValue as Value;
-pub use engine::{Engine, ExecResult};
+pub use engine::{Engine, ExecResult, SourcePoll};
+pub use ingest::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
+pub use source::{Format, Input, SourceSpec};
 pub use subscription::{Change, Subscription};
 pub use weir_common::{
     ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,

@@ -43,12 +43,24 @@ fn push_rows_and_heartbeat() {
 }
 
 #[test]
-fn late_elements_are_rejected_whole_batch() {
+fn late_elements_are_routed_or_refused_by_policy() {
     let mut e = Engine::new();
     e.execute("CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+    let late = e.subscribe("SELECT k, t, missed_watermark FROM s$late").unwrap();
     e.execute("INSERT INTO s VALUES ('a', 5)").unwrap();
-    let err = e.execute("INSERT INTO s VALUES ('b', 6), ('c', 4)").unwrap_err().to_string();
-    assert!(err.contains("row 2: late element at 4 is below the watermark 5"), "{err}");
+    // Default: routed to s$late, the rest of the batch accepted.
+    e.execute("INSERT INTO s VALUES ('b', 6), ('c', 4)").unwrap();
+    let stats = e.stream_stats();
+    assert_eq!((stats[0].accepted, stats[0].late), (2, 1));
+    // Policy `error` (through the API): the whole batch is refused.
+    let policy = weir::StreamPolicy { late: weir::LatePolicy::Error, ..Default::default() };
+    e.set_stream_policy("s", policy).unwrap();
+    let err = e.execute("INSERT INTO s VALUES ('d', 7), ('e', 4)").unwrap_err().to_string();
+    assert!(err.contains("row 2: late element at 4 is below the watermark 6"), "{err}");
+    assert_eq!(e.stream_stats()[0].accepted, 2);
+    e.close("s").unwrap();
+    let got: Vec<String> = late.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
+    assert_eq!(got, ["@5 c 4 5"]);
 }
 
 #[test]

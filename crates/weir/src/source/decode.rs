@@ -1,0 +1,589 @@
+//! Decoding framed records (CSV or JSON lines) into a stream's Arrow batches, row by row
+//! accountable.
+//!
+//! The fast path hands a whole run of records to arrow's CSV or JSON decoder and converts the
+//! `TIMESTAMP` columns (read as text) with [`parse_timestamp`]: ISO-8601 text or an epoch
+//! number. If anything in the run fails, the slow path checks each record on its own, so that
+//! a bad row is reported with its line, byte offset, field and reason and the good rows around
+//! it are kept; the good rows are then decoded together by the fast path again.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::compute::kernels::cast_utils::string_to_datetime;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use super::framing::Records;
+use crate::engine::sql_type_name;
+
+/// How a source's bytes are laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    /// Comma-separated values (RFC 4180 quoting). With `header`, each file's first record names
+    /// its columns, matched to the stream's by name (extra columns are ignored); without, the
+    /// fields are the stream's columns in order.
+    Csv { header: bool, delimiter: u8 },
+    /// One JSON object per line; keys are the stream's column names, missing keys are NULL.
+    JsonLines,
+}
+
+/// A record that could not be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadRow {
+    pub line: u64,
+    pub offset: u64,
+    /// The column at fault, or empty if the record as a whole is malformed.
+    pub field: String,
+    pub reason: String,
+    /// The record's text (invalid UTF-8 replaced).
+    pub raw: String,
+}
+
+/// The result of decoding a run of records.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    /// The good rows, in the stream's schema, in record order.
+    pub batch: RecordBatch,
+    /// For each row of `batch`, the index of its record.
+    pub rows_from: Vec<usize>,
+    /// The bad records, by index, in order.
+    pub bad: Vec<(usize, BadRow)>,
+}
+
+/// Where a stream's columns are in a CSV file's fields.
+#[derive(Debug, Clone)]
+struct CsvLayout {
+    fields: usize,
+    /// For each stream column, its field index.
+    index: Vec<usize>,
+    /// Field names (the header's, or the stream's), for arrow's file schema.
+    names: Vec<String>,
+}
+
+/// Decodes records of one source into a stream's batches. See the module docs.
+#[derive(Debug)]
+pub(crate) struct RowDecoder {
+    schema: SchemaRef,
+    time_column: usize,
+    /// Microseconds per unit of an epoch number in a TIMESTAMP field.
+    epoch_scale: i64,
+    epoch_unit: &'static str,
+    format: Format,
+    layout: Option<CsvLayout>,
+}
+
+/// Arrow reads TIMESTAMP columns as text; [`parse_timestamp`] converts them.
+fn read_type(t: &DataType) -> DataType {
+    match t {
+        DataType::Timestamp(_, _) => DataType::Utf8,
+        t => t.clone(),
+    }
+}
+
+impl RowDecoder {
+    /// `epoch_unit` is `s`, `ms` or `us`: how epoch numbers in TIMESTAMP fields are read.
+    pub fn new(
+        schema: SchemaRef,
+        time_column: usize,
+        format: Format,
+        epoch_unit: &str,
+    ) -> Result<Self, String> {
+        let (epoch_scale, epoch_unit) = match epoch_unit {
+            "s" => (1_000_000, "seconds"),
+            "ms" => (1_000, "milliseconds"),
+            "us" => (1, "microseconds"),
+            other => return Err(format!("epoch must be 's', 'ms' or 'us', not '{other}'")),
+        };
+        let layout = match &format {
+            Format::Csv { header: false, .. } => Some(CsvLayout {
+                fields: schema.fields().len(),
+                index: (0..schema.fields().len()).collect(),
+                names: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            }),
+            _ => None,
+        };
+        Ok(RowDecoder { schema, time_column, epoch_scale, epoch_unit, format, layout })
+    }
+
+    /// Whether the next file's first record is a header to pass to [`Self::set_header`].
+    pub fn wants_header(&self) -> bool {
+        matches!(self.format, Format::Csv { header: true, .. })
+    }
+
+    /// Reads a CSV header: every stream column must be named in it (case-insensitively).
+    pub fn set_header(&mut self, record: &[u8]) -> Result<(), String> {
+        let Format::Csv { delimiter, .. } = self.format else {
+            return Ok(());
+        };
+        let fields = split_csv(record, delimiter).map_err(|e| format!("unreadable header: {e}"))?;
+        let names: Vec<String> = fields
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).trim().trim_start_matches('\u{feff}').to_string())
+            .collect();
+        let mut index = Vec::new();
+        for f in self.schema.fields() {
+            match names.iter().position(|n| n.eq_ignore_ascii_case(f.name())) {
+                Some(i) => index.push(i),
+                None => {
+                    return Err(format!(
+                        "the header has no column '{}' (it has: {})",
+                        f.name(),
+                        names.join(", ")
+                    ))
+                }
+            }
+        }
+        self.layout = Some(CsvLayout { fields: names.len(), index, names });
+        Ok(())
+    }
+
+    /// Decodes a run of records; never fails as a whole: what cannot be read is a bad row.
+    pub fn decode(&self, recs: &Records) -> Decoded {
+        if recs.is_empty() {
+            return Decoded {
+                batch: RecordBatch::new_empty(self.schema.clone()),
+                rows_from: vec![],
+                bad: vec![],
+            };
+        }
+        if let Ok(batch) = self.decode_fast(&recs.bytes, recs.len()) {
+            if batch.num_rows() == recs.len() {
+                return Decoded { batch, rows_from: (0..recs.len()).collect(), bad: vec![] };
+            }
+        }
+        self.decode_slow(recs)
+    }
+
+    fn decode_slow(&self, recs: &Records) -> Decoded {
+        let mut bad = Vec::new();
+        let mut good = Vec::new();
+        for i in 0..recs.len() {
+            match self.check(recs.record(i)) {
+                Ok(()) => good.push(i),
+                Err((field, reason)) => bad.push((i, self.bad_row(recs, i, field, reason))),
+            }
+        }
+        let keep: std::collections::HashSet<usize> = good.iter().copied().collect();
+        let subset = recs.filtered(|i| keep.contains(&i));
+        if let Ok(batch) = self.decode_fast(&subset.bytes, subset.len()) {
+            if batch.num_rows() == good.len() {
+                return Decoded { batch, rows_from: good, bad };
+            }
+        }
+        // The checks and arrow disagree: decode the rest one record at a time.
+        let mut batches = Vec::new();
+        let mut rows_from = Vec::new();
+        for &i in &good {
+            match self.decode_fast(recs.record(i), 1) {
+                Ok(b) if b.num_rows() == 1 => {
+                    batches.push(b);
+                    rows_from.push(i);
+                }
+                Ok(_) => bad.push((i, self.bad_row(recs, i, String::new(), "unreadable".into()))),
+                Err(e) => bad.push((i, self.bad_row(recs, i, String::new(), e))),
+            }
+        }
+        bad.sort_by_key(|(i, _)| *i);
+        let batch = arrow::compute::concat_batches(&self.schema, &batches)
+            .unwrap_or_else(|_| RecordBatch::new_empty(self.schema.clone()));
+        if batch.num_rows() != rows_from.len() {
+            // Unreachable in practice (same schema throughout); never lose track of a row.
+            let reason = "rows could not be assembled".to_string();
+            for i in rows_from {
+                bad.push((i, self.bad_row(recs, i, String::new(), reason.clone())));
+            }
+            bad.sort_by_key(|(i, _)| *i);
+            return Decoded {
+                batch: RecordBatch::new_empty(self.schema.clone()),
+                rows_from: vec![],
+                bad,
+            };
+        }
+        Decoded { batch, rows_from, bad }
+    }
+
+    fn bad_row(&self, recs: &Records, i: usize, field: String, reason: String) -> BadRow {
+        BadRow { line: recs.lines[i], offset: recs.offsets[i], field, reason, raw: recs.text(i) }
+    }
+
+    /// Arrow's decoder over whole records, then the TIMESTAMP conversion and the event-time
+    /// check.
+    fn decode_fast(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
+        let batch_size = records.max(1);
+        let raw = match &self.format {
+            Format::Csv { delimiter, .. } => {
+                let layout = self.layout.as_ref().ok_or("no CSV header read yet")?;
+                let mut fields: Vec<Field> = layout
+                    .names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| Field::new(format!("{i}:{n}"), DataType::Utf8, true))
+                    .collect();
+                for (c, &i) in layout.index.iter().enumerate() {
+                    let t = read_type(self.schema.field(c).data_type());
+                    fields[i] = Field::new(format!("{i}:{}", layout.names[i]), t, true);
+                }
+                let decoder = arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                    .with_header(false)
+                    .with_delimiter(*delimiter)
+                    .with_batch_size(batch_size)
+                    .with_projection(layout.index.clone())
+                    .build_decoder();
+                run_decoder(decoder, bytes)?
+            }
+            Format::JsonLines => {
+                let fields: Vec<Field> = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .map(|f| Field::new(f.name(), read_type(f.data_type()), true))
+                    .collect();
+                let decoder = arrow::json::ReaderBuilder::new(Arc::new(Schema::new(fields)))
+                    .with_batch_size(batch_size)
+                    .with_coerce_primitive(true)
+                    .build_decoder()
+                    .map_err(|e| e.to_string())?;
+                run_json_decoder(decoder, bytes)?
+            }
+        };
+        self.finish(raw).map_err(|(_, _, e)| e)
+    }
+
+    /// Converts text TIMESTAMP columns and checks every row has an event time.
+    fn finish(&self, raw: RecordBatch) -> Result<RecordBatch, (usize, usize, String)> {
+        let mut cols: Vec<ArrayRef> = Vec::with_capacity(raw.num_columns());
+        for (c, f) in self.schema.fields().iter().enumerate() {
+            let col = raw.column(c);
+            let col = match f.data_type() {
+                DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+                    let text = col.as_any().downcast_ref::<StringArray>().ok_or((
+                        0,
+                        c,
+                        "timestamp read as text".to_string(),
+                    ))?;
+                    let mut out = Vec::with_capacity(text.len());
+                    for (row, v) in text.iter().enumerate() {
+                        out.push(match v {
+                            None => None,
+                            Some(s) => Some(
+                                parse_timestamp(s, self.epoch_scale, self.epoch_unit)
+                                    .map_err(|e| (row, c, e))?,
+                            ),
+                        });
+                    }
+                    let a = TimestampMicrosecondArray::from(out).with_timezone_opt(tz.clone());
+                    Arc::new(a) as ArrayRef
+                }
+                t if col.data_type() != t => arrow::compute::cast(col, t)
+                    .map_err(|e| (0, c, format!("cannot convert column: {e}")))?,
+                _ => col.clone(),
+            };
+            cols.push(col);
+        }
+        if let Some(row) = (0..raw.num_rows()).find(|&r| cols[self.time_column].is_null(r)) {
+            return Err((row, self.time_column, "no event time".into()));
+        }
+        RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| (0, 0, e.to_string()))
+    }
+
+    /// Checks one record on its own: `Err((field, reason))` says what is wrong with it.
+    fn check(&self, record: &[u8]) -> Result<(), (String, String)> {
+        match &self.format {
+            Format::Csv { delimiter, .. } => {
+                let layout = self.layout.as_ref().ok_or((String::new(), "no header".into()))?;
+                let fields = split_csv(record, *delimiter).map_err(|e| (String::new(), e))?;
+                if fields.len() != layout.fields {
+                    return Err((
+                        String::new(),
+                        format!("expected {} fields, found {}", layout.fields, fields.len()),
+                    ));
+                }
+                for (c, &i) in layout.index.iter().enumerate() {
+                    let name = self.schema.field(c).name().clone();
+                    let text = std::str::from_utf8(&fields[i])
+                        .map_err(|_| (name.clone(), "invalid UTF-8".to_string()))?;
+                    self.check_value(c, (!text.is_empty()).then_some(text))
+                        .map_err(|e| (name, e))?;
+                }
+                Ok(())
+            }
+            Format::JsonLines => {
+                let record = record.strip_suffix(b"\n").unwrap_or(record);
+                let record = record.strip_suffix(b"\r").unwrap_or(record);
+                let v: serde_json::Value = serde_json::from_slice(record)
+                    .map_err(|e| (String::new(), format!("invalid JSON: {e}")))?;
+                let obj =
+                    v.as_object().ok_or((String::new(), "expected a JSON object".to_string()))?;
+                for (c, f) in self.schema.fields().iter().enumerate() {
+                    let text = match obj.get(f.name()) {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(serde_json::Value::String(s)) => Some(s.clone()),
+                        Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                            Some(v.to_string())
+                        }
+                        Some(_) => {
+                            return Err((f.name().clone(), "expected a scalar value".into()))
+                        }
+                    };
+                    self.check_value(c, text.as_deref()).map_err(|e| (f.name().clone(), e))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether one field's text (None: empty or missing) fits its column.
+    fn check_value(&self, c: usize, text: Option<&str>) -> Result<(), String> {
+        let Some(text) = text else {
+            return if c == self.time_column { Err("no event time".into()) } else { Ok(()) };
+        };
+        let t = self.schema.field(c).data_type();
+        if matches!(t, DataType::Timestamp(_, _)) {
+            return parse_timestamp(text, self.epoch_scale, self.epoch_unit).map(|_| ());
+        }
+        if t == &DataType::Utf8 {
+            return Ok(());
+        }
+        let arr: ArrayRef = Arc::new(StringArray::from(vec![text.trim()]));
+        let opts = arrow::compute::CastOptions { safe: false, ..Default::default() };
+        arrow::compute::cast_with_options(&arr, t, &opts)
+            .map(|_| ())
+            .map_err(|_| format!("cannot read {} as {}", quoted(text), sql_type_name(t)))
+    }
+}
+
+fn run_decoder(mut d: arrow::csv::reader::Decoder, bytes: &[u8]) -> Result<RecordBatch, String> {
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    loop {
+        let n = d.decode(&bytes[pos..]).map_err(|e| e.to_string())?;
+        pos += n;
+        if n == 0 || d.capacity() == 0 {
+            if let Some(b) = d.flush().map_err(|e| e.to_string())? {
+                batches.push(b);
+            }
+        }
+        if n == 0 && pos >= bytes.len() {
+            break;
+        }
+        if n == 0 && d.capacity() > 0 {
+            // No progress on remaining bytes: signal end of input to finish the last record.
+            d.decode(&[]).map_err(|e| e.to_string())?;
+            if let Some(b) = d.flush().map_err(|e| e.to_string())? {
+                batches.push(b);
+            }
+            break;
+        }
+    }
+    concat(batches)
+}
+
+fn run_json_decoder(
+    mut d: arrow::json::reader::Decoder,
+    bytes: &[u8],
+) -> Result<RecordBatch, String> {
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let n = d.decode(&bytes[pos..]).map_err(|e| e.to_string())?;
+        pos += n;
+        if let Some(b) = d.flush().map_err(|e| e.to_string())? {
+            batches.push(b);
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    if let Some(b) = d.flush().map_err(|e| e.to_string())? {
+        batches.push(b);
+    }
+    concat(batches)
+}
+
+fn concat(batches: Vec<RecordBatch>) -> Result<RecordBatch, String> {
+    match batches.first() {
+        None => Err("no rows".into()),
+        Some(b) => arrow::compute::concat_batches(&b.schema(), &batches).map_err(|e| e.to_string()),
+    }
+}
+
+/// A field's text for a message: quoted, control characters escaped, long text shortened.
+fn quoted(text: &str) -> String {
+    let mut out: String = text.chars().take(40).flat_map(char::escape_debug).collect();
+    if text.chars().count() > 40 {
+        out.push_str("...");
+    }
+    format!("'{out}'")
+}
+
+/// One CSV record's fields, unquoted.
+fn split_csv(record: &[u8], delimiter: u8) -> Result<Vec<Vec<u8>>, String> {
+    let mut r = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(record);
+    let mut rec = csv::ByteRecord::new();
+    match r.read_byte_record(&mut rec) {
+        Ok(true) => Ok(rec.iter().map(|f| f.to_vec()).collect()),
+        Ok(false) => Ok(vec![]),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reads an event time: ISO-8601 / RFC 3339 text (`2024-01-01T00:00:05Z`, `2024-01-01
+/// 00:00:05.250`, a zone offset converts to UTC) or an epoch number in the source's unit
+/// (`1704067205`, `1704067205.25`). Returns microseconds since the epoch.
+pub(crate) fn parse_timestamp(s: &str, scale: i64, unit: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let err =
+        || format!("cannot read {} as a timestamp (ISO-8601 text or epoch {unit})", quoted(s));
+    if let Ok(n) = t.parse::<i64>() {
+        return n.checked_mul(scale).ok_or_else(err);
+    }
+    if t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E')) {
+        if let Ok(f) = t.parse::<f64>() {
+            let v = (f * scale as f64).round();
+            if v.is_finite() && v.abs() < 9.2e18 {
+                return Ok(v as i64);
+            }
+        }
+        return Err(err());
+    }
+    let utc: arrow::array::timezone::Tz = "+00:00".parse().map_err(|_| err())?;
+    string_to_datetime(&utc, t).map(|d| d.timestamp_micros()).map_err(|_| err())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::framing::Framer;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        ]))
+    }
+
+    fn frame(text: &str, csv: bool) -> Records {
+        Framer::new(csv.then_some(b'"')).feed(text.as_bytes(), true)
+    }
+
+    fn show(d: &Decoded) -> (Vec<String>, Vec<String>) {
+        let rows = crate::format::rows_as_text(&d.batch).unwrap_or_default();
+        let bad = d
+            .bad
+            .iter()
+            .map(|(i, b)| {
+                format!("#{i} line {} @{} [{}] {} | {}", b.line, b.offset, b.field, b.reason, b.raw)
+            })
+            .collect();
+        (rows.into_iter().map(|r| r.join(",")).collect(), bad)
+    }
+
+    #[test]
+    fn timestamps_from_iso_text_and_epoch_numbers() {
+        let p = |s| parse_timestamp(s, 1_000_000, "seconds");
+        assert_eq!(p("1970-01-01T00:00:01Z"), Ok(1_000_000));
+        assert_eq!(p("1970-01-01 00:00:01.5"), Ok(1_500_000));
+        assert_eq!(p("1970-01-01T01:00:01+01:00"), Ok(1_000_000));
+        assert_eq!(p("2"), Ok(2_000_000));
+        assert_eq!(p(" 2.25 "), Ok(2_250_000));
+        assert_eq!(parse_timestamp("1500", 1_000, "milliseconds"), Ok(1_500_000));
+        assert_eq!(
+            p("yesterday"),
+            Err("cannot read 'yesterday' as a timestamp (ISO-8601 text or epoch seconds)".into())
+        );
+        assert!(p("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn csv_by_header_with_bad_rows_located() {
+        let mut d =
+            RowDecoder::new(schema(), 2, Format::Csv { header: true, delimiter: b',' }, "s")
+                .unwrap();
+        let recs = frame(
+            "ts,extra,name,id\n\
+             1970-01-01T00:00:01Z,x,\"a, b\",1\n\
+             5,x,b,two\n\
+             7,x,c\n\
+             ,x,d,4\n\
+             8,x,\"multi\nline\",5\n",
+            true,
+        );
+        d.set_header(recs.record(0)).unwrap();
+        let got = show(&d.decode(&recs.split_off(1)));
+        assert_eq!(got.0, vec!["1,a, b,1970-01-01T00:00:01", "5,multi\nline,1970-01-01T00:00:08"]);
+        assert_eq!(
+            got.1,
+            vec![
+                "#1 line 3 @49 [id] cannot read 'two' as BIGINT | 5,x,b,two",
+                "#2 line 4 @59 [] expected 4 fields, found 3 | 7,x,c",
+                "#3 line 5 @65 [ts] no event time | ,x,d,4",
+            ]
+        );
+        let mut d2 =
+            RowDecoder::new(schema(), 2, Format::Csv { header: true, delimiter: b',' }, "s")
+                .unwrap();
+        assert_eq!(
+            d2.set_header(b"id,ts\n"),
+            Err("the header has no column 'name' (it has: id, ts)".into())
+        );
+    }
+
+    #[test]
+    fn csv_without_header_and_invalid_utf8() {
+        let d = RowDecoder::new(schema(), 2, Format::Csv { header: false, delimiter: b';' }, "ms")
+            .unwrap();
+        let mut recs = frame("1;x;1000\n", true);
+        let bad = Framer::new(Some(b'"')).feed(b"2;\xff\xfe;2000\n3;z;3000\n", true);
+        recs = {
+            let mut all = recs.split_off(0);
+            for i in 0..bad.len() {
+                all.starts.push(all.bytes.len());
+                all.lines.push(bad.lines[i]);
+                all.offsets.push(bad.offsets[i]);
+                all.bytes.extend_from_slice(bad.record(i));
+            }
+            all
+        };
+        let got = show(&d.decode(&recs));
+        assert_eq!(got.0, vec!["1,x,1970-01-01T00:00:01", "3,z,1970-01-01T00:00:03"]);
+        assert_eq!(got.1, vec!["#1 line 1 @0 [name] invalid UTF-8 | 2;\u{fffd}\u{fffd};2000"]);
+    }
+
+    #[test]
+    fn json_lines_with_missing_keys_numbers_and_bad_lines() {
+        let d = RowDecoder::new(schema(), 2, Format::JsonLines, "s").unwrap();
+        let recs = frame(
+            "{\"id\": 1, \"name\": \"a\", \"ts\": \"1970-01-01T00:00:02Z\"}\n\
+             {\"id\": 2, \"ts\": 3}\n\
+             {\"id\": \"x\", \"ts\": 4}\n\
+             {\"id\": 3\n\
+             [1, 2]\n\
+             {\"id\": 4, \"ts\": \"soon\"}\n\
+             {\"id\": 5, \"name\": \"e\", \"ts\": 6.5}\n",
+            false,
+        );
+        let got = show(&d.decode(&recs));
+        assert_eq!(
+            got.0,
+            vec![
+                "1,a,1970-01-01T00:00:02",
+                "2,NULL,1970-01-01T00:00:03",
+                "5,e,1970-01-01T00:00:06.500"
+            ]
+        );
+        assert_eq!(got.1.len(), 4, "{:?}", got.1);
+        assert!(
+            got.1[0].starts_with("#2 line 3 @72 [id] cannot read 'x' as BIGINT"),
+            "{:?}",
+            got.1
+        );
+        assert!(got.1[1].starts_with("#3 line 4 @93 [] invalid JSON: EOF"), "{:?}", got.1);
+        assert!(got.1[2].starts_with("#4 line 5 @102 [] expected a JSON object"), "{:?}", got.1);
+        assert!(got.1[3].starts_with("#5 line 6 @109 [ts] cannot read 'soon'"), "{:?}", got.1);
+    }
+}

@@ -1,0 +1,310 @@
+//! Sources: where a stream's elements come from when they are not pushed through the API.
+//!
+//! A source reads CSV or JSON-lines bytes from files (one path, or a glob read in name order),
+//! from a file that keeps growing (`follow`, read like `tail -f`), or from standard input. It
+//! cuts them into records ([`framing`]), decodes them with arrow's readers into the stream's
+//! schema ([`decode`]), and hands the engine decoded rows and bad records with their locations.
+//! The engine decides what late and bad rows mean (the stream's policies) and when a source
+//! reads: see `Engine::poll_sources`.
+//!
+//! A source never blocks the engine: files are read in bounded chunks and standard input is
+//! read by a helper thread into a channel.
+
+pub(crate) mod decode;
+pub(crate) mod framing;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use arrow::datatypes::SchemaRef;
+
+pub use decode::Format;
+pub(crate) use decode::{BadRow, Decoded, RowDecoder};
+use framing::{Framer, Records};
+
+/// Where a source's bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// A file or a glob of files (`data/bids-*.csv`), read in name order. With `follow`, the
+    /// last file is watched for appended data after its end, and the stream never ends.
+    Files { path: String, follow: bool },
+    /// The process's standard input, until it ends.
+    Stdin,
+}
+
+/// A source attached to a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSpec {
+    pub input: Input,
+    pub format: Format,
+    /// How epoch numbers in TIMESTAMP fields are read: `s`, `ms` or `us`.
+    pub epoch_unit: String,
+}
+
+impl SourceSpec {
+    /// A CSV file (or glob) with a header line, read once.
+    pub fn csv_file(path: impl Into<String>) -> Self {
+        SourceSpec {
+            input: Input::Files { path: path.into(), follow: false },
+            format: Format::Csv { header: true, delimiter: b',' },
+            epoch_unit: "s".into(),
+        }
+    }
+
+    /// A JSON-lines file (or glob), read once.
+    pub fn json_file(path: impl Into<String>) -> Self {
+        SourceSpec {
+            input: Input::Files { path: path.into(), follow: false },
+            format: Format::JsonLines,
+            epoch_unit: "s".into(),
+        }
+    }
+
+    /// Short description for statistics and messages, e.g. `file data/bids.csv (csv)`.
+    pub fn describe(&self) -> String {
+        let format = match self.format {
+            Format::Csv { .. } => "csv",
+            Format::JsonLines => "jsonl",
+        };
+        match &self.input {
+            Input::Files { path, follow: false } => format!("file {path} ({format})"),
+            Input::Files { path, follow: true } => format!("file {path} ({format}, follow)"),
+            Input::Stdin => format!("stdin ({format})"),
+        }
+    }
+}
+
+/// What one poll of a source produced.
+#[derive(Debug)]
+pub(crate) enum Polled {
+    /// Decoded records from `origin` (a file path or `stdin`).
+    Rows { decoded: Decoded, records: usize, origin: String, lines: Vec<u64> },
+    /// Nothing right now (a followed file or stdin may have more later).
+    Nothing,
+    /// The input is exhausted.
+    Ended,
+}
+
+/// An open input file with its record framing.
+#[derive(Debug)]
+struct OpenFile {
+    name: String,
+    file: File,
+    framer: Framer,
+    header_pending: bool,
+}
+
+/// Standard input: chunks from the reader thread, framed into records.
+#[derive(Debug)]
+struct StdinInput {
+    rx: Receiver<std::io::Result<Vec<u8>>>,
+    framer: Framer,
+    header_pending: bool,
+}
+
+/// A source's reading state. See the module docs.
+#[derive(Debug)]
+pub(crate) struct SourceReader {
+    pub spec: SourceSpec,
+    decoder: RowDecoder,
+    started: bool,
+    files: VecDeque<PathBuf>,
+    /// Paths are shown relative to this directory (the one relative paths are read from).
+    base: PathBuf,
+    current: Option<OpenFile>,
+    stdin: Option<StdinInput>,
+    pub bytes_read: u64,
+    pub records_read: u64,
+    /// Total size of the files when reading started (None for stdin).
+    pub bytes_total: Option<u64>,
+    pub ended: bool,
+}
+
+impl SourceReader {
+    pub fn new(spec: SourceSpec, schema: SchemaRef, time_column: usize) -> Result<Self, String> {
+        let decoder = RowDecoder::new(schema, time_column, spec.format.clone(), &spec.epoch_unit)?;
+        Ok(SourceReader {
+            spec,
+            decoder,
+            started: false,
+            files: VecDeque::new(),
+            base: PathBuf::new(),
+            current: None,
+            stdin: None,
+            bytes_read: 0,
+            records_read: 0,
+            bytes_total: None,
+            ended: false,
+        })
+    }
+
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Resolves the files (relative paths against `base`) or starts reading standard input.
+    pub fn start(&mut self, base: &Path) -> Result<(), String> {
+        self.started = true;
+        self.base = base.to_path_buf();
+        match &self.spec.input {
+            Input::Files { path, .. } => {
+                let full = if Path::new(path).is_absolute() {
+                    PathBuf::from(path)
+                } else {
+                    base.join(path)
+                };
+                let pattern = full.to_string_lossy().into_owned();
+                let mut files: Vec<PathBuf> = if path.contains(['*', '?', '[']) {
+                    glob::glob(&pattern)
+                        .map_err(|e| format!("bad file pattern '{path}': {e}"))?
+                        .filter_map(|p| p.ok())
+                        .filter(|p| p.is_file())
+                        .collect()
+                } else {
+                    vec![full]
+                };
+                files.sort();
+                if files.is_empty() {
+                    return Err(format!("no file matches '{path}'"));
+                }
+                let mut total = 0;
+                for f in &files {
+                    let meta = std::fs::metadata(f).map_err(|e| {
+                        let shown = f.strip_prefix(base).unwrap_or(f);
+                        format!("cannot read '{}': {e}", shown.display())
+                    })?;
+                    total += meta.len();
+                }
+                self.bytes_total = Some(total);
+                self.files = files.into();
+            }
+            Input::Stdin => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(16);
+                std::thread::Builder::new()
+                    .name("weir-stdin".into())
+                    .spawn(move || {
+                        let mut stdin = std::io::stdin().lock();
+                        loop {
+                            let mut buf = vec![0u8; 64 * 1024];
+                            match stdin.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    buf.truncate(n);
+                                    if tx.send(Ok(buf)).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    break;
+                                }
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("cannot read standard input: {e}"))?;
+                self.stdin = Some(StdinInput {
+                    rx,
+                    framer: Framer::new(self.quote()),
+                    header_pending: self.decoder.wants_header(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn quote(&self) -> Option<u8> {
+        matches!(self.spec.format, Format::Csv { .. }).then_some(b'"')
+    }
+
+    /// Reads up to about `max_bytes` and decodes the complete records among them.
+    pub fn poll(&mut self, max_bytes: usize) -> Result<Polled, String> {
+        if self.ended {
+            return Ok(Polled::Ended);
+        }
+        if let Some(input) = &mut self.stdin {
+            let (bytes, eof) = match input.rx.try_recv() {
+                Ok(Ok(b)) => (b, false),
+                Ok(Err(e)) => return Err(format!("reading standard input: {e}")),
+                Err(TryRecvError::Empty) => return Ok(Polled::Nothing),
+                Err(TryRecvError::Disconnected) => (Vec::new(), true),
+            };
+            self.bytes_read += bytes.len() as u64;
+            let mut recs = input.framer.feed(&bytes, eof);
+            take_header(&mut self.decoder, &mut recs, &mut input.header_pending, "stdin")?;
+            if eof {
+                self.ended = true;
+                self.stdin = None;
+            }
+            return Ok(self.rows(recs, "stdin".into()));
+        }
+        loop {
+            if self.current.is_none() {
+                let Some(path) = self.files.pop_front() else {
+                    self.ended = true;
+                    return Ok(Polled::Ended);
+                };
+                let file = File::open(&path)
+                    .map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
+                let shown = path.strip_prefix(&self.base).unwrap_or(&path);
+                self.current = Some(OpenFile {
+                    name: shown.display().to_string(),
+                    file,
+                    framer: Framer::new(self.quote()),
+                    header_pending: self.decoder.wants_header(),
+                });
+            }
+            let follow = matches!(self.spec.input, Input::Files { follow: true, .. });
+            let last = self.files.is_empty();
+            let Some(cur) = self.current.as_mut() else { continue };
+            let mut buf = vec![0u8; max_bytes.max(4096)];
+            let n = loop {
+                match cur.file.read(&mut buf) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("reading '{}': {e}", cur.name)),
+                }
+            };
+            self.bytes_read += n as u64;
+            if n == 0 && follow && last {
+                return Ok(Polled::Nothing);
+            }
+            let eof = n == 0;
+            let mut recs = cur.framer.feed(&buf[..n], eof);
+            let name = cur.name.clone();
+            take_header(&mut self.decoder, &mut recs, &mut cur.header_pending, &name)?;
+            if eof {
+                self.current = None;
+            }
+            if recs.is_empty() && eof {
+                continue;
+            }
+            return Ok(self.rows(recs, name));
+        }
+    }
+
+    fn rows(&mut self, recs: Records, origin: String) -> Polled {
+        self.records_read += recs.len() as u64;
+        let decoded = self.decoder.decode(&recs);
+        Polled::Rows { decoded, records: recs.len(), origin, lines: recs.lines }
+    }
+}
+
+/// If a header is still expected, takes it from the front of `recs`.
+fn take_header(
+    decoder: &mut RowDecoder,
+    recs: &mut Records,
+    pending: &mut bool,
+    origin: &str,
+) -> Result<(), String> {
+    if !*pending || recs.is_empty() {
+        return Ok(());
+    }
+    *pending = false;
+    decoder.set_header(recs.record(0)).map_err(|e| format!("'{origin}': {e}"))?;
+    *recs = recs.split_off(1);
+    Ok(())
+}
