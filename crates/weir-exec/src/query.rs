@@ -9,6 +9,12 @@
 //!
 //! A relation output is consolidated per instant (equal rows' diffs summed, zeros dropped);
 //! stream outputs come consolidated from their relation-to-stream operator.
+//!
+//! Buffered changes are kept as the pushed chunks, each sorted by time once on arrival, with a
+//! cursor: taking the changes of the next instant (or of every instant up to a bound) is a
+//! slice of each chunk's head, never a copy per instant. When the whole operator tree is
+//! span-capable and the query reads no table (see [`crate::operator`]), all complete instants
+//! are evaluated by one [`Operator::eval_span`] call instead of one tree walk per instant.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -17,7 +23,7 @@ use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_plan::{LogicalPlan, PlanKind};
 
 use crate::compile::{compile, exec_schema};
-use crate::consolidate::consolidate;
+use crate::consolidate::{consolidate, consolidate_runs};
 use crate::operator::{EvalCtx, Operator};
 use crate::row::RowCodec;
 
@@ -32,17 +38,84 @@ pub struct QueryRunner {
     schema: SchemaRef,
     codec: RowCodec,
     sources: Vec<String>,
-    pending: HashMap<String, BTreeMap<Time, Vec<ChangeBatch>>>,
+    /// Per source, the pushed chunks not yet fully evaluated, in arrival order.
+    pending: HashMap<String, Vec<Chunk>>,
+    /// Whether instants are evaluated in spans (see the module docs).
+    span: bool,
     /// Heartbeat instants, with the sources they came from.
     heartbeats: BTreeMap<Time, BTreeSet<String>>,
     last: Option<Time>,
 }
 
+/// One pushed batch, sorted by time, of which the rows from `pos` on are not yet evaluated.
+#[derive(Debug)]
+struct Chunk {
+    batch: ChangeBatch,
+    pos: usize,
+}
+
+impl Chunk {
+    fn next_time(&self) -> Option<Time> {
+        self.batch.times.get(self.pos).copied()
+    }
+}
+
+/// Whether the plan reads a table (whose changes may be applied at a later instant than their
+/// own, so its queries are evaluated instant by instant).
+fn reads_table(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::TableScan { .. }) || plan.inputs().iter().any(|p| reads_table(p))
+}
+
+/// The buffered changes of one source stamped at most `hi`, sorted by time (arrival order
+/// within a time), taken off the chunks.
+fn take_upto(chunks: &mut Vec<Chunk>, hi: Time) -> Result<Option<ChangeBatch>> {
+    let mut parts = Vec::new();
+    for c in chunks.iter_mut() {
+        let rest = &c.batch.times[c.pos..];
+        let n = rest.partition_point(|&t| t <= hi);
+        if n > 0 {
+            parts.push(slice(&c.batch, c.pos, n));
+            c.pos += n;
+        }
+    }
+    chunks.retain(|c| c.pos < c.batch.len());
+    match parts.len() {
+        0 => Ok(None),
+        1 => Ok(parts.pop()),
+        _ => {
+            let schema = parts[0].schema();
+            let all = ChangeBatch::concat(&schema, &parts)?;
+            Ok(Some(sort_by_time(all)?))
+        }
+    }
+}
+
+/// Rows `[offset, offset + len)` of a change batch (zero-copy for the data).
+pub(crate) fn slice(b: &ChangeBatch, offset: usize, len: usize) -> ChangeBatch {
+    ChangeBatch::new(
+        b.data.slice(offset, len),
+        b.times[offset..offset + len].to_vec(),
+        b.diffs[offset..offset + len].to_vec(),
+    )
+}
+
+/// The batch stably sorted by time (unchanged if it already is).
+pub(crate) fn sort_by_time(b: ChangeBatch) -> Result<ChangeBatch> {
+    if b.times.windows(2).all(|w| w[0] <= w[1]) {
+        return Ok(b);
+    }
+    let mut idx: Vec<u32> = (0..b.len() as u32).collect();
+    idx.sort_by_key(|&i| b.times[i as usize]);
+    b.take(&idx)
+}
+
 impl QueryRunner {
     pub fn new(plan: &LogicalPlan) -> Result<Self> {
         let schema = exec_schema(&plan.schema());
+        let root = compile(plan)?;
         Ok(QueryRunner {
-            root: compile(plan)?,
+            span: root.span_capable() && !reads_table(plan),
+            root,
             kind: plan.kind(),
             codec: RowCodec::for_schema(&schema)?,
             schema,
@@ -84,25 +157,8 @@ impl QueryRunner {
                 )));
             }
         }
-        let buf = self.pending.entry(source.to_string()).or_default();
-        let first = batch.times[0];
-        if batch.times.iter().all(|&t| t == first) {
-            buf.entry(first).or_default().push(batch);
-            return Ok(());
-        }
-        // Split by time, keeping arrival order within each time.
-        let mut idx: Vec<u32> = (0..batch.len() as u32).collect();
-        idx.sort_by_key(|&i| batch.times[i as usize]);
-        let mut start = 0;
-        while start < idx.len() {
-            let t = batch.times[idx[start] as usize];
-            let mut end = start;
-            while end < idx.len() && batch.times[idx[end] as usize] == t {
-                end += 1;
-            }
-            buf.entry(t).or_default().push(batch.take(&idx[start..end])?);
-            start = end;
-        }
+        let batch = sort_by_time(batch)?;
+        self.pending.entry(source.to_string()).or_default().push(Chunk { batch, pos: 0 });
         Ok(())
     }
 
@@ -116,7 +172,8 @@ impl QueryRunner {
 
     /// The next instant to evaluate, if any.
     fn next_instant(&self) -> Option<Time> {
-        let pending = self.pending.values().filter_map(|b| b.keys().next().copied()).min();
+        let pending =
+            self.pending.values().flat_map(|cs| cs.iter().filter_map(Chunk::next_time)).min();
         [pending, self.heartbeats.keys().next().copied(), self.root.next_wakeup()]
             .into_iter()
             .flatten()
@@ -126,6 +183,9 @@ impl QueryRunner {
     /// Evaluates every instant below `frontier`, appending the output changes to `out` in time
     /// order. On an error, `out` keeps the output of the instants evaluated before it.
     pub fn advance(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        if self.span {
+            return self.advance_span(frontier, out);
+        }
         while let Some(t) = self.next_instant() {
             if t as Watermark >= frontier {
                 break;
@@ -134,10 +194,9 @@ impl QueryRunner {
                 return Err(WeirError::internal(format!("instant {t} evaluated twice")));
             }
             let mut ctx = EvalCtx::default();
-            for (name, buf) in &mut self.pending {
-                if let Some(batches) = buf.remove(&t) {
-                    let schema = batches[0].schema();
-                    ctx.inputs.insert(name.clone(), ChangeBatch::concat(&schema, &batches)?);
+            for (name, chunks) in &mut self.pending {
+                if let Some(b) = take_upto(chunks, t)? {
+                    ctx.inputs.insert(name.clone(), b);
                     ctx.active.insert(name.clone());
                 }
             }
@@ -162,6 +221,44 @@ impl QueryRunner {
             if !d.is_empty() {
                 out.push(d);
             }
+        }
+        Ok(())
+    }
+
+    /// [`QueryRunner::advance`] in one span: every instant from the next one up to the
+    /// frontier.
+    fn advance_span(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        let Some(lo) = self.next_instant() else { return Ok(()) };
+        if lo as Watermark >= frontier {
+            return Ok(());
+        }
+        if self.last.is_some_and(|l| lo <= l) {
+            return Err(WeirError::internal(format!("instant {lo} evaluated twice")));
+        }
+        let hi = (frontier - 1).min(Time::MAX as Watermark) as Time;
+        let mut ctx = EvalCtx::default();
+        for (name, chunks) in &mut self.pending {
+            if let Some(b) = take_upto(chunks, hi)? {
+                ctx.inputs.insert(name.clone(), b);
+                ctx.active.insert(name.clone());
+            }
+        }
+        self.pending.retain(|_, b| !b.is_empty());
+        while let Some(entry) = self.heartbeats.first_entry() {
+            if *entry.key() > hi {
+                break;
+            }
+            let (_, sources) = entry.remove_entry();
+            ctx.active.extend(sources);
+        }
+        let d = self.root.eval_span(lo, hi, &ctx)?;
+        self.last = Some(hi);
+        let d = match self.kind {
+            PlanKind::Relation if !d.is_empty() => consolidate_runs(&self.codec, &d)?,
+            _ => d,
+        };
+        if !d.is_empty() {
+            out.push(d);
         }
         Ok(())
     }

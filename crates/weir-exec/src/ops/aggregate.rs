@@ -11,6 +11,9 @@
 //! (value -> count), so deleting any value, not only the oldest, is exact. DISTINCT variants
 //! keep a value -> count map and feed the inner aggregate only when a value appears or
 //! disappears. State: per group, its row count and one accumulator per aggregate.
+//!
+//! A span of instants is evaluated run by run: each run of input changes sharing an instant is
+//! one step, exactly as if that instant were evaluated alone.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,7 +24,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::AggFunc;
 
 use crate::expr::ScalarExpr;
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{time_runs, EvalCtx, Operator};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 
@@ -284,6 +287,41 @@ impl Aggregate {
 impl Operator for Aggregate {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let d = self.input.eval(t, ctx)?;
+        self.step(t, d)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+
+    fn span_capable(&self) -> bool {
+        self.input.span_capable()
+    }
+
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        let mut parts = Vec::new();
+        // The first instant of the query is `lo`; the scalar aggregate's row exists from it.
+        if !self.started && d.times.first() != Some(&lo) {
+            parts.push(self.step(lo, ChangeBatch::empty(d.schema()))?);
+        }
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            let run = if start == 0 && end == d.len() {
+                d.clone()
+            } else {
+                crate::query::slice(&d, start, end - start)
+            };
+            parts.push(self.step(d.times[start], run)?);
+            start = end;
+        }
+        ChangeBatch::concat(&self.schema, &parts)
+    }
+}
+
+impl Aggregate {
+    /// The output change at `t` given the input change `d` at `t`.
+    fn step(&mut self, t: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         // Old output of each group touched at this instant (None: the group did not exist).
         let mut touched: HashMap<RowBytes, Option<Vec<ScalarValue>>> = HashMap::new();
         if !self.started {
@@ -396,10 +434,6 @@ impl Operator for Aggregate {
         }
         let data = batch_of(&self.schema, cols, diffs.len())?;
         Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
-    }
-
-    fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
     }
 }
 

@@ -20,21 +20,47 @@ impl Filter {
     }
 }
 
-impl Operator for Filter {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
+impl Filter {
+    /// The rows of `d` on which the predicate is true.
+    fn apply(&self, d: ChangeBatch) -> Result<ChangeBatch> {
         if d.is_empty() {
             return Ok(d);
         }
         let mask = self.predicate.eval_predicate(&d.data)?;
-        let keep: Vec<u32> = (0..d.len()).filter(|&i| mask.value(i)).map(|i| i as u32).collect();
-        if keep.len() == d.len() {
+        let kept = mask.true_count();
+        if kept == d.len() {
             return Ok(d);
         }
-        d.take(&keep)
+        let data = arrow::compute::filter_record_batch(&d.data, &mask)?;
+        let mut times = Vec::with_capacity(kept);
+        let mut diffs = Vec::with_capacity(kept);
+        for i in 0..d.len() {
+            if mask.value(i) {
+                times.push(d.times[i]);
+                diffs.push(d.diffs[i]);
+            }
+        }
+        Ok(ChangeBatch::new(data, times, diffs))
+    }
+}
+
+impl Operator for Filter {
+    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval(t, ctx)?;
+        self.apply(d)
     }
 
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
+    }
+
+    fn span_capable(&self) -> bool {
+        self.input.span_capable()
+    }
+
+    /// Linear: the predicate runs on the whole span's changes at once.
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        self.apply(d)
     }
 }

@@ -26,15 +26,31 @@ impl Project {
 impl Operator for Project {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let d = self.input.eval(t, ctx)?;
+        self.apply(d)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.input.next_wakeup()
+    }
+
+    fn span_capable(&self) -> bool {
+        self.input.span_capable()
+    }
+
+    /// Linear: the expressions run on the whole span's changes at once.
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        self.apply(d)
+    }
+}
+
+impl Project {
+    fn apply(&self, d: ChangeBatch) -> Result<ChangeBatch> {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let cols = self.exprs.iter().map(|e| e.eval(&d.data)).collect::<Result<Vec<_>>>()?;
         let data = batch_of(&self.schema, cols, d.len())?;
         Ok(ChangeBatch::new(data, d.times, d.diffs))
-    }
-
-    fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
     }
 }

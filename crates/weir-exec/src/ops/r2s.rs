@@ -11,6 +11,11 @@
 //! Changes are consolidated per instant first, so an insertion and a deletion of the same tuple
 //! at one instant cancel. Output rows carry diff = multiplicity (> 0), sorted by value.
 //! State: none for ISTREAM/DSTREAM; RSTREAM keeps the relation's multiset.
+//!
+//! ISTREAM and DSTREAM evaluate spans of instants (each run of equal time consolidated on its
+//! own); an instant with a single change needs neither encoding nor sorting, so a stream of
+//! distinct timestamps passes through with no per-row work. RSTREAM reports at every instant
+//! of its input, which a span does not list, so it is evaluated instant by instant.
 
 use std::collections::HashMap;
 
@@ -19,7 +24,8 @@ use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::R2S;
 
 use crate::consolidate::{net_diffs, to_batch};
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{time_runs, EvalCtx, Operator};
+use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 
 #[derive(Debug)]
@@ -47,6 +53,10 @@ impl ToStream {
 
 impl Operator for ToStream {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        if self.op != R2S::Rstream {
+            let d = self.input.eval(t, ctx)?;
+            return self.differences(d);
+        }
         // Is τ an instant of the plan below? (Decided before evaluating it.)
         let own_instant = self.input.next_wakeup() == Some(t)
             || self.sources.iter().any(|s| ctx.active.contains(s));
@@ -78,6 +88,72 @@ impl Operator for ToStream {
 
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
+    }
+
+    fn span_capable(&self) -> bool {
+        self.op != R2S::Rstream && self.input.span_capable()
+    }
+
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        self.differences(d)
+    }
+}
+
+impl ToStream {
+    /// ISTREAM/DSTREAM of `d` (sorted by time), each instant consolidated on its own: the
+    /// rows whose net diff has the operator's sign, with |net diff| as multiplicity, sorted by
+    /// encoded value within the instant. The rows keep their arrays (taken, not decoded).
+    fn differences(&self, d: ChangeBatch) -> Result<ChangeBatch> {
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let sign = if self.op == R2S::Istream { 1 } else { -1 };
+        let ends = time_runs(&d.times);
+        let multi = ends.iter().zip(std::iter::once(&0).chain(&ends)).any(|(e, s)| e - s > 1);
+        let rows = if multi { Some(self.codec.encode(d.data.columns(), d.len())?) } else { None };
+        let mut idx: Vec<u32> = Vec::with_capacity(d.len());
+        let mut times = Vec::with_capacity(d.len());
+        let mut diffs = Vec::with_capacity(d.len());
+        let mut net: HashMap<&[u8], (u32, i64)> = HashMap::new();
+        let mut start = 0;
+        for end in ends {
+            let t = d.times[start];
+            match &rows {
+                Some(rows) if end - start > 1 => {
+                    net.clear();
+                    for i in start..end {
+                        net.entry(rows.get(i)).or_insert((i as u32, 0)).1 += d.diffs[i];
+                    }
+                    let mut run: Vec<(&[u8], u32, i64)> = net
+                        .iter()
+                        .filter(|(_, v)| v.1 * sign > 0)
+                        .map(|(k, v)| (*k, v.0, v.1 * sign))
+                        .collect();
+                    run.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                    for (_, i, n) in run {
+                        idx.push(i);
+                        times.push(t);
+                        diffs.push(n);
+                    }
+                }
+                _ => {
+                    for i in start..end {
+                        if d.diffs[i] * sign > 0 {
+                            idx.push(i as u32);
+                            times.push(t);
+                            diffs.push(d.diffs[i] * sign);
+                        }
+                    }
+                }
+            }
+            start = end;
+        }
+        let identity =
+            idx.len() == d.len() && idx.iter().enumerate().all(|(i, &x)| x as usize == i);
+        let data = if identity { d.data } else { d.take(&idx)?.data };
+        let data = batch_of(&self.schema, data.columns().to_vec(), idx.len())?;
+        Ok(ChangeBatch::new(data, times, diffs))
     }
 }
 

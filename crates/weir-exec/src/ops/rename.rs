@@ -30,4 +30,14 @@ impl Operator for Rename {
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
     }
+
+    fn span_capable(&self) -> bool {
+        self.input.span_capable()
+    }
+
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        let data = batch_of(&self.schema, d.data.columns().to_vec(), d.len())?;
+        Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
 }

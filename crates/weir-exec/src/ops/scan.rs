@@ -35,4 +35,13 @@ impl Operator for Scan {
     fn next_wakeup(&self) -> Option<Time> {
         None
     }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    /// The buffered changes of the whole span, as they are (already sorted by time).
+    fn eval_span(&mut self, lo: Time, _hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        self.eval(lo, ctx)
+    }
 }

@@ -36,4 +36,21 @@ impl Operator for UnionAll {
     fn next_wakeup(&self) -> Option<Time> {
         min_wakeup(self.inputs.iter().map(|i| i.next_wakeup()))
     }
+
+    fn span_capable(&self) -> bool {
+        self.inputs.iter().all(|i| i.span_capable())
+    }
+
+    /// The inputs' spans concatenated, then stably sorted by time: within an instant, the
+    /// first input's rows come first, as instant by instant.
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let mut parts = Vec::with_capacity(self.inputs.len());
+        for input in &mut self.inputs {
+            let d = input.eval_span(lo, hi, ctx)?;
+            let data = batch_of(&self.schema, d.data.columns().to_vec(), d.len())?;
+            parts.push(ChangeBatch::new(data, d.times, d.diffs));
+        }
+        let schema = parts.first().map(|p| p.schema()).unwrap_or_else(|| self.schema.clone());
+        crate::query::sort_by_time(ChangeBatch::concat(&schema, &parts)?)
+    }
 }

@@ -16,6 +16,12 @@
 //! gap between sliding windows (T < S) are never in any window and are dropped on arrival.
 //! State: the elements not yet expired. `[UNBOUNDED]` keeps none.
 //!
+//! The elements are kept as the batches they arrived in, with two cursors: the first element
+//! not yet entered and the first not yet expired. A span of instants [lo, hi] is evaluated at
+//! once: the elements whose entry tick is ≤ hi enter, stamped with their entry tick, and those
+//! whose exit tick is ≤ hi leave, stamped with their exit tick; within a tick entries come
+//! before exits, as instant by instant (which is the span [τ, τ]).
+//!
 //! With bounds columns (the TUMBLE/HOP table functions), each row also carries the current
 //! window's `window_start` = b−T and `window_end` = b. When the window slides, every row still
 //! inside changes (its bounds do), so the output is −(old rows, old bounds) +(new rows, new
@@ -82,6 +88,13 @@ pub struct TimeWindow {
     bounds_columns: bool,
     /// The bounds [lo, hi) at the last instant.
     current: Option<(i128, i128)>,
+    /// Without bounds columns: the unexpired elements, as the batches they arrived in (rows
+    /// sorted by time; elements in a gap dropped).
+    queue: VecDeque<ChangeBatch>,
+    /// (batch, row) of the first element not yet entered.
+    enter: (usize, usize),
+    /// Rows of the front batch already expired.
+    exit_row: usize,
 }
 
 impl TimeWindow {
@@ -95,6 +108,9 @@ impl TimeWindow {
             entered: 0,
             bounds_columns: false,
             current: None,
+            queue: VecDeque::new(),
+            enter: (0, 0),
+            exit_row: 0,
         }
     }
 
@@ -164,12 +180,105 @@ impl TimeWindow {
     }
 }
 
+impl TimeWindow {
+    /// The changes of a window without bounds columns over the instants [lo, hi], given the
+    /// input changes `d` stamped in [lo, hi] (see the module docs).
+    fn plain_span(&mut self, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
+        if !d.is_empty() {
+            let gaps = matches!(self.bounds, TimeBounds::Slide { range, slide } if range < slide);
+            let d = if gaps {
+                let keep: Vec<u32> = (0..d.len() as u32)
+                    .filter(|&i| self.entry_tick(d.times[i as usize]).is_some())
+                    .collect();
+                if keep.len() == d.len() {
+                    d
+                } else {
+                    d.take(&keep)?
+                }
+            } else {
+                d
+            };
+            if !d.is_empty() {
+                self.queue.push_back(d);
+            }
+        }
+        let mut parts = Vec::new();
+        // Entries: the rows from the enter cursor on whose entry tick is ≤ hi.
+        let (mut ci, mut ri) = self.enter;
+        while let Some(c) = self.queue.get(ci) {
+            let start = ri;
+            let mut ticks = Vec::new();
+            while ri < c.len() {
+                match self.entry_tick(c.times[ri]) {
+                    Some(x) if x <= hi => ticks.push(x),
+                    _ => break,
+                }
+                ri += 1;
+            }
+            if ri > start {
+                let diffs = c.diffs[start..ri].to_vec();
+                parts.push(ChangeBatch::new(c.data.slice(start, ri - start), ticks, diffs));
+            }
+            if ri < c.len() {
+                break;
+            }
+            ci += 1;
+            ri = 0;
+        }
+        self.enter = (ci, ri);
+        // Exits: entered rows whose exit tick is ≤ hi, from the front.
+        while let Some(c) = self.queue.front() {
+            let limit = if self.enter.0 == 0 { self.enter.1 } else { c.len() };
+            let start = self.exit_row;
+            let mut ticks = Vec::new();
+            let mut r = start;
+            while r < limit {
+                match self.exit_tick(c.times[r]) {
+                    Some(x) if x <= hi => ticks.push(x),
+                    _ => break,
+                }
+                r += 1;
+            }
+            if r > start {
+                let diffs = c.diffs[start..r].iter().map(|d| -d).collect();
+                parts.push(ChangeBatch::new(c.data.slice(start, r - start), ticks, diffs));
+            }
+            if r == c.len() {
+                self.queue.pop_front();
+                self.exit_row = 0;
+                self.enter.0 = self.enter.0.saturating_sub(1);
+            } else {
+                self.exit_row = r;
+                break;
+            }
+        }
+        let all = crate::query::sort_by_time(ChangeBatch::concat(&self.data_schema, &parts)?)?;
+        let data = batch_of(&self.schema, all.data.columns().to_vec(), all.len())?;
+        Ok(ChangeBatch::new(data, all.times, all.diffs))
+    }
+
+    fn plain_wakeup(&self) -> Option<Time> {
+        let (ci, ri) = self.enter;
+        let entry = self.queue.get(ci).and_then(|c| self.entry_tick(c.times[ri]));
+        let has_entered = self.enter.0 > 0 || self.enter.1 > self.exit_row;
+        let exit = self
+            .queue
+            .front()
+            .filter(|_| has_entered)
+            .and_then(|c| self.exit_tick(c.times[self.exit_row]));
+        crate::operator::min_wakeup([entry, exit])
+    }
+}
+
 impl Operator for TimeWindow {
     fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let d = self.input.eval(t, ctx)?;
         let d = d.with_schema(self.data_schema.clone())?;
         if self.bounds == TimeBounds::Unbounded {
             return Ok(d);
+        }
+        if !self.bounds_columns {
+            return self.plain_span(t, d);
         }
         if !d.is_empty() && self.entry_tick(t).is_some() {
             self.elems.push_back(Elements { time: t, batch: d, inside: false });
@@ -211,7 +320,24 @@ impl Operator for TimeWindow {
         Ok(all)
     }
 
+    fn span_capable(&self) -> bool {
+        !self.bounds_columns && self.input.span_capable()
+    }
+
+    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let d = self.input.eval_span(lo, hi, ctx)?;
+        let d = d.with_schema(self.data_schema.clone())?;
+        if self.bounds == TimeBounds::Unbounded {
+            return Ok(d);
+        }
+        self.plain_span(hi, d)
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
+        if !self.bounds_columns {
+            let own = if self.bounds == TimeBounds::Unbounded { None } else { self.plain_wakeup() };
+            return crate::operator::min_wakeup([own, self.input.next_wakeup()]);
+        }
         // With bounds columns, rows inside change at every slide (their bounds do).
         let next_slide = match (self.bounds, self.current) {
             (TimeBounds::Slide { slide, .. }, Some((_, hi)))
