@@ -356,3 +356,31 @@ fn error_positions_count_from_the_start_of_stdin() {
     assert_eq!(lines[1], "  SELECT a FROM s; SELECT zz FROM s;");
     assert!(lines[2].starts_with("                          ^^"), "{}", r.stderr);
 }
+
+/// `weir run` reads a stream's CSV from standard input and a JSON-lines file next to the
+/// script; each source's end closes its stream, so the final windows are emitted.
+#[test]
+fn sources_from_stdin_and_a_file_beside_the_script() {
+    let path = script_file(
+        "sources",
+        "CREATE STREAM bids (auction BIGINT, price BIGINT, t BIGINT, WATERMARK FOR t AS t - 2)
+           WITH (source = 'stdin', format = 'csv', bad_rows = 'skip');
+         CREATE STREAM asks (auction BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'asks.jsonl');
+         SELECT ISTREAM auction, MAX(price) AS top FROM bids [RANGE 10] GROUP BY auction;
+         SELECT line, reason FROM bids$errors;
+         SELECT auction FROM asks;",
+    );
+    let dir = path.parent().unwrap();
+    std::fs::write(dir.join("asks.jsonl"), "{\"auction\": 7, \"t\": 1}\n").unwrap();
+    let r = weir(
+        &["--format", "csv", "run", path.to_str().unwrap()],
+        Some("auction,price,t\n1,10,1\n1,12,3\n2,oops,4\n2,5,2\n"),
+    );
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    // The queries' outputs interleave as the sources deliver; each query's is in order.
+    let of = |q: &str| -> Vec<&str> { r.stdout.lines().filter(|l| l.starts_with(q)).collect() };
+    assert_eq!(of("1,"), ["1,1,1,10", "1,2,2,5", "1,3,1,12"]);
+    assert_eq!(of("2,"), ["2,3,4,cannot read 'oops' as BIGINT"]);
+    assert_eq!(of("3,"), ["3,1,7"]);
+}

@@ -298,4 +298,3 @@ mod tests {
         assert!(parse("hash-threshold x\n").is_err());
     }
 }
-

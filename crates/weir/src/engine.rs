@@ -800,17 +800,31 @@ impl Engine {
                 fatal = Some((*i, WeirError::Input(bad_row_message(name, origin, b))));
             }
         }
+        // Lateness is decided element by element in arrival order: each element is compared
+        // with the watermark left by the elements before it, in this arrival or earlier ones,
+        // so it does not depend on how arrivals were batched.
+        let delay = def.watermark_delay as Watermark;
+        let mut missed: Vec<Option<Watermark>> = vec![None; times.len()];
+        let mut progress = w;
+        for (row, t) in times.iter().enumerate() {
+            if let Some(t) = *t {
+                if (t as Watermark) < progress {
+                    missed[row] = Some(progress);
+                } else {
+                    progress = progress.max(t as Watermark - delay);
+                }
+            }
+        }
         if policy.late == LatePolicy::Error {
-            let first_late =
-                times.iter().enumerate().find(|(_, t)| t.is_some_and(|t| (t as Watermark) < w));
-            if let Some((row, Some(t))) = first_late {
+            let first_late = missed.iter().position(Option::is_some);
+            if let Some(row) = first_late {
                 let record = a.rows_from[row];
                 if fatal.as_ref().is_none_or(|(i, _)| record < *i) {
                     let msg = format!(
                         "stream '{name}' {}: late element at {} is below the watermark {}",
                         where_(record),
-                        format_time(*t, def.domain),
-                        format_watermark(w, def.domain),
+                        format_time(times[row].unwrap_or_default(), def.domain),
+                        format_watermark(missed[row].unwrap_or(w), def.domain),
                     );
                     fatal = Some((record, exec_err(msg)));
                 }
@@ -833,10 +847,10 @@ impl Engine {
             if a.rows_from[row] >= cut {
                 continue;
             }
-            match t {
-                Some(t) if (*t as Watermark) < w => late_rows.push(row as u32),
-                Some(_) => accepted_rows.push(row as u32),
-                None => {}
+            match (t, missed[row]) {
+                (Some(_), Some(_)) => late_rows.push(row as u32),
+                (Some(_), None) => accepted_rows.push(row as u32),
+                (None, _) => {}
             }
         }
         bad.retain(|(i, _)| *i < cut);
@@ -856,11 +870,13 @@ impl Engine {
         let now = self.processing.now();
         if !late_rows.is_empty() {
             let late_name = format!("{name}{LATE_SUFFIX}");
-            let stamp = clamp(w);
+            let stamps: Vec<Time> =
+                late_rows.iter().map(|&r| clamp(missed[r as usize].unwrap_or(w))).collect();
             let late_def = self.streams.get(&late_name).map(|s| s.def.clone());
             if let Some(ld) = late_def {
-                let batch = late_batch(&ld, &take(&late_rows)?, stamp)?;
-                self.forward(&late_name, ChangeBatch::uniform(batch, stamp, 1))?;
+                let batch = late_batch(&ld, &take(&late_rows)?, &stamps)?;
+                let n = stamps.len();
+                self.forward(&late_name, ChangeBatch::new(batch, stamps, vec![1; n]))?;
             }
         }
         let accepted_times: Vec<Time> =

@@ -141,14 +141,14 @@ fn time_array(domain: TimeDomain, values: Vec<Time>) -> ArrayRef {
 
 type TimeStampArray = TimestampMicrosecondArray;
 
-/// The late rows of `data` as elements of `s$late`, missing `watermark`.
+/// Late rows as elements of `s$late`, each with the watermark it missed.
 pub(crate) fn late_batch(
     late: &StreamDef,
     rows: &RecordBatch,
-    watermark: Time,
+    missed: &[Time],
 ) -> Result<RecordBatch> {
     let mut cols = rows.columns().to_vec();
-    cols.push(time_array(late.domain, vec![watermark; rows.num_rows()]));
+    cols.push(time_array(late.domain, missed.to_vec()));
     Ok(RecordBatch::try_new(late.schema.clone(), cols)?)
 }
 
