@@ -945,49 +945,66 @@ impl Engine {
         rows: &[Vec<datafusion_common::ScalarValue>],
     ) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let st = self
-            .streams
-            .get(&name)
-            .ok_or_else(|| exec_err(format!("unknown stream '{stream}'")))?;
+        let st = self.writable(&name, stream)?;
         let schema = st.def.schema.clone();
         let width = schema.fields().len();
-        if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| r.len() != width) {
-            return Err(WeirError::Input(format!(
-                "stream '{name}' row {}: expected {width} values, got {}",
-                i + 1,
-                r.len()
-            )));
+        // A row whose values do not fit the columns is a bad row, under the stream's policy.
+        let mut good: Vec<Vec<ArrayRef>> = Vec::with_capacity(rows.len());
+        let mut rows_from = Vec::with_capacity(rows.len());
+        let mut bad = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            let raw = r.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+            let bad_row = |field: &str, reason: String| BadRow {
+                line: i as u64 + 1,
+                offset: 0,
+                field: field.to_string(),
+                reason,
+                raw: raw.clone(),
+            };
+            if r.len() != width {
+                bad.push((i, bad_row("", format!("expected {width} values, got {}", r.len()))));
+                continue;
+            }
+            let mut values = Vec::with_capacity(width);
+            let mut failed = None;
+            for (v, f) in r.iter().zip(schema.fields()) {
+                let converted = v
+                    .to_array()
+                    .map_err(|e| e.to_string())
+                    .and_then(|a| cast_value(f, &a).map_err(|e| e.to_string()));
+                match converted {
+                    Ok(a) => values.push(a),
+                    Err(reason) => {
+                        failed = Some(bad_row(f.name(), reason));
+                        break;
+                    }
+                }
+            }
+            match failed {
+                Some(b) => bad.push((i, b)),
+                None => {
+                    good.push(values);
+                    rows_from.push(i);
+                }
+            }
         }
         let mut cols = Vec::with_capacity(width);
         for (c, f) in schema.fields().iter().enumerate() {
-            let mut parts = Vec::with_capacity(rows.len());
-            for (i, r) in rows.iter().enumerate() {
-                let v = &r[c];
-                let arr = v.to_array().map_err(|e| {
-                    WeirError::Input(format!(
-                        "stream '{name}' row {} field '{}': {e}",
-                        i + 1,
-                        f.name()
-                    ))
-                })?;
-                let arr = cast_column(&name, f, &arr).map_err(|e| {
-                    WeirError::Input(format!("row {} field '{}': {e}", i + 1, f.name()))
-                })?;
-                parts.push(arr);
-            }
-            let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+            let refs: Vec<&dyn Array> = good.iter().map(|r| r[c].as_ref()).collect();
             cols.push(if refs.is_empty() {
                 arrow::array::new_empty_array(f.data_type())
             } else {
                 arrow::compute::concat(&refs)?
             });
         }
-        let batch = RecordBatch::try_new_with_options(
+        let data = RecordBatch::try_new_with_options(
             schema,
             cols,
-            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len())),
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(good.len())),
         )?;
-        self.push(&name, batch)
+        let arrival =
+            Arrival { data, rows_from, bad, origin: "push".into(), lines: None, partial: false };
+        self.ingest(&name, arrival)
     }
 
     /// Heartbeat: instant `t` of `stream` is complete (its watermark moves past `t`) and is an
@@ -1572,6 +1589,18 @@ fn expand(b: &ChangeBatch) -> Result<RecordBatch> {
         }
     }
     Ok(b.take(&idx)?.data)
+}
+
+/// One value converted to a column's type: `cannot read 'x' as BIGINT` if it does not fit.
+fn cast_value(f: &Field, col: &ArrayRef) -> std::result::Result<ArrayRef, String> {
+    if col.data_type() == f.data_type() {
+        return Ok(col.clone());
+    }
+    let opts = arrow::compute::CastOptions { safe: false, ..Default::default() };
+    arrow::compute::cast_with_options(col, f.data_type(), &opts).map_err(|_| {
+        let shown = crate::format::value_as_text(col, 0).unwrap_or_default();
+        format!("cannot read '{shown}' as {}", sql_type_name(f.data_type()))
+    })
 }
 
 fn cast_column(stream: &str, f: &Field, col: &ArrayRef) -> Result<ArrayRef> {

@@ -56,11 +56,11 @@ fn late_elements_are_routed_or_refused_by_policy() {
     let policy = weir::StreamPolicy { late: weir::LatePolicy::Error, ..Default::default() };
     e.set_stream_policy("s", policy).unwrap();
     let err = e.execute("INSERT INTO s VALUES ('d', 7), ('e', 4)").unwrap_err().to_string();
-    assert!(err.contains("row 2: late element at 4 is below the watermark 6"), "{err}");
+    assert!(err.contains("row 2: late element at 4 is below the watermark 7"), "{err}");
     assert_eq!(e.stream_stats()[0].accepted, 2);
     e.close("s").unwrap();
     let got: Vec<String> = late.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
-    assert_eq!(got, ["@5 c 4 5"]);
+    assert_eq!(got, ["@6 c 4 6"]);
 }
 
 #[test]
@@ -174,4 +174,33 @@ fn unimplemented_forms_are_refused() {
         let err = e.subscribe(q).unwrap_err().to_string();
         assert!(err.contains("not supported in Weir yet"), "{q}: {err}");
     }
+}
+
+/// A pushed row whose values do not fit is a bad row: refused with the batch under the default
+/// policy, routed to `s$errors` under `skip`, naming the row and the field either way.
+#[test]
+fn pushed_rows_that_do_not_fit_follow_the_bad_row_policy() {
+    let mut e = Engine::new();
+    e.execute("CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+    let rows = |v: Value| {
+        vec![
+            vec![Value::from("a"), Value::Int64(Some(1)), Value::Int64(Some(1))],
+            vec![Value::from("b"), v, Value::Int64(Some(2))],
+        ]
+    };
+    let err = e.push_rows("s", &rows(Value::from("many"))).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "bad input: stream 's' row 2, field 'v': cannot read 'many' as BIGINT \
+         (nothing in this batch was accepted)"
+    );
+    let policy = weir::StreamPolicy { bad_rows: weir::BadRowPolicy::Skip, ..Default::default() };
+    e.set_stream_policy("s", policy).unwrap();
+    let errors = e.subscribe("SELECT line, field, reason, raw FROM s$errors").unwrap();
+    e.push_rows("s", &rows(Value::from("many"))).unwrap();
+    e.close("s").unwrap();
+    let got: Vec<String> = errors.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
+    assert_eq!(got, ["@1 2 v cannot read 'many' as BIGINT b, many, 2"]);
+    let stats = &e.stream_stats()[0];
+    assert_eq!((stats.accepted, stats.bad), (1, 1));
 }
