@@ -7,6 +7,7 @@ mod args;
 mod complete;
 mod demo;
 mod output;
+mod progress;
 mod repl;
 mod script;
 

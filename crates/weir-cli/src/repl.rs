@@ -29,6 +29,7 @@ use rustyline::{
 use crate::complete::{Catalog, SqlHelper};
 use crate::demo;
 use crate::output::{self, Format};
+use crate::progress;
 use crate::script::{completeness, Completeness};
 use crate::script::{for_each_statement, Failure, Session};
 
@@ -365,7 +366,66 @@ impl Shell {
         // Sent while holding the lock, so nothing the ticker prints can overtake it.
         self.printer.print(out);
         drop(g);
+        if ok {
+            self.load_sources();
+        }
         ok
+    }
+
+    /// Reads the files a statement started loading in the foreground, with a progress bar;
+    /// output printed meanwhile appears above it. Ctrl-C leaves the rest to the background.
+    fn load_sources(&self) {
+        // A source starts on its first poll once a query reads its stream: start them here,
+        // so that the bar does not depend on whether the ticker got there first.
+        let progress = {
+            let mut g = lock(&self.shared);
+            let engine = g.session.engine_mut();
+            let waiting = engine.source_progress().iter().any(|p| !p.started);
+            if waiting {
+                let _ = engine.poll_sources(0);
+            }
+            engine.source_progress()
+        };
+        if progress::loading(&progress).is_empty() {
+            return;
+        }
+        self.interrupted.store(false, Ordering::SeqCst);
+        let mut bar = progress::LoadBar::new(&progress);
+        loop {
+            let mut g = lock(&self.shared);
+            let polled = g.session.engine_mut().poll_sources(1 << 20);
+            let printed = g.session.print_new_output();
+            let mut out = g.take_output();
+            if let Err(Failure::Statement(msg)) = printed {
+                out.push_str(&format!("error: {msg}\n"));
+            }
+            if let Err(e) = &polled {
+                out.push_str(&format!("error: {e}\n"));
+            }
+            let progress = g.session.engine_mut().source_progress();
+            drop(g);
+            if !out.is_empty() {
+                bar.suspend(|| {
+                    self.printer.print(out);
+                    self.printer.sync();
+                });
+            }
+            bar.update(&progress);
+            if progress::loading(&progress).is_empty() {
+                break;
+            }
+            if self.interrupted.swap(false, Ordering::SeqCst) {
+                bar.suspend(|| {
+                    self.printer.print("(loading goes on in the background)\n".into());
+                    self.printer.sync();
+                });
+                break;
+            }
+            if matches!(polled, Ok(p) if p.bytes == 0) {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        bar.finish();
     }
 
     fn catalog(&self) -> Catalog {

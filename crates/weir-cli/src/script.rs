@@ -13,7 +13,7 @@
 //! back to where the statement sits in the input. Errors that carry no position (a late
 //! element, a closed stream) are followed by the line of the statement that failed.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, IsTerminal, Write};
 
 use weir::{Engine, ExecResult, Subscription, WeirError};
 use weir_sql::sqlparser::dialect::GenericDialect;
@@ -134,17 +134,40 @@ impl<W: Write> Session<W> {
     /// input until it ends or the process is interrupted), then closes every stream and prints
     /// what that completes.
     pub fn finish(&mut self) -> Result<(), Failure> {
-        loop {
-            let polled = self.engine.run_sources();
-            self.print_new_output()?;
-            let p = polled.map_err(|e| Failure::Statement(e.to_string()))?;
-            if p.live == 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        let progress = self.engine.source_progress();
+        let mut bar = (io::stderr().is_terminal()
+            && progress.iter().any(|p| p.bytes_total.is_some() || !p.unbounded))
+        .then(|| crate::progress::LoadBar::new(&progress));
+        let result = self.read_sources(&mut bar);
+        if let Some(bar) = bar {
+            bar.finish();
         }
+        result?;
         self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
         self.print_new_output()
+    }
+
+    /// Reads every source to its end (a followed file or stdin: until it ends or the process
+    /// is interrupted), printing output as it comes.
+    fn read_sources(&mut self, bar: &mut Option<crate::progress::LoadBar>) -> Result<(), Failure> {
+        loop {
+            let polled = self.engine.poll_sources(1 << 20);
+            match bar {
+                Some(b) => {
+                    let printed = b.suspend(|| self.print_new_output());
+                    printed?;
+                    b.update(&self.engine.source_progress());
+                }
+                None => self.print_new_output()?,
+            }
+            let p = polled.map_err(|e| Failure::Statement(e.to_string()))?;
+            if p.live == 0 {
+                return Ok(());
+            }
+            if p.bytes == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
     }
 
     fn show(&mut self, r: ExecResult, sql: &str) -> Result<(), Failure> {

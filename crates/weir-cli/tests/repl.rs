@@ -244,3 +244,38 @@ fn demo_shows_live_rows() {
     p.exp_string("weir> ").unwrap();
     quit(p);
 }
+
+/// A query over a stream with a file source loads the file in the foreground with a progress
+/// bar (bytes and rows per second), shows the results, and gives the prompt back.
+#[test]
+fn loading_a_file_shows_progress_then_the_results() {
+    let home = tempfile::tempdir().unwrap();
+    let csv = home.path().join("big.csv");
+    let mut text = String::from("k,v,t\n");
+    for i in 0..300_000 {
+        text.push_str(&format!("key{},{i},{}\n", i % 7, i / 10));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let mut p = weir(&[], home.path());
+    type_line(
+        &mut p,
+        &format!(
+            "CREATE STREAM big (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t) \
+             WITH (source = 'file', path = '{}');",
+            csv.display()
+        ),
+    );
+    p.exp_string("CREATE STREAM").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "SELECT k, v FROM big WHERE v = 299999;");
+    p.exp_regex(r"loading big \[[=> ]+\] [\d.]+ [KMG]?i?B/[\d.]+ [KMG]?i?B").unwrap();
+    p.exp_string("rows/s").unwrap();
+    p.exp_string("key0").unwrap();
+    p.exp_string("299999").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "SHOW STREAM STATS;");
+    p.exp_string("300000").unwrap();
+    p.exp_string("ended").unwrap();
+    p.exp_string("weir> ").unwrap();
+    quit(p);
+}

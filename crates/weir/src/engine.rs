@@ -35,7 +35,7 @@ use crate::ingest::{
     bad_row_message, clamp, errors_batch, errors_def, late_batch, late_def, parse_options,
     BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
 };
-use crate::source::{BadRow, Polled, SourceReader, SourceSpec};
+use crate::source::{BadRow, Polled, SourceProgress, SourceReader, SourceSpec};
 use crate::subscription::Subscription;
 
 /// What one statement did.
@@ -1082,6 +1082,27 @@ impl Engine {
                 buffered: s.buffered.values().sum(),
                 idle: s.idle,
                 source: s.source.as_ref().map(describe_source),
+            })
+            .collect()
+    }
+
+    /// How far each stream's source has read.
+    pub fn source_progress(&self) -> Vec<SourceProgress> {
+        self.streams
+            .iter()
+            .filter_map(|(name, st)| {
+                let src = st.source.as_ref()?;
+                let r = &src.reader;
+                Some(SourceProgress {
+                    stream: name.clone(),
+                    bytes_read: r.bytes_read,
+                    bytes_total: r.bytes_total,
+                    records: r.records_read,
+                    started: r.started(),
+                    ended: r.ended,
+                    failed: src.failed.is_some(),
+                    unbounded: r.unbounded(),
+                })
             })
             .collect()
     }

@@ -35,7 +35,7 @@ pub mod subscription;
 pub use datafusion_common::ScalarValue as Value;
 pub use engine::{Engine, ExecResult, SourcePoll};
 pub use ingest::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
-pub use source::{Format, Input, SourceSpec};
+pub use source::{Format, Input, SourceProgress, SourceSpec};
 pub use subscription::{Change, Subscription};
 pub use weir_common::{
     ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,

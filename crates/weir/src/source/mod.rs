@@ -77,6 +77,21 @@ impl SourceSpec {
     }
 }
 
+/// How far a source has read, for progress displays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceProgress {
+    pub stream: String,
+    pub bytes_read: u64,
+    /// The files' total size when reading started (None for stdin, or before starting).
+    pub bytes_total: Option<u64>,
+    pub records: u64,
+    pub started: bool,
+    pub ended: bool,
+    pub failed: bool,
+    /// A followed file or stdin: it has no end to reach.
+    pub unbounded: bool,
+}
+
 /// What one poll of a source produced.
 #[derive(Debug)]
 pub(crate) enum Polled {
@@ -143,6 +158,11 @@ impl SourceReader {
 
     pub fn started(&self) -> bool {
         self.started
+    }
+
+    /// Whether the input has no end to wait for (a followed file, stdin).
+    pub fn unbounded(&self) -> bool {
+        matches!(self.spec.input, Input::Stdin | Input::Files { follow: true, .. })
     }
 
     /// Resolves the files (relative paths against `base`) or starts reading standard input.
