@@ -157,6 +157,7 @@ pub enum ObjectKind {
     Stream,
     Table,
     View,
+    Sink,
 }
 
 /// One statement of a Weir script.
@@ -182,6 +183,15 @@ pub enum Statement {
         query: Box<CqlQuery>,
         sql: String,
         or_replace: bool,
+        span: Option<Span>,
+    },
+    /// `CREATE SINK name WITH (path = '...', format = 'csv') AS query`: a continuous query
+    /// whose output is appended to a file.
+    CreateSink {
+        name: String,
+        options: Vec<StreamOption>,
+        query: Box<CqlQuery>,
+        sql: String,
         span: Option<Span>,
     },
     Drop {
@@ -617,6 +627,20 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
                 span,
             });
         }
+        if c.eat_word("SINK") {
+            let (name, name_span) = c.ident("a sink name")?;
+            let options = if c.eat_word("WITH") { parse_stream_options(&mut c)? } else { vec![] };
+            c.expect_word("AS")?;
+            let rest = c.rest();
+            let query = parse_cql_query(rest)?;
+            return Ok(Statement::CreateSink {
+                name,
+                options,
+                query: Box::new(query),
+                sql: source.slice(rest),
+                span: name_span,
+            });
+        }
         if c.peek_word("TABLE") {
             return parse_create_table(toks, span);
         }
@@ -633,7 +657,7 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             let (table, span) = c.ident("a table name")?;
             return Ok(Statement::CreateIndex { table, span });
         }
-        return Err(c.err("STREAM, TABLE or VIEW"));
+        return Err(c.err("STREAM, TABLE, VIEW or SINK"));
     }
     if c.eat_word("DROP") {
         let kind = object_kind(&mut c)?;
@@ -657,8 +681,10 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             ObjectKind::Table
         } else if c.eat_word("VIEWS") {
             ObjectKind::View
+        } else if c.eat_word("SINKS") {
+            ObjectKind::Sink
         } else {
-            return Err(c.err("STREAMS, TABLES or VIEWS"));
+            return Err(c.err("STREAMS, TABLES, VIEWS, SINKS or STREAM STATS"));
         };
         c.end()?;
         return Ok(Statement::Show(kind));
@@ -717,8 +743,10 @@ fn object_kind(c: &mut Cursor) -> Result<ObjectKind> {
         Ok(ObjectKind::Table)
     } else if c.eat_word("VIEW") {
         Ok(ObjectKind::View)
+    } else if c.eat_word("SINK") {
+        Ok(ObjectKind::Sink)
     } else {
-        Err(c.err("STREAM, TABLE or VIEW"))
+        Err(c.err("STREAM, TABLE, VIEW or SINK"))
     }
 }
 

@@ -35,6 +35,7 @@ use crate::ingest::{
     bad_row_message, clamp, errors_batch, errors_def, late_batch, late_def, parse_options,
     BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
 };
+use crate::sink::{FileSink, SinkFormat, SinkSpec};
 use crate::source::{BadRow, Polled, SourceProgress, SourceReader, SourceSpec};
 use crate::subscription::Subscription;
 
@@ -197,6 +198,17 @@ enum Sink {
     Subscriber(Sender<Result<ChangeBatch>>),
     /// The maintained contents of a relation view, for one-shot queries over it.
     View(String),
+    /// A file sink, by name.
+    File(String),
+}
+
+/// A sink: its query's output appended to a file.
+#[derive(Debug)]
+struct SinkState {
+    deps: Vec<String>,
+    file: FileSink,
+    /// Set if the query or a write failed; the sink then stops.
+    failed: Option<WeirError>,
 }
 
 #[derive(Debug)]
@@ -227,6 +239,7 @@ pub struct Engine {
     streams: BTreeMap<String, StreamState>,
     tables: BTreeMap<String, TableState>,
     views: BTreeMap<String, View>,
+    sinks: BTreeMap<String, SinkState>,
     queries: Vec<RunningQuery>,
     next_id: u64,
     /// The largest instant seen (element, heartbeat or table change); table changes without
@@ -440,6 +453,24 @@ impl Engine {
                 }
                 Ok(ExecResult::Done("CREATE VIEW".into()))
             }
+            Statement::CreateSink { name, options, query, span, .. } => {
+                if self.exists(&name) {
+                    return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+                }
+                let spec = SinkSpec::from_options(&options, span)?;
+                let plan = self.bind(&query)?;
+                let schema = weir_exec::compile::exec_schema(&plan.schema());
+                let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);
+                let file_path = self.base_dir.join(&spec.path);
+                let file = FileSink::create(spec, file_path, &schema, plan.kind(), domain)?;
+                let deps = referenced_names(&query);
+                self.sinks.insert(name.clone(), SinkState { deps, file, failed: None });
+                if let Err(e) = self.launch(&plan, Sink::File(name.clone())) {
+                    self.sinks.remove(&name);
+                    return Err(e);
+                }
+                Ok(ExecResult::Done("CREATE SINK".into()))
+            }
             Statement::Drop { kind, name, if_exists, span } => {
                 self.drop(kind, &name, if_exists, span)
             }
@@ -518,6 +549,7 @@ impl Engine {
         self.streams.contains_key(name)
             || self.tables.contains_key(name)
             || self.views.contains_key(name)
+            || self.sinks.contains_key(name)
     }
 
     /// Evaluates a plan over tables: the current relation.
@@ -663,6 +695,7 @@ impl Engine {
             }
         }
         let views = &mut self.views;
+        let sinks = &mut self.sinks;
         let mut frontiers = frontiers.into_iter();
         self.queries.retain_mut(|q| {
             let frontier = frontiers.next().unwrap_or(WATERMARK_CLOSED);
@@ -688,6 +721,18 @@ impl Engine {
                         Ok(()) => true,
                         Err(e) => {
                             c.failed = Some(e);
+                            false
+                        }
+                    }
+                }
+                Sink::File(name) => {
+                    let Some(sink) = sinks.get_mut(name) else {
+                        return false;
+                    };
+                    match batches.iter().try_for_each(|b| sink.file.write(b)).and(result) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            sink.failed = Some(e);
                             false
                         }
                     }
@@ -1284,6 +1329,7 @@ impl Engine {
         let late = format!("{name}{LATE_SUFFIX}");
         let errors = format!("{name}{ERRORS_SUFFIX}");
         let views = &mut self.views;
+        let sinks = &mut self.sinks;
         self.queries.retain(|q| {
             let reads = q.runner.sources().iter().any(|s| *s == name || *s == late || *s == errors);
             if !reads {
@@ -1296,6 +1342,11 @@ impl Engine {
                 Sink::View(v) => {
                     if let Some(c) = views.get_mut(v).and_then(|v| v.contents.as_mut()) {
                         c.failed = Some(e.clone());
+                    }
+                }
+                Sink::File(s) => {
+                    if let Some(sink) = sinks.get_mut(s) {
+                        sink.failed = Some(e.clone());
                     }
                 }
             }
@@ -1437,11 +1488,13 @@ impl Engine {
             ObjectKind::Stream => self.streams.contains_key(name),
             ObjectKind::Table => self.tables.contains_key(name),
             ObjectKind::View => self.views.contains_key(name),
+            ObjectKind::Sink => self.sinks.contains_key(name),
         };
         let tag = match kind {
             ObjectKind::Stream => "DROP STREAM",
             ObjectKind::Table => "DROP TABLE",
             ObjectKind::View => "DROP VIEW",
+            ObjectKind::Sink => "DROP SINK",
         };
         if !present {
             if if_exists {
@@ -1459,6 +1512,12 @@ impl Engine {
                 span,
             ));
         }
+        if let Some((k, _)) = self.sinks.iter().find(|(_, k)| k.deps.iter().any(is_dep)) {
+            return Err(WeirError::plan_at(
+                format!("cannot drop '{name}': sink '{k}' depends on it"),
+                span,
+            ));
+        }
         match kind {
             ObjectKind::Stream => {
                 self.streams.remove(name);
@@ -1471,6 +1530,10 @@ impl Engine {
             ObjectKind::View => {
                 self.views.remove(name);
                 self.queries.retain(|q| !matches!(&q.sink, Sink::View(v) if v == name));
+            }
+            ObjectKind::Sink => {
+                self.sinks.remove(name);
+                self.queries.retain(|q| !matches!(&q.sink, Sink::File(k) if k == name));
             }
         }
         // Queries reading a dropped stream or table stop; their subscriptions end.
@@ -1502,6 +1565,22 @@ impl Engine {
             ObjectKind::View => {
                 self.views.values().map(|v| (v.def.name.clone(), v.def.kind().to_string())).unzip()
             }
+            ObjectKind::Sink => self
+                .sinks
+                .iter()
+                .map(|(name, k)| {
+                    let format = match k.file.spec.format {
+                        SinkFormat::Csv => "csv",
+                        SinkFormat::JsonLines => "jsonl",
+                    };
+                    let mut details =
+                        format!("{} ({format}), {} bytes", k.file.spec.path, k.file.written);
+                    if let Some(e) = &k.failed {
+                        details += &format!(", failed: {e}");
+                    }
+                    (name.clone(), details)
+                })
+                .unzip(),
         };
         text_rows(&["name", "details"], vec![names, details])
     }

@@ -24,17 +24,19 @@
 //! [`weir_plan::LogicalPlan`] -> [`weir_exec::QueryRunner`] -> [`Subscription`].
 //! Modules: [`engine`] (statements, time, running queries), [`ingest`] (late and bad rows,
 //! idleness, the `s$late` and `s$errors` streams), [`source`] (CSV and JSON-lines files and
-//! stdin), [`subscription`] (output changes), [`format`] (values and instants as text).
+//! stdin), [`sink`] (query output appended to files), [`subscription`] (output changes), [`format`] (values and instants as text).
 
 pub mod engine;
 pub mod format;
 pub mod ingest;
+pub mod sink;
 pub mod source;
 pub mod subscription;
 
 pub use datafusion_common::ScalarValue as Value;
 pub use engine::{Engine, ExecResult, SourcePoll};
 pub use ingest::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
+pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};
 pub use subscription::{Change, Subscription};
 pub use weir_common::{

@@ -1,0 +1,205 @@
+//! File sinks: a continuous query's output appended to a CSV or JSON-lines file.
+//!
+//! `CREATE SINK top WITH (path = 'out/top.csv') AS SELECT ...` runs the query and appends each
+//! output change to the file as it is produced: a stream's elements as `_time, columns...`
+//! (an element of multiplicity n written n times), a relation's changes as
+//! `_time, _diff, columns...`. Rows are written with arrow's CSV and JSON writers; a CSV file
+//! starts with a header. The sink knows how many bytes it has written, so that a checkpoint
+//! can record a committed position to truncate back to on recovery.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use weir_common::{ChangeBatch, Result, TimeDomain, WeirError};
+use weir_plan::PlanKind;
+use weir_sql::parser::{OptionValue, StreamOption};
+
+/// How a sink writes rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkFormat {
+    Csv,
+    JsonLines,
+}
+
+/// A sink's declared target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkSpec {
+    pub path: String,
+    pub format: SinkFormat,
+}
+
+impl SinkSpec {
+    /// The options of `CREATE SINK ... WITH (path = '...', format = 'csv' | 'json')`.
+    pub(crate) fn from_options(
+        options: &[StreamOption],
+        span: Option<weir_common::Span>,
+    ) -> Result<Self> {
+        let mut path = None;
+        let mut format = None;
+        for o in options {
+            match (o.key.as_str(), &o.value) {
+                ("path", OptionValue::Text(p)) => path = Some(p.clone()),
+                ("format", OptionValue::Text(f)) => {
+                    format = Some(match f.to_ascii_lowercase().as_str() {
+                        "csv" => SinkFormat::Csv,
+                        "json" | "jsonl" | "ndjson" => SinkFormat::JsonLines,
+                        other => {
+                            return Err(WeirError::plan_at(
+                                format!("format must be 'csv' or 'json', not '{other}'"),
+                                o.span,
+                            ))
+                        }
+                    })
+                }
+                ("path" | "format", v) => {
+                    return Err(WeirError::plan_at(
+                        format!("option {} must be quoted text, not {v}", o.key),
+                        o.span,
+                    ))
+                }
+                (other, _) => {
+                    return Err(WeirError::plan_at(
+                        format!("unknown sink option '{other}' (known: path, format)"),
+                        o.span,
+                    ))
+                }
+            }
+        }
+        let Some(path) = path else {
+            return Err(WeirError::plan_at("a sink needs WITH (path = '...')", span));
+        };
+        let by_extension = {
+            let p = path.to_ascii_lowercase();
+            p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
+        };
+        let format =
+            format.unwrap_or(if by_extension { SinkFormat::JsonLines } else { SinkFormat::Csv });
+        Ok(SinkSpec { path, format })
+    }
+}
+
+/// An open file sink. See the module docs.
+#[derive(Debug)]
+pub(crate) struct FileSink {
+    pub spec: SinkSpec,
+    writer: BufWriter<File>,
+    /// Bytes written so far (what a checkpoint commits).
+    pub written: u64,
+    schema: SchemaRef,
+    kind: PlanKind,
+}
+
+impl FileSink {
+    /// Creates (or truncates) the file. `schema` is the query's output, `kind` whether it is a
+    /// stream or a relation, `domain` how its instants are written.
+    pub fn create(
+        spec: SinkSpec,
+        file_path: PathBuf,
+        query_schema: &SchemaRef,
+        kind: PlanKind,
+        domain: TimeDomain,
+    ) -> Result<Self> {
+        if let Some(dir) = file_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                WeirError::Execution(format!(
+                    "sink '{}': cannot create its directory: {e}",
+                    spec.path
+                ))
+            })?;
+        }
+        let file = File::create(&file_path).map_err(|e| {
+            WeirError::Execution(format!("sink '{}': cannot create the file: {e}", spec.path))
+        })?;
+        let time_type = match domain {
+            TimeDomain::Micros => DataType::Timestamp(TimeUnit::Microsecond, None),
+            TimeDomain::Ticks => DataType::Int64,
+        };
+        let mut fields = vec![Field::new("_time", time_type, false)];
+        if kind == PlanKind::Relation {
+            fields.push(Field::new("_diff", DataType::Int64, false));
+        }
+        fields.extend(query_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
+        let mut sink = FileSink {
+            spec,
+            writer: BufWriter::new(file),
+            written: 0,
+            schema: Arc::new(Schema::new(fields)),
+            kind,
+        };
+        if sink.spec.format == SinkFormat::Csv {
+            let header: Vec<&str> =
+                sink.schema.fields().iter().map(|f| f.name().as_str()).collect();
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record(&header).map_err(|e| WeirError::internal(e.to_string()))?;
+            let bytes = w.into_inner().map_err(|e| WeirError::internal(e.to_string()))?;
+            sink.write_bytes(&bytes)?;
+        }
+        Ok(sink)
+    }
+
+    fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.writer
+            .write_all(bytes)
+            .and_then(|_| self.writer.flush())
+            .map_err(|e| WeirError::Execution(format!("sink '{}': {e}", self.spec.path)))?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends one output batch.
+    pub fn write(&mut self, changes: &ChangeBatch) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // A stream element of multiplicity n is written n times; relation changes keep _diff.
+        let (data, times, diffs) = if self.kind == PlanKind::Stream {
+            let mut idx = Vec::new();
+            for (i, &d) in changes.diffs.iter().enumerate() {
+                idx.extend(std::iter::repeat_n(i as u32, d.max(0) as usize));
+            }
+            let idx = UInt32Array::from(idx);
+            let cols = changes
+                .data
+                .columns()
+                .iter()
+                .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let times: Vec<i64> = idx.values().iter().map(|&i| changes.times[i as usize]).collect();
+            (cols, times, None)
+        } else {
+            (changes.data.columns().to_vec(), changes.times.clone(), Some(changes.diffs.clone()))
+        };
+        let n = times.len();
+        let time_col: ArrayRef = match self.schema.field(0).data_type() {
+            DataType::Timestamp(_, _) => Arc::new(TimestampMicrosecondArray::from(times)),
+            _ => Arc::new(Int64Array::from(times)),
+        };
+        let mut cols = vec![time_col];
+        if let Some(d) = diffs {
+            cols.push(Arc::new(Int64Array::from(d)));
+        }
+        cols.extend(data);
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            cols,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
+        )?;
+        let mut bytes = Vec::new();
+        match self.spec.format {
+            SinkFormat::Csv => {
+                let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut bytes);
+                w.write(&batch)?;
+            }
+            SinkFormat::JsonLines => {
+                let mut w = arrow::json::LineDelimitedWriter::new(&mut bytes);
+                w.write(&batch)?;
+                w.finish()?;
+            }
+        }
+        self.write_bytes(&bytes)
+    }
+}

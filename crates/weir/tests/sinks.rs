@@ -1,0 +1,75 @@
+//! File sinks: a continuous query's output appended to CSV or JSON-lines files, exactly as a
+//! subscriber would see it.
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+
+use weir::Engine;
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-sinks-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn stream_and_relation_outputs_in_csv_and_json_lines() {
+    let dir = tempdir("formats");
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t);
+         CREATE SINK big WITH (path = 'out/big.csv') AS SELECT ISTREAM k, v FROM s WHERE v > 1;
+         CREATE SINK counts WITH (path = 'out/counts.jsonl')
+           AS SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k;
+         INSERT INTO s VALUES ('a', 1, 1), ('b, \"c\"', 2, 1), ('a', 3, 2), ('a', 3, 2);
+         CLOSE s",
+    )
+    .unwrap();
+    let csv = std::fs::read_to_string(dir.join("out/big.csv")).unwrap();
+    assert_eq!(csv, "_time,k,v\n1,\"b, \"\"c\"\"\",2\n2,a,3\n2,a,3\n");
+    let json = std::fs::read_to_string(dir.join("out/counts.jsonl")).unwrap();
+    assert_eq!(
+        json,
+        "{\"_time\":1,\"_diff\":1,\"k\":\"a\",\"n\":1}\n\
+         {\"_time\":1,\"_diff\":1,\"k\":\"b, \\\"c\\\"\",\"n\":1}\n\
+         {\"_time\":2,\"_diff\":-1,\"k\":\"a\",\"n\":1}\n\
+         {\"_time\":2,\"_diff\":1,\"k\":\"a\",\"n\":3}\n\
+         {\"_time\":3,\"_diff\":1,\"k\":\"a\",\"n\":2}\n\
+         {\"_time\":3,\"_diff\":-1,\"k\":\"a\",\"n\":3}\n\
+         {\"_time\":3,\"_diff\":-1,\"k\":\"b, \\\"c\\\"\",\"n\":1}\n\
+         {\"_time\":4,\"_diff\":-1,\"k\":\"a\",\"n\":2}\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn timestamps_sinks_in_the_catalog_and_errors() {
+    let dir = tempdir("catalog");
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM b (p BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts);
+         CREATE SINK prices WITH (path = 'p.csv', format = 'csv') AS SELECT p FROM b;
+         INSERT INTO b VALUES (5, '2024-01-01 00:00:01'), (6, '2024-01-01 00:00:02.5')",
+    )
+    .unwrap();
+    let err = e.execute("DROP STREAM b").unwrap_err().to_string();
+    assert!(err.contains("cannot drop 'b': sink 'prices' depends on it"), "{err}");
+    let err = e.execute("CREATE SINK x AS SELECT p FROM b").unwrap_err().to_string();
+    assert!(err.contains("a sink needs WITH (path = '...')"), "{err}");
+    let err = e.execute("CREATE SINK x WITH (path = 'x', mode = 'a') AS SELECT p FROM b");
+    assert!(err.unwrap_err().to_string().contains("unknown sink option 'mode'"));
+    let err = e.execute("CREATE SINK prices WITH (path = 'y.csv') AS SELECT p FROM b");
+    assert!(err.unwrap_err().to_string().contains("'prices' already exists"));
+    match e.execute("SHOW SINKS").unwrap().pop() {
+        Some(weir::ExecResult::Rows { batches, .. }) => {
+            let rows = weir::format::rows_as_text(&batches[0]).unwrap();
+            assert_eq!(rows, [["prices", "p.csv (csv), 30 bytes"]]);
+        }
+        other => panic!("{other:?}"),
+    }
+    e.execute("DROP SINK prices; DROP STREAM b").unwrap();
+    let csv = std::fs::read_to_string(dir.join("p.csv")).unwrap();
+    assert_eq!(csv, "_time,p\n2024-01-01T00:00:01,5\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
