@@ -26,6 +26,7 @@
 //! idleness, the `s$late` and `s$errors` streams), [`source`] (CSV and JSON-lines files and
 //! stdin), [`sink`] (query output appended to files), [`subscription`] (output changes), [`format`] (values and instants as text).
 
+pub mod checkpoint;
 pub mod engine;
 pub mod format;
 pub mod ingest;

@@ -1,0 +1,283 @@
+//! Checkpoint files: written atomically, versioned, checksummed, pruned.
+//!
+//! One checkpoint is one Arrow IPC file, `ckpt-<sequence>.arrow`, in the data directory. Its
+//! rows are the checkpoint's sections: a name, a payload (itself Arrow IPC stream bytes, or
+//! JSON for the manifest) and the payload's CRC-32. The schema's metadata carries the format
+//! version. A file is written as `.ckpt-<sequence>.tmp`, synced, renamed into place, and the
+//! directory synced, so a crash leaves either the old set of checkpoints or the new one, never
+//! a torn file under a checkpoint's name. Reading checks the IPC structure (arrow's reader
+//! rejects a truncated file), the version, and every payload's checksum.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, BinaryArray, RecordBatch, StringArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use weir_common::{Result, WeirError};
+
+/// The version of the checkpoint layout this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+const VERSION_KEY: &str = "weir.checkpoint.version";
+
+/// A checkpoint as stored: named payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub sequence: u64,
+    pub sections: Vec<(String, Vec<u8>)>,
+}
+
+impl Stored {
+    /// The payload of a section.
+    pub fn section(&self, name: &str) -> Option<&[u8]> {
+        self.sections.iter().find(|(n, _)| n == name).map(|(_, p)| p.as_slice())
+    }
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> WeirError {
+    WeirError::Execution(format!("{what} '{}': {e}", path.display()))
+}
+
+fn file_name(sequence: u64) -> String {
+    format!("ckpt-{sequence:012}.arrow")
+}
+
+/// Writes checkpoint `sequence` into `dir` atomically; returns its path.
+pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create the data directory", dir, e))?;
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert(VERSION_KEY.to_string(), FORMAT_VERSION.to_string());
+    let schema = Arc::new(
+        Schema::new(vec![
+            Field::new("section", DataType::Utf8, false),
+            Field::new("payload", DataType::Binary, false),
+            Field::new("crc32", DataType::UInt32, false),
+        ])
+        .with_metadata(metadata),
+    );
+    let names = StringArray::from_iter_values(sections.iter().map(|(n, _)| n.as_str()));
+    let payloads = BinaryArray::from_iter_values(sections.iter().map(|(_, p)| p.as_slice()));
+    let crcs = UInt32Array::from_iter_values(sections.iter().map(|(_, p)| crc32fast::hash(p)));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(names), Arc::new(payloads), Arc::new(crcs)],
+    )?;
+    let tmp = dir.join(format!(".ckpt-{sequence:012}.tmp"));
+    let target = dir.join(file_name(sequence));
+    {
+        let file = File::create(&tmp).map_err(|e| io_err("cannot write", &tmp, e))?;
+        let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema)?;
+        w.write(&batch)?;
+        w.finish()?;
+        let mut file = w.into_inner()?;
+        file.flush().map_err(|e| io_err("cannot write", &tmp, e))?;
+        file.sync_all().map_err(|e| io_err("cannot sync", &tmp, e))?;
+    }
+    std::fs::rename(&tmp, &target).map_err(|e| io_err("cannot rename", &tmp, e))?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(target)
+}
+
+/// Reads and verifies one checkpoint file.
+pub fn read(path: &Path) -> Result<Stored> {
+    let sequence = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("ckpt-"))
+        .and_then(|n| n.strip_suffix(".arrow"))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| corrupt(path, "not a checkpoint file name"))?;
+    let file = File::open(path).map_err(|e| io_err("cannot read", path, e))?;
+    let reader = arrow::ipc::reader::FileReader::try_new(file, None)
+        .map_err(|e| corrupt(path, &e.to_string()))?;
+    let version = reader.schema().metadata().get(VERSION_KEY).cloned();
+    if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
+        return Err(WeirError::Execution(format!(
+            "checkpoint '{}' has format version {}, this Weir reads version {FORMAT_VERSION}: \
+             it cannot be restored by this build",
+            path.display(),
+            version.unwrap_or_else(|| "(none)".into())
+        )));
+    }
+    let mut sections = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| corrupt(path, &e.to_string()))?;
+        let col = |i: usize| batch.column(i).clone();
+        let names = col(0);
+        let payloads = col(1);
+        let crcs = col(2);
+        let (Some(names), Some(payloads), Some(crcs)) = (
+            names.as_any().downcast_ref::<StringArray>(),
+            payloads.as_any().downcast_ref::<BinaryArray>(),
+            crcs.as_any().downcast_ref::<UInt32Array>(),
+        ) else {
+            return Err(corrupt(path, "unexpected columns"));
+        };
+        for i in 0..batch.num_rows() {
+            let payload = payloads.value(i);
+            if crc32fast::hash(payload) != crcs.value(i) || names.is_null(i) {
+                return Err(corrupt(
+                    path,
+                    &format!("section '{}' fails its checksum", names.value(i)),
+                ));
+            }
+            sections.push((names.value(i).to_string(), payload.to_vec()));
+        }
+    }
+    Ok(Stored { sequence, sections })
+}
+
+fn corrupt(path: &Path, why: &str) -> WeirError {
+    WeirError::Execution(format!("checkpoint '{}' is damaged: {why}", path.display()))
+}
+
+/// The checkpoint files in `dir`, newest first.
+pub fn list(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("ckpt-") && n.ends_with(".arrow"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files.reverse();
+    files
+}
+
+/// The newest checkpoint that reads back intact, with a warning for each newer one that did
+/// not. A checkpoint of another format version is an error, not skipped: restoring an older
+/// one instead would silently lose everything after it.
+pub fn latest(dir: &Path) -> Result<(Option<Stored>, Vec<String>)> {
+    let mut warnings = Vec::new();
+    for path in list(dir) {
+        match read(&path) {
+            Ok(stored) => return Ok((Some(stored), warnings)),
+            Err(e) if e.to_string().contains("format version") => return Err(e),
+            Err(e) => warnings.push(format!("{e}; using the one before it")),
+        }
+    }
+    Ok((None, warnings))
+}
+
+/// Deletes all but the newest `keep` checkpoints, and leftover temporary files.
+pub fn prune(dir: &Path, keep: usize) {
+    for old in list(dir).into_iter().skip(keep) {
+        let _ = std::fs::remove_file(old);
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".tmp")) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("weir-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn sections(tag: &str) -> Vec<(String, Vec<u8>)> {
+        vec![("manifest".into(), tag.as_bytes().to_vec()), ("state".into(), vec![7; 1000])]
+    }
+
+    #[test]
+    fn round_trip_newest_first_and_pruning() {
+        let dir = tempdir("round");
+        write(&dir, 1, &sections("one")).unwrap();
+        write(&dir, 2, &sections("two")).unwrap();
+        let (got, warnings) = latest(&dir).unwrap();
+        let got = got.unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(got.sequence, 2);
+        assert_eq!(got.section("manifest"), Some(&b"two"[..]));
+        write(&dir, 3, &sections("three")).unwrap();
+        std::fs::write(dir.join(".ckpt-000000000004.tmp"), b"torn").unwrap();
+        prune(&dir, 2);
+        let names: Vec<String> = list(&dir)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["ckpt-000000000003.arrow", "ckpt-000000000002.arrow"]);
+        assert!(!dir.join(".ckpt-000000000004.tmp").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn damaged_files_fall_back_to_the_previous_checkpoint() {
+        let dir = tempdir("damaged");
+        write(&dir, 1, &sections("one")).unwrap();
+        let p2 = write(&dir, 2, &sections("two")).unwrap();
+        // Truncated (a crash while copying, a full disk).
+        let bytes = std::fs::read(&p2).unwrap();
+        std::fs::write(&p2, &bytes[..bytes.len() / 2]).unwrap();
+        let (got, warnings) = latest(&dir).unwrap();
+        assert_eq!(got.unwrap().sequence, 1);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("ckpt-000000000002.arrow' is damaged"), "{warnings:?}");
+        // A flipped bit inside a payload: the checksum catches it.
+        let p3 = write(&dir, 3, &sections("three")).unwrap();
+        let mut bytes = std::fs::read(&p3).unwrap();
+        let at = bytes.windows(4).position(|w| w == [7, 7, 7, 7]).unwrap();
+        bytes[at + 10] ^= 0x10;
+        std::fs::write(&p3, &bytes).unwrap();
+        let err = read(&p3).unwrap_err().to_string();
+        assert!(err.contains("section 'state' fails its checksum"), "{err}");
+        let (got, warnings) = latest(&dir).unwrap();
+        assert_eq!(got.unwrap().sequence, 1);
+        assert_eq!(warnings.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_format_version_is_refused() {
+        let dir = tempdir("version");
+        let p = write(&dir, 5, &sections("x")).unwrap();
+        // Rewrite the file with a different version in its metadata.
+        let stored = read(&p).unwrap();
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert(VERSION_KEY.to_string(), "999".to_string());
+        let schema = Arc::new(
+            Schema::new(vec![
+                Field::new("section", DataType::Utf8, false),
+                Field::new("payload", DataType::Binary, false),
+                Field::new("crc32", DataType::UInt32, false),
+            ])
+            .with_metadata(metadata),
+        );
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(stored.sections.iter().map(|s| &s.0))),
+                Arc::new(BinaryArray::from_iter_values(stored.sections.iter().map(|s| &s.1))),
+                Arc::new(UInt32Array::from_iter_values(
+                    stored.sections.iter().map(|s| crc32fast::hash(&s.1)),
+                )),
+            ],
+        )
+        .unwrap();
+        let mut w =
+            arrow::ipc::writer::FileWriter::try_new(File::create(&p).unwrap(), &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        let err = latest(&dir).unwrap_err().to_string();
+        assert!(err.contains("has format version 999, this Weir reads version 1"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
