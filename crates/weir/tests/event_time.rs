@@ -243,6 +243,50 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// Whatever the bytes (CSV-ish, JSON-ish or garbage, invalid UTF-8 included), reading
+    /// never panics, and every record read is accepted, late or bad.
+    #[test]
+    fn any_bytes_are_accounted_for(
+        lines in prop::collection::vec(
+            prop_oneof![
+                "[a-z]{0,3},[0-9]{0,3},[0-9]{1,2}".prop_map(String::into_bytes),
+                "\\{\"k\": \"[a-z]{0,2}\", \"v\": [0-9]{1,2}, \"t\": [0-9]{1,2}\\}"
+                    .prop_map(String::into_bytes),
+                prop::collection::vec(any::<u8>(), 0..12),
+                "\"[a-z,\n]{0,5}\",[0-9],[0-9]".prop_map(String::into_bytes),
+            ],
+            0..30,
+        ),
+        json in any::<bool>(),
+        chunk in 1..40usize,
+    ) {
+        let dir = tempdir();
+        let name = if json { "x.jsonl" } else { "x.csv" };
+        let mut bytes = if json { Vec::new() } else { b"k,v,t\n".to_vec() };
+        for l in &lines {
+            bytes.extend_from_slice(l);
+            bytes.push(b'\n');
+        }
+        std::fs::write(dir.join(name), &bytes).unwrap();
+        let mut e = Engine::new();
+        e.set_base_dir(&dir);
+        create(&mut e, Some(&format!("source = 'file', path = '{name}', bad_rows = 'skip'")));
+        let _sub = e.subscribe("SELECT * FROM s").unwrap();
+        for _ in 0..10_000 {
+            if e.poll_sources(chunk).unwrap().live == 0 {
+                break;
+            }
+        }
+        let stats = &e.stream_stats()[0];
+        let records = e.source_progress()[0].records;
+        prop_assert_eq!(stats.accepted + stats.late + stats.bad, records);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A fresh directory under the target's temporary directory.
 fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
