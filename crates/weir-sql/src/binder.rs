@@ -249,17 +249,25 @@ impl<'a> Binder<'a> {
             .map_err(df_error)?;
         let plan =
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
-        let rules: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
+        // Three steps: subqueries become joins; Weir orders each tree of inner joins (see
+        // `join_order`), once; filters move down and equalities become join keys.
+        let ctx = OptimizerContext::new_with_config_options(Arc::new(options));
+        let decorrelate: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
             Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
             Arc::new(datafusion_optimizer::decorrelate_predicate_subquery::DecorrelatePredicateSubquery::new()),
             Arc::new(datafusion_optimizer::scalar_subquery_to_join::ScalarSubqueryToJoin::new()),
             Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
-            Arc::new(datafusion_optimizer::eliminate_cross_join::EliminateCrossJoin::new()),
-            Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
-            Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
         ];
-        let ctx = OptimizerContext::new_with_config_options(Arc::new(options));
-        Optimizer::with_rules(rules).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
+        let plan =
+            Optimizer::with_rules(decorrelate).optimize(plan, &ctx, |_, _| {}).map_err(df_error)?;
+        let plan = crate::join_order::reorder(plan).map_err(df_error)?.data;
+        let push_down: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
+            Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
+            Arc::new(
+                datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new(),
+            ),
+        ];
+        Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
     }
 
     /// Every window names a stream (base or derived), with durations in its time domain.

@@ -15,6 +15,7 @@
 
 pub mod binder;
 pub mod catalog;
+pub mod join_order;
 pub mod parser;
 pub mod types;
 
