@@ -247,6 +247,8 @@ impl<'a> Binder<'a> {
                 other => other,
             }
             .map_err(df_error)?;
+        // Before type coercion: a text or binary literal tested for membership in numbers.
+        let plan = crate::mixed_types::rewrite(plan).map_err(df_error)?;
         let plan =
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
         // Three steps: subqueries become joins; Weir orders each tree of inner joins (see

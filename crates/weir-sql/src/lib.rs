@@ -16,6 +16,7 @@
 pub mod binder;
 pub mod catalog;
 pub mod join_order;
+pub mod mixed_types;
 pub mod parser;
 pub mod types;
 
