@@ -22,6 +22,7 @@ pub mod operator;
 pub mod ops;
 pub mod query;
 pub mod row;
+pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
 

@@ -22,6 +22,8 @@ use std::collections::{HashMap, HashSet};
 
 use weir_common::{ChangeBatch, Result, Time};
 
+use crate::state::{StateReader, StateWriter};
+
 /// Input changes at the instant being evaluated, by source name.
 #[derive(Debug, Default)]
 pub struct EvalCtx {
@@ -51,6 +53,15 @@ pub trait Operator: Send + std::fmt::Debug {
         let _ = (lo, hi, ctx);
         Err(weir_common::WeirError::internal("eval_span on an operator that cannot span"))
     }
+
+    /// Writes this subtree's state between instants (see [`crate::state`]): the operator's
+    /// own sections, then each input's, in a fixed order. Stateless operators only recurse.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()>;
+
+    /// Restores what [`Operator::save_state`] wrote, into an operator freshly compiled from
+    /// the same plan: reads the sections back in the same order. Errors (never panics) on
+    /// sections that do not fit.
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()>;
 }
 
 /// The end (exclusive) of each run of equal times in `times` (which is sorted).

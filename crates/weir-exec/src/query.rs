@@ -26,6 +26,7 @@ use crate::compile::{compile, exec_schema};
 use crate::consolidate::{consolidate, consolidate_runs};
 use crate::operator::{EvalCtx, Operator};
 use crate::row::RowCodec;
+use crate::state::{i64_col, invalid, opt_i64_col, signature, str_col, StateReader, StateWriter};
 
 /// Whether subscribers see a stream (elements with instants) or a relation's changes.
 pub type OutputKind = PlanKind;
@@ -260,6 +261,109 @@ impl QueryRunner {
         if !d.is_empty() {
             out.push(d);
         }
+        Ok(())
+    }
+}
+
+impl QueryRunner {
+    fn signature(&self) -> String {
+        signature("runner", &self.schema, (self.kind, &self.sources, self.span))
+    }
+
+    /// Everything the runner holds between instants — every operator's state, the buffered
+    /// input not yet evaluated (per source, with times and arrival order), heartbeats, the last
+    /// evaluated instant — as Arrow IPC stream bytes.
+    ///
+    /// Sections (see [`crate::state`]): `runner` (one row: `last`, NULL before the first
+    /// instant), `runner.heartbeats` (`time`, `source`), `runner.pending` (per buffered chunk,
+    /// sources by name, chunks in arrival order: `source`, `rows`) followed by one
+    /// `runner.chunk` per chunk (its rows not yet evaluated, as changes), then the operators'
+    /// sections, root first, each operator before its inputs.
+    pub fn save_state(&self) -> Result<Vec<u8>> {
+        let sig = self.signature();
+        let mut w = StateWriter::new();
+        w.put("runner", &sig, 1, vec![("last", opt_i64_col([self.last]))])?;
+        let beats: Vec<(Time, &str)> = self
+            .heartbeats
+            .iter()
+            .flat_map(|(t, srcs)| srcs.iter().map(move |s| (*t, s.as_str())))
+            .collect();
+        w.put(
+            "runner.heartbeats",
+            &sig,
+            beats.len(),
+            vec![
+                ("time", i64_col(beats.iter().map(|b| b.0))),
+                ("source", str_col(beats.iter().map(|b| b.1))),
+            ],
+        )?;
+        let mut sources: Vec<&String> = self.pending.keys().collect();
+        sources.sort_unstable();
+        let mut chunks: Vec<(&str, ChangeBatch)> = Vec::new();
+        for src in sources {
+            for c in self.pending.get(src).into_iter().flatten() {
+                if c.pos < c.batch.len() {
+                    chunks.push((src, slice(&c.batch, c.pos, c.batch.len() - c.pos)));
+                }
+            }
+        }
+        w.put(
+            "runner.pending",
+            &sig,
+            chunks.len(),
+            vec![
+                ("source", str_col(chunks.iter().map(|c| c.0))),
+                ("rows", i64_col(chunks.iter().map(|c| c.1.len() as i64))),
+            ],
+        )?;
+        for (_, c) in &chunks {
+            w.put_changes("runner.chunk", &sig, &c.schema(), std::slice::from_ref(c))?;
+        }
+        self.root.save_state(&mut w)?;
+        w.into_bytes()
+    }
+
+    /// Restores [`QueryRunner::save_state`] output into a runner freshly built by
+    /// [`QueryRunner::new`] from the same plan. Fails with a clear error (never panics) on
+    /// bytes that do not fit the plan; the runner must then be discarded.
+    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.last.is_some() || !self.pending.is_empty() || !self.heartbeats.is_empty() {
+            return Err(WeirError::internal("query state restored into a runner already in use"));
+        }
+        let sig = self.signature();
+        let mut r = StateReader::from_bytes(bytes)?;
+        let last = match r.take("runner", &sig)?.opt_i64s("last")?.as_slice() {
+            [last] => *last,
+            _ => return Err(invalid("section 'runner' should have one row")),
+        };
+        let h = r.take("runner.heartbeats", &sig)?;
+        let mut heartbeats: BTreeMap<Time, BTreeSet<String>> = BTreeMap::new();
+        for (t, s) in h.i64s("time")?.into_iter().zip(h.strs("source")?) {
+            if last.is_some_and(|l| t <= l) {
+                return Err(invalid("a heartbeat at an instant already evaluated"));
+            }
+            heartbeats.entry(t).or_default().insert(s.to_string());
+        }
+        let p = r.take("runner.pending", &sig)?;
+        let mut pending: HashMap<String, Vec<Chunk>> = HashMap::new();
+        for (src, rows) in p.strs("source")?.into_iter().zip(p.i64s("rows")?) {
+            let batch = r.take("runner.chunk", &sig)?.changes(None)?;
+            if batch.len() as i64 != rows || batch.is_empty() {
+                return Err(invalid("a buffered chunk has the wrong number of rows"));
+            }
+            if let (Some(l), Some(min)) = (last, batch.times.iter().min()) {
+                if *min <= l {
+                    return Err(invalid("buffered input at an instant already evaluated"));
+                }
+            }
+            let batch = sort_by_time(batch)?;
+            pending.entry(src.to_string()).or_default().push(Chunk { batch, pos: 0 });
+        }
+        self.root.restore_state(&mut r)?;
+        r.finish()?;
+        self.last = last;
+        self.heartbeats = heartbeats;
+        self.pending = pending;
         Ok(())
     }
 }

@@ -27,6 +27,11 @@ impl RowCodec {
         Ok(RowCodec { types, converter })
     }
 
+    /// The types of the encoded columns.
+    pub fn types(&self) -> &[DataType] {
+        &self.types
+    }
+
     pub fn for_schema(schema: &SchemaRef) -> Result<Self> {
         Self::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())
     }

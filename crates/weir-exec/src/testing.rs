@@ -56,6 +56,14 @@ impl Operator for Feed {
         Ok(self.changes.remove(&t).unwrap_or_else(|| ChangeBatch::empty(self.schema.clone())))
     }
 
+    fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
+        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
+    }
+
+    fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
+        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         self.changes.keys().next().copied()
     }

@@ -12,6 +12,13 @@
 //! keep a value -> count map and feed the inner aggregate only when a value appears or
 //! disappears. State: per group, its row count and one accumulator per aggregate.
 //!
+//! Checkpointed as sections (see [`Aggregate::save_own`]): `aggregate` (one row: `started`),
+//! `aggregate.groups` (per group sorted by key: `key` Binary, `rows` Int64, and per aggregate
+//! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count), `isum{a}`
+//! (an integer or decimal SUM, 16-byte Binary), `fsum{a}` (a float SUM or AVG's sum, Float64)),
+//! `aggregate.values` (MIN/MAX multisets) and `aggregate.seen` (DISTINCT value counts), both
+//! as rows of `group` (index into the groups), `agg`, `value` Binary and `count` Int64.
+//!
 //! A span of instants is evaluated run by run: each run of input changes sharing an instant is
 //! one step, exactly as if that instant were evaluated alone.
 
@@ -27,6 +34,10 @@ use crate::expr::ScalarExpr;
 use crate::operator::{time_runs, EvalCtx, Operator};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
+use crate::state::{
+    binary_col, bool_col, i64_col, invalid, nonzero, opt_f64_col, opt_i128_col, opt_i64_col,
+    signature, StateReader, StateWriter,
+};
 
 /// One aggregate of the operator, compiled.
 #[derive(Debug)]
@@ -290,6 +301,17 @@ impl Operator for Aggregate {
         self.step(t, d)
     }
 
+    /// State: see [`Aggregate::save_own`].
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        self.save_own(w)?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        self.restore_own(r)?;
+        self.input.restore_state(r)
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
     }
@@ -320,6 +342,157 @@ impl Operator for Aggregate {
 }
 
 impl Aggregate {
+    fn signature(&self) -> String {
+        let aggs: Vec<_> = self.aggs.iter().map(|a| (a.func, a.distinct, &a.arg_type)).collect();
+        signature("aggregate", &self.schema, (self.keys.len(), aggs))
+    }
+
+    /// Writes the groups and accumulators (see the module docs for the layout).
+    fn save_own(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature();
+        w.put("aggregate", &sig, 1, vec![("started", bool_col([self.started]))])?;
+        let mut groups: Vec<(&RowBytes, &Group)> = self.groups.iter().collect();
+        groups.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let names: Vec<[String; 3]> = (0..self.aggs.len())
+            .map(|a| [format!("n{a}"), format!("isum{a}"), format!("fsum{a}")])
+            .collect();
+        let mut cols = vec![
+            ("key", binary_col(groups.iter().map(|(k, _)| &k[..]))),
+            ("rows", i64_col(groups.iter().map(|(_, g)| g.rows))),
+        ];
+        // (group, agg, value, count) of the MIN/MAX multisets and of the DISTINCT maps.
+        let mut values: Vec<(i64, i64, &[u8], i64)> = Vec::new();
+        let mut seen: Vec<(i64, i64, &[u8], i64)> = Vec::new();
+        for (a, [n, isum, fsum]) in names.iter().enumerate() {
+            let accs = || groups.iter().map(move |(_, g)| g.accs.get(a).map(|s| &s.acc));
+            cols.push((
+                n,
+                opt_i64_col(accs().map(|acc| match acc {
+                    Some(Acc::Count(n)) | Some(Acc::Sum { n, .. }) | Some(Acc::Avg { n, .. }) => {
+                        Some(*n)
+                    }
+                    _ => None,
+                })),
+            ));
+            cols.push((
+                isum,
+                opt_i128_col(accs().map(|acc| match acc {
+                    Some(Acc::Sum { sum: Sum::Int(s), .. })
+                    | Some(Acc::Sum { sum: Sum::Dec(s, ..), .. }) => Some(*s),
+                    _ => None,
+                })),
+            ));
+            cols.push((
+                fsum,
+                opt_f64_col(accs().map(|acc| match acc {
+                    Some(Acc::Sum { sum: Sum::Float(s), .. }) | Some(Acc::Avg { sum: s, .. }) => {
+                        Some(*s)
+                    }
+                    _ => None,
+                })),
+            ));
+            for (g, (_, group)) in groups.iter().enumerate() {
+                let Some(st) = group.accs.get(a) else { continue };
+                if let Acc::MinMax { values: vs, .. } = &st.acc {
+                    values.extend(vs.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                }
+                if let Some(s) = &st.seen {
+                    let mut s: Vec<_> = s.iter().collect();
+                    s.sort_unstable();
+                    seen.extend(s.into_iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                }
+            }
+        }
+        w.put("aggregate.groups", &sig, groups.len(), cols)?;
+        for (name, rows) in [("aggregate.values", values), ("aggregate.seen", seen)] {
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("group", i64_col(rows.iter().map(|r| r.0))),
+                    ("agg", i64_col(rows.iter().map(|r| r.1))),
+                    ("value", binary_col(rows.iter().map(|r| r.2))),
+                    ("count", i64_col(rows.iter().map(|r| r.3))),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`Aggregate::save_own`] wrote.
+    fn restore_own(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = self.signature();
+        let started = match r.take("aggregate", &sig)?.bools("started")?.as_slice() {
+            [s] => *s,
+            _ => return Err(invalid("section 'aggregate' should have one row")),
+        };
+        let s = r.take("aggregate.groups", &sig)?;
+        let keys = s.binary("key")?;
+        let rows = s.i64s("rows")?;
+        let mut groups: Vec<(RowBytes, Group)> = Vec::with_capacity(keys.len());
+        for (key, rows) in keys.iter().zip(&rows) {
+            let mut g = self.new_group();
+            g.rows = *rows;
+            groups.push((RowBytes::from(*key), g));
+        }
+        let bad =
+            |a: usize| invalid(format!("section 'aggregate.groups': aggregate {a} does not fit"));
+        for a in 0..self.aggs.len() {
+            let ns = s.opt_i64s(&format!("n{a}"))?;
+            let isums = s.opt_i128s(&format!("isum{a}"))?;
+            let fsums = s.opt_f64s(&format!("fsum{a}"))?;
+            for (g, (_, group)) in groups.iter_mut().enumerate() {
+                let st = group.accs.get_mut(a).ok_or_else(|| bad(a))?;
+                let (n, isum, fsum) = (
+                    ns.get(g).copied().flatten(),
+                    isums.get(g).copied().flatten(),
+                    fsums.get(g).copied().flatten(),
+                );
+                match (&mut st.acc, n, isum, fsum) {
+                    (Acc::Count(c), Some(n), None, None) => *c = n,
+                    (
+                        Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s, ..), n: c },
+                        Some(n),
+                        Some(v),
+                        None,
+                    ) => (*s, *c) = (v, n),
+                    (Acc::Sum { sum: Sum::Float(s), n: c }, Some(n), None, Some(v))
+                    | (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v)) => (*s, *c) = (v, n),
+                    (Acc::MinMax { .. }, None, None, None) => {}
+                    _ => return Err(bad(a)),
+                }
+            }
+        }
+        for name in ["aggregate.values", "aggregate.seen"] {
+            let s = r.take(name, &sig)?;
+            let (gs, aggs, vals, counts) =
+                (s.i64s("group")?, s.i64s("agg")?, s.binary("value")?, s.i64s("count")?);
+            for i in 0..gs.len() {
+                let group = usize::try_from(gs[i]).ok().and_then(|g| groups.get_mut(g));
+                let st = group.and_then(|(_, g)| {
+                    usize::try_from(aggs[i]).ok().and_then(|a| g.accs.get_mut(a))
+                });
+                let map_entry = match (name, st) {
+                    (
+                        "aggregate.values",
+                        Some(AccState { acc: Acc::MinMax { values, .. }, .. }),
+                    ) => values.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?),
+                    ("aggregate.seen", Some(AccState { seen: Some(seen), .. })) => {
+                        seen.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?)
+                    }
+                    _ => return Err(invalid(format!("section '{name}': row {i} does not fit"))),
+                };
+                if map_entry.is_some() {
+                    return Err(invalid(format!("section '{name}': a value appears twice")));
+                }
+            }
+        }
+        self.started = started;
+        self.groups = groups.into_iter().collect();
+        Ok(())
+    }
+
     /// The output change at `t` given the input change `d` at `t`.
     fn step(&mut self, t: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         // Old output of each group touched at this instant (None: the group did not exist).

@@ -7,7 +7,8 @@
 //! rules (NULL when the probe is NULL or the set holds a NULL and no match, over a non-empty
 //! set). Subquery results are cached per distinct outer binding. The operator is not
 //! incremental: it runs in one-shot queries only, where every input arrives at one instant
-//! (the engine refuses a continuous query that needs it). State: the cache.
+//! (the engine refuses a continuous query that needs it). State: the cache. Not checkpointed:
+//! saving or restoring it is an error, since one-shot queries are never saved.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -257,6 +258,20 @@ impl Operator for Apply {
         }
         let data = batch_of(&self.schema, cols, n)?;
         Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
+
+    /// Not checkpointed: Apply runs in one-shot queries only (the engine refuses a continuous
+    /// query that needs it), which are never saved.
+    fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
+        Err(WeirError::Execution(
+            "a query with a correlated subquery evaluated row by row cannot be checkpointed".into(),
+        ))
+    }
+
+    fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
+        Err(WeirError::Execution(
+            "a query with a correlated subquery evaluated row by row cannot be restored".into(),
+        ))
     }
 
     fn next_wakeup(&self) -> Option<Time> {

@@ -2,7 +2,8 @@
 //!
 //! Delta semantics: with c(r) the multiplicity of r in R, Δδ(R) at τ is +r where c(r) goes from
 //! ≤ 0 to > 0 and −r where it goes from > 0 to ≤ 0; rows whose count stays on one side produce
-//! nothing. State: the multiplicity of every row currently present.
+//! nothing. State: the multiplicity of every row currently present, checkpointed as section
+//! `distinct` (`row` Binary, `count` Int64, sorted by row).
 
 use std::collections::HashMap;
 
@@ -12,6 +13,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use crate::consolidate::{net_diffs, to_batch};
 use crate::operator::{EvalCtx, Operator};
 use crate::row::{RowBytes, RowCodec};
+use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct Distinct {
@@ -53,6 +55,17 @@ impl Operator for Distinct {
             }
         }
         to_batch(&self.codec, &self.schema, out, t)
+    }
+
+    /// State: section `distinct`, the multiplicity of every present row (`row`, `count`).
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        put_counts(w, "distinct", &signature("distinct", &self.schema, ()), &self.counts)?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        self.counts = take_counts(r, "distinct", &signature("distinct", &self.schema, ()))?;
+        self.input.restore_state(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

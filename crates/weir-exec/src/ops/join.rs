@@ -19,6 +19,8 @@
 //! State: per input, an index from key to the multiset of rows with that key (work per change
 //! is proportional to the rows it matches; a theta join without keys keeps one bucket); for
 //! outer, semi and anti joins, each tracked row's multiplicity and match count.
+//! Checkpointed as the indexes, the tracked rows and the null-aware totals, in sections laid
+//! out in [`checkpoint`].
 
 use std::collections::{HashMap, HashSet};
 
@@ -33,6 +35,8 @@ use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 
 type Index = HashMap<RowBytes, HashMap<RowBytes, i64>>;
+
+mod checkpoint;
 
 /// One side of the join.
 #[derive(Debug)]
@@ -436,6 +440,20 @@ impl Operator for Join {
 
     fn next_wakeup(&self) -> Option<Time> {
         min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
+    }
+
+    /// State: the join's own sections (see [`checkpoint`]), then the left input's, then the
+    /// right's.
+    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
+        self.save_own(w)?;
+        self.left.input.save_state(w)?;
+        self.right.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.restore_own(r)?;
+        self.left.input.restore_state(r)?;
+        self.right.input.restore_state(r)
     }
 }
 

@@ -6,7 +6,8 @@
 //! evaluates the wrapped operator at every instant where some input changed. That is exact
 //! for an operator whose output and state change only when an input does (joins: an empty
 //! change on both sides joins to nothing), which is the only kind `compile` wraps. State: the
-//! subtrees' outputs of the current span, consumed instant by instant.
+//! subtrees' outputs of the current span, consumed instant by instant; checkpointed by each
+//! [`FeedReader`] as section `feed` (what is fed and not yet read, empty between instants).
 
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +16,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::operator::{min_wakeup, time_runs, EvalCtx, Operator};
 use crate::query::slice;
+use crate::state::{signature, StateReader, StateWriter};
 
 /// The changes a subtree produced, not yet handed to the wrapped operator.
 #[derive(Debug, Default)]
@@ -59,6 +61,27 @@ impl Operator for FeedReader {
         Ok(out)
     }
 
+    /// State: section `feed`, the fed changes not yet read (`time`, `diff` and the rows'
+    /// columns); empty between instants, since every instant fed is evaluated at once.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let fed = self.fed.lock().map_err(poisoned)?;
+        let rest = match fed.batch.as_ref() {
+            Some(b) if fed.pos < b.len() => vec![slice(b, fed.pos, b.len() - fed.pos)],
+            _ => vec![],
+        };
+        let sig = signature("feed", &self.schema, ());
+        w.put_changes("feed", &sig, &self.schema, &rest)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("feed", &signature("feed", &self.schema, ()))?;
+        let rest = s.changes(Some(&self.schema))?;
+        let mut fed = self.fed.lock().map_err(poisoned)?;
+        fed.batch = (!rest.is_empty()).then_some(rest);
+        fed.pos = 0;
+        Ok(())
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }
@@ -96,6 +119,22 @@ impl Operator for PerInstant {
             Self::feed(fed, d)?;
         }
         self.op.eval(t, ctx)
+    }
+
+    /// No state of its own: saves its inputs' subtrees in order, then the wrapped operator
+    /// (whose [`FeedReader`]s save what is fed and not yet read).
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        for (input, _) in &self.inputs {
+            input.save_state(w)?;
+        }
+        self.op.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        for (input, _) in &mut self.inputs {
+            input.restore_state(r)?;
+        }
+        self.op.restore_state(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

@@ -10,7 +10,8 @@
 //!
 //! Changes are consolidated per instant first, so an insertion and a deletion of the same tuple
 //! at one instant cancel. Output rows carry diff = multiplicity (> 0), sorted by value.
-//! State: none for ISTREAM/DSTREAM; RSTREAM keeps the relation's multiset.
+//! State: none for ISTREAM/DSTREAM; RSTREAM keeps the relation's multiset. Checkpointed as
+//! section `to_stream` (`row` Binary, `count` Int64, sorted by row; empty but for RSTREAM).
 //!
 //! ISTREAM and DSTREAM evaluate spans of instants (each run of equal time consolidated on its
 //! own); an instant with a single change needs neither encoding nor sorting, so a stream of
@@ -27,6 +28,7 @@ use crate::consolidate::{net_diffs, to_batch};
 use crate::operator::{time_runs, EvalCtx, Operator};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
+use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct ToStream {
@@ -86,6 +88,17 @@ impl Operator for ToStream {
         to_batch(&self.codec, &self.schema, rows, t)
     }
 
+    /// State: section `to_stream`, RSTREAM's relation (`row`, `count`; empty otherwise).
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        put_counts(w, "to_stream", &self.signature(), &self.relation)?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        self.relation = take_counts(r, "to_stream", &self.signature())?;
+        self.input.restore_state(r)
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
     }
@@ -101,6 +114,10 @@ impl Operator for ToStream {
 }
 
 impl ToStream {
+    fn signature(&self) -> String {
+        signature("to_stream", &self.schema, (self.op, &self.sources))
+    }
+
     /// ISTREAM/DSTREAM of `d` (sorted by time), each instant consolidated on its own: the
     /// rows whose net diff has the operator's sign, with |net diff| as multiplicity, sorted by
     /// encoded value within the instant. The rows keep their arrays (taken, not decoded).

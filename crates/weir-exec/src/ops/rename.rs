@@ -27,6 +27,15 @@ impl Operator for Rename {
         Ok(ChangeBatch::new(data, d.times, d.diffs))
     }
 
+    /// Stateless: saves only its input's state.
+    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.input.restore_state(r)
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         self.input.next_wakeup()
     }

@@ -32,6 +32,15 @@ impl Operator for Scan {
         }
     }
 
+    /// Stateless, a leaf: saves nothing (the runner saves the buffered input).
+    fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
+        Ok(())
+    }
+
+    fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
+        Ok(())
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

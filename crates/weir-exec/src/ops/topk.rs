@@ -4,7 +4,8 @@
 //! sort key (ties broken by the rows' values, so the result is deterministic). At each instant
 //! the operator compares the ranked window before and after applying ΔR and emits −r for rows
 //! that left it and +r for rows that entered: O(s+k) work per changed instant, plus O(log n)
-//! per changed row. State: every row of the input, ordered by (sort key, row).
+//! per changed row. State: every row of the input, ordered by (sort key, row); checkpointed as
+//! section `topk` (`key`, `row` Binary, `count` Int64) in that order.
 //! Without a limit, the output relation is the input relation: changes pass through, sorted by
 //! the key, which is what gives a one-shot `ORDER BY` its order. No state.
 
@@ -19,6 +20,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use crate::expr::ScalarExpr;
 use crate::operator::{EvalCtx, Operator};
 use crate::row::{RowBytes, RowCodec};
+use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// One sort key: expression, type and direction.
 #[derive(Debug)]
@@ -76,6 +78,10 @@ impl TopK {
             schema,
             rows: BTreeMap::new(),
         })
+    }
+
+    fn signature(&self) -> String {
+        signature("topk", &self.schema, (&self.key_types, self.skip, self.fetch))
     }
 
     /// (sort key, row) of every change, in input order.
@@ -177,6 +183,35 @@ impl Operator for TopK {
             .partition(|(_, n)| *n < 0);
         dels.append(&mut ins);
         self.emit(dels, t)
+    }
+
+    /// State: section `topk`, every input row with its sort key (`key`, `row` Binary,
+    /// `count` Int64), in rank order.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        w.put(
+            "topk",
+            &self.signature(),
+            self.rows.len(),
+            vec![
+                ("key", binary_col(self.rows.keys().map(|(k, _)| &k[..]))),
+                ("row", binary_col(self.rows.keys().map(|(_, r)| &r[..]))),
+                ("count", i64_col(self.rows.values().copied())),
+            ],
+        )?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("topk", &self.signature())?;
+        let (keys, rows, counts) = (s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+        self.rows.clear();
+        for ((k, row), c) in keys.into_iter().zip(rows).zip(counts) {
+            let entry = (RowBytes::from(k), RowBytes::from(row));
+            if self.rows.insert(entry, nonzero("topk", c)?).is_some() {
+                return Err(invalid("section 'topk': a row appears twice"));
+            }
+        }
+        self.input.restore_state(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

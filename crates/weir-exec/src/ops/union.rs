@@ -33,6 +33,15 @@ impl Operator for UnionAll {
         ChangeBatch::concat(&schema, &parts)
     }
 
+    /// Stateless: saves its inputs' states, in order.
+    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
+        self.inputs.iter().try_for_each(|i| i.save_state(w))
+    }
+
+    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.inputs.iter_mut().try_for_each(|i| i.restore_state(r))
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         min_wakeup(self.inputs.iter().map(|i| i.next_wakeup()))
     }

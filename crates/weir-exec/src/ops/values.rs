@@ -1,12 +1,14 @@
 //! Values: a constant relation (`SELECT 1`, `VALUES (...)`).
 //!
 //! Delta semantics: at the query's first instant, every row enters (+1); nothing changes after.
-//! State: whether the first instant has passed.
+//! State: whether the first instant has passed. Checkpointed as section `values`, one row:
+//! `emitted` (Boolean).
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{EvalCtx, Operator};
+use crate::state::{bool_col, invalid, signature, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct Values {
@@ -27,6 +29,22 @@ impl Operator for Values {
             Some(rows) => Ok(ChangeBatch::uniform(rows, t, 1)),
             None => Ok(ChangeBatch::empty(self.schema.clone())),
         }
+    }
+
+    /// State: whether the rows were emitted (section `values`: `emitted` Boolean).
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = signature("values", &self.schema, ());
+        w.put("values", &sig, 1, vec![("emitted", bool_col([self.rows.is_none()]))])
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("values", &signature("values", &self.schema, ()))?;
+        match s.bools("emitted")?.as_slice() {
+            [true] => self.rows = None,
+            [false] => {}
+            _ => return Err(invalid("section 'values' should have one row")),
+        }
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {

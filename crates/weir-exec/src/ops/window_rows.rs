@@ -7,7 +7,9 @@
 //! queue (+e); when the queue exceeds N its oldest element is evicted (−e). An element that
 //! arrives and is evicted at the same instant yields +e and −e, which consolidation cancels; a
 //! replacement by an identical tuple likewise produces no visible change. No wake-ups: the
-//! contents change only when elements arrive. State: at most N encoded rows per partition.
+//! contents change only when elements arrive. State: at most N encoded rows per partition,
+//! checkpointed as section `rows_window` (`key`, `row` Binary): each partition's queue oldest
+//! first, partitions sorted by key.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -16,6 +18,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::operator::{EvalCtx, Operator};
 use crate::row::{RowBytes, RowCodec};
+use crate::state::{binary_col, invalid, runs, signature, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct RowsWindow {
@@ -39,6 +42,12 @@ impl RowsWindow {
         let key_codec =
             RowCodec::new(by.iter().map(|&i| schema.field(i).data_type().clone()).collect())?;
         Ok(RowsWindow { input, by, rows, schema, row_codec, key_codec, parts: HashMap::new() })
+    }
+}
+
+impl RowsWindow {
+    fn signature(&self) -> String {
+        signature("rows_window", &self.schema, (&self.by, self.rows))
     }
 }
 
@@ -72,6 +81,37 @@ impl Operator for RowsWindow {
         let data = self.row_codec.decode_batch(&self.schema, out.iter().map(|(r, _)| &r[..]))?;
         let diffs: Vec<i64> = out.iter().map(|(_, d)| *d).collect();
         Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
+    }
+
+    /// State: section `rows_window`, every partition's queue (`key`, `row` Binary), oldest
+    /// first within a partition, partitions sorted by key.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let mut parts: Vec<(&RowBytes, &VecDeque<RowBytes>)> = self.parts.iter().collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let keys = parts.iter().flat_map(|(k, q)| q.iter().map(|_| &k[..]));
+        let rows = parts.iter().flat_map(|(_, q)| q.iter().map(|r| &r[..]));
+        let n = parts.iter().map(|(_, q)| q.len()).sum();
+        w.put(
+            "rows_window",
+            &self.signature(),
+            n,
+            vec![("key", binary_col(keys)), ("row", binary_col(rows))],
+        )?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("rows_window", &self.signature())?;
+        let (keys, rows) = (s.binary("key")?, s.binary("row")?);
+        self.parts.clear();
+        for (start, end) in runs(&keys) {
+            let q: VecDeque<RowBytes> =
+                rows[start..end].iter().map(|r| RowBytes::from(*r)).collect();
+            if q.len() as u64 > self.rows || self.parts.insert(keys[start].into(), q).is_some() {
+                return Err(invalid("section 'rows_window': a partition is too long or repeated"));
+            }
+        }
+        self.input.restore_state(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

@@ -14,7 +14,10 @@
 //! T/S ratio. The operator asks to be woken at the next tick where an element enters (a slide
 //! boundary) or leaves (an expiry), so those ticks become instants. Elements that fall into a
 //! gap between sliding windows (T < S) are never in any window and are dropped on arrival.
-//! State: the elements not yet expired. `[UNBOUNDED]` keeps none.
+//! State: the elements not yet expired. `[UNBOUNDED]` keeps none. Checkpointed as the
+//! unexpired elements' changes in order with the count of those already entered (the cursors,
+//! normalized to one batch), and, with bounds columns, the per-instant elements, the entered
+//! count and the current bounds; see [`TimeWindow::save_state`](Operator::save_state).
 //!
 //! The elements are kept as the batches they arrived in, with two cursors: the first element
 //! not yet entered and the first not yet expired. A span of instants [lo, hi] is evaluated at
@@ -37,6 +40,8 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{EvalCtx, Operator};
 use crate::ops::batch_of;
+use crate::query::slice;
+use crate::state::{bool_col, i64_col, invalid, opt_i128_col, signature, StateReader, StateWriter};
 
 /// Which bounds the window has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +186,10 @@ impl TimeWindow {
 }
 
 impl TimeWindow {
+    fn signature(&self) -> String {
+        signature("time_window", &self.schema, (self.bounds, self.bounds_columns))
+    }
+
     /// The changes of a window without bounds columns over the instants [lo, hi], given the
     /// input changes `d` stamped in [lo, hi] (see the module docs).
     fn plain_span(&mut self, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
@@ -331,6 +340,103 @@ impl Operator for TimeWindow {
             return Ok(d);
         }
         self.plain_span(hi, d)
+    }
+
+    /// State (see the module docs): section `time_window` (one row: `entered`, the queued
+    /// rows already entered; `elems_entered`; `current_lo`, `current_hi` as 16-byte Binary),
+    /// `time_window.queue` (the unexpired elements' changes, in order), and, with bounds
+    /// columns, `time_window.elems` (per arrival instant: `time`, `inside`, `rows`) and
+    /// `time_window.elem_rows` (their changes, concatenated).
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature();
+        // The queue from the first unexpired row on, as one batch, and how many of its rows
+        // have entered.
+        let mut rest = Vec::with_capacity(self.queue.len());
+        let mut entered = 0;
+        for (i, c) in self.queue.iter().enumerate() {
+            let from = if i == 0 { self.exit_row.min(c.len()) } else { 0 };
+            rest.push(slice(c, from, c.len() - from));
+            if i < self.enter.0 {
+                entered += c.len() - from;
+            } else if i == self.enter.0 {
+                entered += self.enter.1.saturating_sub(from);
+            }
+        }
+        let (lo, hi) = (self.current.map(|c| c.0), self.current.map(|c| c.1));
+        w.put(
+            "time_window",
+            &sig,
+            1,
+            vec![
+                ("entered", i64_col([entered as i64])),
+                ("elems_entered", i64_col([self.entered as i64])),
+                ("current_lo", opt_i128_col([lo])),
+                ("current_hi", opt_i128_col([hi])),
+            ],
+        )?;
+        w.put_changes("time_window.queue", &sig, &self.data_schema, &rest)?;
+        let n = self.elems.len();
+        w.put(
+            "time_window.elems",
+            &sig,
+            n,
+            vec![
+                ("time", i64_col(self.elems.iter().map(|e| e.time))),
+                ("inside", bool_col(self.elems.iter().map(|e| e.inside))),
+                ("rows", i64_col(self.elems.iter().map(|e| e.batch.len() as i64))),
+            ],
+        )?;
+        let batches: Vec<ChangeBatch> = self.elems.iter().map(|e| e.batch.clone()).collect();
+        w.put_changes("time_window.elem_rows", &sig, &self.data_schema, &batches)?;
+        self.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = self.signature();
+        let s = r.take("time_window", &sig)?;
+        let entered = s.scalar_i64("entered")?;
+        let elems_entered = s.scalar_i64("elems_entered")?;
+        let lo = s.opt_i128s("current_lo")?;
+        let hi = s.opt_i128s("current_hi")?;
+        self.current = match (lo.as_slice(), hi.as_slice()) {
+            ([Some(lo)], [Some(hi)]) => Some((*lo, *hi)),
+            ([None], [None]) => None,
+            _ => return Err(invalid("section 'time_window': bad current bounds")),
+        };
+        let queue = r.take("time_window.queue", &sig)?.changes(Some(&self.data_schema))?;
+        let entered = usize::try_from(entered)
+            .ok()
+            .filter(|&e| e <= queue.len())
+            .ok_or_else(|| invalid("section 'time_window': bad entered count"))?;
+        self.queue.clear();
+        self.exit_row = 0;
+        self.enter = if entered < queue.len() { (0, entered) } else { (1, 0) };
+        if !queue.is_empty() {
+            self.queue.push_back(queue);
+        } else {
+            self.enter = (0, 0);
+        }
+        let e = r.take("time_window.elems", &sig)?;
+        let (times, inside, rows) = (e.i64s("time")?, e.bools("inside")?, e.i64s("rows")?);
+        let all = r.take("time_window.elem_rows", &sig)?.changes(Some(&self.data_schema))?;
+        self.elems.clear();
+        let mut at = 0usize;
+        for ((time, inside), n) in times.into_iter().zip(inside).zip(rows) {
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|n| at + n <= all.len())
+                .ok_or_else(|| invalid("section 'time_window.elems': bad row count"))?;
+            self.elems.push_back(Elements { time, batch: slice(&all, at, n), inside });
+            at += n;
+        }
+        if at != all.len() {
+            return Err(invalid("section 'time_window.elem_rows': rows left over"));
+        }
+        self.entered = usize::try_from(elems_entered)
+            .ok()
+            .filter(|&e| e <= self.elems.len())
+            .ok_or_else(|| invalid("section 'time_window': bad elems_entered"))?;
+        self.input.restore_state(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

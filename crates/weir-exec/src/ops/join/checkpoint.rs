@@ -1,0 +1,144 @@
+//! Checkpointing a [`Join`]'s state.
+//!
+//! Sections, each sorted by key then row:
+//! - `join.left_index`, `join.right_index`: every input row with its key (`key`, `row` Binary,
+//!   `count` Int64);
+//! - `join.left_rows`, `join.right_rows`: the tracked rows of outer, semi, anti and mark joins
+//!   (`row` Binary, `count`, `matches` Int64, `null_key` Boolean);
+//! - `join.totals`: one row, `right_total` and `right_null` (the null-aware anti join's counts).
+
+use std::collections::HashMap;
+
+use weir_common::Result;
+
+use super::{Index, Join, Tracked};
+use crate::row::RowBytes;
+use crate::state::{
+    binary_col, bool_col, i64_col, invalid, nonzero, runs, signature, StateReader, StateWriter,
+};
+
+impl Join {
+    fn signature(&self) -> String {
+        signature(
+            "join",
+            &self.schema,
+            (
+                self.kind,
+                self.nulls_equal,
+                self.key_codec_types(),
+                self.left.schema.fields().len(),
+                self.right.schema.fields().len(),
+            ),
+        )
+    }
+
+    fn key_codec_types(&self) -> String {
+        format!("{:?}", self.key_codec.types())
+    }
+
+    /// Writes the join's own state (see the module docs).
+    pub(super) fn save_own(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature();
+        for (name, index) in
+            [("join.left_index", &self.left_index), ("join.right_index", &self.right_index)]
+        {
+            let mut rows: Vec<(&RowBytes, &RowBytes, i64)> = index
+                .iter()
+                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (k, r, *c)))
+                .collect();
+            rows.sort_unstable();
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("key", binary_col(rows.iter().map(|r| &r.0[..]))),
+                    ("row", binary_col(rows.iter().map(|r| &r.1[..]))),
+                    ("count", i64_col(rows.iter().map(|r| r.2))),
+                ],
+            )?;
+        }
+        for (name, tracked) in
+            [("join.left_rows", &self.left_rows), ("join.right_rows", &self.right_rows)]
+        {
+            let mut rows: Vec<(&RowBytes, &Tracked)> = tracked.iter().collect();
+            rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("row", binary_col(rows.iter().map(|r| &r.0[..]))),
+                    ("count", i64_col(rows.iter().map(|r| r.1.count))),
+                    ("matches", i64_col(rows.iter().map(|r| r.1.matches))),
+                    ("null_key", bool_col(rows.iter().map(|r| r.1.null_key))),
+                ],
+            )?;
+        }
+        w.put(
+            "join.totals",
+            &sig,
+            1,
+            vec![
+                ("right_total", i64_col([self.right_total])),
+                ("right_null", i64_col([self.right_null])),
+            ],
+        )
+    }
+
+    /// Reads what [`Join::save_own`] wrote.
+    pub(super) fn restore_own(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = self.signature();
+        let mut indexes = Vec::with_capacity(2);
+        for name in ["join.left_index", "join.right_index"] {
+            let s = r.take(name, &sig)?;
+            let (keys, rows, counts) = (s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+            let mut index = Index::new();
+            for (start, end) in runs(&keys) {
+                let mut bucket = HashMap::with_capacity(end - start);
+                for i in start..end {
+                    if bucket.insert(RowBytes::from(rows[i]), nonzero(name, counts[i])?).is_some() {
+                        return Err(invalid(format!("section '{name}': a row appears twice")));
+                    }
+                }
+                if index.insert(RowBytes::from(keys[start]), bucket).is_some() {
+                    return Err(invalid(format!("section '{name}': a key appears twice")));
+                }
+            }
+            indexes.push(index);
+        }
+        let mut tracked = Vec::with_capacity(2);
+        for name in ["join.left_rows", "join.right_rows"] {
+            let s = r.take(name, &sig)?;
+            let (rows, counts) = (s.binary("row")?, s.i64s("count")?);
+            let (matches, nulls) = (s.i64s("matches")?, s.bools("null_key")?);
+            let mut map = HashMap::with_capacity(rows.len());
+            for i in 0..rows.len() {
+                let t = Tracked {
+                    count: nonzero(name, counts[i])?,
+                    matches: matches[i],
+                    null_key: nulls[i],
+                };
+                if map.insert(RowBytes::from(rows[i]), t).is_some() {
+                    return Err(invalid(format!("section '{name}': a row appears twice")));
+                }
+            }
+            tracked.push(map);
+        }
+        let s = r.take("join.totals", &sig)?;
+        let (total, null) = (s.scalar_i64("right_total")?, s.scalar_i64("right_null")?);
+        let (Some(right_rows), Some(left_rows)) = (tracked.pop(), tracked.pop()) else {
+            return Err(invalid("join: tracked rows missing"));
+        };
+        let (Some(right_index), Some(left_index)) = (indexes.pop(), indexes.pop()) else {
+            return Err(invalid("join: indexes missing"));
+        };
+        self.left_index = left_index;
+        self.right_index = right_index;
+        self.left_rows = left_rows;
+        self.right_rows = right_rows;
+        self.right_total = total;
+        self.right_null = null;
+        Ok(())
+    }
+}
