@@ -16,7 +16,7 @@ use weir_common::{ChangeBatch, Time, TimeDomain, Watermark, WATERMARK_CLOSED};
 use weir_exec::state::StateWriter;
 use weir_exec::QueryRunner;
 use weir_plan::LogicalPlan;
-use weir_sql::{bind_query, parse_script, Catalog, CatalogEntry, Statement, StreamDef};
+use weir_sql::{bind_query, parse_script, Catalog, CatalogEntry, Statement, StreamDef, TableDef};
 
 fn stream_schema(value: &str) -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -26,7 +26,14 @@ fn stream_schema(value: &str) -> SchemaRef {
     ]))
 }
 
-/// Streams `s(k, v, t)` and `r(k, w, t)`, both in order on `t`.
+fn table_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("p", DataType::Int64, true),
+    ]))
+}
+
+/// Streams `s(k, v, t)` and `r(k, w, t)`, both in order on `t`, and table `tb(k, p)`.
 struct Streams;
 
 impl Catalog for Streams {
@@ -34,6 +41,10 @@ impl Catalog for Streams {
         let value = match name {
             "s" => "v",
             "r" => "w",
+            "tb" => {
+                let def = TableDef { name: name.to_string(), schema: table_schema() };
+                return Some(CatalogEntry::Table(def));
+            }
             _ => return None,
         };
         Some(CatalogEntry::Stream(StreamDef {
@@ -73,6 +84,8 @@ enum Step {
     Push(usize, Vec<(Option<u8>, Option<i64>, i64)>),
     Advance(i64),
     Beat(usize),
+    /// A row (key, p) inserted into the table, or the oldest row still in it deleted.
+    Table(Option<(u8, i64)>),
 }
 
 const STREAMS: [&str; 2] = ["s", "r"];
@@ -83,6 +96,7 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0usize..2, prop::collection::vec(row, 1..4)).prop_map(|(s, rows)| Step::Push(s, rows)),
         3 => (0i64..4).prop_map(Step::Advance),
         1 => (0usize..2).prop_map(Step::Beat),
+        1 => prop::option::of((0u8..3, 0i64..4)).prop_map(Step::Table),
     ]
 }
 
@@ -95,6 +109,8 @@ struct Run {
     runner: QueryRunner,
     now: Time,
     out: Vec<ChangeBatch>,
+    /// The table's rows, oldest first.
+    table: Vec<(u8, i64)>,
 }
 
 impl Run {
@@ -123,6 +139,25 @@ impl Run {
                 self.now += d;
                 self.runner.advance(self.now as Watermark, &mut self.out).expect("advance");
             }
+            Step::Table(change) => {
+                let (row, diff) = match change {
+                    Some(row) => {
+                        self.table.push(*row);
+                        (*row, 1)
+                    }
+                    None if !self.table.is_empty() => (self.table.remove(0), -1),
+                    None => return,
+                };
+                let cols: Vec<ArrayRef> = vec![
+                    Arc::new(StringArray::from(vec![((b'a' + row.0) as char).to_string()])),
+                    Arc::new(Int64Array::from(vec![row.1])),
+                ];
+                let data = RecordBatch::try_new(table_schema(), cols).expect("batch");
+                if self.runner.sources().iter().any(|x| x == "tb") {
+                    let b = ChangeBatch::new(data, vec![self.now], vec![diff]);
+                    self.runner.push("tb", b).expect("push");
+                }
+            }
             Step::Beat(s) => {
                 if self.runner.sources().iter().any(|x| x == STREAMS[*s]) {
                     self.runner.heartbeat(STREAMS[*s], self.now);
@@ -148,12 +183,22 @@ fn bytes(out: &[ChangeBatch]) -> Vec<u8> {
 /// Runs `sql` over `steps`, checkpointing after step `cut` (see the module docs).
 fn round_trip(sql: &str, steps: &[Step], cut: usize) -> Result<(), TestCaseError> {
     let plan = plan(sql);
-    let mut a = Run { runner: QueryRunner::new(&plan).expect("runner"), now: 0, out: vec![] };
+    let mut a = Run {
+        runner: QueryRunner::new(&plan).expect("runner"),
+        now: 0,
+        out: vec![],
+        table: vec![],
+    };
     for s in &steps[..cut] {
         a.step(s);
     }
     let saved = a.runner.save_state().expect("save");
-    let mut b = Run { runner: QueryRunner::new(&plan).expect("runner"), now: a.now, out: vec![] };
+    let mut b = Run {
+        runner: QueryRunner::new(&plan).expect("runner"),
+        now: a.now,
+        out: vec![],
+        table: a.table.clone(),
+    };
     b.runner.restore_state(&saved).expect("restore");
     let again = b.runner.save_state().expect("save again");
     prop_assert!(again == saved, "{}: state differs after the restore", sql);
@@ -222,6 +267,8 @@ const JOINS: &[&str] = &[
     "SELECT DSTREAM s.k, r.w FROM s [NOW] JOIN r [PARTITION BY k ROWS 1] ON s.k = r.k",
     "SELECT RSTREAM s.k, r.w FROM s [RANGE 2] JOIN r [NOW] ON s.v = r.w",
     "SELECT ISTREAM x.a, s.v FROM s [NOW], (VALUES (1), (2)) AS x(a)",
+    "SELECT RSTREAM s.k, s.v, tb.p FROM s [NOW] JOIN tb ON s.k = tb.k",
+    "SELECT s.k, SUM(s.v), MAX(tb.p) FROM s [RANGE 3] LEFT JOIN tb ON s.k = tb.k GROUP BY s.k",
 ];
 
 proptest! {
@@ -250,7 +297,12 @@ proptest! {
 /// A state with something in every kind of section: a windowed join with aggregates, input
 /// buffered and heartbeats pending.
 fn busy_state(sql: &str) -> Vec<u8> {
-    let mut a = Run { runner: QueryRunner::new(&plan(sql)).expect("runner"), now: 0, out: vec![] };
+    let mut a = Run {
+        runner: QueryRunner::new(&plan(sql)).expect("runner"),
+        now: 0,
+        out: vec![],
+        table: vec![],
+    };
     let steps = [
         Step::Push(0, vec![(Some(0), Some(1), 0), (Some(1), None, 1), (None, Some(3), 2)]),
         Step::Push(1, vec![(Some(0), Some(2), 0), (Some(1), Some(4), 1)]),
@@ -315,10 +367,8 @@ fn one_shot_subqueries_refuse_to_checkpoint() {
     let sql = "SELECT k, (SELECT COUNT(*) FROM s AS x WHERE x.v < y.v) FROM s AS y";
     let mut stmts = parse_script(sql).expect("parse");
     let Some(Statement::Query(q)) = stmts.pop().map(|s| s.statement) else { panic!() };
-    if let Ok(p) = bind_query(&Streams, &q) {
-        if p.contains_apply() {
-            let r = QueryRunner::new(&p).expect("runner");
-            assert!(r.save_state().is_err());
-        }
-    }
+    let p = bind_query(&Streams, &q).expect("bind");
+    assert!(p.contains_apply(), "the test needs a query with Apply");
+    let r = QueryRunner::new(&p).expect("runner");
+    assert!(r.save_state().is_err());
 }
