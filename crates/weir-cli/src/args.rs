@@ -20,6 +20,11 @@ continuous queries print their changes live and \\help lists the commands (docs/
 
 Options:
   --format F      table (default), csv or jsonl
+  --data-dir DIR  keep checkpoints in DIR; if it holds one, resume from it (a script is then
+                  not run again: its streams, views and sinks are in the checkpoint)
+  --checkpoint-interval T
+                  with --data-dir, checkpoint every T while sources are read (e.g. 500ms,
+                  2s, 1m); CHECKPOINT takes one at any time (docs/recovery.md)
   -c SQL          run SQL instead of a file
   -h, --help      this help
   -V, --version   the version
@@ -44,12 +49,28 @@ pub enum Command {
 pub struct Args {
     pub command: Command,
     pub format: Format,
+    pub data_dir: Option<PathBuf>,
+    pub checkpoint_interval: Option<std::time::Duration>,
+}
+
+/// `500ms`, `2s`, `1m`.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let n: u64 = text[..split].parse().map_err(|_| format!("bad interval '{text}'"))?;
+    match &text[split..] {
+        "ms" => Ok(std::time::Duration::from_millis(n)),
+        "s" => Ok(std::time::Duration::from_secs(n)),
+        "m" => Ok(std::time::Duration::from_secs(n * 60)),
+        _ => Err(format!("bad interval '{text}': write e.g. 500ms, 2s or 1m")),
+    }
 }
 
 /// Parses the arguments after the program name.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> {
     let mut command = Command::Default;
     let mut format = Format::Table;
+    let mut data_dir = None;
+    let mut checkpoint_interval = None;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -63,8 +84,25 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
             return Err(format!("unexpected argument '{}'", arg.to_string_lossy()));
         };
         match s {
-            "-h" | "--help" => return Ok(Args { command: Command::Help, format }),
-            "-V" | "--version" => return Ok(Args { command: Command::Version, format }),
+            "-h" | "--help" => {
+                return Ok(Args { command: Command::Help, format, data_dir, checkpoint_interval })
+            }
+            "-V" | "--version" => {
+                return Ok(Args {
+                    command: Command::Version,
+                    format,
+                    data_dir,
+                    checkpoint_interval,
+                })
+            }
+            "--data-dir" => {
+                let v = args.next().ok_or("--data-dir needs a directory")?;
+                data_dir = Some(PathBuf::from(v));
+            }
+            "--checkpoint-interval" => {
+                let v = args.next().ok_or("--checkpoint-interval needs a value, e.g. 2s")?;
+                checkpoint_interval = Some(parse_interval(&v.to_string_lossy())?);
+            }
             "--format" => {
                 let v = args.next().ok_or("--format needs a value: table, csv or jsonl")?;
                 format = v.to_string_lossy().parse()?;
@@ -86,7 +124,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
             _ => return Err(format!("unexpected argument '{s}'")),
         }
     }
-    Ok(Args { command, format })
+    if checkpoint_interval.is_some() && data_dir.is_none() {
+        return Err("--checkpoint-interval needs --data-dir".into());
+    }
+    Ok(Args { command, format, data_dir, checkpoint_interval })
 }
 
 #[cfg(test)]
@@ -99,15 +140,20 @@ mod tests {
 
     #[test]
     fn parses_commands_and_format_anywhere() {
-        assert_eq!(p(&[]).unwrap(), Args { command: Command::Default, format: Format::Table });
+        let args =
+            |command, format| Args { command, format, data_dir: None, checkpoint_interval: None };
+        assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(
             p(&["run", "a.sql", "--format", "csv"]).unwrap(),
-            Args { command: Command::Run("a.sql".into()), format: Format::Csv }
+            args(Command::Run("a.sql".into()), Format::Csv)
         );
         assert_eq!(
             p(&["--format=jsonl", "-c", "SELECT 1"]).unwrap(),
-            Args { command: Command::Inline("SELECT 1".into()), format: Format::Jsonl }
+            args(Command::Inline("SELECT 1".into()), Format::Jsonl)
         );
+        let a = p(&["--data-dir", "d", "--checkpoint-interval", "250ms", "run", "x.sql"]).unwrap();
+        assert_eq!(a.data_dir, Some("d".into()));
+        assert_eq!(a.checkpoint_interval, Some(std::time::Duration::from_millis(250)));
         assert_eq!(p(&["--format", "csv"]).unwrap().command, Command::Default);
         assert_eq!(p(&["run", "-"]).unwrap().command, Command::Run("-".into()));
         assert_eq!(p(&["-h"]).unwrap().command, Command::Help);
@@ -128,5 +174,9 @@ mod tests {
         assert!(p(&["run", "f", "run", "g"]).is_err());
         assert!(p(&["demo", "demo"]).is_err());
         assert!(p(&["run", "f", "demo"]).is_err());
+        assert!(p(&["--checkpoint-interval", "2s"]).unwrap_err().contains("needs --data-dir"));
+        assert!(p(&["--data-dir", "d", "--checkpoint-interval", "2x"])
+            .unwrap_err()
+            .contains("bad interval"));
     }
 }

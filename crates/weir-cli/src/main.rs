@@ -14,8 +14,7 @@ mod script;
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
-use args::Command;
-use output::Format;
+use args::{Args, Command};
 use script::{Failure, Session};
 
 /// Prints `error: msg` on standard error (ignoring a closed stderr: nothing else to do).
@@ -32,26 +31,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match args.command {
+    let result = match args.command.clone() {
         Command::Help => write_stdout(args::USAGE),
         Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Inline(sql) => run_script(&sql, args.format),
-        Command::Run(path) if path.as_os_str() == "-" => run_stdin(args.format),
+        Command::Inline(sql) => run_script(&sql, &args),
+        Command::Run(path) if path.as_os_str() == "-" => run_stdin(&args),
         Command::Run(path) => match std::fs::read_to_string(&path) {
-            Ok(text) => run_file(&text, &path, args.format),
+            Ok(text) => run_file(&text, &path, &args),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
-            repl::run(args.format, false).map_err(|e| Failure::Statement(format!("{e:#}")))
+            repl::run(&args, false).map_err(|e| Failure::Statement(format!("{e:#}")))
         }
         Command::Demo if io::stdin().is_terminal() => {
-            repl::run(args.format, true).map_err(|e| Failure::Statement(format!("{e:#}")))
+            repl::run(&args, true).map_err(|e| Failure::Statement(format!("{e:#}")))
         }
         Command::Demo => Err(Failure::Statement(
             "weir demo is interactive: run it in a terminal (or try weir run examples/auction.sql)"
                 .into(),
         )),
-        Command::Default => run_stdin(args.format),
+        Command::Default => run_stdin(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,15 +74,46 @@ fn write_stdout(text: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A session over an engine: with `--data-dir`, restored from the newest checkpoint there
+/// (reported on standard error) and checkpointing into it. Whether a checkpoint was restored.
+fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure> {
+    let Some(dir) = &args.data_dir else {
+        return Ok((Session::new(args.format, out, false), false));
+    };
+    let (mut engine, recovery) =
+        weir::Engine::open(dir).map_err(|e| Failure::Statement(e.to_string()))?;
+    for w in &recovery.warnings {
+        let _ = writeln!(io::stderr(), "warning: {w}");
+    }
+    engine.set_checkpoint_interval(args.checkpoint_interval);
+    let mut session = Session::with_engine(engine, args.format, out, false);
+    let restored = match recovery.checkpoint {
+        Some(n) => {
+            let _ =
+                writeln!(io::stderr(), "weir: resuming from checkpoint {n} in {}", dir.display());
+            session.resume_parked(&recovery.parked)?;
+            true
+        }
+        None => false,
+    };
+    Ok((session, restored))
+}
+
 /// Runs a script, then closes every stream.
-fn run_script(text: &str, format: Format) -> Result<(), Failure> {
-    let mut session = Session::new(format, io::stdout().lock(), false);
+fn run_script(text: &str, args: &Args) -> Result<(), Failure> {
+    let (mut session, restored) = session(args, io::stdout().lock())?;
+    if restored {
+        return session.finish();
+    }
     script::run_lines(&mut session, text.as_bytes())
 }
 
 /// Runs a script file; relative source paths in it are read from the file's directory.
-fn run_file(text: &str, path: &std::path::Path, format: Format) -> Result<(), Failure> {
-    let mut session = Session::new(format, io::stdout().lock(), false);
+fn run_file(text: &str, path: &std::path::Path, args: &Args) -> Result<(), Failure> {
+    let (mut session, restored) = session(args, io::stdout().lock())?;
+    if restored {
+        return session.finish();
+    }
     if let Some(dir) = path.parent() {
         session.engine_mut().set_base_dir(dir);
     }
@@ -91,7 +121,10 @@ fn run_file(text: &str, path: &std::path::Path, format: Format) -> Result<(), Fa
 }
 
 /// Runs statements from standard input as they arrive.
-fn run_stdin(format: Format) -> Result<(), Failure> {
-    let mut session = Session::new(format, io::stdout().lock(), false);
+fn run_stdin(args: &Args) -> Result<(), Failure> {
+    let (mut session, restored) = session(args, io::stdout().lock())?;
+    if restored {
+        return session.finish();
+    }
     script::run_lines(&mut session, io::stdin().lock())
 }

@@ -589,7 +589,8 @@ impl Shell {
 }
 
 /// Runs the REPL until `\q` or Ctrl-D; with `demo`, with the demo's bids flowing.
-pub fn run(format: Format, demo: bool) -> anyhow::Result<()> {
+pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
+    let format = args.format;
     let config = Config::builder()
         .max_history_size(10_000)?
         .history_ignore_dups(true)?
@@ -609,9 +610,27 @@ pub fn run(format: Format, demo: bool) -> anyhow::Result<()> {
         // No history yet is normal.
         let _ = editor.load_history(h);
     }
-    let mut session = Session::new(format, Vec::new(), true);
     let mut intro =
         format!("Weir {} (type \\help for help, \\q to quit)\n", env!("CARGO_PKG_VERSION"));
+    let mut session = match &args.data_dir {
+        None => Session::new(format, Vec::new(), true),
+        Some(dir) => {
+            let (mut engine, recovery) = weir::Engine::open(dir)?;
+            engine.set_checkpoint_interval(args.checkpoint_interval);
+            for w in &recovery.warnings {
+                intro.push_str(&format!("warning: {w}\n"));
+            }
+            let mut session = Session::with_engine(engine, format, Vec::new(), true);
+            if let Some(n) = recovery.checkpoint {
+                intro.push_str(&format!("resumed from checkpoint {n} in {}\n", dir.display()));
+                if let Err(Failure::Statement(e)) = session.resume_parked(&recovery.parked) {
+                    intro.push_str(&format!("error: {e}\n"));
+                }
+                intro.push_str(&String::from_utf8_lossy(&std::mem::take(session.out_mut())));
+            }
+            session
+        }
+    };
     let generator = if demo {
         if let Err(Failure::Statement(e)) = session.run_text(demo::SETUP, 1) {
             anyhow::bail!("the demo cannot start: {e}");

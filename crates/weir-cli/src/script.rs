@@ -73,7 +73,24 @@ pub struct Session<W: Write> {
 
 impl<W: Write> Session<W> {
     pub fn new(format: Format, out: W, interactive: bool) -> Self {
-        Session { engine: Engine::new(), queries: Vec::new(), started: 0, format, out, interactive }
+        Session::with_engine(Engine::new(), format, out, interactive)
+    }
+
+    /// A session over an engine built elsewhere (restored from a checkpoint).
+    pub fn with_engine(engine: Engine, format: Format, out: W, interactive: bool) -> Self {
+        Session { engine, queries: Vec::new(), started: 0, format, out, interactive }
+    }
+
+    /// Takes over the continuous queries a checkpoint restored (they print from the instant
+    /// they resume at; output after the checkpoint may be printed again: file sinks, not
+    /// standard output, are exactly-once).
+    pub fn resume_parked(&mut self, parked: &[String]) -> Result<(), Failure> {
+        for sql in parked {
+            let (sub, _from) =
+                self.engine.resume(sql).map_err(|e| Failure::Statement(e.to_string()))?;
+            self.show(ExecResult::Subscribed(sub), sql)?;
+        }
+        self.print_new_output()
     }
 
     pub fn format(&self) -> Format {
@@ -143,6 +160,13 @@ impl<W: Write> Session<W> {
             bar.finish();
         }
         result?;
+        // With a data directory, the final state is checkpointed too: a rerun then finds
+        // nothing left to do and rewrites nothing.
+        if self.engine.data_dir().is_some() {
+            self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
+            self.print_new_output()?;
+            self.engine.checkpoint().map_err(|e| Failure::Statement(e.to_string()))?;
+        }
         self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
         self.print_new_output()
     }

@@ -203,6 +203,8 @@ pub enum Statement {
     Show(ObjectKind),
     /// `SHOW STREAM STATS`: per stream, accepted, late and bad rows, watermark, buffering.
     ShowStreamStats,
+    /// `CHECKPOINT`: write a checkpoint of the engine now.
+    Checkpoint,
     /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own
     /// state).
     CreateIndex {
@@ -688,6 +690,10 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
         };
         c.end()?;
         return Ok(Statement::Show(kind));
+    }
+    if c.eat_word("CHECKPOINT") {
+        c.end()?;
+        return Ok(Statement::Checkpoint);
     }
     if c.eat_word("DESCRIBE") || c.eat_word("DESC") {
         let (name, span) = c.ident("a stream, table or view name")?;

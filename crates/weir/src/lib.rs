@@ -35,7 +35,7 @@ pub mod source;
 pub mod subscription;
 
 pub use datafusion_common::ScalarValue as Value;
-pub use engine::{Engine, ExecResult, SourcePoll};
+pub use engine::{Engine, ExecResult, Recovery, SourcePoll};
 pub use ingest::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
 pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};

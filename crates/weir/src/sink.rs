@@ -8,7 +8,7 @@
 //! can record a committed position to truncate back to on recovery.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -95,25 +95,43 @@ pub(crate) struct FileSink {
 
 impl FileSink {
     /// Creates (or truncates) the file. `schema` is the query's output, `kind` whether it is a
-    /// stream or a relation, `domain` how its instants are written.
-    pub fn create(
+    /// stream or a relation, `domain` how its instants are written. With `resume_at` (a
+    /// checkpoint's committed position), the existing file is cut back to that length and
+    /// appended to instead: what was written after the checkpoint is written again, the same.
+    pub fn open(
         spec: SinkSpec,
         file_path: PathBuf,
         query_schema: &SchemaRef,
         kind: PlanKind,
         domain: TimeDomain,
+        resume_at: Option<u64>,
     ) -> Result<Self> {
+        let fail = |what: &str, e: std::io::Error| {
+            WeirError::Execution(format!("sink '{}': {what}: {e}", spec.path))
+        };
         if let Some(dir) = file_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                WeirError::Execution(format!(
-                    "sink '{}': cannot create its directory: {e}",
-                    spec.path
-                ))
-            })?;
+            std::fs::create_dir_all(dir).map_err(|e| fail("cannot create its directory", e))?;
         }
-        let file = File::create(&file_path).map_err(|e| {
-            WeirError::Execution(format!("sink '{}': cannot create the file: {e}", spec.path))
-        })?;
+        let file = match resume_at {
+            None => File::create(&file_path).map_err(|e| fail("cannot create the file", e))?,
+            Some(committed) => {
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file_path)
+                    .map_err(|e| fail("cannot reopen the file", e))?;
+                let len = file.metadata().map_err(|e| fail("cannot read the file", e))?.len();
+                if len < committed {
+                    return Err(WeirError::Execution(format!(
+                        "sink '{}': the file has {len} bytes, fewer than the {committed} the \
+                         checkpoint committed; it was changed outside Weir",
+                        spec.path
+                    )));
+                }
+                file.set_len(committed).map_err(|e| fail("cannot truncate the file", e))?;
+                file.seek(std::io::SeekFrom::End(0)).map_err(|e| fail("cannot seek", e))?;
+                file
+            }
+        };
         let time_type = match domain {
             TimeDomain::Micros => DataType::Timestamp(TimeUnit::Microsecond, None),
             TimeDomain::Ticks => DataType::Int64,
@@ -126,11 +144,11 @@ impl FileSink {
         let mut sink = FileSink {
             spec,
             writer: BufWriter::new(file),
-            written: 0,
+            written: resume_at.unwrap_or(0),
             schema: Arc::new(Schema::new(fields)),
             kind,
         };
-        if sink.spec.format == SinkFormat::Csv {
+        if sink.spec.format == SinkFormat::Csv && resume_at.is_none() {
             let header: Vec<&str> =
                 sink.schema.fields().iter().map(|f| f.name().as_str()).collect();
             let mut w = csv::Writer::from_writer(Vec::new());
@@ -201,5 +219,14 @@ impl FileSink {
             }
         }
         self.write_bytes(&bytes)
+    }
+
+    /// Makes everything written durable; returns the position a checkpoint commits.
+    pub fn sync(&mut self) -> Result<u64> {
+        self.writer
+            .flush()
+            .and_then(|_| self.writer.get_ref().sync_data())
+            .map_err(|e| WeirError::Execution(format!("sink '{}': {e}", self.spec.path)))?;
+        Ok(self.written)
     }
 }

@@ -92,15 +92,13 @@ pub(crate) struct Framer {
 
 impl Framer {
     pub fn new(quote: Option<u8>) -> Self {
-        Framer {
-            quote,
-            buf: Vec::new(),
-            line: 1,
-            offset: 0,
-            scanned: 0,
-            quotes: 0,
-            inner_newlines: 0,
-        }
+        Framer::at(quote, 0, 1)
+    }
+
+    /// A framer for input that starts at byte `offset`, line `line` of its file (a source
+    /// restored from a checkpoint reads on from a record boundary).
+    pub fn at(quote: Option<u8>, offset: u64, line: u64) -> Self {
+        Framer { quote, buf: Vec::new(), line, offset, scanned: 0, quotes: 0, inner_newlines: 0 }
     }
 
     /// Bytes buffered but not yet part of a complete record.
@@ -110,9 +108,13 @@ impl Framer {
     }
 
     /// Byte offset in the file of the first byte not yet handed out.
-    #[cfg(test)]
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Line number at [`Self::offset`].
+    pub fn line(&self) -> u64 {
+        self.line
     }
 
     /// Appends input and returns every record now complete. At end of input (`eof`), the

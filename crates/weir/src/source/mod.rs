@@ -13,9 +13,8 @@
 pub(crate) mod decode;
 pub(crate) mod framing;
 
-use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
 
@@ -92,6 +91,23 @@ pub struct SourceProgress {
     pub unbounded: bool,
 }
 
+/// Where a source is, for checkpoints: the file and the byte offset of the first record not
+/// yet taken in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SourcePosition {
+    pub files: Vec<PathBuf>,
+    /// Index in `files` of the file being read (`files.len()` once all are read).
+    pub file: usize,
+    pub offset: u64,
+    /// The line number at `offset`.
+    pub line: u64,
+    /// The file's header record, if already read.
+    pub header: Option<Vec<u8>>,
+    pub records_read: u64,
+    pub started: bool,
+    pub ended: bool,
+}
+
 /// What one poll of a source produced.
 #[derive(Debug)]
 pub(crate) enum Polled {
@@ -110,6 +126,9 @@ struct OpenFile {
     file: File,
     framer: Framer,
     header_pending: bool,
+    /// The header record, once read (a checkpoint keeps it: a restored source reads on from
+    /// the middle of the file).
+    header: Option<Vec<u8>>,
 }
 
 /// Standard input: chunks from the reader thread, framed into records.
@@ -126,7 +145,9 @@ pub(crate) struct SourceReader {
     pub spec: SourceSpec,
     decoder: RowDecoder,
     started: bool,
-    files: VecDeque<PathBuf>,
+    files: Vec<PathBuf>,
+    /// Index in `files` of the next file to open.
+    next_file: usize,
     /// Paths are shown relative to this directory (the one relative paths are read from).
     base: PathBuf,
     current: Option<OpenFile>,
@@ -145,7 +166,8 @@ impl SourceReader {
             spec,
             decoder,
             started: false,
-            files: VecDeque::new(),
+            files: Vec::new(),
+            next_file: 0,
             base: PathBuf::new(),
             current: None,
             stdin: None,
@@ -199,7 +221,8 @@ impl SourceReader {
                     total += meta.len();
                 }
                 self.bytes_total = Some(total);
-                self.files = files.into();
+                self.files = files;
+                self.next_file = 0;
             }
             Input::Stdin => {
                 let (tx, rx) = std::sync::mpsc::sync_channel(16);
@@ -263,22 +286,15 @@ impl SourceReader {
         }
         loop {
             if self.current.is_none() {
-                let Some(path) = self.files.pop_front() else {
+                if self.next_file >= self.files.len() {
                     self.ended = true;
                     return Ok(Polled::Ended);
-                };
-                let file = File::open(&path)
-                    .map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
-                let shown = path.strip_prefix(&self.base).unwrap_or(&path);
-                self.current = Some(OpenFile {
-                    name: shown.display().to_string(),
-                    file,
-                    framer: Framer::new(self.quote()),
-                    header_pending: self.decoder.wants_header(),
-                });
+                }
+                self.next_file += 1;
+                self.current = Some(self.open(self.next_file - 1, 0, 1, None)?);
             }
             let follow = matches!(self.spec.input, Input::Files { follow: true, .. });
-            let last = self.files.is_empty();
+            let last = self.next_file >= self.files.len();
             let Some(cur) = self.current.as_mut() else { continue };
             let mut buf = vec![0u8; max_bytes.max(4096)];
             let n = loop {
@@ -295,6 +311,9 @@ impl SourceReader {
             let eof = n == 0;
             let mut recs = cur.framer.feed(&buf[..n], eof);
             let name = cur.name.clone();
+            if cur.header_pending && !recs.is_empty() {
+                cur.header = Some(recs.record(0).to_vec());
+            }
             take_header(&mut self.decoder, &mut recs, &mut cur.header_pending, &name)?;
             if eof {
                 self.current = None;
@@ -304,6 +323,85 @@ impl SourceReader {
             }
             return Ok(self.rows(recs, name));
         }
+    }
+
+    /// Opens file `index` at byte `offset` (line `line`), with its header if already read.
+    fn open(
+        &mut self,
+        index: usize,
+        offset: u64,
+        line: u64,
+        header: Option<Vec<u8>>,
+    ) -> Result<OpenFile, String> {
+        let path = self.files.get(index).cloned().ok_or("no such file")?;
+        let shown = path.strip_prefix(&self.base).unwrap_or(&path).display().to_string();
+        let mut file = File::open(&path).map_err(|e| format!("cannot open '{shown}': {e}"))?;
+        if offset > 0 {
+            file.seek(SeekFrom::Start(offset))
+                .map_err(|e| format!("cannot seek '{shown}': {e}"))?;
+        }
+        if let Some(h) = &header {
+            self.decoder.set_header(h).map_err(|e| format!("'{shown}': {e}"))?;
+        }
+        Ok(OpenFile {
+            name: shown,
+            file,
+            framer: Framer::at(self.quote(), offset, line),
+            header_pending: self.decoder.wants_header() && header.is_none(),
+            header,
+        })
+    }
+
+    /// Where the source is: the first record not yet taken in. Bytes read past it (an
+    /// incomplete record) are read again after a restore.
+    pub fn position(&self) -> SourcePosition {
+        let (file, offset, line, header) = match &self.current {
+            Some(cur) => {
+                (self.next_file - 1, cur.framer.offset(), cur.framer.line(), cur.header.clone())
+            }
+            None => (self.next_file, 0, 1, None),
+        };
+        SourcePosition {
+            files: self.files.clone(),
+            file,
+            offset,
+            line,
+            header,
+            records_read: self.records_read,
+            started: self.started,
+            ended: self.ended,
+        }
+    }
+
+    /// Continues from a position taken by [`Self::position`] (from a checkpoint). Standard
+    /// input cannot be rewound: it goes on with what comes next.
+    pub fn restore(&mut self, base: &Path, pos: SourcePosition) -> Result<(), String> {
+        self.records_read = pos.records_read;
+        if !pos.started {
+            return Ok(());
+        }
+        if matches!(self.spec.input, Input::Stdin) {
+            return self.start(base);
+        }
+        self.started = true;
+        self.base = base.to_path_buf();
+        self.files = pos.files;
+        self.bytes_total =
+            Some(self.files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum());
+        self.bytes_read = self.files[..pos.file.min(self.files.len())]
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum::<u64>()
+            + pos.offset;
+        self.ended = pos.ended;
+        if pos.ended || pos.file >= self.files.len() {
+            self.next_file = self.files.len();
+            return Ok(());
+        }
+        self.next_file = pos.file + 1;
+        self.current = Some(self.open(pos.file, pos.offset, pos.line, pos.header)?);
+        Ok(())
     }
 
     fn rows(&mut self, recs: Records, origin: String) -> Polled {

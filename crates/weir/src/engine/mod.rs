@@ -31,6 +31,9 @@ use weir_sql::{
     bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef,
 };
 
+mod recovery;
+pub use recovery::Recovery;
+
 use crate::ingest::{
     bad_row_message, clamp, errors_batch, errors_def, late_batch, late_def, parse_options,
     BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
@@ -200,6 +203,9 @@ enum Sink {
     View(String),
     /// A file sink, by name.
     File(String),
+    /// A subscriber's query restored from a checkpoint, waiting for [`Engine::resume`]: it
+    /// buffers its input and is not evaluated until then.
+    Parked,
 }
 
 /// A sink: its query's output appended to a file.
@@ -216,6 +222,9 @@ struct RunningQuery {
     id: u64,
     runner: QueryRunner,
     sink: Sink,
+    plan: Arc<LogicalPlan>,
+    /// A subscriber's query text, by which it is resumed after recovery.
+    sql: Option<String>,
 }
 
 /// The current relation of a view over streams, maintained as its query runs.
@@ -246,6 +255,15 @@ pub struct Engine {
     /// `AT` happen here.
     clock: Time,
     processing: ProcessingClock,
+    /// The CREATE statements of the objects that exist, in order: the catalog of a checkpoint.
+    ddl: Vec<(String, String)>,
+    /// Checkpoints: where, how often, the last one's sequence number and processing time.
+    data_dir: Option<std::path::PathBuf>,
+    checkpoint_interval: Option<WallDuration>,
+    checkpoint_sequence: u64,
+    last_checkpoint: WallDuration,
+    /// During recovery: each sink's committed position, to reopen its file at.
+    resume_sinks: HashMap<String, u64>,
     /// Relative source paths are read from here (empty: the working directory).
     base_dir: std::path::PathBuf,
 }
@@ -296,17 +314,20 @@ impl Engine {
     /// Starts a continuous query (or subscribes to a view or stream given by name).
     pub fn subscribe(&mut self, query_or_name: &str) -> Result<Subscription> {
         let trimmed = query_or_name.trim().trim_end_matches(';').trim();
-        let plan =
-            if !trimmed.is_empty() && trimmed.chars().all(|c| c.is_alphanumeric() || c == '_') {
-                let name = trimmed.to_ascii_lowercase();
-                match self.views.get(&name) {
-                    Some(v) => v.def.plan.clone(),
-                    None => self.plan_text(&format!("SELECT * FROM {trimmed}"))?,
-                }
-            } else {
-                self.plan_text(query_or_name)?
+        let plan = self.subscription_plan(trimmed)?;
+        self.start_query(plan, Some(trimmed.to_string()))
+    }
+
+    /// The plan of a query, or of `SELECT * FROM name` for a view or stream's name.
+    fn subscription_plan(&self, text: &str) -> Result<Arc<LogicalPlan>> {
+        if !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            let name = text.to_ascii_lowercase();
+            return match self.views.get(&name) {
+                Some(v) => Ok(v.def.plan.clone()),
+                None => self.plan_text(&format!("SELECT * FROM {text}")),
             };
-        self.start_query(plan)
+        }
+        self.plan_text(text)
     }
 
     fn plan_text(&self, sql: &str) -> Result<Arc<LogicalPlan>> {
@@ -334,6 +355,35 @@ impl Engine {
     }
 
     fn execute_parsed(&mut self, p: ParsedStatement) -> Result<ExecResult> {
+        let text = p.text.clone();
+        // The catalog as the CREATE statements of what exists, in order (for checkpoints): a
+        // new object's statement is appended, a replaced view's moves to the end, a dropped
+        // object's goes.
+        let (created, replaces, dropped) = match &p.statement {
+            Statement::CreateStream { name, .. }
+            | Statement::CreateTable { name, .. }
+            | Statement::CreateSink { name, .. } => (Some(name.clone()), false, None),
+            Statement::CreateView { name, or_replace, .. } => {
+                (Some(name.clone()), *or_replace, None)
+            }
+            Statement::Drop { name, .. } => (None, false, Some(name.clone())),
+            _ => (None, false, None),
+        };
+        let existed = created.as_deref().is_some_and(|n| self.exists(n));
+        let result = self.execute_statement(p, &text)?;
+        if let Some(name) = created.filter(|_| !existed || replaces) {
+            self.ddl.retain(|(n, _)| *n != name);
+            self.ddl.push((name, text));
+        }
+        if let Some(name) = dropped {
+            if !self.exists(&name) {
+                self.ddl.retain(|(n, _)| *n != name);
+            }
+        }
+        Ok(result)
+    }
+
+    fn execute_statement(&mut self, p: ParsedStatement, text: &str) -> Result<ExecResult> {
         match p.statement {
             Statement::CreateStream { name, columns, watermark, options, if_not_exists, span } => {
                 if self.exists(&name) {
@@ -449,7 +499,7 @@ impl Engine {
                 let def = ViewDef { name: name.clone(), sql, plan: plan.clone(), schema };
                 self.views.insert(name.clone(), View { def, deps, contents });
                 if maintain {
-                    self.launch(&plan, Sink::View(name))?;
+                    self.launch(&plan, Sink::View(name), None)?;
                 }
                 Ok(ExecResult::Done("CREATE VIEW".into()))
             }
@@ -462,10 +512,12 @@ impl Engine {
                 let schema = weir_exec::compile::exec_schema(&plan.schema());
                 let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);
                 let file_path = self.base_dir.join(&spec.path);
-                let file = FileSink::create(spec, file_path, &schema, plan.kind(), domain)?;
+                let resume_at = self.sink_resume_position(&name);
+                let file =
+                    FileSink::open(spec, file_path, &schema, plan.kind(), domain, resume_at)?;
                 let deps = referenced_names(&query);
                 self.sinks.insert(name.clone(), SinkState { deps, file, failed: None });
-                if let Err(e) = self.launch(&plan, Sink::File(name.clone())) {
+                if let Err(e) = self.launch(&plan, Sink::File(name.clone()), None) {
                     self.sinks.remove(&name);
                     return Err(e);
                 }
@@ -475,6 +527,10 @@ impl Engine {
                 self.drop(kind, &name, if_exists, span)
             }
             Statement::Show(kind) => Ok(self.show(kind)),
+            Statement::Checkpoint => {
+                let n = self.checkpoint()?;
+                Ok(ExecResult::Done(format!("CHECKPOINT {n}")))
+            }
             Statement::ShowStreamStats => self.show_stream_stats(),
             Statement::CreateIndex { table, span } => {
                 if !self.tables.contains_key(&table) {
@@ -505,7 +561,8 @@ impl Engine {
             Statement::Query(q) => {
                 if self.is_continuous(&q) {
                     let plan = self.bind(&q)?;
-                    Ok(ExecResult::Subscribed(self.start_query(plan)?))
+                    let sql = text.trim().trim_end_matches(';').trim().to_string();
+                    Ok(ExecResult::Subscribed(self.start_query(plan, Some(sql))?))
                 } else {
                     let plan = bind_query(&CatalogView(self, true), &q)?;
                     self.one_shot(&plan)
@@ -588,9 +645,9 @@ impl Engine {
         evaluate_once(plan, inputs, as_produced)
     }
 
-    fn start_query(&mut self, plan: Arc<LogicalPlan>) -> Result<Subscription> {
+    fn start_query(&mut self, plan: Arc<LogicalPlan>, sql: Option<String>) -> Result<Subscription> {
         let (tx, rx) = channel();
-        let id = self.launch(&plan, Sink::Subscriber(tx))?;
+        let id = self.launch(&plan, Sink::Subscriber(tx), sql)?;
         Ok(Subscription {
             id,
             schema: weir_exec::compile::exec_schema(&plan.schema()),
@@ -603,7 +660,7 @@ impl Engine {
     }
 
     /// Starts running a plan into a sink; returns the query's id.
-    fn launch(&mut self, plan: &LogicalPlan, sink: Sink) -> Result<u64> {
+    fn launch(&mut self, plan: &Arc<LogicalPlan>, sink: Sink, sql: Option<String>) -> Result<u64> {
         if plan.contains_apply() {
             return Err(WeirError::plan(
                 "this correlated subquery cannot be turned into a join, which a continuous query \
@@ -621,7 +678,7 @@ impl Engine {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.queries.push(RunningQuery { id, runner, sink });
+        self.queries.push(RunningQuery { id, runner, sink, plan: plan.clone(), sql });
         self.run_queries();
         Ok(id)
     }
@@ -699,6 +756,9 @@ impl Engine {
         let mut frontiers = frontiers.into_iter();
         self.queries.retain_mut(|q| {
             let frontier = frontiers.next().unwrap_or(WATERMARK_CLOSED);
+            if matches!(q.sink, Sink::Parked) {
+                return true;
+            }
             // Output produced before a failure is still delivered, then the failure.
             let mut batches = Vec::new();
             let result = q.runner.advance(frontier, &mut batches);
@@ -725,6 +785,7 @@ impl Engine {
                         }
                     }
                 }
+                Sink::Parked => true,
                 Sink::File(name) => {
                     let Some(sink) = sinks.get_mut(name) else {
                         return false;
@@ -1283,6 +1344,9 @@ impl Engine {
             }
         }
         self.run_queries();
+        if let Err(e) = self.maybe_checkpoint() {
+            first_error.get_or_insert(e);
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(poll),
@@ -1349,6 +1413,7 @@ impl Engine {
                         sink.failed = Some(e.clone());
                     }
                 }
+                Sink::Parked => {}
             }
             false
         });
