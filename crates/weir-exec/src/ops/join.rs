@@ -118,10 +118,11 @@ type OutRow<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 /// A delta side, encoded: (key, or None if a key is NULL; row; diff).
 type Encoded = Vec<(Option<RowBytes>, RowBytes, i64)>;
 
-/// A candidate pair: rows, their diff/multiplicity factors, and which delta produced it.
-struct Pair {
-    l: RowBytes,
-    r: RowBytes,
+/// A candidate pair: rows (borrowed from the deltas and the indexes, so a pair costs no
+/// allocation), their diff/multiplicity factors, and which delta produced it.
+struct Pair<'a> {
+    l: &'a [u8],
+    r: &'a [u8],
     lc: i64,
     rc: i64,
     from_left_delta: bool,
@@ -199,14 +200,29 @@ impl Join {
     fn apply(index: &mut Index, delta: &Encoded) {
         for (key, row, diff) in delta {
             let Some(key) = key else { continue };
-            let bucket = index.entry(key.clone()).or_default();
-            let c = bucket.entry(row.clone()).or_insert(0);
-            *c += diff;
-            if *c == 0 {
-                bucket.remove(row);
-                if bucket.is_empty() {
-                    index.remove(key);
+            // One lookup per row; a key or row is copied only when it is new to the index.
+            match index.get_mut(key) {
+                Some(bucket) => {
+                    match bucket.get_mut(row) {
+                        Some(c) => {
+                            *c += diff;
+                            if *c == 0 {
+                                bucket.remove(row);
+                            }
+                        }
+                        None if *diff != 0 => {
+                            bucket.insert(row.clone(), *diff);
+                        }
+                        None => {}
+                    }
+                    if bucket.is_empty() {
+                        index.remove(key);
+                    }
                 }
+                None if *diff != 0 => {
+                    index.insert(key.clone(), HashMap::from([(row.clone(), *diff)]));
+                }
+                None => {}
             }
         }
     }
@@ -225,16 +241,16 @@ impl Join {
     }
 
     /// Updates the tracked rows of one side; returns each touched row's state before.
-    fn track(
+    fn track<'a>(
         rows: &mut HashMap<RowBytes, Tracked>,
         delta: &Encoded,
-        matched: &[&Pair],
-        own: impl Fn(&Pair) -> (&RowBytes, &RowBytes, i64, bool),
+        matched: &[&Pair<'a>],
+        own: impl Fn(&Pair<'a>) -> (&'a [u8], &'a [u8], i64, bool),
     ) -> HashMap<RowBytes, Tracked> {
         let mut before: HashMap<RowBytes, Tracked> = HashMap::new();
-        let mut touch = |rows: &HashMap<RowBytes, Tracked>, r: &RowBytes| {
+        let mut touch = |rows: &HashMap<RowBytes, Tracked>, r: &[u8]| {
             if !before.contains_key(r) {
-                before.insert(r.clone(), rows.get(r).copied().unwrap_or_default());
+                before.insert(RowBytes::from(r), rows.get(r).copied().unwrap_or_default());
             }
         };
         for (_, r, _) in delta {
@@ -246,17 +262,23 @@ impl Join {
         // Match counts of rows new at this instant come from the pairs with the other side's
         // old contents (each distinct partner once); existing rows only gain the pairs with
         // the other side's delta.
-        let mut seen: HashSet<(RowBytes, RowBytes)> = HashSet::new();
+        let mut seen: HashSet<(&[u8], &[u8])> = HashSet::new();
         for p in matched {
             let (row, partner, partner_count, from_own_delta) = own(p);
             let was_present = before.get(row).is_some_and(|t| t.count > 0);
-            let e = rows.entry(row.clone()).or_default();
-            if from_own_delta {
-                if !was_present && seen.insert((row.clone(), partner.clone())) {
-                    e.matches += partner_count;
-                }
+            let gain = if !from_own_delta || (!was_present && seen.insert((row, partner))) {
+                partner_count
             } else {
-                e.matches += partner_count;
+                0
+            };
+            match rows.get_mut(row) {
+                Some(e) => e.matches += gain,
+                None => {
+                    rows.insert(
+                        RowBytes::from(row),
+                        Tracked { matches: gain, ..Tracked::default() },
+                    );
+                }
             }
         }
         for (key, r, d) in delta {
@@ -279,41 +301,58 @@ impl Operator for Join {
         let dr = self.right.input.eval(t, ctx)?;
         let el = Self::encode(&self.left, &self.key_codec, &dl, self.nulls_equal)?;
         let er = Self::encode(&self.right, &self.key_codec, &dr, self.nulls_equal)?;
-        let mut pairs: Vec<Pair> = Vec::new();
-        // ΔR ⋈ S_old
-        for (key, l, ld) in &el {
-            let Some(bucket) = key.as_ref().and_then(|k| self.right_index.get(k)) else { continue };
-            for (r, rc) in bucket {
-                pairs.push(Pair {
-                    l: l.clone(),
-                    r: r.clone(),
-                    lc: *ld,
-                    rc: *rc,
-                    from_left_delta: true,
-                });
-            }
-        }
-        Self::apply(&mut self.left_index, &el);
-        // R_new ⋈ ΔS
-        for (key, r, rd) in &er {
-            let Some(bucket) = key.as_ref().and_then(|k| self.left_index.get(k)) else { continue };
-            for (l, lc) in bucket {
-                pairs.push(Pair {
-                    l: l.clone(),
-                    r: r.clone(),
-                    lc: *lc,
-                    rc: *rd,
-                    from_left_delta: false,
-                });
-            }
-        }
+        let out = self.delta(t, &el, &er);
+        // S_new, once nothing reads S_old any more.
         Self::apply(&mut self.right_index, &er);
+        out
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
+    }
+
+    /// State: the join's own sections (see [`checkpoint`]), then the left input's, then the
+    /// right's.
+    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
+        self.save_own(w)?;
+        self.left.input.save_state(w)?;
+        self.right.input.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.restore_own(r)?;
+        self.left.input.restore_state(r)?;
+        self.right.input.restore_state(r)
+    }
+}
+
+impl Join {
+    /// The output change at `t` for the encoded deltas: everything but the update of the right
+    /// index, which the pairs borrow as S_old.
+    fn delta(&mut self, t: Time, el: &Encoded, er: &Encoded) -> Result<ChangeBatch> {
+        let mut pairs: Vec<Pair<'_>> = Vec::new();
+        // ΔR ⋈ S_old
+        let right_index = &self.right_index;
+        for (key, l, ld) in el {
+            let Some(bucket) = key.as_ref().and_then(|k| right_index.get(k)) else { continue };
+            for (r, rc) in bucket {
+                pairs.push(Pair { l, r, lc: *ld, rc: *rc, from_left_delta: true });
+            }
+        }
+        Self::apply(&mut self.left_index, el);
+        // R_new ⋈ ΔS
+        let left_index = &self.left_index;
+        for (key, r, rd) in er {
+            let Some(bucket) = key.as_ref().and_then(|k| left_index.get(k)) else { continue };
+            for (l, lc) in bucket {
+                pairs.push(Pair { l, r, lc: *lc, rc: *rd, from_left_delta: false });
+            }
+        }
 
         // The residual predicate, on whole candidate pairs at once.
         let matched: Vec<&Pair> = match (&self.filter, pairs.is_empty()) {
             (Some(f), false) => {
-                let rows: Vec<OutRow<'_>> =
-                    pairs.iter().map(|p| (Some(&p.l[..]), Some(&p.r[..]))).collect();
+                let rows: Vec<OutRow<'_>> = pairs.iter().map(|p| (Some(p.l), Some(p.r))).collect();
                 let full = self.joined_full(&rows)?;
                 let mask = f.eval_predicate(&full)?;
                 pairs.iter().enumerate().filter(|(i, _)| mask.value(*i)).map(|(_, p)| p).collect()
@@ -325,7 +364,7 @@ impl Operator for Join {
         let mut diffs: Vec<i64> = Vec::new();
         if !self.left_only() {
             for p in &matched {
-                out_rows.push((Some(&p.l[..]), Some(&p.r[..])));
+                out_rows.push((Some(p.l), Some(p.r)));
                 diffs.push(p.lc * p.rc);
             }
         }
@@ -334,13 +373,13 @@ impl Operator for Join {
         let mut owned: Vec<(RowBytes, bool, i64)> = Vec::new(); // (row, is_left, diff)
         let mut marks: Vec<(RowBytes, i64, bool)> = Vec::new(); // mark join: (row, diff, mark)
         if self.tracks_left() {
-            let before = Self::track(&mut self.left_rows, &el, &matched, |p| {
-                (&p.l, &p.r, p.rc, p.from_left_delta)
+            let before = Self::track(&mut self.left_rows, el, &matched, |p| {
+                (p.l, p.r, p.rc, p.from_left_delta)
             });
             let null_aware = matches!(self.kind, JoinKind::LeftAnti { null_aware: true });
             let (old_total, old_null) = (self.right_total, self.right_null);
             if null_aware {
-                for (k, _, d) in &er {
+                for (k, _, d) in er {
                     self.right_total += d;
                     if k.is_none() {
                         self.right_null += d;
@@ -402,8 +441,8 @@ impl Operator for Join {
             }
         }
         if self.tracks_right() {
-            let before = Self::track(&mut self.right_rows, &er, &matched, |p| {
-                (&p.r, &p.l, p.lc, !p.from_left_delta)
+            let before = Self::track(&mut self.right_rows, er, &matched, |p| {
+                (p.r, p.l, p.lc, !p.from_left_delta)
             });
             for (r, old) in before {
                 let new = self.right_rows.get(&r).copied().unwrap_or_default();
@@ -438,26 +477,6 @@ impl Operator for Join {
         Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
     }
 
-    fn next_wakeup(&self) -> Option<Time> {
-        min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
-    }
-
-    /// State: the join's own sections (see [`checkpoint`]), then the left input's, then the
-    /// right's.
-    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
-        self.save_own(w)?;
-        self.left.input.save_state(w)?;
-        self.right.input.save_state(w)
-    }
-
-    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
-        self.restore_own(r)?;
-        self.left.input.restore_state(r)?;
-        self.right.input.restore_state(r)
-    }
-}
-
-impl Join {
     /// Both sides' columns for candidate pairs, whatever the join's output shape (the residual
     /// predicate is over the joined row).
     fn joined_full(&self, rows: &[OutRow<'_>]) -> Result<RecordBatch> {
