@@ -251,6 +251,8 @@ impl<'a> Binder<'a> {
         let plan = crate::mixed_types::rewrite(plan).map_err(df_error)?;
         let plan =
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
+        // IN nested in a larger condition keeps SQL's unknown result (see `in_subquery`).
+        let plan = crate::in_subquery::rewrite(plan).map_err(df_error)?;
         // Three steps: subqueries become joins; Weir orders each tree of inner joins (see
         // `join_order`), once; filters move down and equalities become join keys.
         let ctx = OptimizerContext::new_with_config_options(Arc::new(options));

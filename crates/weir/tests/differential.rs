@@ -2040,7 +2040,6 @@ proptest! {
     }
 
     #[test]
-    #[ignore = "engine bug: IN/NOT IN as a mark join loses SQL's NULL (unknown) result"]
     fn three_valued_in_matches_oracle(s in elements(), s2 in elements(), w1 in window(), w2 in window()) {
         let input = Input { s, s2, ..Input::default() };
         for p in [SubPred::NotInOr, SubPred::InIsNull] {
@@ -2291,19 +2290,17 @@ fn correlated_not_in_uses_the_rows_own_set() {
     );
 }
 
-/// `IN`/`NOT IN` inside a larger boolean expression run as a mark join whose mark is only ever
-/// true or false, never NULL: SQL's unknown result (a NULL probe over a non-empty set, or no
-/// match in a set that has a NULL) becomes false, so `NOT IN` becomes true.
+/// `IN`/`NOT IN` inside a larger boolean expression keeps SQL's unknown result (a NULL probe
+/// over a non-empty set, or no match in a set that has a NULL): it is not false, so `NOT IN` is
+/// not true (a mark join alone would say false).
 #[test]
-#[ignore = "engine bug: IN/NOT IN as a mark join loses SQL's NULL (unknown) result"]
 fn in_inside_an_expression_keeps_unknown() {
     let q = "SELECT a.k, a.v FROM s [RANGE 5] a WHERE a.v NOT IN (SELECT w FROM s2) OR a.k = 5";
-    // 2 NOT IN {NULL} is unknown, k = 5 is false: unknown, not kept. The engine keeps the row.
+    // 2 NOT IN {NULL} is unknown, k = 5 is false: unknown, not kept.
     assert_eq!(engine_lines2(q, &[el(1, Some(2), 1)], &[el(1, None, 1)]), Ok(vec![]));
-    // NULL NOT IN {2} is unknown too. The engine keeps the row.
+    // NULL NOT IN {2} is unknown too.
     assert_eq!(engine_lines2(q, &[el(1, None, 1)], &[el(1, Some(2), 1)]), Ok(vec![]));
-    // NULL IN {2} is NULL, so `IS NULL` keeps the row (until it leaves the window at 6). The
-    // engine outputs nothing.
+    // NULL IN {2} is NULL, so `IS NULL` keeps the row (until it leaves the window at 6).
     let q = "SELECT a.k, a.v FROM s [RANGE 5] a WHERE (a.v IN (SELECT w FROM s2)) IS NULL";
     assert_eq!(
         engine_lines2(q, &[el(1, None, 1)], &[el(1, Some(2), 1)]),
