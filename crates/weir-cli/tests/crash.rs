@@ -132,9 +132,10 @@ fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
         if killed < kills {
             // Every third kill waits for a checkpoint write to start; the others strike at
             // a random moment early in a run (so that most runs are cut short).
+            let window = (full / 4).min(Duration::from_millis(800));
             let deadline = Instant::now()
                 + Duration::from_millis(50)
-                + full.mul_f64(rng.below(1000) as f64 / 4000.0);
+                + window.mul_f64(rng.below(1000) as f64 / 1000.0);
             let during_write = killed % 3 == 2;
             let give_up = Instant::now() + full * 2;
             loop {
