@@ -123,6 +123,11 @@ pub enum JoinKind {
     /// Every left row, with a boolean `mark`: whether it has a match (`EXISTS` or `IN` inside
     /// a larger expression).
     LeftMark,
+    /// `INTERSECT ALL`, a bag intersection: keyed on every column (NULLs equal), a row the left
+    /// side has m times and the right side n times is output min(m, n) times.
+    IntersectAll,
+    /// `EXCEPT ALL`, a bag difference: such a row is output max(m − n, 0) times.
+    ExceptAll,
 }
 
 impl fmt::Display for JoinKind {
@@ -136,6 +141,8 @@ impl fmt::Display for JoinKind {
             JoinKind::LeftAnti { null_aware: false } => "left anti",
             JoinKind::LeftAnti { null_aware: true } => "left anti (null-aware)",
             JoinKind::LeftMark => "left mark",
+            JoinKind::IntersectAll => "intersect all",
+            JoinKind::ExceptAll => "except all",
         })
     }
 }

@@ -247,6 +247,7 @@ impl<'a> Binder<'a> {
                 other => other,
             }
             .map_err(df_error)?;
+        let plan = mark_bag_set_operations(plan).map_err(df_error)?;
         // Before type coercion: a text or binary literal tested for membership in numbers.
         let plan = crate::mixed_types::rewrite(plan).map_err(df_error)?;
         let plan =
@@ -330,12 +331,7 @@ impl<'a> Binder<'a> {
                 Ok(())
             }
             sql::SetExpr::Query(q) => self.check_relations(q),
-            sql::SetExpr::SetOperation { left, right, op, set_quantifier } => {
-                let bag = matches!(set_quantifier, sql::SetQuantifier::All);
-                if bag && matches!(op, sql::SetOperator::Except | sql::SetOperator::Intersect) {
-                    // DataFusion plans these as semi/anti joins, which are set operations.
-                    return Err(unsupported(&format!("{op} ALL")));
-                }
+            sql::SetExpr::SetOperation { left, right, .. } => {
                 self.check_set_expr(left, ctes)?;
                 self.check_set_expr(right, ctes)
             }
@@ -370,6 +366,46 @@ impl<'a> Binder<'a> {
             _ => Ok(()),
         }
     }
+}
+
+/// DataFusion plans `L INTERSECT ALL R` and `L EXCEPT ALL R` as a semi and an anti join of L
+/// and R on every column with NULLs equal, and `INTERSECT` / `EXCEPT` as the same joins over
+/// `DISTINCT L`; no other SQL gives a semi or anti join with NULLs equal. A semi or anti join
+/// computes a set operation, not the bag one SQL defines for ALL, so, straight out of the
+/// planner, each such join whose left input is not a `DISTINCT` is flipped into the right-side
+/// join of the same inputs (kept side on the right, same output): nothing else produces those,
+/// so they reach the converter intact, which makes them [`JoinKind::IntersectAll`] and
+/// [`JoinKind::ExceptAll`].
+fn mark_bag_set_operations(plan: DfPlan) -> datafusion_common::Result<DfPlan> {
+    use datafusion_common::tree_node::Transformed;
+    Ok(plan
+        .transform_up_with_subqueries(|node| match node {
+            DfPlan::Join(j)
+                if matches!(j.join_type, JoinType::LeftSemi | JoinType::LeftAnti)
+                    && j.null_equality == datafusion_common::NullEquality::NullEqualsNull
+                    && j.filter.is_none()
+                    && !matches!(j.left.as_ref(), DfPlan::Distinct(_)) =>
+            {
+                let join_type = if j.join_type == JoinType::LeftSemi {
+                    JoinType::RightSemi
+                } else {
+                    JoinType::RightAnti
+                };
+                let on = j.on.iter().map(|(l, r)| (r.clone(), l.clone())).collect();
+                Ok(Transformed::yes(DfPlan::Join(datafusion_expr::logical_plan::Join::try_new(
+                    j.right,
+                    j.left,
+                    on,
+                    None,
+                    join_type,
+                    j.join_constraint,
+                    j.null_equality,
+                    false,
+                )?)))
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
 }
 
 /// SQL allows two output columns with the same name (`SELECT 1, 1`, `SELECT v, v`, two scalar
@@ -564,6 +600,26 @@ impl Converter<'_> {
                     }
                     JoinType::LeftAnti => JoinKind::LeftAnti { null_aware: j.null_aware },
                     JoinType::LeftMark => JoinKind::LeftMark,
+                    // `mark_bag_set_operations` turned INTERSECT ALL / EXCEPT ALL into these,
+                    // with the kept side on the right.
+                    JoinType::RightSemi | JoinType::RightAnti
+                        if j.null_equality == datafusion_common::NullEquality::NullEqualsNull =>
+                    {
+                        let kind = if j.join_type == JoinType::RightSemi {
+                            JoinKind::IntersectAll
+                        } else {
+                            JoinKind::ExceptAll
+                        };
+                        return Ok(Arc::new(LogicalPlan::Join {
+                            kind,
+                            left: self.convert(&j.right)?,
+                            right: self.convert(&j.left)?,
+                            on: j.on.iter().map(|(l, r)| (r.clone(), l.clone())).collect(),
+                            filter: j.filter.clone(),
+                            nulls_equal: true,
+                            schema: j.schema.clone(),
+                        }));
+                    }
                     other => return Err(unsupported(&format!("{other} JOIN"))),
                 };
                 LogicalPlan::Join {

@@ -2308,25 +2308,21 @@ fn in_inside_an_expression_keeps_unknown() {
     );
 }
 
-/// `EXCEPT ALL` is accepted but evaluated as a plain anti-join: SQL's bag difference keeps
+/// `EXCEPT ALL` is SQL's bag difference: it keeps
 /// max(m − n, 0) copies of a row that the left side has m times and the right side n times.
 /// Left {1, 1}, right {1}: one 1, from τ = 1 until both windows empty at τ = 6.
 #[test]
-#[ignore = "EXCEPT ALL is refused until it is a bag difference"]
 fn except_all_is_a_bag_difference() {
     let q = "SELECT v FROM s [RANGE 5] EXCEPT ALL SELECT w FROM s2 [RANGE 5]";
     let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
-    // The engine: Ok([]).
     assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
 }
 
-/// `INTERSECT ALL` is accepted but evaluated as a plain semi-join: SQL keeps min(m, n) copies.
+/// `INTERSECT ALL` is SQL's bag intersection: it keeps min(m, n) copies.
 /// Left {1, 1}, right {1}: one 1, from τ = 1 until both windows empty at τ = 6.
 #[test]
-#[ignore = "INTERSECT ALL is refused until it keeps the smaller multiplicity"]
 fn intersect_all_keeps_the_smaller_multiplicity() {
     let q = "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]";
     let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
-    // The engine: Ok(["@1 +2 1", "@6 -2 1"]).
     assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
 }

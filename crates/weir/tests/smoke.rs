@@ -166,14 +166,9 @@ fn unimplemented_forms_are_refused() {
          CREATE STREAM s2 (k BIGINT, w BIGINT, t BIGINT, WATERMARK FOR t AS t)",
     )
     .unwrap();
-    for q in [
-        "SELECT ISTREAM a.k FROM s a WHERE a.v NOT IN (SELECT b.w FROM s2 b WHERE b.k = a.k)",
-        "SELECT v FROM s [RANGE 5] EXCEPT ALL SELECT w FROM s2 [RANGE 5]",
-        "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]",
-    ] {
-        let err = e.subscribe(q).unwrap_err().to_string();
-        assert!(err.contains("not supported in Weir yet"), "{q}: {err}");
-    }
+    let q = "SELECT ISTREAM a.k FROM s a WHERE a.v NOT IN (SELECT b.w FROM s2 b WHERE b.k = a.k)";
+    let err = e.subscribe(q).unwrap_err().to_string();
+    assert!(err.contains("not supported in Weir yet"), "{q}: {err}");
 }
 
 /// A pushed row whose values do not fit is a bad row: refused with the batch under the default

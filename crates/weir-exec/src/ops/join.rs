@@ -168,7 +168,14 @@ impl Join {
 
     /// Whether the output has the left side's columns only (plus `mark` for a mark join).
     fn left_only(&self) -> bool {
-        matches!(self.kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. } | JoinKind::LeftMark)
+        matches!(
+            self.kind,
+            JoinKind::LeftSemi
+                | JoinKind::LeftAnti { .. }
+                | JoinKind::LeftMark
+                | JoinKind::IntersectAll
+                | JoinKind::ExceptAll
+        )
     }
 
     fn tracks_right(&self) -> bool {
@@ -301,6 +308,9 @@ impl Operator for Join {
         let dr = self.right.input.eval(t, ctx)?;
         let el = Self::encode(&self.left, &self.key_codec, &dl, self.nulls_equal)?;
         let er = Self::encode(&self.right, &self.key_codec, &dr, self.nulls_equal)?;
+        if matches!(self.kind, JoinKind::IntersectAll | JoinKind::ExceptAll) {
+            return self.bag_delta(t, &el, &er);
+        }
         let out = self.delta(t, &el, &er);
         // S_new, once nothing reads S_old any more.
         Self::apply(&mut self.right_index, &er);
@@ -327,6 +337,70 @@ impl Operator for Join {
 }
 
 impl Join {
+    /// `INTERSECT ALL` / `EXCEPT ALL`: the key is the whole row, so a key's left bucket holds
+    /// its m copies on the left and its right bucket its n copies on the right; the output
+    /// holds the row f(m, n) times (min(m, n), or max(m − n, 0)). For each key a delta touches,
+    /// emits f(m_new, n_new) − f(m_old, n_old) copies of it.
+    fn bag_delta(&mut self, t: Time, el: &Encoded, er: &Encoded) -> Result<ChangeBatch> {
+        let count = |index: &Index, key: &RowBytes| -> i64 {
+            index.get(key).map_or(0, |bucket| bucket.values().sum())
+        };
+        // (key, a left row of the delta with it)
+        let mut touched: Vec<(&RowBytes, Option<&RowBytes>)> = Vec::new();
+        let mut at: HashMap<&[u8], usize> = HashMap::new();
+        for (i, (key, row, _)) in el.iter().chain(er).enumerate() {
+            let Some(key) = key else { continue };
+            let left_row = (i < el.len()).then_some(row);
+            match at.get(&key[..]) {
+                Some(&j) => {
+                    if touched[j].1.is_none() {
+                        touched[j].1 = left_row;
+                    }
+                }
+                None => {
+                    at.insert(key, touched.len());
+                    touched.push((key, left_row));
+                }
+            }
+        }
+        let old: Vec<(i64, i64)> = touched
+            .iter()
+            .map(|(k, _)| (count(&self.left_index, k), count(&self.right_index, k)))
+            .collect();
+        Self::apply(&mut self.left_index, el);
+        Self::apply(&mut self.right_index, er);
+        let f = |(m, n): (i64, i64)| -> i64 {
+            if self.kind == JoinKind::IntersectAll {
+                m.min(n).max(0)
+            } else {
+                (m - n).max(0)
+            }
+        };
+        let mut rows: Vec<Option<&[u8]>> = Vec::new();
+        let mut diffs: Vec<i64> = Vec::new();
+        for ((key, row), before) in touched.iter().zip(old) {
+            let after = (count(&self.left_index, key), count(&self.right_index, key));
+            let d = f(after) - f(before);
+            if d == 0 {
+                continue;
+            }
+            // The output is a left row with the key (the key is the whole row): one of the
+            // delta's, or one still in the index. f changes only while the left side has one.
+            let indexed = self.left_index.get(*key).and_then(|b| b.keys().next());
+            let Some(row) = (*row).or(indexed) else {
+                return Err(weir_common::WeirError::internal("bag set operation without a row"));
+            };
+            rows.push(Some(&row[..]));
+            diffs.push(d);
+        }
+        if rows.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let cols = side_columns(&self.left.row_codec, &self.left.schema, &rows)?;
+        let data = batch_of(&self.schema, cols, rows.len())?;
+        Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
+    }
+
     /// The output change at `t` for the encoded deltas: everything but the update of the right
     /// index, which the pairs borrow as S_old.
     fn delta(&mut self, t: Time, el: &Encoded, er: &Encoded) -> Result<ChangeBatch> {
