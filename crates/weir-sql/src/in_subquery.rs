@@ -17,6 +17,17 @@
 //! equal and no NULL) false. `NOT IN` swaps true and false. Each EXISTS becomes a mark join, so
 //! the rewrite keeps the query incremental.
 //!
+//! A filter conjunct `x NOT IN (S)` whose S is correlated (reads the outer row) must apply
+//! NOT IN's NULL rules to each row's own S, which the null-aware anti join cannot (it applies
+//! them over all of S). It becomes the anti join of its definition: x NOT IN S holds iff no
+//! value c of S makes `c = x` true or unknown, i.e.
+//!
+//! ```text
+//! x NOT IN (S)  =  NOT EXISTS (S WHERE c = x OR c IS NULL OR x IS NULL)
+//! ```
+//! (true for an empty S whatever x is). A top-level `x IN (S)` needs nothing: a semi join is
+//! exact in a filter.
+//!
 //! A probe that reads columns of an enclosing query (an outer reference) or holds a subquery is
 //! left as it is.
 
@@ -27,7 +38,7 @@ use datafusion_common::{Column, DFSchema, ExprSchema, Result as DfResult, Scalar
 use datafusion_expr::expr::InSubquery;
 use datafusion_expr::logical_plan::{Filter, LogicalPlan};
 use datafusion_expr::utils::{conjunction, split_conjunction_owned};
-use datafusion_expr::{exists, lit, when, Expr};
+use datafusion_expr::{exists, lit, not_exists, when, Expr};
 
 /// Rewrites the nested IN tests of every filter in `plan` and its subqueries.
 pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
@@ -38,8 +49,10 @@ pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
                 let mut changed = false;
                 let mut conjuncts = Vec::new();
                 for c in split_conjunction_owned(f.predicate.clone()) {
-                    if matches!(c, Expr::InSubquery(_)) {
-                        conjuncts.push(c);
+                    if let Expr::InSubquery(i) = c {
+                        let t = correlated_not_in(i, &schema)?;
+                        changed |= t.transformed;
+                        conjuncts.push(t.data);
                         continue;
                     }
                     let t = c.transform_up(|e| nested_in(e, &schema))?;
@@ -57,24 +70,35 @@ pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
         .data)
 }
 
-/// `x [NOT] IN (S)` -> the CASE of the module docs; anything else unchanged.
-fn nested_in(e: Expr, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
-    let Expr::InSubquery(InSubquery { expr, subquery, negated }) = e else {
-        return Ok(Transformed::no(e));
-    };
-    let plan = &subquery.subquery;
-    let simple_probe = !expr.contains_outer()
-        && !expr.exists(|x| {
-            Ok(matches!(x, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)))
-        })?;
-    if plan.schema().fields().len() != 1 || !simple_probe {
-        return Ok(Transformed::no(Expr::InSubquery(InSubquery { expr, subquery, negated })));
+/// A filter conjunct `x NOT IN (S)` over a correlated S -> `NOT EXISTS (S WHERE c = x OR c IS
+/// NULL OR x IS NULL)`; anything else unchanged.
+fn correlated_not_in(i: InSubquery, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
+    if !i.negated || i.subquery.outer_ref_columns.is_empty() {
+        return Ok(Transformed::no(Expr::InSubquery(i)));
     }
-    // The probe as the subquery sees it: its columns are outer references.
-    let probe = expr
-        .as_ref()
+    let Some(probe) = outer_probe(&i.expr, &i.subquery.subquery, outer)? else {
+        return Ok(Transformed::no(Expr::InSubquery(i)));
+    };
+    let plan = &i.subquery.subquery;
+    let column = Expr::Column(Column::from(plan.schema().qualified_field(0)));
+    let excluded = column.clone().eq(probe.clone()).or(column.is_null()).or(probe.is_null());
+    let excluding = Arc::new(LogicalPlan::Filter(Filter::try_new(excluded, plan.clone())?));
+    Ok(Transformed::yes(not_exists(excluding)))
+}
+
+/// The probe `x` as S sees it (its columns as outer references), if S has one column and x
+/// reads only the filter's input (no outer reference of its own, no subquery).
+fn outer_probe(x: &Expr, plan: &LogicalPlan, outer: &DFSchema) -> DfResult<Option<Expr>> {
+    let simple = !x.contains_outer()
+        && !x.exists(|e| {
+            Ok(matches!(e, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)))
+        })?;
+    if plan.schema().fields().len() != 1 || !simple {
+        return Ok(None);
+    }
+    let probe = x
         .clone()
-        .transform(|x| match x {
+        .transform(|e| match e {
             Expr::Column(c) => {
                 let field = outer.field_from_column(&c)?;
                 Ok(Transformed::yes(Expr::OuterReferenceColumn(Arc::clone(field), c)))
@@ -82,6 +106,18 @@ fn nested_in(e: Expr, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
             other => Ok(Transformed::no(other)),
         })?
         .data;
+    Ok(Some(probe))
+}
+
+/// `x [NOT] IN (S)` -> the CASE of the module docs; anything else unchanged.
+fn nested_in(e: Expr, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
+    let Expr::InSubquery(InSubquery { expr, subquery, negated }) = e else {
+        return Ok(Transformed::no(e));
+    };
+    let plan = &subquery.subquery;
+    let Some(probe) = outer_probe(&expr, plan, outer)? else {
+        return Ok(Transformed::no(Expr::InSubquery(InSubquery { expr, subquery, negated })));
+    };
     let column = Expr::Column(Column::from(plan.schema().qualified_field(0)));
     let filtered = |predicate: Expr| -> DfResult<Arc<LogicalPlan>> {
         Ok(Arc::new(LogicalPlan::Filter(Filter::try_new(predicate, plan.clone())?)))
