@@ -115,7 +115,7 @@ impl RowDecoder {
         let Format::Csv { delimiter, .. } = self.format else {
             return Ok(());
         };
-        let fields = split_csv(record, delimiter).map_err(|e| format!("unreadable header: {e}"))?;
+        let fields = CsvSplitter::new(delimiter).split(record);
         let names: Vec<String> = fields
             .iter()
             .map(|f| String::from_utf8_lossy(f).trim().trim_start_matches('\u{feff}').to_string())
@@ -157,8 +157,13 @@ impl RowDecoder {
     fn decode_slow(&self, recs: &Records) -> Decoded {
         let mut bad = Vec::new();
         let mut good = Vec::new();
+        let delimiter = match self.format {
+            Format::Csv { delimiter, .. } => delimiter,
+            Format::JsonLines => b',',
+        };
+        let mut splitter = CsvSplitter::new(delimiter);
         for i in 0..recs.len() {
-            match self.check(recs.record(i)) {
+            match self.check(recs.record(i), &mut splitter) {
                 Ok(()) => good.push(i),
                 Err((field, reason)) => bad.push((i, self.bad_row(recs, i, field, reason))),
             }
@@ -287,11 +292,12 @@ impl RowDecoder {
     }
 
     /// Checks one record on its own: `Err((field, reason))` says what is wrong with it.
-    fn check(&self, record: &[u8]) -> Result<(), (String, String)> {
+    fn check(&self, record: &[u8], splitter: &mut CsvSplitter) -> Result<(), (String, String)> {
         match &self.format {
             Format::Csv { delimiter, .. } => {
                 let layout = self.layout.as_ref().ok_or((String::new(), "no header".into()))?;
-                let fields = split_csv(record, *delimiter).map_err(|e| (String::new(), e))?;
+                let _ = delimiter;
+                let fields = splitter.split(record);
                 if fields.len() != layout.fields {
                     return Err((
                         String::new(),
@@ -341,8 +347,20 @@ impl RowDecoder {
         if matches!(t, DataType::Timestamp(_, _)) {
             return parse_timestamp(text, self.epoch_scale, self.epoch_unit).map(|_| ());
         }
-        if t == &DataType::Utf8 {
-            return Ok(());
+        let bad = || format!("cannot read {} as {}", quoted(text), sql_type_name(t));
+        // The common types are checked without building arrays (this runs once per field of
+        // every record in a run that holds a bad row).
+        let v = text.trim();
+        match t {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => return Ok(()),
+            DataType::Int64 => return v.parse::<i64>().map(|_| ()).map_err(|_| bad()),
+            DataType::Int32 => return v.parse::<i32>().map(|_| ()).map_err(|_| bad()),
+            DataType::Int16 => return v.parse::<i16>().map(|_| ()).map_err(|_| bad()),
+            DataType::Int8 => return v.parse::<i8>().map(|_| ()).map_err(|_| bad()),
+            DataType::Float64 | DataType::Float32 => {
+                return v.parse::<f64>().map(|_| ()).map_err(|_| bad())
+            }
+            _ => {}
         }
         let arr: ArrayRef = Arc::new(StringArray::from(vec![text.trim()]));
         let opts = arrow::compute::CastOptions { safe: false, ..Default::default() };
@@ -416,18 +434,55 @@ fn quoted(text: &str) -> String {
     format!("'{out}'")
 }
 
-/// One CSV record's fields, unquoted.
-fn split_csv(record: &[u8], delimiter: u8) -> Result<Vec<Vec<u8>>, String> {
-    let mut r = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(record);
-    let mut rec = csv::ByteRecord::new();
-    match r.read_byte_record(&mut rec) {
-        Ok(true) => Ok(rec.iter().map(|f| f.to_vec()).collect()),
-        Ok(false) => Ok(vec![]),
-        Err(e) => Err(e.to_string()),
+/// Splits CSV records into unquoted fields, reusing one parser (building a csv-core reader
+/// costs far more than splitting a record).
+#[derive(Debug)]
+pub(crate) struct CsvSplitter {
+    reader: csv_core::Reader,
+    out: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl CsvSplitter {
+    pub fn new(delimiter: u8) -> Self {
+        CsvSplitter {
+            reader: csv_core::ReaderBuilder::new().delimiter(delimiter).build(),
+            out: vec![0; 256],
+            ends: vec![0; 16],
+        }
+    }
+
+    /// The fields of one record.
+    pub fn split(&mut self, record: &[u8]) -> Vec<Vec<u8>> {
+        use csv_core::ReadRecordResult as R;
+        self.reader.reset();
+        let (mut input, mut nout, mut nends) = (record, 0, 0);
+        let mut ended = false;
+        loop {
+            let (res, nin, o, e) =
+                self.reader.read_record(input, &mut self.out[nout..], &mut self.ends[nends..]);
+            input = &input[nin..];
+            nout += o;
+            nends += e;
+            match res {
+                R::InputEmpty if !ended => {
+                    // No more input: an empty read ends the record.
+                    ended = input.is_empty();
+                }
+                R::OutputFull => self.out.resize(self.out.len() * 2, 0),
+                R::OutputEndsFull => self.ends.resize(self.ends.len() * 2, 0),
+                R::Record | R::End | R::InputEmpty => break,
+            }
+        }
+        let mut start = 0;
+        self.ends[..nends]
+            .iter()
+            .map(|&end| {
+                let f = self.out[start..end].to_vec();
+                start = end;
+                f
+            })
+            .collect()
     }
 }
 
