@@ -287,6 +287,55 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config())]
+
+    /// Floating-point sums over a join do not depend on the join's output order or on the
+    /// batching of the input (float addition is not associative).
+    #[test]
+    fn float_sums_over_a_join_do_not_depend_on_batching(
+        rows in prop::collection::vec((0..3i64, 0..6usize, 0..4i64), 1..40),
+        cuts in prop::collection::vec(1..9usize, 1..10),
+    ) {
+        let mut rows = rows;
+        rows.sort_by_key(|r| r.2);
+        const VALUES: [f64; 6] = [0.1, 0.2, 0.3, 1e16, -1e16, 3.3e-5];
+        let run = |sizes: &[usize]| -> Vec<String> {
+            let mut e = Engine::new();
+            e.execute(
+                "CREATE STREAM a (k BIGINT, x DOUBLE, t BIGINT, WATERMARK FOR t AS t);
+                 CREATE STREAM b (k BIGINT, y DOUBLE, t BIGINT, WATERMARK FOR t AS t)",
+            )
+            .unwrap();
+            let sub = e
+                .subscribe(
+                    "SELECT a.k, SUM(a.x * b.y) AS s, AVG(a.x) AS m \
+                     FROM a [RANGE 3] AS a, b [RANGE 3] AS b WHERE a.k = b.k GROUP BY a.k",
+                )
+                .unwrap();
+            let mut i = 0;
+            let mut it = sizes.iter().cycle();
+            while i < rows.len() {
+                let n = (*it.next().unwrap_or(&1)).min(rows.len() - i);
+                let chunk = &rows[i..i + n];
+                let values = |f: &dyn Fn(&(i64, usize, i64)) -> String| {
+                    chunk.iter().map(f).collect::<Vec<_>>().join(", ")
+                };
+                e.execute(&format!(
+                    "INSERT INTO a VALUES {}; INSERT INTO b VALUES {}",
+                    values(&|(k, v, t)| format!("({k}, {:e}, {t})", VALUES[*v])),
+                    values(&|(k, v, t)| format!("({k}, {:e}, {t})", VALUES[(v + 1) % 6])),
+                ))
+                .unwrap();
+                i += n;
+            }
+            e.execute("CLOSE ALL").unwrap();
+            sub.poll_changes().unwrap().iter().map(|c| c.to_string()).collect()
+        };
+        prop_assert_eq!(run(&cuts), run(&[rows.len()]));
+    }
+}
+
 /// A fresh directory under the target's temporary directory.
 fn tempdir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};

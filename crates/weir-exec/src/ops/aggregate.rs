@@ -494,6 +494,45 @@ impl Aggregate {
     }
 
     /// The output change at `t` given the input change `d` at `t`.
+    /// The order (and multiplicity) in which an instant's input rows are applied: as given,
+    /// unless a floating-point sum is kept (SUM of floats, AVG). Float addition is not
+    /// associative, so such sums would depend on the order rows arrive in (a join's output
+    /// order, the batching of the input): then equal rows are merged and applied in the order
+    /// of their encoded bytes, the same whatever the arrival.
+    fn apply_order(
+        &self,
+        d: &ChangeBatch,
+        keys: &crate::row::EncodedRows,
+    ) -> Result<Vec<(usize, i64)>> {
+        let float = self.aggs.iter().any(|s| {
+            s.func == AggFunc::Avg
+                || (s.func == AggFunc::Sum
+                    && matches!(
+                        s.arg_type,
+                        DataType::Float16 | DataType::Float32 | DataType::Float64
+                    ))
+        });
+        if !float {
+            return Ok(d.diffs.iter().copied().enumerate().collect());
+        }
+        let rows = RowCodec::for_schema(&d.data.schema())?.encode(d.data.columns(), d.len())?;
+        let mut idx: Vec<usize> = (0..d.len()).collect();
+        idx.sort_by(|&a, &b| {
+            keys.get(a).cmp(keys.get(b)).then_with(|| rows.get(a).cmp(rows.get(b)))
+        });
+        let mut out: Vec<(usize, i64)> = Vec::with_capacity(idx.len());
+        for i in idx {
+            match out.last_mut() {
+                Some((j, diff)) if keys.get(*j) == keys.get(i) && rows.get(*j) == rows.get(i) => {
+                    *diff += d.diffs[i];
+                }
+                _ => out.push((i, d.diffs[i])),
+            }
+        }
+        out.retain(|(_, diff)| *diff != 0);
+        Ok(out)
+    }
+
     fn step(&mut self, t: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         // Old output of each group touched at this instant (None: the group did not exist).
         let mut touched: HashMap<RowBytes, Option<Vec<ScalarValue>>> = HashMap::new();
@@ -522,7 +561,7 @@ impl Aggregate {
                 });
                 views.push(Self::view(spec, col.as_ref())?);
             }
-            for i in 0..d.len() {
+            for (i, diff) in self.apply_order(&d, &keys)? {
                 let key = keys.get(i);
                 if !touched.contains_key(key) {
                     let old = match self.groups.get(key) {
@@ -536,7 +575,6 @@ impl Aggregate {
                     self.groups.insert(key.into(), g);
                 }
                 let group = self.groups.get_mut(key).ok_or_else(|| WeirError::internal("group"))?;
-                let diff = d.diffs[i];
                 group.rows += diff;
                 for (a, st) in group.accs.iter_mut().enumerate() {
                     let view = &views[a];
