@@ -5,8 +5,14 @@
 //! (W ≥ τ+1) and makes τ an instant of every query reading `s`; `CLOSE s` sets W = +∞. Tables
 //! never hold queries back: a change to a table happens at its `AT τ` instant (or the engine's
 //! clock, the largest instant seen so far) and, for a query that already evaluated past it, at
-//! that query's next instant. A query's frontier is the minimum of its streams' watermarks; the
-//! engine evaluates every query up to its frontier after each statement or push.
+//! that query's next instant. A query's frontier is the minimum of its streams' watermarks
+//! (idle streams left out); the engine evaluates every query up to its frontier after each
+//! statement, push or source read.
+//!
+//! Input: `push`, `INSERT` and sources (`poll_sources`) all end in `ingest`, which applies the
+//! stream's late and bad-row policies (see [`crate::ingest`]). Output: each running query feeds
+//! a subscriber, a maintained view or a file sink ([`crate::sink`]). Checkpoints and recovery
+//! are in the `recovery` submodule.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{channel, Sender};
