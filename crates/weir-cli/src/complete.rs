@@ -160,7 +160,7 @@ pub fn text_rows(engine: &mut Engine, sql: &str) -> Vec<Vec<String>> {
 pub fn quote_ident(name: &str) -> String {
     let mut chars = name.chars();
     let plain = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
     if plain && !KEYWORDS.iter().any(|k| k.eq_ignore_ascii_case(name)) {
         name.to_string()
     } else {
@@ -183,7 +183,21 @@ impl Catalog {
                     .into_iter()
                     .filter_map(|r| r.into_iter().next())
                     .collect();
-                objects.push(Object { name, kind, details, columns });
+                objects.push(Object { name: name.clone(), kind, details, columns });
+                // A stream's companions are queryable too: offer them with their columns.
+                if kind == "stream" {
+                    for (suffix, what) in
+                        [("$late", "late elements"), ("$errors", "unreadable rows")]
+                    {
+                        let companion = format!("{name}{suffix}");
+                        let columns = text_rows(engine, &format!("DESCRIBE {companion}"))
+                            .into_iter()
+                            .filter_map(|r| r.into_iter().next())
+                            .collect();
+                        let details = format!("{what} of {name}");
+                        objects.push(Object { name: companion, kind, details, columns });
+                    }
+                }
             }
         }
         Catalog { objects }
@@ -207,7 +221,9 @@ fn words(text: &str) -> Vec<String> {
         let c = chars[i];
         if c.is_alphanumeric() || c == '_' {
             let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '$')
+            {
                 i += 1;
             }
             out.push(chars[start..i].iter().collect());
@@ -291,7 +307,7 @@ pub fn complete_sql(catalog: &Catalog, before: &str) -> (usize, Vec<String>) {
     let start = before
         .char_indices()
         .rev()
-        .take_while(|(_, c)| c.is_alphanumeric() || *c == '_' || *c == '.')
+        .take_while(|(_, c)| c.is_alphanumeric() || *c == '_' || *c == '$' || *c == '.')
         .last()
         .map_or(before.len(), |(i, _)| i);
     let word = &before[start..];
@@ -461,9 +477,22 @@ mod tests {
         let cat = catalog();
         let names: Vec<(&str, &str)> =
             cat.objects.iter().map(|o| (o.name.as_str(), o.kind)).collect();
-        assert_eq!(names, [("bids", "stream"), ("auctions", "table"), ("top", "view")]);
+        assert_eq!(
+            names,
+            [
+                ("bids", "stream"),
+                ("bids$late", "stream"),
+                ("bids$errors", "stream"),
+                ("auctions", "table"),
+                ("top", "view")
+            ]
+        );
         assert_eq!(cat.objects[0].columns, ["auction", "bidder", "price", "ts"]);
-        assert_eq!(cat.objects[2].columns, ["auction", "best"]);
+        assert_eq!(
+            cat.objects[1].columns,
+            ["auction", "bidder", "price", "ts", "missed_watermark"]
+        );
+        assert_eq!(cat.objects[4].columns, ["auction", "best"]);
     }
 
     #[test]
@@ -475,7 +504,8 @@ mod tests {
 
     #[test]
     fn names_after_from_and_columns_of_what_is_named() {
-        assert_eq!(c("SELECT * FROM "), ["auctions", "bids", "top"]);
+        assert_eq!(c("SELECT * FROM "), ["auctions", "bids", "bids$errors", "bids$late", "top"]);
+        assert_eq!(c("SELECT * FROM bids$l"), ["bids$late"]);
         assert_eq!(c("SELECT * FROM au"), ["auctions"]);
         assert_eq!(c("DESCRIBE t"), ["top"]);
         // No FROM yet: every column.
@@ -483,7 +513,10 @@ mod tests {
         assert_eq!(c("SELECT it"), ["item"]);
         // Only the columns of the relations named.
         assert_eq!(c("SELECT * FROM bids WHERE it"), Vec::<String>::new());
-        assert_eq!(c("SELECT b FROM bids WHERE bi"), ["bidder", "bids", "bigint"]);
+        assert_eq!(
+            c("SELECT b FROM bids WHERE bi"),
+            ["bidder", "bids", "bids$errors", "bids$late", "bigint"]
+        );
         assert!(c("CREATE STREAM b").is_empty());
     }
 
