@@ -864,6 +864,10 @@ impl Engine {
     /// policies, forwards each to the queries reading the stream or its companions, then
     /// moves the watermark and evaluates what became complete.
     fn ingest(&mut self, name: &str, a: Arrival) -> Result<()> {
+        let a = match self.ingest_on_time(name, a)? {
+            None => return Ok(()),
+            Some(a) => a,
+        };
         let st = self.streams.get(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         let def = st.def.clone();
         let policy = st.policy.clone();
@@ -1039,11 +1043,75 @@ impl Engine {
         }
     }
 
-    /// Hands changes of a stream to every query reading it.
+    /// The common case of [`Engine::ingest`] without its bookkeeping: no bad rows, no NULL
+    /// event time, nothing late. Takes the arrival in and returns None, or hands it back for
+    /// the general path.
+    fn ingest_on_time(&mut self, name: &str, a: Arrival) -> Result<Option<Arrival>> {
+        let st = self.streams.get(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        if !a.bad.is_empty() {
+            return Ok(Some(a));
+        }
+        let col = a.data.column(st.def.time_column);
+        if col.null_count() > 0 {
+            return Ok(Some(a));
+        }
+        let times: Vec<Time> = match col.data_type() {
+            DataType::Timestamp(TimeUnit::Microsecond, _) => col
+                .as_any()
+                .downcast_ref::<TimestampMicrosecondArray>()
+                .ok_or_else(|| WeirError::internal("timestamp column"))?
+                .values()
+                .to_vec(),
+            DataType::Int64 => col
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| WeirError::internal("int column"))?
+                .values()
+                .to_vec(),
+            _ => return Ok(Some(a)),
+        };
+        // Lateness element by element, as in `ingest`: the first late element sends the
+        // arrival down the general path.
+        let delay = st.def.watermark_delay as Watermark;
+        let mut progress = st.watermark;
+        for &t in &times {
+            if (t as Watermark) < progress {
+                return Ok(Some(a));
+            }
+            progress = progress.max(t as Watermark - delay);
+        }
+        let n = times.len();
+        let max = times.iter().copied().max();
+        let now = self.processing.now();
+        let st = self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream"))?;
+        for &t in &times {
+            *st.buffered.entry(t).or_insert(0) += 1;
+        }
+        st.accepted += n as u64;
+        if let Some(max) = max {
+            st.last_activity = now;
+            st.idle = false;
+            st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
+            st.watermark = st.watermark.max(progress);
+            self.clock = self.clock.max(max);
+        }
+        if n > 0 {
+            self.forward(name, ChangeBatch::new(a.data, times, vec![1; n]))?;
+        }
+        self.run_queries();
+        Ok(None)
+    }
+
+    /// Hands changes of a stream to every query reading it (the last one takes the batch).
     fn forward(&mut self, name: &str, batch: ChangeBatch) -> Result<()> {
-        for q in &mut self.queries {
-            if q.runner.sources().iter().any(|s| s == name) {
-                q.runner.push(name, batch.clone())?;
+        let readers: Vec<usize> = (0..self.queries.len())
+            .filter(|&i| self.queries[i].runner.sources().iter().any(|s| s == name))
+            .collect();
+        let mut batch = Some(batch);
+        for (k, &i) in readers.iter().enumerate() {
+            let b = if k + 1 == readers.len() { batch.take() } else { batch.clone() };
+            if let Some(b) = b {
+                self.queries[i].runner.push(name, b)?;
             }
         }
         Ok(())
