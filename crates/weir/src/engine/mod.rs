@@ -37,7 +37,10 @@ use weir_sql::{
     bind_query, parse_script, Catalog, CatalogEntry, CqlQuery, StreamDef, TableDef, ViewDef,
 };
 
+mod buffered;
 mod recovery;
+
+use buffered::Buffered;
 pub use recovery::Recovery;
 
 use crate::ingest::{
@@ -77,7 +80,7 @@ struct StreamState {
     last_activity: WallDuration,
     idle: bool,
     /// Accepted elements by time, not yet released to every query reading the stream.
-    buffered: BTreeMap<Time, u64>,
+    buffered: Buffered,
     source: Option<SourceState>,
 }
 
@@ -95,7 +98,7 @@ impl StreamState {
             bad: 0,
             last_activity: now,
             idle: false,
-            buffered: BTreeMap::new(),
+            buffered: Buffered::default(),
             source: None,
         }
     }
@@ -752,7 +755,7 @@ impl Engine {
         for (name, st) in self.streams.iter_mut() {
             match released.get(name) {
                 Some(&f) if f < WATERMARK_CLOSED => {
-                    st.buffered = st.buffered.split_off(&clamp(f));
+                    st.buffered.release(clamp(f));
                 }
                 _ => st.buffered.clear(),
             }
@@ -1012,9 +1015,7 @@ impl Engine {
             st.last_activity = now;
             st.idle = false;
         }
-        for &t in &accepted_times {
-            *st.buffered.entry(t).or_insert(0) += 1;
-        }
+        st.buffered.add(&accepted_times);
         if let Some(max) = accepted_times.iter().copied().max() {
             st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
             let delay = st.def.watermark_delay;
@@ -1084,9 +1085,7 @@ impl Engine {
         let max = times.iter().copied().max();
         let now = self.processing.now();
         let st = self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream"))?;
-        for &t in &times {
-            *st.buffered.entry(t).or_insert(0) += 1;
-        }
+        st.buffered.add(&times);
         st.accepted += n as u64;
         if let Some(max) = max {
             st.last_activity = now;
@@ -1259,7 +1258,7 @@ impl Engine {
                 late: s.late,
                 bad: s.bad,
                 watermark: s.watermark,
-                buffered: s.buffered.values().sum(),
+                buffered: s.buffered.count(),
                 idle: s.idle,
                 source: s.source.as_ref().map(describe_source),
             })

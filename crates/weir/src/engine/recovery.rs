@@ -264,7 +264,8 @@ impl Engine {
         let mut sections: Vec<(String, Vec<u8>)> = Vec::new();
         let mut streams = serde_json::Map::new();
         for (name, st) in self.streams.iter().filter(|(_, s)| s.companion_of.is_none()) {
-            let buffered: Vec<Json> = st.buffered.iter().map(|(t, n)| json!([t, n])).collect();
+            let buffered: Vec<Json> =
+                st.buffered.entries().iter().map(|(t, n)| json!([t, n])).collect();
             let source = st.source.as_ref().map(|s| {
                 json!({"spec": spec_to_json(&s.reader.spec),
                        "position": position_to_json(&s.reader.position()),
@@ -357,12 +358,13 @@ impl Engine {
                 st.bad = j["bad"].as_u64().unwrap_or(0);
                 st.policy = policy_from_json(&j["policy"]);
                 st.last_activity = now;
-                st.buffered = j["buffered"]
+                let entries: Vec<(Time, u64)> = j["buffered"]
                     .as_array()
                     .map(|a| {
                         a.iter().filter_map(|p| Some((p[0].as_i64()?, p[1].as_u64()?))).collect()
                     })
                     .unwrap_or_default();
+                st.buffered = super::Buffered::from_entries(&entries);
                 st.source = match j["source"].as_object() {
                     None => None,
                     Some(src) => {
