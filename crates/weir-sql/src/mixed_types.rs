@@ -35,9 +35,15 @@ use datafusion_expr::{lit, when, Expr};
 pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     Ok(plan
         .transform_up_with_subqueries(|node| {
-            // Output columns keep the name of the expression they were written as.
+            // Output columns keep the name of the expression they were written as. Naming
+            // costs a formatting of the expression: only candidates pay it.
             let names = NamePreserver::new(&node);
             node.map_expressions(|e| {
+                let candidate =
+                    e.exists(|x| Ok(matches!(x, Expr::InSubquery(_) | Expr::InList(_))))?;
+                if !candidate {
+                    return Ok(Transformed::no(e));
+                }
                 let name = names.save(&e);
                 Ok(e.transform_up(rewrite_expr)?.update_data(|e| name.restore(e)))
             })
