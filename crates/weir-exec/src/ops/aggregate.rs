@@ -22,7 +22,9 @@
 //! A span of instants is evaluated run by run: each run of input changes sharing an instant is
 //! one step, exactly as if that instant were evaluated alone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use datafusion_common::HashMap;
 
 use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array};
 use arrow::datatypes::{DataType, SchemaRef};
