@@ -22,7 +22,7 @@
 //! Checkpointed as the indexes, the tracked rows and the null-aware totals, in sections laid
 //! out in [`checkpoint`].
 
-use std::collections::{HashMap, HashSet};
+use datafusion_common::{HashMap, HashSet};
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;

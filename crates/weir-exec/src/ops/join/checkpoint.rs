@@ -7,7 +7,7 @@
 //!   (`row` Binary, `count`, `matches` Int64, `null_key` Boolean);
 //! - `join.totals`: one row, `right_total` and `right_null` (the null-aware anti join's counts).
 
-use std::collections::HashMap;
+use datafusion_common::HashMap;
 
 use weir_common::Result;
 
