@@ -384,3 +384,26 @@ fn sources_from_stdin_and_a_file_beside_the_script() {
     assert_eq!(of("2,"), ["2,3,4,cannot read 'oops' as BIGINT"]);
     assert_eq!(of("3,"), ["3,1,7"]);
 }
+
+/// The bundled messy-file example: out-of-order rows released in time order, a late element in
+/// the late stream, unreadable rows in the error stream.
+#[test]
+fn messy_bids_example() {
+    let r = weir(&["--format", "csv", "run", &example("messy_bids.sql")], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(
+        r.stdout,
+        "_query,_time,auction,best\n\
+         _query,_time,bidder,price,missed_watermark\n\
+         _query,_time,line,field,reason\n\
+         1,2024-05-01T12:00:01,1,100\n\
+         1,2024-05-01T12:00:02,1,110\n\
+         1,2024-05-01T12:00:03,2,250\n\
+         1,2024-05-01T12:00:06,3,180\n\
+         1,2024-05-01T12:00:09,2,310\n\
+         2,2024-05-01T12:00:07,grace,90,2024-05-01T12:00:07\n\
+         1,2024-05-01T12:00:12,1,160\n\
+         3,2024-05-01T12:00:12,6,price,cannot read 'twelve' as BIGINT\n\
+         3,2024-05-01T12:00:12,10,,\"expected 4 fields, found 3\"\n"
+    );
+}
