@@ -74,6 +74,11 @@ pub const LATE_SUFFIX: &str = "$late";
 /// Suffix of the error stream's name.
 pub const ERRORS_SUFFIX: &str = "$errors";
 
+/// Whether `name` is `stream` itself or one of its companions.
+pub fn is_or_companion_of(name: &str, stream: &str) -> bool {
+    name == stream || companion_base(name) == Some(stream)
+}
+
 /// The stream a companion name (`s$late`, `s$errors`) belongs to.
 pub fn companion_base(name: &str) -> Option<&str> {
     name.strip_suffix(LATE_SUFFIX).or_else(|| name.strip_suffix(ERRORS_SUFFIX))
@@ -304,10 +309,7 @@ pub(crate) fn parse_options(
             ))
         }
     };
-    let by_extension = path.as_deref().is_some_and(|p| {
-        let p = p.to_ascii_lowercase();
-        p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
-    });
+    let by_extension = path.as_deref().is_some_and(crate::source::is_json_path);
     let format = match format.as_deref() {
         Some("csv") => {
             Format::Csv { header: header.unwrap_or(true), delimiter: delimiter.unwrap_or(b',') }

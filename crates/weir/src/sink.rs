@@ -12,7 +12,7 @@ use std::io::{BufWriter, Seek, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use weir_common::{ChangeBatch, Result, TimeDomain, WeirError};
 use weir_plan::PlanKind;
@@ -72,10 +72,7 @@ impl SinkSpec {
         let Some(path) = path else {
             return Err(WeirError::plan_at("a sink needs WITH (path = '...')", span));
         };
-        let by_extension = {
-            let p = path.to_ascii_lowercase();
-            p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
-        };
+        let by_extension = crate::source::is_json_path(&path);
         let format =
             format.unwrap_or(if by_extension { SinkFormat::JsonLines } else { SinkFormat::Csv });
         Ok(SinkSpec { path, format })
@@ -179,15 +176,8 @@ impl FileSink {
             for (i, &d) in changes.diffs.iter().enumerate() {
                 idx.extend(std::iter::repeat_n(i as u32, d.max(0) as usize));
             }
-            let idx = UInt32Array::from(idx);
-            let cols = changes
-                .data
-                .columns()
-                .iter()
-                .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            let times: Vec<i64> = idx.values().iter().map(|&i| changes.times[i as usize]).collect();
-            (cols, times, None)
+            let expanded = changes.take(&idx)?;
+            (expanded.data.columns().to_vec(), expanded.times, None)
         } else {
             (changes.data.columns().to_vec(), changes.times.clone(), Some(changes.diffs.clone()))
         };

@@ -44,8 +44,8 @@ use buffered::Buffered;
 pub use recovery::Recovery;
 
 use crate::ingest::{
-    bad_row_message, clamp, errors_batch, errors_def, late_batch, late_def, parse_options,
-    BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
+    bad_row_message, clamp, errors_batch, errors_def, is_or_companion_of, late_batch, late_def,
+    parse_options, BadRowPolicy, LatePolicy, StreamPolicy, StreamStats, ERRORS_SUFFIX, LATE_SUFFIX,
 };
 use crate::sink::{FileSink, SinkFormat, SinkSpec};
 use crate::source::{BadRow, Polled, SourceProgress, SourceReader, SourceSpec};
@@ -657,15 +657,7 @@ impl Engine {
     fn start_query(&mut self, plan: Arc<LogicalPlan>, sql: Option<String>) -> Result<Subscription> {
         let (tx, rx) = channel();
         let id = self.launch(&plan, Sink::Subscriber(tx), sql)?;
-        Ok(Subscription {
-            id,
-            schema: weir_exec::compile::exec_schema(&plan.schema()),
-            kind: plan.kind(),
-            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
-            rx,
-            closed: std::cell::Cell::new(false),
-            failure: std::cell::RefCell::new(None),
-        })
+        Ok(subscription(id, &plan, rx))
     }
 
     /// Starts running a plan into a sink; returns the query's id.
@@ -978,13 +970,7 @@ impl Engine {
                 return Ok(a.data.clone());
             }
             let idx = arrow::array::UInt32Array::from(rows.to_vec());
-            let cols = a
-                .data
-                .columns()
-                .iter()
-                .map(|c| arrow::compute::take(c.as_ref(), &idx, None))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            Ok(RecordBatch::try_new(a.data.schema(), cols)?)
+            Ok(arrow::compute::take_record_batch(&a.data, &idx)?)
         };
         let now = self.processing.now();
         if !late_rows.is_empty() {
@@ -1006,21 +992,14 @@ impl Engine {
                 ChangeBatch::new(data, accepted_times.clone(), vec![1; accepted_rows.len()]);
             self.forward(name, batch)?;
         }
+        self.note_accepted(name, &accepted_times)?;
         let st =
             self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         st.late += late_rows.len() as u64;
         st.bad += bad.len() as u64;
-        st.accepted += accepted_times.len() as u64;
-        if !accepted_times.is_empty() || !late_rows.is_empty() || !bad.is_empty() {
+        if !late_rows.is_empty() || !bad.is_empty() {
             st.last_activity = now;
             st.idle = false;
-        }
-        st.buffered.add(&accepted_times);
-        if let Some(max) = accepted_times.iter().copied().max() {
-            st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
-            let delay = st.def.watermark_delay;
-            st.watermark = st.watermark.max(max as Watermark - delay as Watermark);
-            self.clock = self.clock.max(max);
         }
         // Bad rows are stamped with the stream's progress including this arrival.
         if !bad.is_empty() {
@@ -1081,24 +1060,31 @@ impl Engine {
             }
             progress = progress.max(t as Watermark - delay);
         }
+        self.note_accepted(name, &times)?;
         let n = times.len();
-        let max = times.iter().copied().max();
-        let now = self.processing.now();
-        let st = self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream"))?;
-        st.buffered.add(&times);
-        st.accepted += n as u64;
-        if let Some(max) = max {
-            st.last_activity = now;
-            st.idle = false;
-            st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
-            st.watermark = st.watermark.max(progress);
-            self.clock = self.clock.max(max);
-        }
         if n > 0 {
             self.forward(name, ChangeBatch::new(a.data, times, vec![1; n]))?;
         }
         self.run_queries();
         Ok(None)
+    }
+
+    /// The stream's bookkeeping for elements it accepted: counts, buffering, largest timestamp,
+    /// watermark (largest − delay), the engine clock, and activity (for idleness).
+    fn note_accepted(&mut self, name: &str, times: &[Time]) -> Result<()> {
+        let Some(max) = times.iter().copied().max() else {
+            return Ok(());
+        };
+        let now = self.processing.now();
+        let st = self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream"))?;
+        st.accepted += times.len() as u64;
+        st.buffered.add(times);
+        st.last_activity = now;
+        st.idle = false;
+        st.max_seen = Some(st.max_seen.map_or(max, |m| m.max(max)));
+        st.watermark = st.watermark.max(max as Watermark - st.def.watermark_delay as Watermark);
+        self.clock = self.clock.max(max);
+        Ok(())
     }
 
     /// Hands changes of a stream to every query reading it (the last one takes the batch).
@@ -1333,11 +1319,9 @@ impl Engine {
 
     /// Whether any running query reads `stream` or its companions.
     fn is_read(&self, stream: &str) -> bool {
-        let late = format!("{stream}{LATE_SUFFIX}");
-        let errors = format!("{stream}{ERRORS_SUFFIX}");
         self.queries
             .iter()
-            .any(|q| q.runner.sources().iter().any(|s| *s == stream || *s == late || *s == errors))
+            .any(|q| q.runner.sources().iter().any(|s| is_or_companion_of(s, stream)))
     }
 
     /// Reads from every source whose stream some query reads, up to about `max_bytes` each,
@@ -1463,12 +1447,10 @@ impl Engine {
         if let Some(s) = self.source_mut(name) {
             s.failed = Some(e.to_string());
         }
-        let late = format!("{name}{LATE_SUFFIX}");
-        let errors = format!("{name}{ERRORS_SUFFIX}");
         let views = &mut self.views;
         let sinks = &mut self.sinks;
         self.queries.retain(|q| {
-            let reads = q.runner.sources().iter().any(|s| *s == name || *s == late || *s == errors);
+            let reads = q.runner.sources().iter().any(|s| is_or_companion_of(s, name));
             if !reads {
                 return true;
             }
@@ -1641,9 +1623,7 @@ impl Engine {
             let noun = &tag[5..].to_ascii_lowercase();
             return Err(WeirError::plan_at(format!("unknown {noun} '{name}'"), span));
         }
-        let late = format!("{name}{LATE_SUFFIX}");
-        let errors = format!("{name}{ERRORS_SUFFIX}");
-        let is_dep = |d: &String| *d == name || *d == late || *d == errors;
+        let is_dep = |d: &String| is_or_companion_of(d, name);
         if let Some((v, _)) = self.views.iter().find(|(_, v)| v.deps.iter().any(is_dep)) {
             return Err(WeirError::plan_at(
                 format!("cannot drop '{name}': view '{v}' depends on it"),
@@ -1658,9 +1638,7 @@ impl Engine {
         }
         match kind {
             ObjectKind::Stream => {
-                self.streams.remove(name);
-                self.streams.remove(&late);
-                self.streams.remove(&errors);
+                self.streams.retain(|n, s| n != name && s.companion_of.as_deref() != Some(name));
             }
             ObjectKind::Table => {
                 self.tables.remove(name);
@@ -1785,6 +1763,23 @@ impl Engine {
             });
         }
         Ok(text_rows(&["column", "type", "notes"], vec![cols, types, notes]))
+    }
+}
+
+/// The subscriber's end of query `id`'s output channel.
+fn subscription(
+    id: u64,
+    plan: &LogicalPlan,
+    rx: std::sync::mpsc::Receiver<Result<ChangeBatch>>,
+) -> Subscription {
+    Subscription {
+        id,
+        schema: weir_exec::compile::exec_schema(&plan.schema()),
+        kind: plan.kind(),
+        domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+        rx,
+        closed: std::cell::Cell::new(false),
+        failure: std::cell::RefCell::new(None),
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration as WallDuration;
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde_json::{json, Value as Json};
-use weir_common::{ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError};
+use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::QueryRunner;
 
 use super::{Contents, Engine, RunningQuery, Sink, SourceState};
@@ -440,15 +440,7 @@ impl Engine {
         let (tx, rx) = channel();
         q.sink = Sink::Subscriber(tx);
         let from = q.runner.last_instant().map(|t| t.saturating_add(1));
-        let sub = Subscription {
-            id: q.id,
-            schema: weir_exec::compile::exec_schema(&q.plan.schema()),
-            kind: q.plan.kind(),
-            domain: q.plan.time_domain().unwrap_or(TimeDomain::Ticks),
-            rx,
-            closed: std::cell::Cell::new(false),
-            failure: std::cell::RefCell::new(None),
-        };
+        let sub = super::subscription(q.id, &q.plan, rx);
         self.run_queries();
         Ok((sub, from))
     }

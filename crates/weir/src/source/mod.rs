@@ -24,6 +24,13 @@ pub use decode::Format;
 pub(crate) use decode::{BadRow, Decoded, RowDecoder};
 use framing::{Framer, Records};
 
+/// Whether a path names JSON lines by its extension (`.json`, `.jsonl`, `.ndjson`): the
+/// default format of sources and sinks that do not say.
+pub(crate) fn is_json_path(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
+}
+
 /// Where a source's bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
