@@ -12,6 +12,7 @@ mod repl;
 mod script;
 
 use std::io::{self, IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
 
 use args::{Args, Command};
@@ -34,10 +35,10 @@ fn main() -> ExitCode {
     let result = match args.command.clone() {
         Command::Help => write_stdout(args::USAGE),
         Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Inline(sql) => run_script(&sql, &args),
-        Command::Run(path) if path.as_os_str() == "-" => run_stdin(&args),
+        Command::Inline(sql) => run_input(sql.as_bytes(), None, &args),
+        Command::Run(path) if path.as_os_str() == "-" => run_input(io::stdin().lock(), None, &args),
         Command::Run(path) => match std::fs::read_to_string(&path) {
-            Ok(text) => run_file(&text, &path, &args),
+            Ok(text) => run_input(text.as_bytes(), path.parent(), &args),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
             "weir demo is interactive: run it in a terminal (or try weir run examples/auction.sql)"
                 .into(),
         )),
-        Command::Default => run_stdin(&args),
+        Command::Default => run_input(io::stdin().lock(), None, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -99,32 +100,16 @@ fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure>
     Ok((session, restored))
 }
 
-/// Runs a script, then closes every stream.
-fn run_script(text: &str, args: &Args) -> Result<(), Failure> {
+/// Runs statements as they are read from `input`, then reads the sources and closes every
+/// stream. Relative source paths are read from `base_dir` (a script file's directory) or the
+/// working directory. A session restored from a checkpoint does not run the statements again.
+fn run_input(input: impl io::BufRead, base_dir: Option<&Path>, args: &Args) -> Result<(), Failure> {
     let (mut session, restored) = session(args, io::stdout().lock())?;
     if restored {
         return session.finish();
     }
-    script::run_lines(&mut session, text.as_bytes())
-}
-
-/// Runs a script file; relative source paths in it are read from the file's directory.
-fn run_file(text: &str, path: &std::path::Path, args: &Args) -> Result<(), Failure> {
-    let (mut session, restored) = session(args, io::stdout().lock())?;
-    if restored {
-        return session.finish();
-    }
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = base_dir {
         session.engine_mut().set_base_dir(dir);
     }
-    script::run_lines(&mut session, text.as_bytes())
-}
-
-/// Runs statements from standard input as they arrive.
-fn run_stdin(args: &Args) -> Result<(), Failure> {
-    let (mut session, restored) = session(args, io::stdout().lock())?;
-    if restored {
-        return session.finish();
-    }
-    script::run_lines(&mut session, io::stdin().lock())
+    script::run_lines(&mut session, input)
 }
