@@ -19,7 +19,6 @@ use crate::ops::apply::Apply;
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
-use crate::ops::per_instant::{FeedReader, PerInstant, SharedFeed};
 use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
@@ -106,46 +105,25 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 Some(f) => Some(ScalarExpr::compile(f, &both)?),
                 None => None,
             };
-            let (l, r) = (compile(left)?, compile(right)?);
-            // A join is evaluated instant by instant; over span-capable inputs it runs inside a
-            // PerInstant, only at the instants where an input changed.
-            let span = l.span_capable() && r.span_capable();
-            let mut feeds = Vec::new();
-            let (l, r): (Box<dyn Operator>, Box<dyn Operator>) = if span {
-                let (fl, fr) = (SharedFeed::default(), SharedFeed::default());
-                feeds.push((l, fl.clone()));
-                feeds.push((r, fr.clone()));
-                (
-                    Box::new(FeedReader::new(fl, lschema.clone())),
-                    Box::new(FeedReader::new(fr, rschema.clone())),
-                )
-            } else {
-                (l, r)
-            };
-            let join = Box::new(Join::new(
+            Box::new(Join::new(
                 *kind,
                 *nulls_equal,
                 JoinSide {
-                    input: l,
+                    input: compile(left)?,
                     keys: lkeys,
                     row_codec: RowCodec::for_schema(&lschema)?,
                     schema: lschema,
                 },
                 JoinSide {
-                    input: r,
+                    input: compile(right)?,
                     keys: rkeys,
                     row_codec: RowCodec::for_schema(&rschema)?,
                     schema: rschema,
                 },
                 RowCodec::new(key_types)?,
                 filter,
-                schema.clone(),
-            ));
-            if span {
-                Box::new(PerInstant::new(join, feeds, schema))
-            } else {
-                join
-            }
+                schema,
+            ))
         }
         LogicalPlan::Aggregate { group, aggs, input, .. } => {
             let in_schema = input.schema();

@@ -32,7 +32,7 @@ use arrow::ipc::writer::StreamWriter;
 use weir_common::{ChangeBatch, Result, WeirError};
 
 /// The version of the state layout this build writes and reads.
-pub const STATE_VERSION: &str = "1";
+pub const STATE_VERSION: &str = "2";
 
 const VERSION_KEY: &str = "weir.exec.state.version";
 

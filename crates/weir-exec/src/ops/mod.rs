@@ -6,7 +6,6 @@ pub mod apply;
 pub mod distinct;
 pub mod filter;
 pub mod join;
-pub mod per_instant;
 pub mod project;
 pub mod r2s;
 pub mod rename;

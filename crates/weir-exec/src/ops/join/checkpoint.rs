@@ -11,7 +11,7 @@ use datafusion_common::HashMap;
 
 use weir_common::Result;
 
-use super::{Index, Join, Tracked};
+use super::{Bucket, Index, Join, Tracked};
 use crate::row::RowBytes;
 use crate::state::{
     binary_col, bool_col, i64_col, invalid, nonzero, runs, signature, StateReader, StateWriter,
@@ -44,7 +44,7 @@ impl Join {
         {
             let mut rows: Vec<(&RowBytes, &RowBytes, i64)> = index
                 .iter()
-                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (k, r, *c)))
+                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (k, r, c)))
                 .collect();
             rows.sort_unstable();
             w.put(
@@ -95,12 +95,21 @@ impl Join {
             let (keys, rows, counts) = (s.binary("key")?, s.binary("row")?, s.i64s("count")?);
             let mut index = Index::new();
             for (start, end) in runs(&keys) {
-                let mut bucket = HashMap::with_capacity(end - start);
+                let mut bucket: Option<Bucket> = None;
+                let mut seen = datafusion_common::HashSet::with_capacity(end - start);
                 for i in start..end {
-                    if bucket.insert(RowBytes::from(rows[i]), nonzero(name, counts[i])?).is_some() {
+                    if !seen.insert(rows[i]) {
                         return Err(invalid(format!("section '{name}': a row appears twice")));
                     }
+                    let count = nonzero(name, counts[i])?;
+                    match bucket.as_mut() {
+                        None => bucket = Some(Bucket::One(RowBytes::from(rows[i]), count)),
+                        Some(b) => {
+                            b.add(rows[i], count);
+                        }
+                    }
                 }
+                let Some(bucket) = bucket else { continue };
                 if index.insert(RowBytes::from(keys[start]), bucket).is_some() {
                     return Err(invalid(format!("section '{name}': a key appears twice")));
                 }
