@@ -53,18 +53,6 @@ pub struct Args {
     pub checkpoint_interval: Option<std::time::Duration>,
 }
 
-/// `500ms`, `2s`, `1m`.
-fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let n: u64 = text[..split].parse().map_err(|_| format!("bad interval '{text}'"))?;
-    match &text[split..] {
-        "ms" => Ok(std::time::Duration::from_millis(n)),
-        "s" => Ok(std::time::Duration::from_secs(n)),
-        "m" => Ok(std::time::Duration::from_secs(n * 60)),
-        _ => Err(format!("bad interval '{text}': write e.g. 500ms, 2s or 1m")),
-    }
-}
-
 /// Parses the arguments after the program name.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> {
     let mut command = Command::Default;
@@ -101,7 +89,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
             }
             "--checkpoint-interval" => {
                 let v = args.next().ok_or("--checkpoint-interval needs a value, e.g. 2s")?;
-                checkpoint_interval = Some(parse_interval(&v.to_string_lossy())?);
+                checkpoint_interval = Some(
+                    weir::parse_wall_duration(&v.to_string_lossy())
+                        .map_err(|e| format!("--checkpoint-interval: {e}"))?,
+                );
             }
             "--format" => {
                 let v = args.next().ok_or("--format needs a value: table, csv or jsonl")?;
@@ -177,6 +168,6 @@ mod tests {
         assert!(p(&["--checkpoint-interval", "2s"]).unwrap_err().contains("needs --data-dir"));
         assert!(p(&["--data-dir", "d", "--checkpoint-interval", "2x"])
             .unwrap_err()
-            .contains("bad interval"));
+            .contains("--checkpoint-interval: bad duration '2x'"));
     }
 }

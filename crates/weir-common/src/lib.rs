@@ -17,4 +17,6 @@ pub mod time;
 
 pub use change::ChangeBatch;
 pub use error::{Diagnostic, Result, Span, WeirError};
-pub use time::{format_time, Time, TimeDomain, Watermark, WATERMARK_CLOSED, WATERMARK_MIN};
+pub use time::{
+    format_time, parse_wall_duration, Time, TimeDomain, Watermark, WATERMARK_CLOSED, WATERMARK_MIN,
+};

@@ -51,9 +51,34 @@ pub fn format_time(t: Time, domain: TimeDomain) -> String {
     }
 }
 
+/// A wall-clock duration as people type it on a command line or in a test script: a whole
+/// number with `ms`, `s` or `m` (`500ms`, `2s`, `1m`).
+pub fn parse_wall_duration(text: &str) -> std::result::Result<std::time::Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let n: u64 = text[..split].parse().map_err(|_| format!("bad duration '{text}'"))?;
+    match &text[split..] {
+        "ms" => Ok(std::time::Duration::from_millis(n)),
+        "s" => Ok(std::time::Duration::from_secs(n)),
+        "m" => Ok(std::time::Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("bad duration '{text}': write e.g. 500ms, 2s or 1m")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_wall_durations() {
+        use std::time::Duration;
+        assert_eq!(parse_wall_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_wall_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_wall_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_wall_duration("2").unwrap_err().contains("write e.g."));
+        assert!(parse_wall_duration("2h").is_err());
+        assert!(parse_wall_duration("s").unwrap_err().contains("bad duration 's'"));
+        assert!(parse_wall_duration("").is_err());
+    }
 
     #[test]
     fn formats_ticks_and_micros() {

@@ -100,7 +100,7 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                 None => return Err(format!("line {start}: hash-threshold needs a number")),
             },
             "halt" => Kind::Halt,
-            "sleep" => match words.get(1).and_then(|d| parse_sleep(d)) {
+            "sleep" => match words.get(1).and_then(|d| weir::parse_wall_duration(d).ok()) {
                 Some(d) => Kind::Sleep(d),
                 None => return Err(format!("line {start}: sleep needs a duration such as 5s")),
             },
@@ -209,18 +209,6 @@ fn read_block(lines: &[&str], i: &mut usize, dashes: bool) -> (Vec<String>, bool
         *i += 1;
     }
     (got, false)
-}
-
-/// `500ms`, `5s`, `2m`.
-fn parse_sleep(text: &str) -> Option<std::time::Duration> {
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let n: u64 = text[..split].parse().ok()?;
-    match &text[split..] {
-        "ms" => Some(std::time::Duration::from_millis(n)),
-        "s" => Some(std::time::Duration::from_secs(n)),
-        "m" => Some(std::time::Duration::from_secs(n * 60)),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

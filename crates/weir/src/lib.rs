@@ -41,6 +41,7 @@ pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};
 pub use subscription::{Change, Subscription};
 pub use weir_common::{
-    ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
+    parse_wall_duration, ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError,
+    WATERMARK_CLOSED, WATERMARK_MIN,
 };
 pub use weir_plan::PlanKind;
