@@ -474,10 +474,41 @@ impl Join {
             }
         } else {
             let pairs = self.candidates(&insts, &lrows, &rrows, &mut ls, &mut rs);
-            let mask = self.matching(&pairs, &ls, &rs)?;
+            let (mask, full) = self.matching(&pairs, &ls, &rs)?;
+            if let (JoinKind::Inner, Some(full)) = (self.kind, full) {
+                // The output is the candidates θ kept, already decoded.
+                return self.inner_output(&insts, &pairs, &mask, &full);
+            }
+            let mask: Vec<bool> = match mask {
+                Some(m) => (0..pairs.len()).map(|i| m.value(i)).collect(),
+                None => vec![true; pairs.len()],
+            };
             self.emit(&insts, &pairs, &mask, &lrows, &rrows, &mut ls, &mut rs, &mut out);
         }
         self.output(out, &ls, &rs)
+    }
+
+    /// An inner join's output: the decoded candidates (both sides' columns) that θ kept, with
+    /// their instants and diffs.
+    fn inner_output(
+        &self,
+        insts: &[Instant],
+        pairs: &[Pair],
+        mask: &Option<arrow::array::BooleanArray>,
+        full: &RecordBatch,
+    ) -> Result<ChangeBatch> {
+        let Some(mask) = mask else {
+            return Err(weir_common::WeirError::internal("decoded candidates without θ"));
+        };
+        let kept = arrow::compute::filter_record_batch(full, mask)?;
+        let (times, diffs): (Vec<Time>, Vec<i64>) = pairs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask.value(*i))
+            .map(|(_, p)| (insts[p.inst as usize].t, p.lc * p.rc))
+            .unzip();
+        let data = batch_of(&self.schema, kept.columns().to_vec(), times.len())?;
+        Ok(ChangeBatch::new(data, times, diffs))
     }
 
     /// Pass 1: the candidate pairs of every instant, updating both indexes on the way.
@@ -535,12 +566,16 @@ impl Join {
         pairs
     }
 
-    /// Pass 2: whether each candidate pair satisfies the residual predicate.
-    fn matching(&self, pairs: &[Pair], ls: &SideRows<'_>, rs: &SideRows<'_>) -> Result<Vec<bool>> {
-        let Some(f) = &self.filter else { return Ok(vec![true; pairs.len()]) };
-        if pairs.is_empty() {
-            return Ok(vec![]);
-        }
+    /// Pass 2: whether each candidate pair satisfies the residual predicate (`None`: there is
+    /// none), and the candidates decoded to evaluate it (both sides' columns).
+    #[allow(clippy::type_complexity)]
+    fn matching(
+        &self,
+        pairs: &[Pair],
+        ls: &SideRows<'_>,
+        rs: &SideRows<'_>,
+    ) -> Result<(Option<arrow::array::BooleanArray>, Option<RecordBatch>)> {
+        let Some(f) = &self.filter else { return Ok((None, None)) };
         let n = pairs.len();
         let mut cols = self.left.row_codec.decode(pairs.iter().map(|p| ls.get(p.l)))?;
         cols.extend(self.right.row_codec.decode(pairs.iter().map(|p| rs.get(p.r)))?);
@@ -559,7 +594,7 @@ impl Join {
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
         let mask = f.eval_predicate(&full)?;
-        Ok((0..n).map(|i| mask.value(i)).collect())
+        Ok((Some(mask), Some(full)))
     }
 
     /// Pass 3: per instant, the matched pairs and the padding, semi, anti or mark rows that
