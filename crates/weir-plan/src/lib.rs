@@ -12,14 +12,17 @@
 //! Leaves are [`LogicalPlan::StreamScan`] (a stream's elements) and [`LogicalPlan::TableScan`]
 //! (a table's changes). Every node knows its output [`PlanKind`] (stream or relation) and its
 //! schema; scalar expressions are DataFusion [`Expr`]s over the input's schema, already
-//! type-coerced by the binder. [`explain`] prints the tree for `EXPLAIN`.
+//! type-coerced by the binder. [`explain`] prints the tree for `EXPLAIN`; [`prune`] narrows
+//! each join input to the columns used above it.
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
 pub mod explain;
 pub mod plan;
+pub mod prune;
 
 pub use explain::explain;
 pub use plan::{
     AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S,
 };
+pub use prune::prune;

@@ -8,6 +8,9 @@
 //! converted node by node into Weir's plan, where those leaves become [`LogicalPlan::Window`]
 //! over a [`LogicalPlan::StreamScan`] (or over the view's own plan).
 //!
+//! The converted plan is then pruned ([`weir_plan::prune`]): each join input is narrowed to the
+//! columns used above it, over the whole plan, views inlined.
+//!
 //! CQL's defaults are applied here: a stream named without a window gets `[UNBOUNDED]`; a
 //! top-level monotonic query without an explicit relation-to-stream operator gets `ISTREAM`.
 
@@ -202,6 +205,8 @@ impl<'a> Binder<'a> {
         self.check_relations(&q.query)?;
         let df = self.plan_sql(&q.query, &q.windows)?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        // Joins store whole input rows: each input keeps only the columns used above it.
+        let plan = weir_plan::prune(&plan)?;
         let domains = plan.stream_domains();
         let ticks = domains.iter().find(|(_, d)| *d == TimeDomain::Ticks);
         let micros = domains.iter().find(|(_, d)| *d == TimeDomain::Micros);
