@@ -19,6 +19,7 @@ use crate::ops::apply::Apply;
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
+use crate::ops::linear::Linear;
 use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
@@ -78,13 +79,13 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         }
         LogicalPlan::Filter { predicate, input } => {
             let p = ScalarExpr::compile(predicate, &input.schema())?;
-            Box::new(Filter::new(compile(input)?, p))
+            Box::new(Linear::new(compile(input)?, Filter::new(p)))
         }
         LogicalPlan::Project { exprs, input, .. } => {
             let in_schema = input.schema();
             let exprs =
                 exprs.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
-            Box::new(Project::new(compile(input)?, exprs, schema))
+            Box::new(Linear::new(compile(input)?, Project::new(exprs, schema)))
         }
         LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } => {
             let (ls, rs) = (left.schema(), right.schema());
@@ -162,7 +163,9 @@ pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         LogicalPlan::ToStream { op, input } => {
             Box::new(ToStream::new(compile(input)?, *op, schema, input.sources())?)
         }
-        LogicalPlan::Rename { input, .. } => Box::new(Rename::new(compile(input)?, schema)),
+        LogicalPlan::Rename { input, .. } => {
+            Box::new(Linear::new(compile(input)?, Rename::new(schema)))
+        }
         LogicalPlan::Apply { input, subqueries, .. } => {
             Box::new(Apply::new(compile(input)?, &input.schema(), subqueries, schema)?)
         }

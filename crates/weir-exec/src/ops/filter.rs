@@ -1,28 +1,28 @@
 //! Filter: σ_p.
 //!
 //! Delta semantics: Δσ_p(R) = σ_p(ΔR): an inserted or deleted row passes iff `p` is true on it
-//! (NULL counts as false), with its diff unchanged. Linear and stateless.
+//! (NULL counts as false), with its diff unchanged. Linear and stateless (run by
+//! [`crate::ops::linear::Linear`]).
 
-use weir_common::{ChangeBatch, Result, Time};
+use weir_common::{ChangeBatch, Result};
 
 use crate::expr::ScalarExpr;
-use crate::operator::{EvalCtx, Operator};
+use crate::ops::linear::RowMap;
 
 #[derive(Debug)]
 pub struct Filter {
-    input: Box<dyn Operator>,
     predicate: ScalarExpr,
 }
 
 impl Filter {
-    pub fn new(input: Box<dyn Operator>, predicate: ScalarExpr) -> Self {
-        Filter { input, predicate }
+    pub fn new(predicate: ScalarExpr) -> Self {
+        Filter { predicate }
     }
 }
 
-impl Filter {
+impl RowMap for Filter {
     /// The rows of `d` on which the predicate is true.
-    fn apply(&self, d: ChangeBatch) -> Result<ChangeBatch> {
+    fn map(&self, d: ChangeBatch) -> Result<ChangeBatch> {
         if d.is_empty() {
             return Ok(d);
         }
@@ -41,35 +41,5 @@ impl Filter {
             }
         }
         Ok(ChangeBatch::new(data, times, diffs))
-    }
-}
-
-impl Operator for Filter {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
-        self.apply(d)
-    }
-
-    /// Stateless: saves only its input's state.
-    fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
-        self.input.save_state(w)
-    }
-
-    fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
-        self.input.restore_state(r)
-    }
-
-    fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
-    }
-
-    fn span_capable(&self) -> bool {
-        self.input.span_capable()
-    }
-
-    /// Linear: the predicate runs on the whole span's changes at once.
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval_span(lo, hi, ctx)?;
-        self.apply(d)
     }
 }

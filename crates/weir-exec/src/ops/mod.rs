@@ -6,6 +6,7 @@ pub mod apply;
 pub mod distinct;
 pub mod filter;
 pub mod join;
+pub mod linear;
 pub mod project;
 pub mod r2s;
 pub mod rename;
