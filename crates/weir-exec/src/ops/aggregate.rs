@@ -172,14 +172,20 @@ fn key_f64(k: i64) -> f64 {
 }
 
 /// One output value of an aggregate, typed (floats by their bits, so equality is bitwise as
-/// for `ScalarValue`).
+/// for `ScalarValue`; decimals as two halves, which keeps the enum at 24 bytes).
 #[derive(Debug, Clone, PartialEq)]
 enum Out {
     Null,
     Int(i64),
     Float(u64),
-    Dec(i128),
+    Dec(u64, u64),
     Bytes(RowBytes),
+}
+
+impl Out {
+    fn dec(v: i128) -> Out {
+        Out::Dec(v as u64, (v >> 64) as u64)
+    }
 }
 
 /// An argument column viewed in the accumulator's working type.
@@ -217,6 +223,8 @@ struct Prepared {
 }
 
 /// Output rows collected over a call: keys as concatenated bytes, values column by column.
+/// Kept between calls for its allocations.
+#[derive(Debug, Default)]
 struct Emitted {
     key_bytes: Vec<u8>,
     key_ends: Vec<usize>,
@@ -226,14 +234,15 @@ struct Emitted {
 }
 
 impl Emitted {
-    fn new(aggs: usize) -> Self {
-        Emitted {
-            key_bytes: Vec::new(),
-            key_ends: Vec::new(),
-            cols: vec![Vec::new(); aggs],
-            times: Vec::new(),
-            diffs: Vec::new(),
-        }
+    /// Empties the buffers for `aggs` aggregates, keeping their capacity (`times` and
+    /// `diffs` are handed over with each batch: they get the last batch's length).
+    fn clear(&mut self, aggs: usize) {
+        self.key_bytes.clear();
+        self.key_ends.clear();
+        self.cols.resize_with(aggs, Vec::new);
+        self.cols.iter_mut().for_each(Vec::clear);
+        self.times.clear();
+        self.diffs.clear();
     }
 
     fn push(&mut self, key: &[u8], vals: &[Out], t: Time, diff: i64) {
@@ -245,6 +254,20 @@ impl Emitted {
         self.times.push(t);
         self.diffs.push(diff);
     }
+}
+
+/// A group touched by a step: its key's [`sort_prefix`], its slot, and where its old output
+/// is (None: it did not exist).
+type Touched = (u128, u32, Option<u32>);
+
+/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
+/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
+/// integer comparison for most pairs.
+fn sort_prefix(b: &[u8]) -> u128 {
+    let mut p = [0u8; 16];
+    let n = b.len().min(16);
+    p[..n].copy_from_slice(&b[..n]);
+    u128::from_be_bytes(p)
 }
 
 /// Casts as `ScalarValue::cast_to` does (an error, not NULL, for a value that does not fit).
@@ -276,11 +299,13 @@ pub struct Aggregate {
     /// The number of steps taken (marks groups touched by the current step).
     epoch: u64,
     started: bool,
-    /// Scratch, kept for its allocations: the groups touched by the current step with the
+    /// Scratch, kept for its allocations: the groups touched by the current step (the
+    /// [`sort_prefix`] of the key, the slot) with the
     /// offset of their old output in `old` (None: the group did not exist), and a new output.
-    touched: Vec<(u32, Option<u32>)>,
+    touched: Vec<Touched>,
     old: Vec<Out>,
     new: Vec<Out>,
+    emitted: Emitted,
 }
 
 impl Aggregate {
@@ -323,6 +348,7 @@ impl Aggregate {
             touched: Vec::new(),
             old: Vec::new(),
             new: Vec::new(),
+            emitted: Emitted::default(),
         })
     }
 
@@ -490,7 +516,7 @@ impl Aggregate {
                             .map_err(|_| WeirError::Execution("integer overflow in SUM".into()))?,
                     ),
                     Sum::Float(s) => Out::Float(s.to_bits()),
-                    Sum::Dec(s) => Out::Dec(*s),
+                    Sum::Dec(s) => Out::dec(*s),
                 },
                 Acc::Avg { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
                 Acc::MinMax { values, max } => {
@@ -523,7 +549,7 @@ impl Aggregate {
             }
             Kind::Dec(p, s) => std::sync::Arc::new(
                 Decimal128Array::from_iter(vals.iter().map(|v| match v {
-                    Out::Dec(x) => Some(*x),
+                    Out::Dec(lo, hi) => Some(((*hi as i128) << 64) | *lo as i128),
                     _ => None,
                 }))
                 .with_precision_and_scale(p, s)?,
@@ -929,7 +955,7 @@ impl Aggregate {
         p: &Prepared,
         i: usize,
         diff: i64,
-        touched: &mut Vec<(u32, Option<u32>)>,
+        touched: &mut Vec<Touched>,
         old: &mut Vec<Out>,
     ) -> Result<()> {
         let key = p.keys.get(i);
@@ -948,7 +974,7 @@ impl Aggregate {
             } else {
                 None
             };
-            touched.push((id, at));
+            touched.push((sort_prefix(key), id, at));
         }
         group.rows += diff;
         for (a, st) in group.accs.iter_mut().enumerate() {
@@ -1005,7 +1031,7 @@ impl Aggregate {
             if self.keys.is_empty() {
                 let id = self.alloc(&[]);
                 self.slots[id as usize].mark = self.epoch;
-                touched.push((id, None));
+                touched.push((sort_prefix(&[]), id, None));
             }
         }
         if let Some(p) = p.filter(|_| !range.is_empty()) {
@@ -1020,9 +1046,11 @@ impl Aggregate {
             }
         }
         let slots = &self.slots;
-        touched.sort_unstable_by(|a, b| slots[a.0 as usize].key.cmp(&slots[b.0 as usize].key));
+        touched.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
+        });
         let n = self.aggs.len();
-        for &(id, old_at) in &touched {
+        for &(_, id, old_at) in &touched {
             let g = &self.slots[id as usize];
             new.clear();
             let exists = self.exists(g);
@@ -1052,11 +1080,25 @@ impl Aggregate {
     /// The output changes of the steps `(t, rows of d)`, in order.
     fn process(&mut self, d: &ChangeBatch, steps: &[(Time, Range<usize>)]) -> Result<ChangeBatch> {
         let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
-        let mut out = Emitted::new(self.aggs.len());
+        let mut out = std::mem::take(&mut self.emitted);
+        out.clear(self.aggs.len());
+        let result = self.emit(d, p.as_ref(), steps, &mut out);
+        self.emitted = out;
+        result
+    }
+
+    fn emit(
+        &mut self,
+        d: &ChangeBatch,
+        p: Option<&Prepared>,
+        steps: &[(Time, Range<usize>)],
+        out: &mut Emitted,
+    ) -> Result<ChangeBatch> {
         for (t, range) in steps {
-            self.step(*t, d, p.as_ref(), range.clone(), &mut out)?;
+            self.step(*t, d, p, range.clone(), out)?;
         }
-        if out.diffs.is_empty() {
+        let n = out.diffs.len();
+        if n == 0 {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let mut start = 0;
@@ -1069,8 +1111,10 @@ impl Aggregate {
         for (a, vals) in out.cols.iter().enumerate() {
             cols.push(self.finish_column(a, vals)?);
         }
-        let data = batch_of(&self.schema, cols, out.diffs.len())?;
-        Ok(ChangeBatch::new(data, out.times, out.diffs))
+        let data = batch_of(&self.schema, cols, n)?;
+        let times = std::mem::replace(&mut out.times, Vec::with_capacity(n));
+        let diffs = std::mem::replace(&mut out.diffs, Vec::with_capacity(n));
+        Ok(ChangeBatch::new(data, times, diffs))
     }
 }
 
@@ -1083,7 +1127,7 @@ mod tests {
     use datafusion_expr::{cast, col};
 
     use super::*;
-    use crate::testing::{kv, kv_schema, render, run, Feed, Tick};
+    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, SpanFeed, Tick};
 
     fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Aggregate {
         agg_op_as(grouped, aggs, DataType::Int64, input)
@@ -1348,5 +1392,34 @@ mod tests {
         let mut fresh = agg_op(true, &aggs, vec![]);
         let err = fresh.restore_own(&mut r).unwrap_err();
         assert!(err.to_string().contains("does not fit"), "{err}");
+    }
+
+    #[test]
+    fn spans_give_what_instants_give() {
+        // Window-like input over many instants, some groups appearing and disappearing, a
+        // float sum (which fixes the apply order): any span width, the same changes.
+        let ticks = || min_max_input();
+        for (grouped, aggs) in [
+            (
+                true,
+                &[(AggFunc::Max, false), (AggFunc::Avg, false), (AggFunc::CountStar, false)][..],
+            ),
+            (false, &[(AggFunc::Min, false), (AggFunc::Count, true), (AggFunc::Sum, false)][..]),
+        ] {
+            let make = |span: bool| {
+                let mut op = agg_op(grouped, aggs, vec![]);
+                op.input = if span {
+                    SpanFeed::new(kv_schema(), ticks())
+                } else {
+                    Feed::new(kv_schema(), ticks())
+                };
+                op
+            };
+            let want = run(&mut make(false));
+            assert!(!want.is_empty());
+            for width in [0, 1, 2, 10] {
+                assert_eq!(run_spans(&mut make(true), width), want, "width {width}");
+            }
+        }
     }
 }

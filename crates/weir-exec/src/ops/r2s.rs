@@ -132,26 +132,33 @@ impl ToStream {
         let mut idx: Vec<u32> = Vec::with_capacity(d.len());
         let mut times = Vec::with_capacity(d.len());
         let mut diffs = Vec::with_capacity(d.len());
-        let mut net: HashMap<&[u8], (u32, i64)> = HashMap::new();
+        let mut run: Vec<(u128, u32)> = Vec::new();
         let mut start = 0;
         for end in ends {
             let t = d.times[start];
             match &rows {
                 Some(rows) if end - start > 1 => {
-                    net.clear();
-                    for i in start..end {
-                        net.entry(rows.get(i)).or_insert((i as u32, 0)).1 += d.diffs[i];
-                    }
-                    let mut run: Vec<(&[u8], u32, i64)> = net
-                        .iter()
-                        .filter(|(_, v)| v.1 * sign > 0)
-                        .map(|(k, v)| (*k, v.0, v.1 * sign))
-                        .collect();
-                    run.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                    for (_, i, n) in run {
-                        idx.push(i);
-                        times.push(t);
-                        diffs.push(n);
+                    // Equal rows side by side, in arrival order, each kept once, at its
+                    // first arrival, if its net diff has the sign.
+                    let row = |i: u32| rows.get(i as usize);
+                    run.clear();
+                    run.extend((start as u32..end as u32).map(|i| (sort_prefix(row(i)), i)));
+                    run.sort_unstable_by(|a, b| {
+                        a.0.cmp(&b.0).then_with(|| row(a.1).cmp(row(b.1))).then(a.1.cmp(&b.1))
+                    });
+                    let mut k = 0;
+                    while k < run.len() {
+                        let (prefix, first) = run[k];
+                        let mut net = 0;
+                        while k < run.len() && run[k].0 == prefix && row(run[k].1) == row(first) {
+                            net += d.diffs[run[k].1 as usize];
+                            k += 1;
+                        }
+                        if net * sign > 0 {
+                            idx.push(first);
+                            times.push(t);
+                            diffs.push(net * sign);
+                        }
                     }
                 }
                 _ => {
@@ -174,9 +181,20 @@ impl ToStream {
     }
 }
 
+/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
+/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
+/// integer comparison for most pairs.
+fn sort_prefix(b: &[u8]) -> u128 {
+    let mut p = [0u8; 16];
+    let n = b.len().min(16);
+    p[..n].copy_from_slice(&b[..n]);
+    u128::from_be_bytes(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::EvalCtx;
     use crate::testing::{kv, kv_schema, run, Feed, Tick};
 
     fn r2s(op: R2S, input: Vec<Tick>) -> Vec<String> {
@@ -214,5 +232,31 @@ mod tests {
                 "@4 +1 c 3"
             ]
         );
+    }
+
+    #[test]
+    fn istream_consolidates_and_sorts_rows_sharing_a_long_prefix() {
+        // Keys longer than the 16-byte sort prefix: ties on the prefix fall back to the bytes.
+        let long = "abcdefghijklmnopqrstuvwxyz";
+        let input = vec![kv(
+            1,
+            &format!(
+                "+1 {long}2 1, +1 {long}1 1, +1 {long}2 1, -1 {long}1 1, +1 {long}10 5, \
+                 +1 {long}1 2, +1 {long}1 1, -1 {long}2 1"
+            ),
+        )];
+        let mut s = ToStream::new(Feed::new(kv_schema(), input), R2S::Istream, kv_schema(), vec![])
+            .unwrap();
+        let d = s.eval(1, &EvalCtx::default()).unwrap();
+        let keys = d.data.column(0).as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+        let vals = d.data.column(1).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
+        let got: Vec<(String, i64, i64)> = (0..d.len())
+            .map(|i| (keys.value(i).replace(long, "~"), vals.value(i), d.diffs[i]))
+            .collect();
+        // In value order (not the rendering's text order): "~1" < "~10" < "~2".
+        let want = [("~1", 1, 1), ("~1", 2, 1), ("~10", 5, 1), ("~2", 1, 1)];
+        let want: Vec<(String, i64, i64)> =
+            want.iter().map(|(k, v, n)| (k.to_string(), *v, *n)).collect();
+        assert_eq!(got, want);
     }
 }
