@@ -9,6 +9,11 @@
 
 use std::path::PathBuf;
 
+/// The same allocator as the `weir` binary (operator state makes many small allocations; the
+/// system allocator spent 10-20% of q4/q5/q7 in malloc and free).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{bail, Context, Result};
 use weir_bench::driver::{reset_peak_rss, run, scaling, Input, RunConfig};
 use weir_bench::files::{path_of, write_events, Format};

@@ -45,7 +45,11 @@ use crate::operator::{min_wakeup, EvalCtx, Operator};
 use crate::ops::batch_of;
 use crate::row::{EncodedRows, RowBytes, RowCodec};
 
-type Index = HashMap<RowBytes, Bucket>;
+/// An encoded join key, inline up to 16 bytes (one or two numbers): a lookup that finds a
+/// candidate compares keys without following a pointer to the heap.
+type Key = smallvec::SmallVec<[u8; 16]>;
+
+type Index = HashMap<Key, Bucket>;
 
 /// The rows of one key with their multiplicities (never zero). Most keys have one row, which
 /// is kept inline instead of in a map of its own.
@@ -392,7 +396,7 @@ impl Join {
                     }
                 }
                 None => {
-                    index.insert(RowBytes::from(key), Bucket::One(RowBytes::from(d.row), d.diff));
+                    index.insert(Key::from_slice(key), Bucket::One(RowBytes::from(d.row), d.diff));
                 }
             }
         }

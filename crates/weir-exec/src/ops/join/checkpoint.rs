@@ -11,7 +11,7 @@ use datafusion_common::HashMap;
 
 use weir_common::Result;
 
-use super::{Bucket, Index, Join, Tracked};
+use super::{Bucket, Index, Join, Key, Tracked};
 use crate::row::RowBytes;
 use crate::state::{
     binary_col, bool_col, i64_col, invalid, nonzero, runs, signature, StateReader, StateWriter,
@@ -42,9 +42,9 @@ impl Join {
         for (name, index) in
             [("join.left_index", &self.left_index), ("join.right_index", &self.right_index)]
         {
-            let mut rows: Vec<(&RowBytes, &RowBytes, i64)> = index
+            let mut rows: Vec<(&[u8], &RowBytes, i64)> = index
                 .iter()
-                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (k, r, c)))
+                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (&k[..], r, c)))
                 .collect();
             rows.sort_unstable();
             w.put(
@@ -52,7 +52,7 @@ impl Join {
                 &sig,
                 rows.len(),
                 vec![
-                    ("key", binary_col(rows.iter().map(|r| &r.0[..]))),
+                    ("key", binary_col(rows.iter().map(|r| r.0))),
                     ("row", binary_col(rows.iter().map(|r| &r.1[..]))),
                     ("count", i64_col(rows.iter().map(|r| r.2))),
                 ],
@@ -110,7 +110,7 @@ impl Join {
                     }
                 }
                 let Some(bucket) = bucket else { continue };
-                if index.insert(RowBytes::from(keys[start]), bucket).is_some() {
+                if index.insert(Key::from_slice(keys[start]), bucket).is_some() {
                     return Err(invalid(format!("section '{name}': a key appears twice")));
                 }
             }
