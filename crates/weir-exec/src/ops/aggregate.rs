@@ -245,16 +245,6 @@ impl Emitted {
         self.diffs.clear();
     }
 
-    /// Makes room for `rows` more rows at once (growing by doubling copies every row each
-    /// time, and a fresh block's pages are faulted in on first touch).
-    fn reserve(&mut self, rows: usize, key_len: usize) {
-        self.key_bytes.reserve(rows * key_len);
-        self.key_ends.reserve(rows);
-        self.cols.iter_mut().for_each(|c| c.reserve(rows));
-        self.times.reserve(rows);
-        self.diffs.reserve(rows);
-    }
-
     fn push(&mut self, key: &[u8], vals: &[Out], t: Time, diff: i64) {
         self.key_bytes.extend_from_slice(key);
         self.key_ends.push(self.key_bytes.len());
@@ -1092,10 +1082,6 @@ impl Aggregate {
         let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(self.aggs.len());
-        // Each input row touches one group in its step, which emits at most two rows (two
-        // more for the scalar aggregate's first row); capped, as most inputs emit far less.
-        let key_len = p.as_ref().filter(|p| !p.keys.is_empty()).map_or(0, |p| p.keys.get(0).len());
-        out.reserve((2 * d.len() + 2).min(1 << 20), key_len);
         let result = self.emit(d, p.as_ref(), steps, &mut out);
         self.emitted = out;
         result
@@ -1126,8 +1112,8 @@ impl Aggregate {
             cols.push(self.finish_column(a, vals)?);
         }
         let data = batch_of(&self.schema, cols, n)?;
-        let times = std::mem::take(&mut out.times);
-        let diffs = std::mem::take(&mut out.diffs);
+        let times = std::mem::replace(&mut out.times, Vec::with_capacity(n));
+        let diffs = std::mem::replace(&mut out.diffs, Vec::with_capacity(n));
         Ok(ChangeBatch::new(data, times, diffs))
     }
 }
