@@ -959,11 +959,13 @@ impl Aggregate {
         old: &mut Vec<Out>,
     ) -> Result<()> {
         let key = p.keys.get(i);
-        let id = match self.index.get(key) {
+        let scalar = self.keys.is_empty();
+        // Without GROUP BY there is one group, never released once it exists: no lookup.
+        let found = if scalar { self.index.values().next() } else { self.index.get(key) };
+        let id = match found {
             Some(&id) => id,
             None => self.alloc(key),
         };
-        let scalar = self.keys.is_empty();
         let group = &mut self.slots[id as usize];
         if group.mark != self.epoch {
             group.mark = self.epoch;
