@@ -57,6 +57,10 @@ use minmax::KeySet;
 
 mod minmax;
 
+/// An encoded group key, inline up to 24 bytes (a few numbers): a probe that finds a
+/// candidate compares keys without a trip to the heap.
+type GroupKey = smallvec::SmallVec<[u8; 24]>;
+
 /// One aggregate of the operator, compiled.
 #[derive(Debug)]
 pub struct AggSpec {
@@ -295,7 +299,7 @@ pub struct Aggregate {
     slots: Vec<Group>,
     free: Vec<u32>,
     /// The slot of each existing group, by encoded key.
-    index: HashMap<RowBytes, u32>,
+    index: HashMap<GroupKey, u32>,
     /// The number of steps taken (marks groups touched by the current step).
     epoch: u64,
     started: bool,
@@ -385,7 +389,7 @@ impl Aggregate {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.index.insert(key.into(), id);
+        self.index.insert(GroupKey::from_slice(key), id);
         id
     }
 
@@ -878,7 +882,7 @@ impl Aggregate {
         self.started = started;
         self.index = HashMap::with_capacity(groups.len());
         for (id, g) in groups.iter().enumerate() {
-            if self.index.insert(RowBytes::from(&g.key[..]), id as u32).is_some() {
+            if self.index.insert(GroupKey::from_slice(&g.key[..]), id as u32).is_some() {
                 return Err(invalid("section 'aggregate.groups': a key appears twice"));
             }
         }
