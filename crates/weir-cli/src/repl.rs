@@ -287,7 +287,9 @@ impl Ticker {
             let mut source_error = None;
             loop {
                 match session.engine_mut().poll_sources(1 << 20) {
-                    Ok(p) if p.bytes > 0 && started.elapsed() < TICK / 2 => continue,
+                    Ok(p) if (p.bytes > 0 || p.records > 0) && started.elapsed() < TICK / 2 => {
+                        continue
+                    }
                     Ok(_) => break,
                     Err(e) => {
                         source_error = Some(e);
@@ -421,7 +423,7 @@ impl Shell {
                 });
                 break;
             }
-            if matches!(polled, Ok(p) if p.bytes == 0) {
+            if matches!(polled, Ok(p) if p.bytes == 0 && p.records == 0) {
                 thread::sleep(Duration::from_millis(20));
             }
         }

@@ -383,6 +383,49 @@ fn followed_file_sees_appended_rows() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A followed glob reads files that appear later and sort after the last one (rotated logs):
+/// the file before is then complete, its unterminated last line read as a record; a file that
+/// sorts before the one being followed is not read.
+#[test]
+fn followed_glob_picks_up_newer_files() {
+    let dir = tempdir();
+    std::fs::write(dir.join("log-1.csv"), "k,v,t\na,1,1\nb,2,2\n").unwrap();
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'log-*.csv', follow = true)",
+    )
+    .unwrap();
+    let sub = e.subscribe("SELECT k, v FROM s").unwrap();
+    let text = |sub: &Subscription| -> Vec<String> {
+        sub.poll_changes().unwrap().iter().map(|c| c.to_string()).collect()
+    };
+    assert_eq!(e.run_sources().unwrap().live, 1);
+    assert_eq!(text(&sub), ["@1 a 1"]);
+
+    // log-1 grows by an unterminated line, then rotates: log-2 appears.
+    let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("log-1.csv")).unwrap();
+    f.write_all(b"c,3,3").unwrap();
+    f.flush().unwrap();
+    e.run_sources().unwrap();
+    assert_eq!(e.stream_stats()[0].accepted, 2, "the unterminated line waits while log-1 is last");
+    std::fs::write(dir.join("log-2.csv"), "k,v,t\nd,4,4\ne,5,5\n").unwrap();
+    std::fs::write(dir.join("log-0.csv"), "k,v,t\nz,0,0\n").unwrap();
+    e.run_sources().unwrap();
+    assert_eq!(text(&sub), ["@2 b 2", "@3 c 3", "@4 d 4"]);
+    assert_eq!(e.stream_stats()[0].accepted, 5, "log-0 sorts before log-1: not read");
+
+    // log-2 is followed in turn.
+    let mut f = std::fs::OpenOptions::new().append(true).open(dir.join("log-2.csv")).unwrap();
+    f.write_all(b"f,6,6\n").unwrap();
+    f.flush().unwrap();
+    e.run_sources().unwrap();
+    e.close("s").unwrap();
+    assert_eq!(text(&sub), ["@5 e 5", "@6 f 6"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A source starts when a query reads its stream, so every query started before reading sees
 /// every row; a source that fails leaves the engine serving everything else.
 #[test]

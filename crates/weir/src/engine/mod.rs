@@ -1428,7 +1428,10 @@ impl Engine {
             total.bytes += p.bytes;
             total.live = p.live;
             total.waiting = p.waiting;
-            if p.bytes == 0 {
+            // Nothing read and nothing decoded: every source waits or has ended. (A poll can
+            // decode without reading: the last line of a followed file, once a newer one
+            // appears.)
+            if p.bytes == 0 && p.records == 0 {
                 break;
             }
         }

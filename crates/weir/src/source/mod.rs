@@ -31,11 +31,37 @@ pub(crate) fn is_json_path(path: &str) -> bool {
     p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
 }
 
+/// Whether a `path` option is a glob pattern rather than one file.
+fn is_pattern(path: &str) -> bool {
+    path.contains(['*', '?', '['])
+}
+
+/// `path` resolved against `base` unless absolute.
+fn resolve(base: &Path, path: &str) -> PathBuf {
+    if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        base.join(path)
+    }
+}
+
+/// The regular files matching glob `path` (relative to `base`), in no particular order.
+fn matching(base: &Path, path: &str) -> Result<Vec<PathBuf>, String> {
+    let pattern = resolve(base, path).to_string_lossy().into_owned();
+    Ok(glob::glob(&pattern)
+        .map_err(|e| format!("bad file pattern '{path}': {e}"))?
+        .filter_map(|p| p.ok())
+        .filter(|p| p.is_file())
+        .collect())
+}
+
 /// Where a source's bytes come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
     /// A file or a glob of files (`data/bids-*.csv`), read in name order. With `follow`, the
-    /// last file is watched for appended data after its end, and the stream never ends.
+    /// last file is watched for appended data after its end, and the stream never ends; for a
+    /// glob, a file that appears later and sorts after the last one is read next, the one
+    /// before it then being complete (rotated logs).
     Files { path: String, follow: bool },
     /// The process's standard input, until it ends.
     Stdin,
@@ -200,20 +226,10 @@ impl SourceReader {
         self.base = base.to_path_buf();
         match &self.spec.input {
             Input::Files { path, .. } => {
-                let full = if Path::new(path).is_absolute() {
-                    PathBuf::from(path)
+                let mut files: Vec<PathBuf> = if is_pattern(path) {
+                    matching(base, path)?
                 } else {
-                    base.join(path)
-                };
-                let pattern = full.to_string_lossy().into_owned();
-                let mut files: Vec<PathBuf> = if path.contains(['*', '?', '[']) {
-                    glob::glob(&pattern)
-                        .map_err(|e| format!("bad file pattern '{path}': {e}"))?
-                        .filter_map(|p| p.ok())
-                        .filter(|p| p.is_file())
-                        .collect()
-                } else {
-                    vec![full]
+                    vec![resolve(base, path)]
                 };
                 files.sort();
                 if files.is_empty() {
@@ -312,9 +328,12 @@ impl SourceReader {
                 }
             };
             self.bytes_read += n as u64;
-            if n == 0 && follow && last {
+            // A followed file at its end waits for more, unless a newer file has appeared:
+            // then it is complete, and read to its end like any other.
+            if n == 0 && follow && last && !self.discover()? {
                 return Ok(Polled::Nothing);
             }
+            let Some(cur) = self.current.as_mut() else { continue };
             let eof = n == 0;
             let mut recs = cur.framer.feed(&buf[..n], eof);
             let name = cur.name.clone();
@@ -330,6 +349,26 @@ impl SourceReader {
             }
             return Ok(self.rows(recs, name));
         }
+    }
+
+    /// For a followed glob: appends the files that match it now and sort after the last file
+    /// known, in name order. Returns whether there were any.
+    fn discover(&mut self) -> Result<bool, String> {
+        let Input::Files { path, follow: true } = &self.spec.input else { return Ok(false) };
+        if !is_pattern(path) {
+            return Ok(false);
+        }
+        let Some(last) = self.files.last().cloned() else { return Ok(false) };
+        let mut newer: Vec<PathBuf> =
+            matching(&self.base, path)?.into_iter().filter(|p| *p > last).collect();
+        if newer.is_empty() {
+            return Ok(false);
+        }
+        newer.sort();
+        let added: u64 = newer.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+        self.bytes_total = Some(self.bytes_total.unwrap_or(0) + added);
+        self.files.extend(newer);
+        Ok(true)
     }
 
     /// Opens file `index` at byte `offset` (line `line`), with its header if already read.
