@@ -99,8 +99,8 @@ pub enum EncodedRows {
 /// project's machines instead of ~1 ns: glibc's AVX-512 `memcmp` makes a masked load from
 /// page 0, which the CPU resolves with a microcode assist. That was a fifth of NEXMark q7 (a
 /// MAX without GROUP BY looked its one group up under the empty key for every row). Keys that
-/// may be empty should be stored inline (like the join's keys) or not looked up at all (like
-/// the scalar aggregate's group).
+/// may be empty are stored inline (the join's and the aggregate's keys are `SmallVec`s), so
+/// both sides of such a comparison point at real memory.
 static EMPTY_ROW: [u8; 1] = [0];
 
 impl EncodedRows {

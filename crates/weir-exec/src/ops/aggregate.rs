@@ -964,9 +964,7 @@ impl Aggregate {
     ) -> Result<()> {
         let key = p.keys.get(i);
         let scalar = self.keys.is_empty();
-        // Without GROUP BY there is one group, never released once it exists: no lookup.
-        let found = if scalar { self.index.values().next() } else { self.index.get(key) };
-        let id = match found {
+        let id = match self.index.get(key) {
             Some(&id) => id,
             None => self.alloc(key),
         };
