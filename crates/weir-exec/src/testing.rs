@@ -38,7 +38,7 @@ pub fn kv(t: Time, text: &str) -> Tick {
     (t, ChangeBatch::new(data, vec![t; n], diffs))
 }
 
-/// An operator that replays fixed changes per instant.
+/// An operator that replays fixed changes per instant, or over a span of instants.
 #[derive(Debug)]
 pub struct Feed {
     schema: SchemaRef,
@@ -54,6 +54,17 @@ impl Feed {
 impl Operator for Feed {
     fn eval(&mut self, t: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
         Ok(self.changes.remove(&t).unwrap_or_else(|| ChangeBatch::empty(self.schema.clone())))
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    /// The changes stamped in [lo, hi], in time order.
+    fn eval_span(&mut self, lo: Time, hi: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let times: Vec<Time> = self.changes.range(lo..=hi).map(|(t, _)| *t).collect();
+        let parts: Vec<ChangeBatch> = times.iter().filter_map(|t| self.changes.remove(t)).collect();
+        ChangeBatch::concat(&self.schema, &parts)
     }
 
     fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
@@ -101,47 +112,6 @@ pub fn render(d: &ChangeBatch) -> Vec<String> {
         .collect();
     rows.sort();
     rows
-}
-
-/// A span-capable [`Feed`]: at each instant or over a span, the changes stamped there.
-#[derive(Debug)]
-pub struct SpanFeed {
-    schema: SchemaRef,
-    changes: BTreeMap<Time, ChangeBatch>,
-}
-
-impl SpanFeed {
-    pub fn new(schema: SchemaRef, changes: Vec<Tick>) -> Box<Self> {
-        Box::new(SpanFeed { schema, changes: changes.into_iter().collect() })
-    }
-}
-
-impl Operator for SpanFeed {
-    fn eval(&mut self, t: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
-        Ok(self.changes.remove(&t).unwrap_or_else(|| ChangeBatch::empty(self.schema.clone())))
-    }
-
-    fn span_capable(&self) -> bool {
-        true
-    }
-
-    fn eval_span(&mut self, lo: Time, hi: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let times: Vec<Time> = self.changes.range(lo..=hi).map(|(t, _)| *t).collect();
-        let parts: Vec<ChangeBatch> = times.iter().filter_map(|t| self.changes.remove(t)).collect();
-        ChangeBatch::concat(&self.schema, &parts)
-    }
-
-    fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
-        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
-    }
-
-    fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
-        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
-    }
-
-    fn next_wakeup(&self) -> Option<Time> {
-        self.changes.keys().next().copied()
-    }
 }
 
 /// Runs `op` over spans: from each next wake-up, every instant up to `width` ticks later in

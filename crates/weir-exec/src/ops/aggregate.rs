@@ -1131,7 +1131,7 @@ mod tests {
     use datafusion_expr::{cast, col};
 
     use super::*;
-    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, SpanFeed, Tick};
+    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, Tick};
 
     fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Aggregate {
         agg_op_as(grouped, aggs, DataType::Int64, input)
@@ -1410,19 +1410,11 @@ mod tests {
             ),
             (false, &[(AggFunc::Min, false), (AggFunc::Count, true), (AggFunc::Sum, false)][..]),
         ] {
-            let make = |span: bool| {
-                let mut op = agg_op(grouped, aggs, vec![]);
-                op.input = if span {
-                    SpanFeed::new(kv_schema(), ticks())
-                } else {
-                    Feed::new(kv_schema(), ticks())
-                };
-                op
-            };
-            let want = run(&mut make(false));
+            let make = || agg_op(grouped, aggs, ticks());
+            let want = run(&mut make());
             assert!(!want.is_empty());
             for width in [0, 1, 2, 10] {
-                assert_eq!(run_spans(&mut make(true), width), want, "width {width}");
+                assert_eq!(run_spans(&mut make(), width), want, "width {width}");
             }
         }
     }

@@ -1077,7 +1077,7 @@ mod span_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, render, run, run_spans, SpanFeed, Tick};
+    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, Tick};
 
     const KINDS: [JoinKind; 9] = [
         JoinKind::Inner,
@@ -1135,8 +1135,8 @@ mod span_tests {
         Join::new(
             kind,
             bag,
-            side(SpanFeed::new(kv_schema(), left)),
-            side(SpanFeed::new(kv_schema(), right)),
+            side(Feed::new(kv_schema(), left)),
+            side(Feed::new(kv_schema(), right)),
             RowCodec::new(key_types).unwrap(),
             if bag { None } else { theta },
             schema,

@@ -529,7 +529,7 @@ impl Operator for TimeWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed, SpanFeed, Tick};
+    use crate::testing::{kv, kv_schema, run, Feed, Tick};
 
     fn window(bounds: TimeBounds, input: Vec<Tick>) -> Vec<String> {
         let mut w = TimeWindow::new(Feed::new(kv_schema(), input), bounds, kv_schema());
@@ -626,8 +626,7 @@ mod tests {
             }
             assert!(want.iter().any(|r| r.starts_with("@7 -1")), "{want:?}");
             for width in [0, 1, 3, 20] {
-                let mut w =
-                    TimeWindow::new(SpanFeed::new(kv_schema(), ticks()), bounds, kv_schema());
+                let mut w = TimeWindow::new(Feed::new(kv_schema(), ticks()), bounds, kv_schema());
                 let mut got = vec![];
                 while let Some(lo) = w.next_wakeup() {
                     got.extend(raw(&w.eval_span(lo, lo + width, &ctx).unwrap()));
