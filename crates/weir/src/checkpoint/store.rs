@@ -44,11 +44,11 @@ fn file_name(sequence: u64) -> String {
     format!("ckpt-{sequence:012}.arrow")
 }
 
-/// Writes checkpoint `sequence` into `dir` atomically; returns its path.
-pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create the data directory", dir, e))?;
+/// A checkpoint file's one batch: a row per section (name, payload, CRC-32), the format
+/// `version` in the schema's metadata.
+fn contents(version: &str, sections: &[(String, Vec<u8>)]) -> Result<RecordBatch> {
     let mut metadata = std::collections::HashMap::new();
-    metadata.insert(VERSION_KEY.to_string(), FORMAT_VERSION.to_string());
+    metadata.insert(VERSION_KEY.to_string(), version.to_string());
     let schema = Arc::new(
         Schema::new(vec![
             Field::new("section", DataType::Utf8, false),
@@ -60,10 +60,14 @@ pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Resul
     let names = StringArray::from_iter_values(sections.iter().map(|(n, _)| n.as_str()));
     let payloads = BinaryArray::from_iter_values(sections.iter().map(|(_, p)| p.as_slice()));
     let crcs = UInt32Array::from_iter_values(sections.iter().map(|(_, p)| crc32fast::hash(p)));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(names), Arc::new(payloads), Arc::new(crcs)],
-    )?;
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(names), Arc::new(payloads), Arc::new(crcs)])?)
+}
+
+/// Writes checkpoint `sequence` into `dir` atomically; returns its path.
+pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create the data directory", dir, e))?;
+    let batch = contents(&FORMAT_VERSION.to_string(), sections)?;
+    let schema = batch.schema();
     let tmp = dir.join(format!(".ckpt-{sequence:012}.tmp"));
     let target = dir.join(file_name(sequence));
     {
@@ -251,27 +255,8 @@ mod tests {
         let p = write(&dir, 5, &sections("x")).unwrap();
         // Rewrite the file with a different version in its metadata.
         let stored = read(&p).unwrap();
-        let mut metadata = std::collections::HashMap::new();
-        metadata.insert(VERSION_KEY.to_string(), "999".to_string());
-        let schema = Arc::new(
-            Schema::new(vec![
-                Field::new("section", DataType::Utf8, false),
-                Field::new("payload", DataType::Binary, false),
-                Field::new("crc32", DataType::UInt32, false),
-            ])
-            .with_metadata(metadata),
-        );
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from_iter_values(stored.sections.iter().map(|s| &s.0))),
-                Arc::new(BinaryArray::from_iter_values(stored.sections.iter().map(|s| &s.1))),
-                Arc::new(UInt32Array::from_iter_values(
-                    stored.sections.iter().map(|s| crc32fast::hash(&s.1)),
-                )),
-            ],
-        )
-        .unwrap();
+        let batch = contents("999", &stored.sections).unwrap();
+        let schema = batch.schema();
         let mut w =
             arrow::ipc::writer::FileWriter::try_new(File::create(&p).unwrap(), &schema).unwrap();
         w.write(&batch).unwrap();
