@@ -478,13 +478,13 @@ impl Join {
             }
         } else {
             let pairs = self.candidates(&insts, &lrows, &rrows, &mut ls, &mut rs);
-            let (mask, full) = self.matching(&pairs, &ls, &rs)?;
-            if let (JoinKind::Inner, Some(full)) = (self.kind, full) {
+            let theta = self.matching(&pairs, &ls, &rs)?;
+            if let (JoinKind::Inner, Some((mask, full))) = (self.kind, &theta) {
                 // The output is the candidates θ kept, already decoded.
-                return self.inner_output(&insts, &pairs, &mask, &full);
+                return self.inner_output(&insts, &pairs, mask, full);
             }
-            let mask: Vec<bool> = match mask {
-                Some(m) => (0..pairs.len()).map(|i| m.value(i)).collect(),
+            let mask: Vec<bool> = match theta {
+                Some((m, _)) => (0..pairs.len()).map(|i| m.value(i)).collect(),
                 None => vec![true; pairs.len()],
             };
             self.emit(&insts, &pairs, &mask, &lrows, &rrows, &mut ls, &mut rs, &mut out);
@@ -498,12 +498,9 @@ impl Join {
         &self,
         insts: &[Instant],
         pairs: &[Pair],
-        mask: &Option<arrow::array::BooleanArray>,
+        mask: &arrow::array::BooleanArray,
         full: &RecordBatch,
     ) -> Result<ChangeBatch> {
-        let Some(mask) = mask else {
-            return Err(weir_common::WeirError::internal("decoded candidates without θ"));
-        };
         let kept = arrow::compute::filter_record_batch(full, mask)?;
         let (times, diffs): (Vec<Time>, Vec<i64>) = pairs
             .iter()
@@ -570,16 +567,15 @@ impl Join {
         pairs
     }
 
-    /// Pass 2: whether each candidate pair satisfies the residual predicate (`None`: there is
-    /// none), and the candidates decoded to evaluate it (both sides' columns).
-    #[allow(clippy::type_complexity)]
+    /// Pass 2: whether each candidate pair satisfies the residual predicate, with the
+    /// candidates decoded to evaluate it (both sides' columns); `None` if there is none.
     fn matching(
         &self,
         pairs: &[Pair],
         ls: &SideRows<'_>,
         rs: &SideRows<'_>,
-    ) -> Result<(Option<arrow::array::BooleanArray>, Option<RecordBatch>)> {
-        let Some(f) = &self.filter else { return Ok((None, None)) };
+    ) -> Result<Option<(arrow::array::BooleanArray, RecordBatch)>> {
+        let Some(f) = &self.filter else { return Ok(None) };
         let n = pairs.len();
         let mut cols = self.left.row_codec.decode(pairs.iter().map(|p| ls.get(p.l)))?;
         cols.extend(self.right.row_codec.decode(pairs.iter().map(|p| rs.get(p.r)))?);
@@ -598,7 +594,7 @@ impl Join {
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
         let mask = f.eval_predicate(&full)?;
-        Ok((Some(mask), Some(full)))
+        Ok(Some((mask, full)))
     }
 
     /// Pass 3: per instant, the matched pairs and the padding, semi, anti or mark rows that
