@@ -287,9 +287,7 @@ impl Ticker {
             let mut source_error = None;
             loop {
                 match session.engine_mut().poll_sources(1 << 20) {
-                    Ok(p) if (p.bytes > 0 || p.records > 0) && started.elapsed() < TICK / 2 => {
-                        continue
-                    }
+                    Ok(p) if !p.idle() && started.elapsed() < TICK / 2 => continue,
                     Ok(_) => break,
                     Err(e) => {
                         source_error = Some(e);
@@ -423,7 +421,7 @@ impl Shell {
                 });
                 break;
             }
-            if matches!(polled, Ok(p) if p.bytes == 0 && p.records == 0) {
+            if matches!(polled, Ok(p) if p.idle()) {
                 thread::sleep(Duration::from_millis(20));
             }
         }

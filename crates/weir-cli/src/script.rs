@@ -188,7 +188,7 @@ impl<W: Write> Session<W> {
             if p.live == 0 {
                 return Ok(());
             }
-            if p.bytes == 0 && p.records == 0 {
+            if p.idle() {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }

@@ -163,6 +163,15 @@ pub struct SourcePoll {
     pub waiting: usize,
 }
 
+impl SourcePoll {
+    /// Whether the call read nothing and decoded nothing: every source waits for more input or
+    /// has ended. (A call can decode without reading: the last line of a followed file, once a
+    /// newer file appears.)
+    pub fn idle(&self) -> bool {
+        self.bytes == 0 && self.records == 0
+    }
+}
+
 /// A relation's current contents: encoded rows with their multiplicities.
 #[derive(Debug)]
 struct Contents {
@@ -1428,10 +1437,7 @@ impl Engine {
             total.bytes += p.bytes;
             total.live = p.live;
             total.waiting = p.waiting;
-            // Nothing read and nothing decoded: every source waits or has ended. (A poll can
-            // decode without reading: the last line of a followed file, once a newer one
-            // appears.)
-            if p.bytes == 0 && p.records == 0 {
+            if p.idle() {
                 break;
             }
         }
