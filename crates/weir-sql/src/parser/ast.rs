@@ -1,0 +1,292 @@
+//! The syntax tree of a Weir script: statements, CQL queries with their windows, and
+//! durations and instants as written; `Display` prints CQL text that parses back.
+
+use sqlparser::ast as sql;
+use weir_common::{Span, Time};
+use weir_plan::R2S;
+
+/// A parsed statement with where it sits in the script.
+#[derive(Debug, Clone)]
+pub struct ParsedStatement {
+    pub statement: Statement,
+    /// The statement's own text.
+    pub text: String,
+    /// Where the statement starts in the script.
+    pub span: Span,
+}
+
+/// A column of `CREATE STREAM` / `CREATE TABLE`.
+#[derive(Debug, Clone)]
+pub struct ColumnAst {
+    pub name: String,
+    pub data_type: sql::DataType,
+    pub span: Option<Span>,
+}
+
+/// A duration as written: bare integers are ticks, durations with a unit are microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duration {
+    Ticks(i64),
+    Micros(i64),
+}
+
+/// An instant as written: an integer tick or a TIMESTAMP literal (microseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeLit {
+    Ticks(Time),
+    Micros(Time),
+}
+
+/// `WATERMARK FOR col [AS col - delay]`.
+#[derive(Debug, Clone)]
+pub struct WatermarkAst {
+    pub column: String,
+    pub delay: Option<Duration>,
+    pub span: Option<Span>,
+}
+
+/// One `key = value` of `CREATE STREAM ... WITH (...)`. Keys are lower-cased; the engine
+/// validates them (sources, formats and policies are its business, not the parser's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOption {
+    pub key: String,
+    pub value: OptionValue,
+    /// Where the key is written, for messages.
+    pub span: Option<Span>,
+}
+
+/// The value of a stream option, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OptionValue {
+    /// `'text'` (or a bare word such as `csv`).
+    Text(String),
+    /// A number, as written.
+    Number(String),
+    Bool(bool),
+    /// `INTERVAL '10' SECOND` or `10 SECONDS`.
+    Duration(Duration),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Text(t) => write!(f, "'{}'", t.replace('\'', "''")),
+            OptionValue::Number(n) => f.write_str(n),
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Duration(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// A window clause as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowKind {
+    Unbounded,
+    Now,
+    Range(Duration),
+    RangeSlide(Duration, Duration),
+    Rows(u64),
+    PartitionRows(Vec<(String, Option<Span>)>, u64),
+    /// `TABLE(TUMBLE(TABLE s, DESCRIPTOR(col), size))`: `[RANGE size SLIDE size]` plus
+    /// `window_start` and `window_end` columns.
+    Tumble {
+        column: String,
+        size: Duration,
+    },
+    /// `TABLE(HOP(TABLE s, DESCRIPTOR(col), slide, size))`: `[RANGE size SLIDE slide]` plus
+    /// `window_start` and `window_end` columns.
+    Hop {
+        column: String,
+        slide: Duration,
+        size: Duration,
+    },
+}
+
+impl WindowKind {
+    /// Whether the window adds `window_start` and `window_end` columns (the table functions).
+    pub fn has_bounds_columns(&self) -> bool {
+        matches!(self, WindowKind::Tumble { .. } | WindowKind::Hop { .. })
+    }
+}
+
+/// A window after a stream name, with the synthetic name that replaced it in the SQL.
+#[derive(Debug, Clone)]
+pub struct WindowAst {
+    pub synthetic: String,
+    pub stream: String,
+    pub kind: WindowKind,
+    /// From the stream name to the closing bracket.
+    pub span: Option<Span>,
+}
+
+/// A query with its CQL parts taken out.
+#[derive(Debug, Clone)]
+pub struct CqlQuery {
+    /// Plain SQL: windowed streams appear as `__weir_wN`.
+    pub query: Box<sql::Query>,
+    /// An explicit `ISTREAM`/`DSTREAM`/`RSTREAM` on the top-level SELECT.
+    pub r2s: Option<R2S>,
+    pub windows: Vec<WindowAst>,
+}
+
+/// What kind of object a DROP, SHOW or CREATE names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Stream,
+    Table,
+    View,
+    Sink,
+}
+
+/// One statement of a Weir script.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateStream {
+        name: String,
+        columns: Vec<ColumnAst>,
+        watermark: Option<WatermarkAst>,
+        /// `WITH (key = value, ...)`: source, format and policies.
+        options: Vec<StreamOption>,
+        if_not_exists: bool,
+        span: Option<Span>,
+    },
+    CreateTable {
+        name: String,
+        columns: Vec<ColumnAst>,
+        if_not_exists: bool,
+        span: Option<Span>,
+    },
+    CreateView {
+        name: String,
+        query: Box<CqlQuery>,
+        sql: String,
+        or_replace: bool,
+        span: Option<Span>,
+    },
+    /// `CREATE SINK name WITH (path = '...', format = 'csv') AS query`: a continuous query
+    /// whose output is appended to a file.
+    CreateSink {
+        name: String,
+        options: Vec<StreamOption>,
+        query: Box<CqlQuery>,
+        sql: String,
+        span: Option<Span>,
+    },
+    Drop {
+        kind: ObjectKind,
+        name: String,
+        if_exists: bool,
+        span: Option<Span>,
+    },
+    Show(ObjectKind),
+    /// `SHOW STREAM STATS`: per stream, accepted, late and bad rows, watermark, buffering.
+    ShowStreamStats,
+    /// `CHECKPOINT`: write a checkpoint of the engine now.
+    Checkpoint,
+    /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own
+    /// state).
+    CreateIndex {
+        table: String,
+        span: Option<Span>,
+    },
+    Describe {
+        name: String,
+        span: Option<Span>,
+    },
+    /// INSERT into a stream or table; `source` is a plain query (usually VALUES).
+    Insert {
+        target: String,
+        columns: Vec<String>,
+        source: Box<sql::Query>,
+        at: Option<TimeLit>,
+        span: Option<Span>,
+    },
+    /// DELETE from a table.
+    Delete {
+        target: String,
+        selection: Option<Box<sql::Expr>>,
+        at: Option<TimeLit>,
+        span: Option<Span>,
+    },
+    /// Heartbeat: the stream's watermark moves to the instant after τ.
+    Advance {
+        stream: String,
+        to: TimeLit,
+        span: Option<Span>,
+    },
+    /// End of input for a stream (watermark +∞).
+    Close {
+        stream: Option<String>,
+        span: Option<Span>,
+    },
+    Query(Box<CqlQuery>),
+    Explain(Box<CqlQuery>),
+}
+
+impl std::fmt::Display for Duration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Duration::Ticks(t) => write!(f, "{t}"),
+            Duration::Micros(us) => write!(f, "INTERVAL '{us}' MICROSECOND"),
+        }
+    }
+}
+
+impl std::fmt::Display for WindowKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WindowKind::Unbounded => write!(f, "[UNBOUNDED]"),
+            WindowKind::Now => write!(f, "[NOW]"),
+            WindowKind::Range(d) => write!(f, "[RANGE {d}]"),
+            WindowKind::RangeSlide(r, s) => write!(f, "[RANGE {r} SLIDE {s}]"),
+            WindowKind::Rows(n) => write!(f, "[ROWS {n}]"),
+            WindowKind::PartitionRows(cols, n) => {
+                let cols: Vec<&str> = cols.iter().map(|(c, _)| c.as_str()).collect();
+                write!(f, "[PARTITION BY {} ROWS {n}]", cols.join(", "))
+            }
+            WindowKind::Tumble { column, size } => {
+                write!(f, "TUMBLE(DESCRIPTOR({column}), {size})")
+            }
+            WindowKind::Hop { column, slide, size } => {
+                write!(f, "HOP(DESCRIPTOR({column}), {slide}, {size})")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for CqlQuery {
+    /// CQL text that parses back to this query: windows after their stream names, the
+    /// relation-to-stream operator after the top-level SELECT.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = self.query.to_string();
+        if let Some(op) = self.r2s {
+            if let Some(rest) = text.strip_prefix("SELECT ") {
+                text = format!("SELECT {op} {rest}");
+            } else if let Some(with) = &self.query.with {
+                // WITH ... SELECT: the body follows the WITH clause's text.
+                let prefix = format!("{with} ");
+                if let Some(rest) =
+                    text.strip_prefix(&prefix).and_then(|r| r.strip_prefix("SELECT "))
+                {
+                    text = format!("{prefix}SELECT {op} {rest}");
+                }
+            }
+        }
+        // Replace the longest names first so __weir_w1 never matches inside __weir_w10.
+        let mut windows: Vec<&WindowAst> = self.windows.iter().collect();
+        windows.sort_by_key(|w| std::cmp::Reverse(w.synthetic.len()));
+        for w in windows {
+            let replacement = match &w.kind {
+                WindowKind::Tumble { column, size } => {
+                    format!("TABLE(TUMBLE(TABLE {}, DESCRIPTOR({column}), {size}))", w.stream)
+                }
+                WindowKind::Hop { column, slide, size } => {
+                    format!("TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}))", w.stream)
+                }
+                kind => format!("{} {kind}", w.stream),
+            };
+            text = text.replace(&w.synthetic, &replacement);
+        }
+        f.write_str(&text)
+    }
+}

@@ -1,0 +1,458 @@
+//! The CQL pre-pass over a query's tokens: `SELECT ISTREAM|DSTREAM|RSTREAM` is recorded and
+//! removed, windows after stream names (`s [RANGE 10]`, `TABLE(TUMBLE(...))`) are parsed and
+//! replaced by synthetic table names, and the rest goes to sqlparser.
+
+use sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
+use sqlparser::tokenizer::{Token, TokenWithSpan};
+use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_plan::R2S;
+
+use super::ast::{CqlQuery, WindowAst, WindowKind};
+use super::time::parse_duration;
+use super::tokens::{
+    ident_name, matching, sql_err, sub_parser, tok_span, word_is, word_token, Cursor,
+};
+
+/// Prefix of the synthetic table names that stand for windowed streams.
+pub const WINDOW_PREFIX: &str = "__weir_w";
+
+/// The inside of `[ ... ]`.
+fn parse_window(
+    toks: &[TokenWithSpan],
+    open: &TokenWithSpan,
+    close: &TokenWithSpan,
+) -> Result<WindowKind> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let expected = "UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY in the window";
+    if c.at_end() {
+        return Err(WeirError::Syntax(Diagnostic::at(
+            format!("expected {expected}, found ']'"),
+            tok_span(open).map(|s| Span::point(s.line, s.column + 1)),
+        )));
+    }
+    let kind = if c.eat_word("UNBOUNDED") {
+        WindowKind::Unbounded
+    } else if c.eat_word("NOW") {
+        WindowKind::Now
+    } else if c.eat_word("RANGE") {
+        if c.eat_word("UNBOUNDED") {
+            WindowKind::Unbounded
+        } else {
+            let range = parse_duration(&mut c)?;
+            if c.eat_word("SLIDE") {
+                WindowKind::RangeSlide(range, parse_duration(&mut c)?)
+            } else {
+                WindowKind::Range(range)
+            }
+        }
+    } else if c.eat_word("ROWS") {
+        WindowKind::Rows(rows_count(&mut c)?)
+    } else if c.eat_word("PARTITION") {
+        c.expect_word("BY")?;
+        let mut cols = vec![c.ident("a partition column")?];
+        while c.eat(&Token::Comma) {
+            cols.push(c.ident("a partition column")?);
+        }
+        c.expect_word("ROWS")?;
+        WindowKind::PartitionRows(cols, rows_count(&mut c)?)
+    } else {
+        return Err(c.err(expected));
+    };
+    if !c.at_end() {
+        return Err(c.err("']'"));
+    }
+    Ok(kind)
+}
+
+/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)` or `HOP(TABLE s, DESCRIPTOR(col), slide, size)`:
+/// the tokens inside `TABLE( ... )`.
+fn parse_window_function(
+    toks: &[TokenWithSpan],
+    close: &TokenWithSpan,
+) -> Result<(String, WindowKind)> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let hop = if c.eat_word("TUMBLE") {
+        false
+    } else {
+        c.expect_word("HOP")?;
+        true
+    };
+    c.expect(&Token::LParen, "'('")?;
+    c.expect_word("TABLE")?;
+    let (stream, _) = c.ident("a stream name")?;
+    c.expect(&Token::Comma, "','")?;
+    c.expect_word("DESCRIPTOR")?;
+    c.expect(&Token::LParen, "'('")?;
+    let (column, _) = c.ident("the event-time column")?;
+    c.expect(&Token::RParen, "')'")?;
+    c.expect(&Token::Comma, "','")?;
+    let first = parse_duration(&mut c)?;
+    let kind = if hop {
+        c.expect(&Token::Comma, "',' and the window size (HOP takes slide, then size)")?;
+        let size = parse_duration(&mut c)?;
+        WindowKind::Hop { column, slide: first, size }
+    } else {
+        WindowKind::Tumble { column, size: first }
+    };
+    c.expect(&Token::RParen, "')'")?;
+    c.end()?;
+    Ok((stream, kind))
+}
+
+fn rows_count(c: &mut Cursor) -> Result<u64> {
+    let span = c.peek().and_then(tok_span);
+    let n = c.integer("a row count")?;
+    u64::try_from(n).map_err(|_| {
+        WeirError::Syntax(Diagnostic::at("a ROWS window needs a count of at least 0", span))
+    })
+}
+
+/// Writes `synthetic AS name` in place of a windowed stream, or just `synthetic` when the
+/// query gives an alias itself (`next` is the token after the window).
+fn push_windowed(
+    out: &mut Vec<TokenWithSpan>,
+    synthetic: &str,
+    name: TokenWithSpan,
+    next: Option<&TokenWithSpan>,
+) {
+    let alias_follows = match next.map(|t| &t.token) {
+        Some(Token::Word(w)) => {
+            w.keyword == Keyword::AS || !RESERVED_FOR_TABLE_ALIAS.contains(&w.keyword)
+        }
+        _ => false,
+    };
+    out.push(word_token(synthetic, Keyword::NoKeyword, name.span));
+    if !alias_follows {
+        out.push(word_token("AS", Keyword::AS, name.span));
+        out.push(name);
+    }
+}
+
+/// Clause keywords that end a FROM clause at their nesting depth.
+const ENDS_FROM: &[&str] = &[
+    "SELECT",
+    "WHERE",
+    "GROUP",
+    "HAVING",
+    "ORDER",
+    "LIMIT",
+    "OFFSET",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "ON",
+    "USING",
+    "WINDOW",
+    "QUALIFY",
+];
+
+/// Takes CQL's parts out of a query's tokens and parses the rest with sqlparser.
+pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
+    let mut toks: Vec<TokenWithSpan> = toks.to_vec();
+    if toks.is_empty() {
+        return Err(WeirError::Syntax(Diagnostic::new("expected a query, found end of statement")));
+    }
+    // 1. Relation-to-stream operator after the top-level SELECT.
+    let mut r2s = None;
+    // The top-level SELECT is the first SELECT outside parentheses (after any WITH clause,
+    // whose definitions are parenthesized).
+    let mut depth = 0i32;
+    let mut sel = None;
+    for (i, t) in toks.iter().enumerate() {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && word_is(t, "SELECT") => {
+                sel = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    if let Some(sel) = sel.filter(|&i| i + 1 < toks.len()) {
+        let op = if word_is(&toks[sel + 1], "ISTREAM") {
+            Some(R2S::Istream)
+        } else if word_is(&toks[sel + 1], "DSTREAM") {
+            Some(R2S::Dstream)
+        } else if word_is(&toks[sel + 1], "RSTREAM") {
+            Some(R2S::Rstream)
+        } else {
+            None
+        };
+        if let Some(op) = op {
+            r2s = Some(op);
+            toks.remove(sel + 1);
+            // Function form: SELECT ISTREAM(a, b) FROM ... / SELECT ISTREAM(*)
+            if toks.get(sel + 1).is_some_and(|t| t.token == Token::LParen) {
+                if let Some(close) = matching(&toks, sel + 1, &Token::LParen, &Token::RParen) {
+                    let after = toks.get(close + 1);
+                    if after.is_none() || after.is_some_and(|t| word_is(t, "FROM")) {
+                        toks.remove(close);
+                        toks.remove(sel + 1);
+                    }
+                }
+            }
+        }
+    }
+    // 2. `x IN ()`: SQL's empty list (false; NOT IN () is true, even for NULL x), which
+    // sqlparser rejects, becomes an empty subquery with the same meaning.
+    let mut i = 0;
+    while i + 2 < toks.len() {
+        if word_is(&toks[i], "IN")
+            && toks[i + 1].token == Token::LParen
+            && toks[i + 2].token == Token::RParen
+        {
+            let span = toks[i + 1].span;
+            let empty = [
+                word_token("SELECT", Keyword::SELECT, span),
+                word_token("NULL", Keyword::NULL, span),
+                word_token("WHERE", Keyword::WHERE, span),
+                word_token("FALSE", Keyword::FALSE, span),
+            ];
+            toks.splice(i + 2..i + 2, empty);
+            i += 6;
+        } else {
+            i += 1;
+        }
+    }
+    // 3. Windows after stream names in FROM clauses.
+    let mut windows = Vec::new();
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
+    let mut in_from: Vec<bool> = vec![false];
+    let mut i = 0;
+    while i < toks.len() {
+        let t = &toks[i];
+        match &t.token {
+            Token::LParen => in_from.push(false),
+            Token::RParen if in_from.len() > 1 => {
+                in_from.pop();
+            }
+            Token::Word(w)
+                if in_from.last().copied().unwrap_or(false)
+                    && w.value.eq_ignore_ascii_case("TABLE")
+                    && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
+                    && toks
+                        .get(i + 2)
+                        .is_some_and(|t| word_is(t, "TUMBLE") || word_is(t, "HOP")) =>
+            {
+                let close =
+                    matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
+                        WeirError::Syntax(Diagnostic::at(
+                            "TABLE( is never closed: expected ')'",
+                            tok_span(t),
+                        ))
+                    })?;
+                let (stream, kind) = parse_window_function(&toks[i + 2..close], &toks[close])?;
+                let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    t.span.start,
+                    toks[close].span.end,
+                ));
+                let name = word_token(&stream, Keyword::NoKeyword, t.span);
+                push_windowed(&mut out, &synthetic, name, toks.get(close + 1));
+                windows.push(WindowAst { synthetic, stream, kind, span });
+                i = close + 1;
+                continue;
+            }
+            Token::Word(w) if w.quote_style.is_none() => {
+                let up = w.value.to_ascii_uppercase();
+                if let Some(top) = in_from.last_mut() {
+                    if up == "FROM" || up == "JOIN" {
+                        *top = true;
+                    } else if ENDS_FROM.contains(&up.as_str()) {
+                        *top = false;
+                    }
+                }
+            }
+            Token::LBracket if in_from.last().copied().unwrap_or(false) => {
+                let close =
+                    matching(&toks, i, &Token::LBracket, &Token::RBracket).ok_or_else(|| {
+                        WeirError::Syntax(Diagnostic::at(
+                            "window '[' is never closed: expected ']'",
+                            tok_span(t),
+                        ))
+                    })?;
+                let Some(name_tok) = out.pop() else {
+                    return Err(WeirError::Syntax(Diagnostic::at(
+                        "a window must follow a stream name",
+                        tok_span(t),
+                    )));
+                };
+                let Token::Word(name_word) = &name_tok.token else {
+                    return Err(WeirError::Plan(Diagnostic::at(
+                        "a window must follow a stream name (windows over subqueries are not \
+                         supported: define a view and window it)",
+                        tok_span(t),
+                    )));
+                };
+                if out.last().is_some_and(|p| p.token == Token::Period) {
+                    return Err(WeirError::Plan(Diagnostic::at(
+                        "qualified stream names are not supported before a window",
+                        tok_span(&name_tok),
+                    )));
+                }
+                let kind = parse_window(&toks[i + 1..close], t, &toks[close])?;
+                let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    name_tok.span.start,
+                    toks[close].span.end,
+                ));
+                windows.push(WindowAst {
+                    synthetic: synthetic.clone(),
+                    stream: ident_name(name_word),
+                    kind,
+                    span,
+                });
+                push_windowed(&mut out, &synthetic, name_tok, toks.get(close + 1));
+                i = close + 1;
+                continue;
+            }
+            _ => {}
+        }
+        out.push(t.clone());
+        i += 1;
+    }
+    let mut p = sub_parser(&out);
+    let query = p.parse_query().map_err(|e| sql_err(e, &out))?;
+    if let Err(e) = p.expect_token(&Token::EOF) {
+        return Err(sql_err(e, &out));
+    }
+    Ok(CqlQuery { query, r2s, windows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::testing::query;
+    use crate::parser::Duration;
+
+    #[test]
+    fn windows_are_replaced_and_round_trip() {
+        let q = query("SELECT ISTREAM * FROM s [RANGE 10 SECONDS SLIDE 2 SECONDS] AS x, t [NOW]");
+        assert_eq!(q.r2s, Some(R2S::Istream));
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 AS x, __weir_w1 AS t");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::RangeSlide(Duration::Micros(10_000_000), Duration::Micros(2_000_000))
+        );
+        assert_eq!(q.windows[1].kind, WindowKind::Now);
+        assert_eq!(q.windows[1].stream, "t");
+        // Round trip: the rewritten SQL parses to the same text again.
+        let again = query(&q.query.to_string());
+        assert_eq!(again.query.to_string(), q.query.to_string());
+    }
+
+    #[test]
+    fn function_form_of_r2s() {
+        let q = query("SELECT RSTREAM(a, b) FROM s [ROWS 3]");
+        assert_eq!(q.r2s, Some(R2S::Rstream));
+        assert_eq!(q.query.to_string(), "SELECT a, b FROM __weir_w0 AS s");
+        let q = query("SELECT DSTREAM(*) FROM s [PARTITION BY k, j ROWS 1] y");
+        assert_eq!(q.r2s, Some(R2S::Dstream));
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 y");
+        match &q.windows[0].kind {
+            WindowKind::PartitionRows(cols, 1) => {
+                assert_eq!(cols.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["k", "j"])
+            }
+            k => panic!("{k:?}"),
+        }
+    }
+
+    /// parse -> print -> parse gives the same query.
+    fn round_trip(sql: &str) {
+        let q = query(sql);
+        let printed = q.to_string();
+        let again = query(&printed);
+        assert_eq!(again.to_string(), printed, "round trip of {sql}");
+        assert_eq!(again.r2s, q.r2s);
+        // Spans differ between the two texts; compare the windows as written.
+        let kinds = |q: &CqlQuery| {
+            q.windows.iter().map(|w| (w.stream.clone(), w.kind.to_string())).collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(&again), kinds(&q));
+    }
+
+    #[test]
+    fn round_trips() {
+        for sql in [
+            "SELECT ISTREAM a, b FROM s [RANGE 10] WHERE a > 1",
+            "SELECT DSTREAM(*) FROM s [ROWS 3] x JOIN t [NOW] ON x.a = t.a",
+            "SELECT RSTREAM k, COUNT(*) FROM s [PARTITION BY k, j ROWS 2] GROUP BY k",
+            "SELECT * FROM s [RANGE INTERVAL '10' SECOND SLIDE 5 SECONDS] AS w, p",
+            "SELECT k FROM (SELECT k FROM s [UNBOUNDED]) AS sub",
+            "SELECT a FROM s [RANGE 2] UNION ALL SELECT a FROM t [RANGE 3]",
+            "WITH g AS (SELECT k FROM s [RANGE 2]) SELECT ISTREAM k FROM g",
+            "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
+            "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
+        ] {
+            round_trip(sql);
+        }
+    }
+
+    mod props {
+        use proptest::prelude::*;
+
+        fn window() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("[UNBOUNDED]".to_string()),
+                Just("[NOW]".to_string()),
+                (1i64..100).prop_map(|t| format!("[RANGE {t}]")),
+                (1i64..100, 1i64..100).prop_map(|(t, s)| format!("[RANGE {t} SLIDE {s}]")),
+                (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
+                (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
+                (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
+            ]
+        }
+
+        fn query() -> impl Strategy<Value = String> {
+            (
+                prop_oneof![Just(""), Just("ISTREAM "), Just("DSTREAM "), Just("RSTREAM ")],
+                prop::collection::vec(
+                    (prop_oneof![Just("s"), Just("t"), Just("bids")], window(), any::<bool>()),
+                    1..4,
+                ),
+                any::<bool>(),
+            )
+                .prop_map(|(r2s, from, filter)| {
+                    let from: Vec<String> = from
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (name, w, alias))| {
+                            if *alias {
+                                format!("{name} {w} AS x{i}")
+                            } else {
+                                format!("{name} {w}")
+                            }
+                        })
+                        .collect();
+                    let filter = if filter { " WHERE a > 1" } else { "" };
+                    format!("SELECT {r2s}a, b FROM {}{filter}", from.join(", "))
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn generated_queries_round_trip(sql in query()) {
+                super::round_trip(&sql);
+            }
+
+            #[test]
+            fn token_soup_never_panics(words in prop::collection::vec(prop_oneof![
+                Just("SELECT"), Just("ISTREAM"), Just("FROM"), Just("s"), Just("["), Just("]"),
+                Just("RANGE"), Just("SLIDE"), Just("ROWS"), Just("PARTITION"), Just("BY"),
+                Just("("), Just(")"), Just(","), Just("10"), Just("-1"), Just("SECONDS"),
+                Just("INTERVAL"), Just("'5'"), Just("AS"), Just("WHERE"), Just("CREATE"),
+                Just("STREAM"), Just("WATERMARK"), Just("FOR"), Just("t"), Just("-"), Just(";"),
+                Just("ADVANCE"), Just("TO"), Just("CLOSE"), Just("AT"), Just("INSERT"),
+                Just("INTO"), Just("VALUES"), Just("NOW"), Just("UNBOUNDED"), Just("*"),
+            ], 0..25)) {
+                let _ = crate::parser::parse_script(&words.join(" "));
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,80}") {
+                let _ = crate::parser::parse_script(&text);
+            }
+        }
+    }
+}

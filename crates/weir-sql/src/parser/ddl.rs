@@ -1,0 +1,255 @@
+//! `CREATE STREAM` (columns, `WATERMARK FOR`, `WITH (...)` options) and `CREATE TABLE`:
+//! the statements that declare inputs. `CREATE VIEW` and `CREATE SINK` wrap a query and are
+//! parsed with the other statements in `mod.rs`.
+
+use sqlparser::ast as sql;
+use sqlparser::tokenizer::{Token, TokenWithSpan};
+use weir_common::{Diagnostic, Result, Span, WeirError};
+
+use super::ast::{ColumnAst, OptionValue, Statement, StreamOption, WatermarkAst};
+use super::time::{parse_duration, unit_micros};
+use super::tokens::{ident_of, object_name, sql_err, sub_parser, tok_span, word_is, Cursor};
+
+/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])
+/// [WITH (key = value, ...)]`.
+pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<Statement> {
+    let if_not_exists = if c.eat_word("IF") {
+        c.expect_word("NOT")?;
+        c.expect_word("EXISTS")?;
+        true
+    } else {
+        false
+    };
+    let (name, name_span) = c.ident("a stream name")?;
+    c.expect(&Token::LParen, "'(' and a column list")?;
+    let mut columns = Vec::new();
+    let mut watermark = None;
+    loop {
+        // One element: up to the next comma or closing parenthesis at this depth.
+        let start = c.pos;
+        let mut depth = 0;
+        while let Some(t) = c.peek() {
+            match t.token {
+                Token::LParen => depth += 1,
+                Token::RParen if depth == 0 => break,
+                Token::RParen => depth -= 1,
+                Token::Comma if depth == 0 => break,
+                _ => {}
+            }
+            c.pos += 1;
+        }
+        let elem = &c.toks[start..c.pos];
+        if elem.is_empty() {
+            return Err(c.err("a column definition or WATERMARK FOR"));
+        }
+        if word_is(&elem[0], "WATERMARK") {
+            if watermark.is_some() {
+                return Err(WeirError::Syntax(Diagnostic::at(
+                    "a stream has at most one WATERMARK clause",
+                    tok_span(&elem[0]),
+                )));
+            }
+            watermark = Some(parse_watermark(elem)?);
+        } else {
+            columns.push(parse_column(elem)?);
+        }
+        if c.eat(&Token::Comma) {
+            continue;
+        }
+        c.expect(&Token::RParen, "',' or ')'")?;
+        break;
+    }
+    let options = if c.eat_word("WITH") { parse_stream_options(c)? } else { Vec::new() };
+    c.end()?;
+    let _ = span;
+    Ok(Statement::CreateStream {
+        name,
+        columns,
+        watermark,
+        options,
+        if_not_exists,
+        span: name_span,
+    })
+}
+
+/// `( key = value, ... )` after `CREATE STREAM ... WITH`.
+pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> {
+    c.expect(&Token::LParen, "'(' and stream options, e.g. (source = 'file', path = 'x.csv')")?;
+    let mut options: Vec<StreamOption> = Vec::new();
+    loop {
+        let (key, span) = c.ident("an option name (source, path, format, ...)")?;
+        if options.iter().any(|o| o.key == key) {
+            return Err(WeirError::Syntax(Diagnostic::at(
+                format!("option '{key}' is given twice"),
+                span,
+            )));
+        }
+        c.expect(&Token::Eq, "'='")?;
+        let value = if c.peek_word("INTERVAL") {
+            OptionValue::Duration(parse_duration(c)?)
+        } else {
+            match c.peek().map(|t| &t.token) {
+                Some(Token::SingleQuotedString(s)) => {
+                    c.pos += 1;
+                    OptionValue::Text(s.clone())
+                }
+                Some(Token::Number(..)) | Some(Token::Minus) => {
+                    let at = c.pos;
+                    let neg = c.eat(&Token::Minus);
+                    match c.next().map(|t| &t.token) {
+                        Some(Token::Number(n, _)) => {
+                            let n = if neg { format!("-{n}") } else { n.clone() };
+                            // `10 SECONDS`: a duration.
+                            match c.peek() {
+                                Some(TokenWithSpan { token: Token::Word(w), .. })
+                                    if unit_micros(&w.value).is_some() =>
+                                {
+                                    c.pos = at;
+                                    OptionValue::Duration(parse_duration(c)?)
+                                }
+                                _ => OptionValue::Number(n),
+                            }
+                        }
+                        _ => {
+                            c.pos = at;
+                            return Err(c.err("an option value"));
+                        }
+                    }
+                }
+                Some(Token::Word(w)) if w.quote_style.is_none() => {
+                    c.pos += 1;
+                    match w.value.to_ascii_lowercase().as_str() {
+                        "true" => OptionValue::Bool(true),
+                        "false" => OptionValue::Bool(false),
+                        v => OptionValue::Text(v.to_string()),
+                    }
+                }
+                _ => return Err(c.err("an option value: 'text', a number, TRUE or FALSE")),
+            }
+        };
+        options.push(StreamOption { key, value, span });
+        if c.eat(&Token::Comma) {
+            continue;
+        }
+        c.expect(&Token::RParen, "',' or ')'")?;
+        return Ok(options);
+    }
+}
+
+fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
+    let mut c = Cursor::new(elem);
+    let (name, span) = c.ident("a column name")?;
+    let mut p = sub_parser(c.rest());
+    let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
+    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced.
+    Ok(ColumnAst { name, data_type, span })
+}
+
+fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
+    let mut c = Cursor::new(elem);
+    c.expect_word("WATERMARK")?;
+    c.expect_word("FOR")?;
+    let (column, span) = c.ident("the event-time column")?;
+    let mut delay = None;
+    if c.eat_word("AS") {
+        let (col2, span2) = c.ident("the event-time column")?;
+        if col2 != column {
+            return Err(WeirError::Syntax(Diagnostic::at(
+                format!("WATERMARK FOR {column} AS must be '{column}' or '{column} - <delay>'"),
+                span2,
+            )));
+        }
+        if c.eat(&Token::Minus) {
+            delay = Some(parse_duration(&mut c)?);
+        }
+    }
+    c.end()?;
+    Ok(WatermarkAst { column, delay, span })
+}
+
+pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    let mut p = sub_parser(toks);
+    let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
+    if let Err(e) = p.expect_token(&Token::EOF) {
+        return Err(sql_err(e, toks));
+    }
+    match stmt {
+        sql::Statement::CreateTable(ct) => {
+            if ct.query.is_some() {
+                return Err(WeirError::plan_at("CREATE TABLE ... AS is not supported yet", span));
+            }
+            let name = object_name(&ct.name);
+            let columns = ct
+                .columns
+                .iter()
+                .map(|col| ColumnAst {
+                    name: ident_of(&col.name),
+                    data_type: col.data_type.clone(),
+                    span: Span::from_sql(col.name.span),
+                })
+                .collect();
+            Ok(Statement::CreateTable {
+                name,
+                columns,
+                if_not_exists: ct.if_not_exists,
+                span: Span::from_sql(sqlparser::ast::Spanned::span(&ct.name)),
+            })
+        }
+        _ => Err(WeirError::plan_at("expected CREATE TABLE", span)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::testing::one;
+    use crate::parser::{parse_script, Duration};
+
+    #[test]
+    fn create_stream_with_watermark() {
+        match one("CREATE STREAM bids (auction BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)") {
+            Statement::CreateStream { name, columns, watermark: Some(w), .. } => {
+                assert_eq!(name, "bids");
+                assert_eq!(columns.len(), 2);
+                assert_eq!(w.column, "ts");
+                assert_eq!(w.delay, Some(Duration::Micros(2_000_000)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn create_stream_with_options() {
+        let sql = "CREATE STREAM bids (price BIGINT, ts TIMESTAMP, WATERMARK FOR ts) WITH (source = 'file', \
+                   path = 'data/b.csv', header = true, max = -3, idle_timeout = INTERVAL '5' SECOND, \
+                   poll = 250 MILLISECONDS, format = csv)";
+        match one(sql) {
+            Statement::CreateStream { options, .. } => {
+                let kv: Vec<(String, OptionValue)> =
+                    options.into_iter().map(|o| (o.key, o.value)).collect();
+                assert_eq!(
+                    kv,
+                    vec![
+                        ("source".into(), OptionValue::Text("file".into())),
+                        ("path".into(), OptionValue::Text("data/b.csv".into())),
+                        ("header".into(), OptionValue::Bool(true)),
+                        ("max".into(), OptionValue::Number("-3".into())),
+                        ("idle_timeout".into(), OptionValue::Duration(Duration::Micros(5_000_000))),
+                        ("poll".into(), OptionValue::Duration(Duration::Micros(250_000))),
+                        ("format".into(), OptionValue::Text("csv".into())),
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = parse_script("CREATE STREAM s (t INT, WATERMARK FOR t) WITH (a = 1, a = 2)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("option 'a' is given twice"), "{err}");
+        let err = parse_script("CREATE STREAM s (t INT, WATERMARK FOR t) WITH (a 1)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("expected '='"), "{err}");
+        assert!(matches!(one("SHOW STREAM STATS"), Statement::ShowStreamStats));
+    }
+}
