@@ -89,6 +89,29 @@ impl ChangeBatch {
         Ok(ChangeBatch { data, times, diffs })
     }
 
+    /// Rows `[offset, offset + len)` (zero-copy for the data columns).
+    ///
+    /// Panics if the range is out of bounds, as slicing does: callers slice ranges they
+    /// computed from the batch's own length.
+    pub fn slice(&self, offset: usize, len: usize) -> ChangeBatch {
+        ChangeBatch {
+            data: self.data.slice(offset, len),
+            times: self.times[offset..offset + len].to_vec(),
+            diffs: self.diffs[offset..offset + len].to_vec(),
+        }
+    }
+
+    /// The batch stably sorted by time: rows sharing an instant keep their order. A batch
+    /// already sorted is returned as it is, without copying.
+    pub fn sort_by_time(self) -> Result<ChangeBatch> {
+        if self.times.windows(2).all(|w| w[0] <= w[1]) {
+            return Ok(self);
+        }
+        let mut idx: Vec<u32> = (0..self.len() as u32).collect();
+        idx.sort_by_key(|&i| self.times[i as usize]);
+        self.take(&idx)
+    }
+
     /// The same rows with every diff negated (a retraction of this batch).
     pub fn negate(mut self) -> ChangeBatch {
         for d in &mut self.diffs {
@@ -122,4 +145,55 @@ pub fn empty_columns(n: usize) -> Result<RecordBatch> {
         vec![],
         &RecordBatchOptions::new().with_row_count(Some(n)),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, Int64Array};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    /// Values `v` at `times`, each with diff `10 * v`, so every row can be checked by eye.
+    fn batch(values: &[i64], times: &[Time]) -> ChangeBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let col: ArrayRef = Arc::new(Int64Array::from(values.to_vec()));
+        let data = RecordBatch::try_new(schema, vec![col]).expect("batch");
+        ChangeBatch::new(data, times.to_vec(), values.iter().map(|v| 10 * v).collect())
+    }
+
+    /// `(value, time, diff)` of every row, in order.
+    fn rows(b: &ChangeBatch) -> Vec<(i64, Time, i64)> {
+        let col = b.data.column(0).as_any().downcast_ref::<Int64Array>().expect("Int64");
+        assert_eq!(col.len(), b.len());
+        (0..b.len()).map(|i| (col.value(i), b.times[i], b.diffs[i])).collect()
+    }
+
+    #[test]
+    fn slice_keeps_times_and_diffs_with_their_rows() {
+        let b = batch(&[1, 2, 3, 4], &[5, 5, 6, 7]);
+        assert_eq!(rows(&b.slice(1, 2)), [(2, 5, 20), (3, 6, 30)]);
+        assert!(rows(&b.slice(4, 0)).is_empty());
+        assert_eq!(rows(&b.slice(0, 4)), rows(&b));
+    }
+
+    #[test]
+    fn sort_by_time_is_stable() {
+        let b = batch(&[1, 2, 3, 4, 5], &[7, 5, 7, 5, 6]);
+        let sorted = b.sort_by_time().expect("sort");
+        assert_eq!(rows(&sorted), [(2, 5, 20), (4, 5, 40), (5, 6, 50), (1, 7, 10), (3, 7, 30)]);
+    }
+
+    #[test]
+    fn sort_by_time_leaves_a_sorted_batch_as_it_is() {
+        let b = batch(&[3, 1, 2], &[1, 1, 2]);
+        let column = b.data.column(0).clone();
+        let sorted = b.sort_by_time().expect("sort");
+        assert_eq!(rows(&sorted), [(3, 1, 30), (1, 1, 10), (2, 2, 20)]);
+        // The very same arrays: no copy.
+        assert!(Arc::ptr_eq(&column, sorted.data.column(0)));
+        assert!(rows(&batch(&[], &[]).sort_by_time().expect("sort")).is_empty());
+    }
 }

@@ -75,7 +75,7 @@ fn take_upto(chunks: &mut Vec<Chunk>, hi: Time) -> Result<Option<ChangeBatch>> {
         let rest = &c.batch.times[c.pos..];
         let n = rest.partition_point(|&t| t <= hi);
         if n > 0 {
-            parts.push(slice(&c.batch, c.pos, n));
+            parts.push(c.batch.slice(c.pos, n));
             c.pos += n;
         }
     }
@@ -86,28 +86,9 @@ fn take_upto(chunks: &mut Vec<Chunk>, hi: Time) -> Result<Option<ChangeBatch>> {
         _ => {
             let schema = parts[0].schema();
             let all = ChangeBatch::concat(&schema, &parts)?;
-            Ok(Some(sort_by_time(all)?))
+            Ok(Some(all.sort_by_time()?))
         }
     }
-}
-
-/// Rows `[offset, offset + len)` of a change batch (zero-copy for the data).
-pub(crate) fn slice(b: &ChangeBatch, offset: usize, len: usize) -> ChangeBatch {
-    ChangeBatch::new(
-        b.data.slice(offset, len),
-        b.times[offset..offset + len].to_vec(),
-        b.diffs[offset..offset + len].to_vec(),
-    )
-}
-
-/// The batch stably sorted by time (unchanged if it already is).
-pub(crate) fn sort_by_time(b: ChangeBatch) -> Result<ChangeBatch> {
-    if b.times.windows(2).all(|w| w[0] <= w[1]) {
-        return Ok(b);
-    }
-    let mut idx: Vec<u32> = (0..b.len() as u32).collect();
-    idx.sort_by_key(|&i| b.times[i as usize]);
-    b.take(&idx)
 }
 
 impl QueryRunner {
@@ -158,7 +139,7 @@ impl QueryRunner {
                 )));
             }
         }
-        let batch = sort_by_time(batch)?;
+        let batch = batch.sort_by_time()?;
         self.pending.entry(source.to_string()).or_default().push(Chunk { batch, pos: 0 });
         Ok(())
     }
@@ -303,7 +284,7 @@ impl QueryRunner {
         for src in sources {
             for c in self.pending.get(src).into_iter().flatten() {
                 if c.pos < c.batch.len() {
-                    chunks.push((src, slice(&c.batch, c.pos, c.batch.len() - c.pos)));
+                    chunks.push((src, c.batch.slice(c.pos, c.batch.len() - c.pos)));
                 }
             }
         }
@@ -356,7 +337,7 @@ impl QueryRunner {
                     return Err(invalid("buffered input at an instant already evaluated"));
                 }
             }
-            let batch = sort_by_time(batch)?;
+            let batch = batch.sort_by_time()?;
             pending.entry(src.to_string()).or_default().push(Chunk { batch, pos: 0 });
         }
         self.root.restore_state(&mut r)?;

@@ -60,6 +60,6 @@ impl Operator for UnionAll {
             parts.push(ChangeBatch::new(data, d.times, d.diffs));
         }
         let schema = parts.first().map(|p| p.schema()).unwrap_or_else(|| self.schema.clone());
-        crate::query::sort_by_time(ChangeBatch::concat(&schema, &parts)?)
+        ChangeBatch::concat(&schema, &parts)?.sort_by_time()
     }
 }

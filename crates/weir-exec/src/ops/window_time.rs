@@ -40,7 +40,6 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{EvalCtx, Operator};
 use crate::ops::batch_of;
-use crate::query::slice;
 use crate::state::{bool_col, i64_col, invalid, opt_i128_col, signature, StateReader, StateWriter};
 
 /// Which bounds the window has.
@@ -416,7 +415,7 @@ impl Operator for TimeWindow {
         let mut entered = 0;
         for (i, c) in self.queue.iter().enumerate() {
             let from = if i == 0 { self.exit_row.min(c.len()) } else { 0 };
-            rest.push(slice(c, from, c.len() - from));
+            rest.push(c.slice(from, c.len() - from));
             if i < self.enter.0 {
                 entered += c.len() - from;
             } else if i == self.enter.0 {
@@ -487,7 +486,7 @@ impl Operator for TimeWindow {
                 .ok()
                 .filter(|n| at + n <= all.len())
                 .ok_or_else(|| invalid("section 'time_window.elems': bad row count"))?;
-            self.elems.push_back(Elements { time, batch: slice(&all, at, n), inside });
+            self.elems.push_back(Elements { time, batch: all.slice(at, n), inside });
             at += n;
         }
         if at != all.len() {
