@@ -107,6 +107,8 @@ pub enum WeirError {
     Internal(String),
 }
 
+/// One constructor per category: `WeirError::plan`/`plan_at`, `syntax_at`, `exec`, `input`,
+/// `internal`. Code builds errors through these rather than through the variants.
 impl WeirError {
     pub fn plan(message: impl Into<String>) -> Self {
         WeirError::Plan(Diagnostic::new(message))
@@ -122,6 +124,14 @@ impl WeirError {
 
     pub fn exec(message: impl Into<String>) -> Self {
         WeirError::Execution(message.into())
+    }
+
+    pub fn input(message: impl Into<String>) -> Self {
+        WeirError::Input(message.into())
+    }
+
+    pub fn syntax_at(message: impl Into<String>, span: Option<Span>) -> Self {
+        WeirError::Syntax(Diagnostic::at(message, span))
     }
 
     /// Attaches the statement text to a SQL diagnostic so it renders with a caret.

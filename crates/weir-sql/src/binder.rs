@@ -990,3 +990,24 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
     }
     Ok(AggCall { func, arg, distinct: p.distinct })
 }
+
+/// The plan of `SELECT * FROM table WHERE selection`: the rows a `DELETE` removes. The query
+/// is built around the parsed `selection` (no text round trip), so an error in it points into
+/// the DELETE statement's own text.
+pub fn bind_selection(
+    catalog: &dyn Catalog,
+    table: &str,
+    selection: Option<Box<sql::Expr>>,
+) -> Result<Arc<LogicalPlan>> {
+    let template = format!("SELECT * FROM \"{}\"", table.replace('"', "\"\""));
+    let dialect = sqlparser::dialect::GenericDialect {};
+    let mut stmts = sqlparser::parser::Parser::parse_sql(&dialect, &template)
+        .map_err(|e| WeirError::internal(format!("the DELETE template does not parse: {e}")))?;
+    let Some(sql::Statement::Query(mut query)) = stmts.pop() else {
+        return Err(WeirError::internal("the DELETE template is not a query"));
+    };
+    if let sql::SetExpr::Select(select) = query.body.as_mut() {
+        select.selection = selection.map(|e| *e);
+    }
+    bind_query(catalog, &CqlQuery { query, r2s: None, windows: vec![] })
+}

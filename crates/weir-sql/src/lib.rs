@@ -15,6 +15,7 @@
 
 pub mod binder;
 pub mod catalog;
+pub mod ddl;
 pub mod in_subquery;
 pub mod join_order;
 pub mod mixed_types;

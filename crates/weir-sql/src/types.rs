@@ -1,4 +1,5 @@
-//! SQL column types to Arrow types, for `CREATE STREAM` and `CREATE TABLE`.
+//! SQL column types and Arrow types, both ways: the Arrow type a declared column is stored as
+//! (`CREATE STREAM`, `CREATE TABLE`), and the SQL name of an Arrow type (`DESCRIBE`, messages).
 
 use arrow::datatypes::{DataType, TimeUnit};
 use sqlparser::ast::{self as sql, ExactNumberInfo};
@@ -43,4 +44,47 @@ pub fn arrow_type(t: &sql::DataType, span: Option<Span>) -> Result<DataType> {
             )))
         }
     })
+}
+
+/// The SQL spelling of an Arrow type, for DESCRIBE and messages (the inverse of
+/// [`arrow_type`] on the types it produces).
+pub fn sql_type_name(t: &DataType) -> String {
+    match t {
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Int32 => "INT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Float32 => "REAL".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Timestamp(_, _) => "TIMESTAMP".into(),
+        DataType::Date32 => "DATE".into(),
+        DataType::Decimal128(p, s) => format!("DECIMAL({p},{s})"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every type a column can be declared as is named back as SQL that declares it again.
+    #[test]
+    fn declared_types_name_back() {
+        for (sql, name) in [
+            (sql::DataType::BigInt(None), "BIGINT"),
+            (sql::DataType::SmallInt(None), "SMALLINT"),
+            (sql::DataType::Real, "REAL"),
+            (sql::DataType::Double(sql::ExactNumberInfo::None), "DOUBLE"),
+            (sql::DataType::Text, "VARCHAR"),
+            (sql::DataType::Boolean, "BOOLEAN"),
+            (sql::DataType::Date, "DATE"),
+            (sql::DataType::Timestamp(None, sql::TimezoneInfo::None), "TIMESTAMP"),
+            (sql::DataType::Decimal(ExactNumberInfo::PrecisionAndScale(10, 2)), "DECIMAL(10,2)"),
+        ] {
+            let arrow = arrow_type(&sql, None).unwrap();
+            assert_eq!(sql_type_name(&arrow), name, "{sql}");
+        }
+    }
 }

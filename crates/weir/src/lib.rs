@@ -22,21 +22,28 @@
 //!
 //! Pipeline: SQL text -> [`weir_sql::parser`] -> [`weir_sql::binder`] ->
 //! [`weir_plan::LogicalPlan`] -> [`weir_exec::QueryRunner`] -> [`Subscription`].
-//! Modules: [`engine`] (statements, time, running queries), [`ingest`] (late and bad rows,
-//! idleness, the `s$late` and `s$errors` streams), [`source`] (CSV and JSON-lines files and
-//! stdin), [`sink`] (query output appended to files), [`subscription`] (output changes), [`format`] (values and instants as text).
+//!
+//! Modules:
+//! - [`engine`]: the [`Engine`], a thin dispatcher over the parts that own the state: the
+//!   catalog (what exists), the tables (contents, one-shot queries), the dataflow (running
+//!   queries and their outputs), checkpoints and recovery;
+//! - [`intake`]: how streams take in elements: watermarks, late and bad rows, idleness, the
+//!   `s$late` and `s$errors` streams;
+//! - [`source`]: CSV and JSON-lines files and stdin; [`sink`]: query output appended to files;
+//! - [`subscription`]: output changes; [`format`]: values and instants as text;
+//!   [`checkpoint`]: checkpoint files.
 
 pub mod checkpoint;
 pub mod engine;
 pub mod format;
-pub mod ingest;
+pub mod intake;
 pub mod sink;
 pub mod source;
 pub mod subscription;
 
 pub use datafusion_common::ScalarValue as Value;
-pub use engine::{Engine, ExecResult, Recovery, SourcePoll};
-pub use ingest::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
+pub use engine::{CatalogObject, Engine, ExecResult, Recovery, SourcePoll};
+pub use intake::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
 pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};
 pub use subscription::{Change, Subscription};
@@ -45,3 +52,4 @@ pub use weir_common::{
     WATERMARK_CLOSED, WATERMARK_MIN,
 };
 pub use weir_plan::PlanKind;
+pub use weir_sql::parser::{ObjectKind, ParsedStatement};

@@ -10,6 +10,9 @@
 //!   input), keyed by what it feeds: a view, a sink, or a subscriber's query text;
 //! - every sink's committed position: its file is synced first, so the position is durable.
 //!
+//! The manifest (the catalog, streams and sinks) is JSON written and read by serde derives
+//! ([`Manifest`]): a field that is missing or of the wrong type is an error, never a default.
+//!
 //! Recovery replays the catalog into a fresh engine (sinks reopen their files cut back to the
 //! committed position instead of truncating them), then puts every piece of state back and
 //! rewinds the sources. Because evaluation is deterministic, what follows is byte for byte
@@ -17,21 +20,23 @@
 //! application takes one over with [`Engine::resume`] and is told the instant it resumes
 //! from.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::mpsc::channel;
 use std::sync::Arc;
 use std::time::Duration as WallDuration;
 
 use arrow::array::{Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema};
-use serde_json::{json, Value as Json};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
-use weir_exec::QueryRunner;
 
-use super::{Contents, Engine, RunningQuery, Sink, SourceState};
+use super::dataflow::Target;
+use super::tables::Contents;
+use super::Engine;
 use crate::checkpoint::store;
-use crate::ingest::{BadRowPolicy, LatePolicy, StreamPolicy};
-use crate::source::{Format, Input, SourcePosition, SourceReader, SourceSpec};
+use crate::intake::buffered::Buffered;
+use crate::intake::{SourceState, StreamPolicy};
+use crate::source::{SourcePosition, SourceReader, SourceSpec};
 use crate::subscription::Subscription;
 
 /// How many checkpoints are kept on disk.
@@ -48,29 +53,95 @@ pub struct Recovery {
     pub parked: Vec<String>,
 }
 
-fn bad(what: &str) -> WeirError {
-    WeirError::Execution(format!("checkpoint: {what}"))
+/// Where checkpoints go, how often, and (during recovery) where sinks reopen.
+#[derive(Debug, Default)]
+pub(super) struct Checkpoints {
+    data_dir: Option<PathBuf>,
+    interval: Option<WallDuration>,
+    sequence: u64,
+    /// Processing time of the last checkpoint.
+    last: WallDuration,
+    /// During recovery: each sink's committed position, to reopen its file at.
+    resume_sinks: BTreeMap<String, u64>,
 }
 
-/// A batch as Arrow IPC stream bytes.
-fn to_ipc(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    {
-        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())?;
-        w.write(batch)?;
-        w.finish()?;
+impl Checkpoints {
+    /// The committed position to reopen sink `name` at, during recovery.
+    pub fn sink_resume_position(&self, name: &str) -> Option<u64> {
+        self.resume_sinks.get(name).copied()
     }
-    Ok(out)
 }
 
-fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>> {
-    let reader = arrow::ipc::reader::StreamReader::try_new(bytes, None)
-        .map_err(|e| bad(&format!("unreadable state: {e}")))?;
-    reader.map(|b| b.map_err(|e| bad(&format!("unreadable state: {e}")))).collect()
+/// The checkpoint's manifest: everything but the Arrow sections.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    sequence: u64,
+    clock: Time,
+    base_dir: PathBuf,
+    /// The catalog, as the CREATE statements of what exists, in order.
+    statements: Vec<String>,
+    streams: BTreeMap<String, StreamCheckpoint>,
+    /// Each sink's committed position (bytes).
+    sinks: BTreeMap<String, u64>,
+    /// The keys of the queries whose state is saved, each as section `query:<key>`.
+    queries: Vec<String>,
 }
 
-/// A relation's contents as rows plus a `__weir_count` column.
-fn contents_to_ipc(c: &Contents, schema: &arrow::datatypes::SchemaRef) -> Result<Vec<u8>> {
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamCheckpoint {
+    /// A 128-bit watermark, in decimal (JSON numbers do not hold it).
+    watermark: String,
+    max_seen: Option<Time>,
+    closed: bool,
+    accepted: u64,
+    late: u64,
+    bad: u64,
+    /// (time, count) of the elements not yet released to every reader.
+    buffered: Vec<(Time, u64)>,
+    policy: StreamPolicy,
+    source: Option<SourceCheckpoint>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourceCheckpoint {
+    spec: SourceSpec,
+    position: SourcePosition,
+    failed: Option<String>,
+}
+
+// TEMPORARY until weir_common::ipc lands.
+mod ipc {
+    use arrow::array::RecordBatch;
+    use arrow::datatypes::SchemaRef;
+    use weir_common::{Result, WeirError};
+    pub fn write_stream(batch: &RecordBatch) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        {
+            let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())?;
+            w.write(batch)?;
+            w.finish()?;
+        }
+        Ok(out)
+    }
+    pub fn read_stream(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+        let reader = arrow::ipc::reader::StreamReader::try_new(bytes, None)
+            .map_err(|e| WeirError::exec(e.to_string()))?;
+        let schema = reader.schema();
+        let b: Result<Vec<RecordBatch>> =
+            reader.map(|b| b.map_err(|e| WeirError::exec(e.to_string()))).collect();
+        Ok((schema, b?))
+    }
+}
+
+fn bad(what: &str) -> WeirError {
+    WeirError::exec(format!("checkpoint: {what}"))
+}
+
+/// A relation's contents as rows plus a `__weir_count` column, as Arrow IPC stream bytes.
+fn contents_to_ipc(c: &Contents, schema: &SchemaRef) -> Result<Vec<u8>> {
     let snap = c.snapshot(schema, 0)?;
     let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new("__weir_count", DataType::Int64, false));
@@ -81,15 +152,13 @@ fn contents_to_ipc(c: &Contents, schema: &arrow::datatypes::SchemaRef) -> Result
         cols,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(snap.diffs.len())),
     )?;
-    to_ipc(&batch)
+    ipc::write_stream(&batch)
 }
 
-fn contents_from_ipc(
-    c: &mut Contents,
-    schema: &arrow::datatypes::SchemaRef,
-    bytes: &[u8],
-) -> Result<()> {
-    for batch in from_ipc(bytes)? {
+fn contents_from_ipc(c: &mut Contents, schema: &SchemaRef, bytes: &[u8]) -> Result<()> {
+    let (_, batches) =
+        ipc::read_stream(bytes).map_err(|e| bad(&format!("unreadable state: {e}")))?;
+    for batch in batches {
         let n = batch.num_columns();
         if n != schema.fields().len() + 1 {
             return Err(bad("a relation's saved columns do not match its schema"));
@@ -112,101 +181,6 @@ fn contents_from_ipc(
     Ok(())
 }
 
-fn spec_to_json(spec: &SourceSpec) -> Json {
-    let (kind, path, follow) = match &spec.input {
-        Input::Files { path, follow } => ("file", Some(path.clone()), *follow),
-        Input::Stdin => ("stdin", None, false),
-    };
-    let format = match spec.format {
-        Format::Csv { header, delimiter } => {
-            json!({"kind": "csv", "header": header, "delimiter": delimiter})
-        }
-        Format::JsonLines => json!({"kind": "json"}),
-    };
-    json!({"input": kind, "path": path, "follow": follow, "format": format,
-           "epoch": spec.epoch_unit})
-}
-
-fn spec_from_json(j: &Json) -> Result<SourceSpec> {
-    let input = match j["input"].as_str() {
-        Some("file") => Input::Files {
-            path: j["path"].as_str().ok_or_else(|| bad("a file source without a path"))?.into(),
-            follow: j["follow"].as_bool().unwrap_or(false),
-        },
-        Some("stdin") => Input::Stdin,
-        _ => return Err(bad("an unknown source kind")),
-    };
-    let f = &j["format"];
-    let format = match f["kind"].as_str() {
-        Some("csv") => Format::Csv {
-            header: f["header"].as_bool().unwrap_or(true),
-            delimiter: f["delimiter"].as_u64().and_then(|d| u8::try_from(d).ok()).unwrap_or(b','),
-        },
-        Some("json") => Format::JsonLines,
-        _ => return Err(bad("an unknown source format")),
-    };
-    let epoch_unit = j["epoch"].as_str().unwrap_or("s").to_string();
-    Ok(SourceSpec { input, format, epoch_unit })
-}
-
-fn policy_to_json(p: &StreamPolicy) -> Json {
-    json!({
-        "late": if p.late == LatePolicy::Error { "error" } else { "route" },
-        "bad_rows": if p.bad_rows == BadRowPolicy::Skip { "skip" } else { "fail" },
-        "idle_timeout_us": p.idle_timeout.map(|d| d.as_micros() as u64),
-    })
-}
-
-fn policy_from_json(j: &Json) -> StreamPolicy {
-    StreamPolicy {
-        late: if j["late"] == "error" { LatePolicy::Error } else { LatePolicy::Route },
-        bad_rows: if j["bad_rows"] == "skip" { BadRowPolicy::Skip } else { BadRowPolicy::Fail },
-        idle_timeout: j["idle_timeout_us"].as_u64().map(WallDuration::from_micros),
-    }
-}
-
-fn position_to_json(p: &SourcePosition) -> Json {
-    json!({
-        "files": p.files.iter().map(|f| f.to_string_lossy().into_owned()).collect::<Vec<_>>(),
-        "file": p.file, "offset": p.offset, "line": p.line,
-        "header": p.header.as_ref().map(|h| String::from_utf8_lossy(h).into_owned()),
-        "records": p.records_read, "started": p.started, "ended": p.ended,
-    })
-}
-
-fn position_from_json(j: &Json) -> SourcePosition {
-    SourcePosition {
-        files: j["files"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|f| f.as_str()).map(PathBuf::from).collect())
-            .unwrap_or_default(),
-        file: j["file"].as_u64().unwrap_or(0) as usize,
-        offset: j["offset"].as_u64().unwrap_or(0),
-        line: j["line"].as_u64().unwrap_or(1),
-        header: j["header"].as_str().map(|h| h.as_bytes().to_vec()),
-        records_read: j["records"].as_u64().unwrap_or(0),
-        started: j["started"].as_bool().unwrap_or(false),
-        ended: j["ended"].as_bool().unwrap_or(false),
-    }
-}
-
-fn watermark_to_json(w: Watermark) -> Json {
-    Json::String(w.to_string())
-}
-
-fn watermark_from_json(j: &Json) -> Result<Watermark> {
-    j.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| bad("a watermark is not a number"))
-}
-
-/// The key under which a running query's state is saved.
-fn query_key(q: &RunningQuery) -> Option<String> {
-    match &q.sink {
-        Sink::View(v) => Some(format!("view:{v}")),
-        Sink::File(s) => Some(format!("sink:{s}")),
-        Sink::Subscriber(_) | Sink::Parked => q.sql.as_ref().map(|sql| format!("sub:{sql}")),
-    }
-}
-
 impl Engine {
     /// An engine that keeps its checkpoints in `dir`, restored from the newest intact one
     /// there (or empty if there is none). Damaged checkpoints are skipped with a warning; one
@@ -215,11 +189,11 @@ impl Engine {
         let dir = dir.into();
         let (stored, warnings) = store::latest(&dir)?;
         let mut engine = Engine::new();
-        engine.data_dir = Some(dir);
+        engine.checkpoints.data_dir = Some(dir);
         let Some(stored) = stored else {
             return Ok((engine, Recovery { warnings, ..Recovery::default() }));
         };
-        engine.checkpoint_sequence = stored.sequence;
+        engine.checkpoints.sequence = stored.sequence;
         let parked = engine.restore(&stored)?;
         Ok((engine, Recovery { checkpoint: Some(stored.sequence), warnings, parked }))
     }
@@ -227,26 +201,27 @@ impl Engine {
     /// Keep checkpoints in `dir` from now on (the API equivalent of `weir --data-dir` for an
     /// engine that starts empty).
     pub fn set_data_dir(&mut self, dir: impl Into<PathBuf>) {
-        self.data_dir = Some(dir.into());
+        self.checkpoints.data_dir = Some(dir.into());
     }
 
     /// The directory checkpoints go to, if any.
     pub fn data_dir(&self) -> Option<&std::path::Path> {
-        self.data_dir.as_deref()
+        self.checkpoints.data_dir.as_deref()
     }
 
     /// Take a checkpoint every `interval` (processing time) while sources are read.
     pub fn set_checkpoint_interval(&mut self, interval: Option<WallDuration>) {
-        self.checkpoint_interval = interval;
-        self.last_checkpoint = self.processing.now();
+        self.checkpoints.interval = interval;
+        self.checkpoints.last = self.intake.now();
     }
 
     /// Takes a checkpoint periodically (see [`Engine::set_checkpoint_interval`]).
     pub(super) fn maybe_checkpoint(&mut self) -> Result<()> {
-        let (Some(interval), Some(_)) = (self.checkpoint_interval, &self.data_dir) else {
+        let (Some(interval), Some(_)) = (self.checkpoints.interval, &self.checkpoints.data_dir)
+        else {
             return Ok(());
         };
-        if self.processing.now().saturating_sub(self.last_checkpoint) >= interval {
+        if self.intake.now().saturating_sub(self.checkpoints.last) >= interval {
             self.checkpoint()?;
         }
         Ok(())
@@ -255,170 +230,148 @@ impl Engine {
     /// Writes a checkpoint of the whole engine to its data directory; returns its sequence
     /// number. See the module docs for what it holds.
     pub fn checkpoint(&mut self) -> Result<u64> {
-        let dir = self.data_dir.clone().ok_or_else(|| {
-            WeirError::Execution(
-                "no data directory: start Weir with --data-dir (or Engine::open) to checkpoint"
-                    .into(),
+        let dir = self.checkpoints.data_dir.clone().ok_or_else(|| {
+            WeirError::exec(
+                "no data directory: start Weir with --data-dir (or Engine::open) to checkpoint",
             )
         })?;
         let mut sections: Vec<(String, Vec<u8>)> = Vec::new();
-        let mut streams = serde_json::Map::new();
-        for (name, st) in self.streams.iter().filter(|(_, s)| s.companion_of.is_none()) {
-            let buffered: Vec<Json> =
-                st.buffered.entries().iter().map(|(t, n)| json!([t, n])).collect();
-            let source = st.source.as_ref().map(|s| {
-                json!({"spec": spec_to_json(&s.reader.spec),
-                       "position": position_to_json(&s.reader.position()),
-                       "failed": s.failed})
+        let mut streams = BTreeMap::new();
+        for (name, st) in self.intake.streams().filter(|(_, s)| s.companion_of.is_none()) {
+            let source = st.source.as_ref().map(|s| SourceCheckpoint {
+                spec: s.reader.spec.clone(),
+                position: s.reader.position(),
+                failed: s.failed.clone(),
             });
-            streams.insert(
-                name.clone(),
-                json!({
-                    "watermark": watermark_to_json(st.watermark),
-                    "max_seen": st.max_seen, "closed": st.closed,
-                    "accepted": st.accepted, "late": st.late, "bad": st.bad,
-                    "buffered": buffered, "policy": policy_to_json(&st.policy),
-                    "source": source,
-                }),
-            );
+            let checkpoint = StreamCheckpoint {
+                watermark: st.watermark.to_string(),
+                max_seen: st.max_seen,
+                closed: st.closed,
+                accepted: st.accepted,
+                late: st.late,
+                bad: st.bad,
+                buffered: st.buffered.entries(),
+                policy: st.policy.clone(),
+                source,
+            };
+            streams.insert(name.clone(), checkpoint);
         }
-        let mut sinks = serde_json::Map::new();
-        for (name, k) in self.sinks.iter_mut() {
-            let committed = k.file.sync()?;
-            sinks.insert(name.clone(), json!({"committed": committed}));
+        let mut sinks = BTreeMap::new();
+        for (name, k) in &self.sinks {
+            sinks.insert(name.clone(), k.lock().file.sync()?);
         }
-        for (name, t) in &self.tables {
-            sections.push((format!("table:{name}"), contents_to_ipc(&t.contents, &t.def.schema)?));
+        for (name, t) in self.tables.tables_mut() {
+            sections.push((format!("table:{name}"), contents_to_ipc(&t.contents, &t.schema)?));
         }
-        for (name, v) in &self.views {
-            if let Some(c) = &v.contents {
-                sections
-                    .push((format!("view:{name}"), contents_to_ipc(&c.contents, &v.def.schema)?));
-            }
+        for (name, v) in self.tables.views() {
+            let v = v.lock();
+            sections.push((format!("view:{name}"), contents_to_ipc(&v.contents, &v.schema)?));
         }
         let mut queries = Vec::new();
-        for q in &self.queries {
-            let Some(key) = query_key(q) else { continue };
-            queries.push(Json::String(key.clone()));
+        for q in self.dataflow.queries() {
+            let Some(key) = q.target.key() else { continue };
             sections.push((format!("query:{key}"), q.runner.save_state()?));
+            queries.push(key);
         }
-        let sequence = self.checkpoint_sequence + 1;
-        let manifest = json!({
-            "sequence": sequence,
-            "clock": self.clock,
-            "base_dir": self.base_dir.to_string_lossy(),
-            "statements": self.ddl.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
-            "streams": streams,
-            "sinks": sinks,
-            "queries": queries,
-        });
+        let sequence = self.checkpoints.sequence + 1;
+        let manifest = Manifest {
+            sequence,
+            clock: self.clock,
+            base_dir: self.base_dir.clone(),
+            statements: self.catalog.statements().map(str::to_string).collect(),
+            streams,
+            sinks,
+            queries,
+        };
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         sections.insert(0, ("manifest".into(), manifest));
         store::write(&dir, sequence, &sections)?;
         store::prune(&dir, KEEP);
-        self.checkpoint_sequence = sequence;
-        self.last_checkpoint = self.processing.now();
+        self.checkpoints.sequence = sequence;
+        self.checkpoints.last = self.intake.now();
         Ok(sequence)
     }
 
     /// Puts a stored checkpoint into this fresh engine; returns the parked subscribers' texts.
     fn restore(&mut self, stored: &store::Stored) -> Result<Vec<String>> {
-        let manifest: Json =
+        let manifest: Manifest =
             serde_json::from_slice(stored.section("manifest").ok_or_else(|| bad("no manifest"))?)
                 .map_err(|e| bad(&format!("unreadable manifest: {e}")))?;
-        self.base_dir = PathBuf::from(manifest["base_dir"].as_str().unwrap_or(""));
+        self.base_dir = manifest.base_dir.clone();
         // Sinks reopen their files at the committed position rather than truncating them.
-        self.resume_sinks = manifest["sinks"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| v["committed"].as_u64().map(|c| (k.clone(), c)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let statements = manifest["statements"].as_array().cloned().unwrap_or_default();
-        for s in statements.iter().filter_map(|s| s.as_str()) {
+        self.checkpoints.resume_sinks = manifest.sinks.clone();
+        for s in &manifest.statements {
             self.execute(s).map_err(|e| bad(&format!("replaying '{s}': {e}")))?;
         }
-        self.resume_sinks.clear();
-        self.clock = manifest["clock"].as_i64().unwrap_or(0);
-        let now = self.processing.now();
+        self.checkpoints.resume_sinks.clear();
+        self.clock = manifest.clock;
+        let now = self.intake.now();
         let base = self.base_dir.clone();
-        if let Some(streams) = manifest["streams"].as_object() {
-            for (name, j) in streams {
-                let st = self
-                    .streams
-                    .get_mut(name)
-                    .ok_or_else(|| bad(&format!("no stream '{name}'")))?;
-                st.watermark = watermark_from_json(&j["watermark"])?;
-                st.max_seen = j["max_seen"].as_i64();
-                st.closed = j["closed"].as_bool().unwrap_or(false);
-                st.accepted = j["accepted"].as_u64().unwrap_or(0);
-                st.late = j["late"].as_u64().unwrap_or(0);
-                st.bad = j["bad"].as_u64().unwrap_or(0);
-                st.policy = policy_from_json(&j["policy"]);
-                st.last_activity = now;
-                let entries: Vec<(Time, u64)> = j["buffered"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter().filter_map(|p| Some((p[0].as_i64()?, p[1].as_u64()?))).collect()
-                    })
-                    .unwrap_or_default();
-                st.buffered = super::Buffered::from_entries(&entries);
-                st.source = match j["source"].as_object() {
-                    None => None,
-                    Some(src) => {
-                        let spec = spec_from_json(&src["spec"])?;
-                        let mut reader =
-                            SourceReader::new(spec, st.def.schema.clone(), st.def.time_column)
-                                .map_err(|e| bad(&e))?;
-                        reader
-                            .restore(&base, position_from_json(&src["position"]))
-                            .map_err(|e| bad(&format!("stream '{name}': {e}")))?;
-                        let failed = src["failed"].as_str().map(str::to_string);
-                        Some(SourceState { reader, failed })
-                    }
-                };
-            }
+        for (name, j) in manifest.streams {
+            let st =
+                self.intake.get_mut(&name).ok_or_else(|| bad(&format!("no stream '{name}'")))?;
+            st.watermark = j
+                .watermark
+                .parse::<Watermark>()
+                .map_err(|_| bad(&format!("stream '{name}': the watermark is not a number")))?;
+            st.max_seen = j.max_seen;
+            st.closed = j.closed;
+            st.accepted = j.accepted;
+            st.late = j.late;
+            st.bad = j.bad;
+            st.policy = j.policy;
+            st.last_activity = now;
+            st.buffered = Buffered::from_entries(&j.buffered);
+            st.source = match j.source {
+                None => None,
+                Some(src) => {
+                    let mut reader =
+                        SourceReader::new(src.spec, st.def.schema.clone(), st.def.time_column)
+                            .map_err(|e| bad(&e))?;
+                    reader
+                        .restore(&base, src.position)
+                        .map_err(|e| bad(&format!("stream '{name}': {e}")))?;
+                    Some(SourceState { reader, failed: src.failed })
+                }
+            };
         }
-        for (name, t) in self.tables.iter_mut() {
+        for (name, t) in self.tables.tables_mut() {
             if let Some(bytes) = stored.section(&format!("table:{name}")) {
-                contents_from_ipc(&mut t.contents, &t.def.schema, bytes)?;
+                contents_from_ipc(&mut t.contents, &t.schema, bytes)?;
             }
         }
-        for (name, v) in self.views.iter_mut() {
-            if let (Some(c), Some(bytes)) =
-                (v.contents.as_mut(), stored.section(&format!("view:{name}")))
-            {
-                contents_from_ipc(&mut c.contents, &v.def.schema, bytes)?;
+        for (name, v) in self.tables.views() {
+            if let Some(bytes) = stored.section(&format!("view:{name}")) {
+                let mut v = v.lock();
+                let schema = v.schema.clone();
+                contents_from_ipc(&mut v.contents, &schema, bytes)?;
             }
         }
         // Running queries: fresh runners, their state put back.
         let mut parked = Vec::new();
-        for key in manifest["queries"].as_array().cloned().unwrap_or_default() {
-            let Some(key) = key.as_str() else { continue };
+        for key in manifest.queries {
             let bytes = stored
                 .section(&format!("query:{key}"))
                 .ok_or_else(|| bad(&format!("no state for query '{key}'")))?;
             if let Some(sql) = key.strip_prefix("sub:") {
                 let plan = self.subscription_plan(sql)?;
-                let mut runner = QueryRunner::new(&plan)?;
+                let mut runner = self.dataflow.runner(&plan)?;
                 runner.restore_state(bytes)?;
-                let id = self.next_id;
-                self.next_id += 1;
-                let sql = Some(sql.to_string());
-                self.queries.push(RunningQuery { id, runner, sink: Sink::Parked, plan, sql });
-                parked.push(key["sub:".len()..].to_string());
+                let target = Target::Subscriber(Some(sql.to_string()));
+                self.dataflow.add(runner, &plan, target, None, Vec::new())?;
+                parked.push(sql.to_string());
                 continue;
             }
-            let q = self
-                .queries
-                .iter_mut()
-                .find(|q| query_key(q).as_deref() == Some(key))
+            let plan = self
+                .dataflow
+                .queries()
+                .iter()
+                .find(|q| q.target.key().as_deref() == Some(key.as_str()))
+                .map(|q| q.plan.clone())
                 .ok_or_else(|| bad(&format!("no query for '{key}'")))?;
-            let mut runner = QueryRunner::new(&q.plan)?;
+            let mut runner = self.dataflow.runner(&plan)?;
             runner.restore_state(bytes)?;
-            q.runner = runner;
+            self.dataflow.replace_runner(&key, runner)?;
         }
         self.run_queries();
         Ok(parked)
@@ -430,23 +383,30 @@ impl Engine {
     /// instant on may repeat what was delivered after the checkpoint.
     pub fn resume(&mut self, sql: &str) -> Result<(Subscription, Option<Time>)> {
         let text = sql.trim().trim_end_matches(';').trim();
-        let q = self
-            .queries
-            .iter_mut()
-            .find(|q| matches!(q.sink, Sink::Parked) && q.sql.as_deref() == Some(text))
-            .ok_or_else(|| {
-                WeirError::Execution(format!("no restored query waits to be resumed as '{text}'"))
-            })?;
-        let (tx, rx) = channel();
-        q.sink = Sink::Subscriber(tx);
-        let from = q.runner.last_instant().map(|t| t.saturating_add(1));
-        let sub = super::subscription(q.id, &q.plan, rx);
+        let resumed = self.dataflow.resume(text)?;
         self.run_queries();
-        Ok((sub, from))
+        Ok(resumed)
     }
+}
 
-    /// The committed position to reopen sink `name` at, during recovery.
-    pub(super) fn sink_resume_position(&self, name: &str) -> Option<u64> {
-        self.resume_sinks.get(name).copied()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest with a field missing is refused, not read as zeros.
+    #[test]
+    fn a_manifest_missing_a_field_is_refused() {
+        let full = r#"{"sequence":1,"clock":5,"base_dir":"","statements":[],
+            "streams":{"s":{"watermark":"3","max_seen":4,"closed":false,"accepted":2,"late":0,
+            "bad":0,"buffered":[[4,1]],"policy":{"late":"route","bad_rows":"fail",
+            "idle_timeout":null},"source":null}},"sinks":{"k":10},"queries":[]}"#;
+        let m: Manifest = serde_json::from_str(full).unwrap();
+        assert_eq!(m.streams["s"].buffered, [(4, 1)]);
+        assert_eq!(m.sinks["k"], 10);
+        let missing = full.replace(r#""accepted":2,"#, "");
+        let err = serde_json::from_str::<Manifest>(&missing).unwrap_err();
+        assert!(err.to_string().contains("missing field `accepted`"), "{err}");
+        let unknown = full.replace(r#""clock":5,"#, r#""clock":5,"extra":1,"#);
+        assert!(serde_json::from_str::<Manifest>(&unknown).is_err());
     }
 }

@@ -14,10 +14,11 @@ use arrow::compute::kernels::cast_utils::string_to_datetime;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::framing::Records;
-use crate::engine::sql_type_name;
+use weir_sql::types::sql_type_name;
 
 /// How a source's bytes are laid out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Format {
     /// Comma-separated values (RFC 4180 quoting). With `header`, each file's first record names
     /// its columns, matched to the stream's by name (extra columns are ignored); without, the

@@ -56,7 +56,8 @@ fn matching(base: &Path, path: &str) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Where a source's bytes come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Input {
     /// A file or a glob of files (`data/bids-*.csv`), read in name order. With `follow`, the
     /// last file is watched for appended data after its end, and the stream never ends; for a
@@ -68,7 +69,8 @@ pub enum Input {
 }
 
 /// A source attached to a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SourceSpec {
     pub input: Input,
     pub format: Format,
@@ -126,7 +128,8 @@ pub struct SourceProgress {
 
 /// Where a source is, for checkpoints: the file and the byte offset of the first record not
 /// yet taken in.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct SourcePosition {
     pub files: Vec<PathBuf>,
     /// Index in `files` of the file being read (`files.len()` once all are read).

@@ -1,0 +1,163 @@
+//! Binding DDL: the parsed column and watermark clauses of `CREATE STREAM` and `CREATE TABLE`
+//! turned into the definitions the catalog keeps ([`StreamDef`], [`TableDef`]).
+//!
+//! Everything that can be checked from the statement alone is checked here, with the position
+//! of the offending clause: column types, the event-time column (it must exist and be a
+//! TIMESTAMP or an integer), the watermark delay (its unit must match the time domain, it must
+//! not be negative) and the reserved `$` of companion streams. Whether a name is free is the
+//! catalog's business, and a stream's `WITH (...)` options (sources, policies) the engine's.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use weir_common::{Result, Span, TimeDomain, WeirError};
+
+use crate::catalog::{StreamDef, TableDef};
+use crate::parser::{ColumnAst, Duration, WatermarkAst};
+use crate::types::arrow_type;
+
+/// The schema of declared columns (every field nullable).
+pub fn columns_schema(columns: &[ColumnAst]) -> Result<SchemaRef> {
+    let mut fields = Vec::with_capacity(columns.len());
+    for c in columns {
+        fields.push(Field::new(&c.name, arrow_type(&c.data_type, c.span)?, true));
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The definition of `CREATE STREAM name (columns, WATERMARK FOR ...)`; `span` is the
+/// statement's, for errors that concern it as a whole.
+pub fn stream_def(
+    name: &str,
+    columns: &[ColumnAst],
+    watermark: Option<&WatermarkAst>,
+    span: Option<Span>,
+) -> Result<StreamDef> {
+    let Some(wm) = watermark else {
+        return Err(WeirError::plan_at(
+            format!(
+                "stream '{name}' needs an event-time column: add \
+                 WATERMARK FOR <column> [AS <column> - <delay>]"
+            ),
+            span,
+        ));
+    };
+    let schema = columns_schema(columns)?;
+    let time_column = schema.index_of(&wm.column).map_err(|_| {
+        WeirError::plan_at(format!("WATERMARK FOR names unknown column '{}'", wm.column), wm.span)
+    })?;
+    let domain = match schema.field(time_column).data_type() {
+        DataType::Timestamp(_, None) => TimeDomain::Micros,
+        t if t.is_integer() => TimeDomain::Ticks,
+        t => {
+            return Err(WeirError::plan_at(
+                format!(
+                    "the event-time column '{}' must be TIMESTAMP or an integer, not {t}",
+                    wm.column
+                ),
+                wm.span,
+            ))
+        }
+    };
+    let delay =
+        match (wm.delay, domain) {
+            (None, _) => 0,
+            (Some(Duration::Ticks(d)), TimeDomain::Ticks)
+            | (Some(Duration::Micros(d)), TimeDomain::Micros) => d,
+            (Some(_), TimeDomain::Ticks) => {
+                return Err(WeirError::plan_at(
+                    "the watermark delay of an integer-tick stream is a bare integer",
+                    wm.span,
+                ))
+            }
+            (Some(_), TimeDomain::Micros) => return Err(WeirError::plan_at(
+                "the watermark delay of a TIMESTAMP stream needs a unit (e.g. INTERVAL '5' SECOND)",
+                wm.span,
+            )),
+        };
+    if delay < 0 {
+        return Err(WeirError::plan_at("the watermark delay must not be negative", wm.span));
+    }
+    if name.contains('$') {
+        return Err(WeirError::plan_at(
+            format!("'{name}': '$' is reserved for s$late and s$errors"),
+            span,
+        ));
+    }
+    Ok(StreamDef { name: name.to_string(), schema, time_column, domain, watermark_delay: delay })
+}
+
+/// The definition of `CREATE TABLE name (columns)`.
+pub fn table_def(name: &str, columns: &[ColumnAst]) -> Result<TableDef> {
+    Ok(TableDef { name: name.to_string(), schema: columns_schema(columns)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::{parse_script, Statement};
+
+    /// The stream definition of a `CREATE STREAM` statement, or its error's message.
+    fn bind(sql: &str) -> std::result::Result<StreamDef, String> {
+        let mut stmts = parse_script(sql).map_err(|e| e.to_string())?;
+        let Some(Statement::CreateStream { name, columns, watermark, span, .. }) =
+            stmts.pop().map(|s| s.statement)
+        else {
+            panic!("not a CREATE STREAM: {sql}");
+        };
+        stream_def(&name, &columns, watermark.as_ref(), span).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn binds_columns_event_time_and_delay() {
+        let def = bind(
+            "CREATE STREAM bids (auction BIGINT, price DOUBLE, ts TIMESTAMP, \
+             WATERMARK FOR ts AS ts - INTERVAL '2' SECOND)",
+        )
+        .unwrap();
+        assert_eq!(def.name, "bids");
+        assert_eq!(def.time_column, 2);
+        assert_eq!(def.domain, TimeDomain::Micros);
+        assert_eq!(def.watermark_delay, 2_000_000);
+        let types: Vec<&DataType> = def.schema.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(types[..2], [&DataType::Int64, &DataType::Float64]);
+
+        let ticks = bind("CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t - 3)");
+        let ticks = ticks.unwrap();
+        assert_eq!((ticks.domain, ticks.watermark_delay), (TimeDomain::Ticks, 3));
+        let in_order = bind("CREATE STREAM s (t INT, WATERMARK FOR t)").unwrap();
+        assert_eq!(in_order.watermark_delay, 0);
+    }
+
+    #[test]
+    fn refuses_bad_event_time_clauses_with_their_position() {
+        let cases = [
+            ("CREATE STREAM s (t BIGINT)", "stream 's' needs an event-time column"),
+            ("CREATE STREAM s (t BIGINT, WATERMARK FOR u)", "names unknown column 'u'"),
+            ("CREATE STREAM s (t VARCHAR, WATERMARK FOR t)", "must be TIMESTAMP or an integer"),
+            (
+                "CREATE STREAM s (t BIGINT, WATERMARK FOR t AS t - INTERVAL '1' SECOND)",
+                "integer-tick stream is a bare integer",
+            ),
+            ("CREATE STREAM s (t TIMESTAMP, WATERMARK FOR t AS t - 5)", "needs a unit"),
+        ];
+        for (sql, expected) in cases {
+            let err = bind(sql).unwrap_err();
+            assert!(err.contains(expected), "{sql}: {err}");
+            assert!(err.contains("at line 1, column"), "{sql}: no position in {err}");
+        }
+    }
+
+    #[test]
+    fn binds_table_columns() {
+        let mut stmts =
+            parse_script("CREATE TABLE t (a INT, b VARCHAR, c DECIMAL(10, 2))").unwrap();
+        let Some(Statement::CreateTable { name, columns, .. }) = stmts.pop().map(|s| s.statement)
+        else {
+            panic!("not a CREATE TABLE");
+        };
+        let def = table_def(&name, &columns).unwrap();
+        let types: Vec<&DataType> = def.schema.fields().iter().map(|f| f.data_type()).collect();
+        assert_eq!(types, [&DataType::Int64, &DataType::Utf8, &DataType::Decimal128(10, 2)]);
+    }
+}

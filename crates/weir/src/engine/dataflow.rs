@@ -1,0 +1,394 @@
+//! The dataflow: every running continuous query, its input, its frontier and where its output
+//! goes.
+//!
+//! A query's *frontier* is the minimum watermark of the streams it reads, leaving out idle
+//! ones (unless all are idle); [`Dataflow::advance`] evaluates each query up to its frontier
+//! and hands the output to the query's [`Output`]: a subscriber's channel, a maintained view's
+//! contents, or a file sink. A query restored from a checkpoint for a subscriber that has not
+//! come back yet is *parked*: it has no output, buffers its input and is not evaluated until
+//! [`Dataflow::resume`] gives it one.
+//!
+//! Tables never hold a query back: a table change at an instant the query has already
+//! evaluated is applied at the query's next instant ([`Dataflow::forward_table_change`]).
+
+use std::collections::HashMap;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use weir_common::{ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED};
+use weir_exec::QueryRunner;
+use weir_plan::LogicalPlan;
+
+use super::tables::{Maintained, Shared};
+use crate::intake::is_or_companion_of;
+use crate::sink::FileSink;
+use crate::subscription::Subscription;
+
+/// Where a running query's output goes.
+pub(crate) trait Output: Send + std::fmt::Debug {
+    /// Takes the output changes of one advance, in time order, then how the evaluation ended
+    /// (output produced before a failure is delivered first). Returns whether the query goes
+    /// on: false once the receiver went away or the query or a write failed, which the output
+    /// records for whoever reads it.
+    fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool;
+}
+
+/// A subscriber's channel: the changes, then an error if the query failed.
+#[derive(Debug)]
+pub(crate) struct Subscriber(pub Sender<Result<ChangeBatch>>);
+
+impl Output for Subscriber {
+    fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
+        let delivered = changes.into_iter().all(|b| self.0.send(Ok(b)).is_ok());
+        match outcome {
+            Ok(()) => delivered,
+            Err(e) => {
+                let _ = self.0.send(Err(e));
+                false
+            }
+        }
+    }
+}
+
+impl Output for Shared<Maintained> {
+    fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
+        let mut view = self.lock();
+        match changes.iter().try_for_each(|b| view.contents.apply(b)).and(outcome) {
+            Ok(()) => true,
+            Err(e) => {
+                view.failed = Some(e);
+                false
+            }
+        }
+    }
+}
+
+/// A file sink and whether it failed (then it stops, and `SHOW SINKS` says why).
+#[derive(Debug)]
+pub(crate) struct SinkFile {
+    pub file: FileSink,
+    pub failed: Option<WeirError>,
+}
+
+impl Output for Shared<SinkFile> {
+    fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
+        let mut sink = self.lock();
+        match changes.iter().try_for_each(|b| sink.file.write(b)).and(outcome) {
+            Ok(()) => true,
+            Err(e) => {
+                sink.failed = Some(e);
+                false
+            }
+        }
+    }
+}
+
+/// What a running query feeds: by this it is found again after recovery, and stopped when
+/// its view or sink is dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    View(String),
+    Sink(String),
+    /// A subscriber, by its query text (None: not resumable, e.g. a REPL query without text).
+    Subscriber(Option<String>),
+}
+
+impl Target {
+    /// The key under which the query's state is saved in a checkpoint.
+    pub fn key(&self) -> Option<String> {
+        match self {
+            Target::View(v) => Some(format!("view:{v}")),
+            Target::Sink(s) => Some(format!("sink:{s}")),
+            Target::Subscriber(sql) => sql.as_ref().map(|sql| format!("sub:{sql}")),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct RunningQuery {
+    pub id: u64,
+    pub runner: QueryRunner,
+    pub plan: Arc<LogicalPlan>,
+    pub target: Target,
+    /// None while parked.
+    output: Option<Box<dyn Output>>,
+}
+
+/// The running queries. See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct Dataflow {
+    queries: Vec<RunningQuery>,
+    next_id: u64,
+}
+
+impl Dataflow {
+    /// Starts running `plan` into `output` (None: parked), its tables' current contents
+    /// given as `initial` input; returns the query's id. Refuses a plan that needs row-by-row
+    /// subquery evaluation, which only one-shot queries can do.
+    pub fn launch(
+        &mut self,
+        plan: &Arc<LogicalPlan>,
+        target: Target,
+        output: Option<Box<dyn Output>>,
+        initial: Vec<(String, ChangeBatch)>,
+    ) -> Result<u64> {
+        let runner = self.runner(plan)?;
+        self.add(runner, plan, target, output, initial)
+    }
+
+    /// A fresh runner for a plan a continuous query may run.
+    pub fn runner(&self, plan: &LogicalPlan) -> Result<QueryRunner> {
+        if plan.contains_apply() {
+            return Err(WeirError::plan(
+                "this correlated subquery cannot be turned into a join, which a continuous query \
+                 needs; it works in one-shot queries over tables",
+            ));
+        }
+        QueryRunner::new(plan)
+    }
+
+    /// Adds a query with a runner already built (and perhaps restored from a checkpoint).
+    pub fn add(
+        &mut self,
+        mut runner: QueryRunner,
+        plan: &Arc<LogicalPlan>,
+        target: Target,
+        output: Option<Box<dyn Output>>,
+        initial: Vec<(String, ChangeBatch)>,
+    ) -> Result<u64> {
+        for (source, batch) in initial {
+            runner.push(&source, batch)?;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queries.push(RunningQuery { id, runner, plan: plan.clone(), target, output });
+        Ok(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.queries.len()
+    }
+
+    pub fn queries(&self) -> &[RunningQuery] {
+        &self.queries
+    }
+
+    /// Stops the queries `stop` picks; their subscriptions end.
+    pub fn stop_where(&mut self, stop: impl Fn(&RunningQuery) -> bool) {
+        self.queries.retain(|q| !stop(q));
+    }
+
+    /// Whether any query reads `stream` or its companions.
+    pub fn reads(&self, stream: &str) -> bool {
+        self.queries
+            .iter()
+            .any(|q| q.runner.sources().iter().any(|s| is_or_companion_of(s, stream)))
+    }
+
+    /// Hands changes of a source to every query reading it (the last one takes the batch).
+    pub fn forward(&mut self, source: &str, batch: ChangeBatch) -> Result<()> {
+        let readers: Vec<usize> = (0..self.queries.len())
+            .filter(|&i| self.queries[i].runner.sources().iter().any(|s| s == source))
+            .collect();
+        let mut batch = Some(batch);
+        for (k, &i) in readers.iter().enumerate() {
+            let b = if k + 1 == readers.len() { batch.take() } else { batch.clone() };
+            if let Some(b) = b {
+                self.queries[i].runner.push(source, b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands a table's changes at `t` to the queries reading it, each at `t` or, if it has
+    /// evaluated past `t`, at its next instant.
+    pub fn forward_table_change(
+        &mut self,
+        table: &str,
+        changes: &ChangeBatch,
+        t: Time,
+    ) -> Result<()> {
+        for q in &mut self.queries {
+            if q.runner.sources().iter().any(|s| s == table) {
+                let at = q.runner.last_instant().map_or(t, |l| t.max(l.saturating_add(1)));
+                let mut c = changes.clone();
+                c.times.iter_mut().for_each(|x| *x = at);
+                q.runner.push(table, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A heartbeat at `t` on `stream`, for the queries reading it.
+    pub fn heartbeat(&mut self, stream: &str, t: Time) {
+        for q in &mut self.queries {
+            if q.runner.sources().iter().any(|s| s == stream) {
+                q.runner.heartbeat(stream, t);
+            }
+        }
+    }
+
+    /// Each query's frontier, given each source's watermark and idleness (`input`).
+    pub fn frontiers(&self, input: impl Fn(&str) -> Option<(Watermark, bool)>) -> Vec<Watermark> {
+        self.queries
+            .iter()
+            .map(|q| {
+                let inputs: Vec<(Watermark, bool)> =
+                    q.runner.sources().iter().filter_map(|s| input(s)).collect();
+                let active = inputs.iter().filter(|i| !i.1).map(|i| i.0).min();
+                active.or(inputs.iter().map(|i| i.0).min()).unwrap_or(WATERMARK_CLOSED)
+            })
+            .collect()
+    }
+
+    /// Per source some query reads: the smallest and largest frontier of its readers.
+    pub fn reader_frontiers(
+        &self,
+        frontiers: &[Watermark],
+    ) -> HashMap<String, (Watermark, Watermark)> {
+        let mut readers: HashMap<String, (Watermark, Watermark)> = HashMap::new();
+        for (q, &f) in self.queries.iter().zip(frontiers) {
+            for s in q.runner.sources() {
+                let r = readers.entry(s.clone()).or_insert((f, f));
+                *r = (r.0.min(f), r.1.max(f));
+            }
+        }
+        readers
+    }
+
+    /// Evaluates every query that is not parked up to its frontier (as [`Dataflow::frontiers`]
+    /// gave them) and delivers the output. A query whose output says stop is stopped.
+    pub fn advance(&mut self, frontiers: &[Watermark]) {
+        let mut frontiers = frontiers.iter();
+        self.queries.retain_mut(|q| {
+            let frontier = frontiers.next().copied().unwrap_or(WATERMARK_CLOSED);
+            let Some(output) = q.output.as_mut() else { return true };
+            let mut batches = Vec::new();
+            let outcome = q.runner.advance(frontier, &mut batches);
+            output.deliver(batches, outcome)
+        });
+    }
+
+    /// The queries reading `stream` or its companions fail with `e` (its source failed).
+    pub fn fail_readers(&mut self, stream: &str, e: &WeirError) {
+        self.queries.retain_mut(|q| {
+            if !q.runner.sources().iter().any(|s| is_or_companion_of(s, stream)) {
+                return true;
+            }
+            if let Some(output) = q.output.as_mut() {
+                output.deliver(Vec::new(), Err(e.clone()));
+            }
+            false
+        });
+    }
+
+    /// Gives a parked query, found by its subscriber's text, a subscriber; returns the
+    /// subscription and the instant it resumes from.
+    pub fn resume(&mut self, sql: &str) -> Result<(Subscription, Option<Time>)> {
+        let q = self
+            .queries
+            .iter_mut()
+            .find(|q| q.output.is_none() && q.target == Target::Subscriber(Some(sql.to_string())))
+            .ok_or_else(|| {
+                WeirError::exec(format!("no restored query waits to be resumed as '{sql}'"))
+            })?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        q.output = Some(Box::new(Subscriber(tx)));
+        let from = q.runner.last_instant().map(|t| t.saturating_add(1));
+        Ok((subscription(q.id, &q.plan, rx), from))
+    }
+
+    /// Replaces the runner of the query feeding `target` (restored from a checkpoint).
+    pub fn replace_runner(&mut self, key: &str, runner: QueryRunner) -> Result<()> {
+        let q = self
+            .queries
+            .iter_mut()
+            .find(|q| q.target.key().as_deref() == Some(key))
+            .ok_or_else(|| WeirError::exec(format!("checkpoint: no query for '{key}'")))?;
+        q.runner = runner;
+        Ok(())
+    }
+}
+
+/// The subscriber's end of query `id`'s output channel.
+pub(crate) fn subscription(
+    id: u64,
+    plan: &LogicalPlan,
+    rx: std::sync::mpsc::Receiver<Result<ChangeBatch>>,
+) -> Subscription {
+    Subscription {
+        id,
+        schema: weir_exec::compile::exec_schema(&plan.schema()),
+        kind: plan.kind(),
+        domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+        rx,
+        closed: std::cell::Cell::new(false),
+        failure: std::cell::RefCell::new(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn batch(values: &[i64]) -> ChangeBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
+        let data = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values.to_vec()))])
+            .unwrap();
+        ChangeBatch::uniform(data, 1, 1)
+    }
+
+    #[test]
+    fn a_subscriber_gets_the_output_then_the_failure() {
+        let (tx, rx) = channel();
+        let mut out = Subscriber(tx);
+        assert!(out.deliver(vec![batch(&[1])], Ok(())));
+        assert!(!out.deliver(vec![batch(&[2])], Err(WeirError::exec("boom"))));
+        let got: Vec<String> = rx
+            .try_iter()
+            .map(|r| match r {
+                Ok(b) => format!("{} rows", b.len()),
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        assert_eq!(got, ["1 rows", "1 rows", "boom"]);
+    }
+
+    #[test]
+    fn a_subscriber_that_went_away_stops_its_query() {
+        let (tx, rx) = channel();
+        drop(rx);
+        assert!(!Subscriber(tx).deliver(vec![batch(&[1])], Ok(())));
+    }
+
+    #[test]
+    fn a_view_keeps_what_it_was_given_and_its_failure() {
+        let schema = batch(&[]).schema();
+        let mut view = Shared::new(Maintained {
+            contents: super::super::tables::Contents::new(&schema).unwrap(),
+            schema,
+            failed: None,
+        });
+        assert!(view.deliver(vec![batch(&[1, 2])], Ok(())));
+        assert!(!view.deliver(vec![], Err(WeirError::exec("cast failed"))));
+        let v = view.lock();
+        assert_eq!(v.contents.len(), 2);
+        assert_eq!(v.failed.as_ref().map(|e| e.to_string()).as_deref(), Some("cast failed"));
+    }
+
+    #[test]
+    fn targets_name_their_checkpoint_keys() {
+        assert_eq!(Target::View("v".into()).key().as_deref(), Some("view:v"));
+        assert_eq!(Target::Sink("k".into()).key().as_deref(), Some("sink:k"));
+        assert_eq!(
+            Target::Subscriber(Some("SELECT 1".into())).key().as_deref(),
+            Some("sub:SELECT 1")
+        );
+        assert_eq!(Target::Subscriber(None).key(), None);
+    }
+}

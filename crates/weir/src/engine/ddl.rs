@@ -1,0 +1,182 @@
+//! The engine's DDL statements: `CREATE STREAM`, `TABLE`, `VIEW`, `SINK` and `DROP`. Each
+//! binds its definition (in `weir-sql`), records it in the catalog with its statement text,
+//! and gives the part that holds its state what it needs: the intake a stream, the tables a
+//! table, the dataflow a maintained view's or a sink's query.
+
+use weir_common::{Span, TimeDomain};
+use weir_sql::ddl::{stream_def, table_def};
+use weir_sql::parser::{ColumnAst, ObjectKind, StreamOption, WatermarkAst};
+use weir_sql::{CqlQuery, ViewDef};
+
+use super::catalog::{referenced_names, ViewEntry};
+use super::dataflow::{SinkFile, Target};
+use super::tables::Shared;
+use super::{Engine, ExecResult};
+use crate::intake::{policy::parse_options, Intake};
+use crate::sink::{FileSink, SinkSpec};
+use weir_common::{Result, WeirError};
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_stream(
+        &mut self,
+        name: &str,
+        columns: &[ColumnAst],
+        watermark: Option<&WatermarkAst>,
+        options: &[StreamOption],
+        if_not_exists: bool,
+        span: Option<Span>,
+        text: &str,
+    ) -> Result<ExecResult> {
+        if self.catalog.exists(name) {
+            if if_not_exists {
+                return Ok(ExecResult::Done("CREATE STREAM".into()));
+            }
+            return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+        }
+        let def = stream_def(name, columns, watermark, span)?;
+        let (policy, source) = parse_options(&def, options)?;
+        self.catalog.add_stream(def.clone(), Intake::companion_defs(&def)?)?;
+        if let Err(e) = self.intake.add_stream(def, policy, source) {
+            self.catalog.remove(ObjectKind::Stream, name);
+            return Err(e);
+        }
+        self.catalog.record_created(name, text);
+        Ok(ExecResult::Done("CREATE STREAM".into()))
+    }
+
+    pub(super) fn create_table(
+        &mut self,
+        name: &str,
+        columns: &[ColumnAst],
+        if_not_exists: bool,
+        span: Option<Span>,
+        text: &str,
+    ) -> Result<ExecResult> {
+        if self.catalog.exists(name) {
+            if if_not_exists {
+                return Ok(ExecResult::Done("CREATE TABLE".into()));
+            }
+            return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+        }
+        let def = table_def(name, columns)?;
+        self.tables.add_table(name, def.schema.clone())?;
+        self.catalog.add_table(def);
+        self.catalog.record_created(name, text);
+        Ok(ExecResult::Done("CREATE TABLE".into()))
+    }
+
+    /// A view is a named query; a relation view over streams is also run, its relation
+    /// maintained for one-shot reads.
+    pub(super) fn create_view(
+        &mut self,
+        name: &str,
+        query: &CqlQuery,
+        sql: String,
+        or_replace: bool,
+        span: Option<Span>,
+        text: &str,
+    ) -> Result<ExecResult> {
+        if self.catalog.exists(name) && !(or_replace && self.catalog.view(name).is_some()) {
+            return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+        }
+        let plan = self.bind(query)?;
+        let schema = weir_exec::compile::exec_schema(&plan.schema());
+        let deps = referenced_names(query);
+        if deps.iter().any(|d| d == name) {
+            return Err(WeirError::plan_at(format!("view '{name}' refers to itself"), span));
+        }
+        let reads_stream = plan.sources().iter().any(|s| self.catalog.stream(s).is_some());
+        let maintained = plan.kind() == weir_plan::PlanKind::Relation && reads_stream;
+        let def =
+            ViewDef { name: name.to_string(), sql, plan: plan.clone(), schema: schema.clone() };
+        self.catalog.add_view(ViewEntry { def, deps, maintained });
+        // A replaced view's maintained relation and query are replaced too.
+        self.tables.remove_view(name);
+        self.dataflow.stop_where(|q| q.target == Target::View(name.to_string()));
+        self.catalog.record_created(name, text);
+        if maintained {
+            let contents = self.tables.add_view(name, schema)?;
+            self.launch(&plan, Target::View(name.to_string()), Some(Box::new(contents)))?;
+        }
+        Ok(ExecResult::Done("CREATE VIEW".into()))
+    }
+
+    /// A sink runs its query into a file (reopened at its committed position during recovery).
+    pub(super) fn create_sink(
+        &mut self,
+        name: &str,
+        options: &[StreamOption],
+        query: &CqlQuery,
+        span: Option<Span>,
+        text: &str,
+    ) -> Result<ExecResult> {
+        self.catalog.check_free(name, span)?;
+        let spec = SinkSpec::from_options(options, span)?;
+        let plan = self.bind(query)?;
+        let schema = weir_exec::compile::exec_schema(&plan.schema());
+        let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);
+        let file_path = self.base_dir.join(&spec.path);
+        let resume_at = self.checkpoints.sink_resume_position(name);
+        let file = FileSink::open(spec, file_path, &schema, plan.kind(), domain, resume_at)?;
+        let sink = Shared::new(SinkFile { file, failed: None });
+        self.catalog.add_sink(name, referenced_names(query));
+        self.sinks.insert(name.to_string(), sink.clone());
+        if let Err(e) = self.launch(&plan, Target::Sink(name.to_string()), Some(Box::new(sink))) {
+            self.catalog.remove_sink(name);
+            self.sinks.remove(name);
+            return Err(e);
+        }
+        self.catalog.record_created(name, text);
+        Ok(ExecResult::Done("CREATE SINK".into()))
+    }
+
+    /// Drops an object unless something depends on it; the queries that read it stop.
+    pub(super) fn drop(
+        &mut self,
+        kind: ObjectKind,
+        name: &str,
+        if_exists: bool,
+        span: Option<Span>,
+    ) -> Result<ExecResult> {
+        if let Some(base) = self.catalog.companion_of(name) {
+            return Err(WeirError::plan_at(
+                format!("'{name}' belongs to stream '{base}' and is dropped with it"),
+                span,
+            ));
+        }
+        let tag = match kind {
+            ObjectKind::Stream => "DROP STREAM",
+            ObjectKind::Table => "DROP TABLE",
+            ObjectKind::View => "DROP VIEW",
+            ObjectKind::Sink => "DROP SINK",
+        };
+        if !self.catalog.has(kind, name) {
+            if if_exists {
+                return Ok(ExecResult::Done(tag.into()));
+            }
+            let noun = &tag[5..].to_ascii_lowercase();
+            return Err(WeirError::plan_at(format!("unknown {noun} '{name}'"), span));
+        }
+        self.catalog.check_droppable(name, span)?;
+        self.catalog.remove(kind, name);
+        match kind {
+            ObjectKind::Stream => self.intake.remove_stream(name),
+            ObjectKind::Table => self.tables.remove_table(name),
+            ObjectKind::View => {
+                self.tables.remove_view(name);
+                self.dataflow.stop_where(|q| q.target == Target::View(name.to_string()));
+            }
+            ObjectKind::Sink => {
+                self.sinks.remove(name);
+                self.dataflow.stop_where(|q| q.target == Target::Sink(name.to_string()));
+            }
+        }
+        // Queries reading a dropped stream or table stop; their subscriptions end.
+        self.dataflow.stop_where(|q| {
+            q.runner.sources().iter().any(|s| crate::intake::is_or_companion_of(s, name))
+        });
+        self.catalog.record_dropped(name);
+        Ok(ExecResult::Done(tag.into()))
+    }
+}

@@ -1,0 +1,241 @@
+//! Relations held in full: the contents of tables (changed by INSERT and DELETE) and of
+//! maintained views (relation views over streams, kept up to date by their running query),
+//! and one-shot evaluation of a query over them.
+//!
+//! A maintained view's contents are shared between the view's running query, which writes
+//! them through its [`super::dataflow::Output`], and one-shot readers here: a [`Shared`]
+//! handle, so the query can be hosted apart from the engine (on a worker) later.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_exec::query::evaluate_once;
+use weir_exec::row::{RowBytes, RowCodec};
+use weir_plan::LogicalPlan;
+
+/// A value shared between a running query's output and its readers.
+#[derive(Debug, Default)]
+pub(crate) struct Shared<T>(Arc<Mutex<T>>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T> Shared<T> {
+    pub fn new(value: T) -> Self {
+        Shared(Arc::new(Mutex::new(value)))
+    }
+
+    /// The value; a holder that panicked cannot leave it half-written in a way that matters
+    /// more than losing it, so a poisoned lock is taken over.
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A relation's current contents: encoded rows with their multiplicities.
+#[derive(Debug)]
+pub(crate) struct Contents {
+    codec: RowCodec,
+    rows: BTreeMap<RowBytes, i64>,
+}
+
+impl Contents {
+    pub fn new(schema: &SchemaRef) -> Result<Self> {
+        Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new() })
+    }
+
+    /// Adds the changes' diffs; rows whose multiplicity reaches zero leave.
+    pub fn apply(&mut self, changes: &ChangeBatch) -> Result<()> {
+        let rows = self.codec.encode(changes.data.columns(), changes.len())?;
+        for (i, d) in changes.diffs.iter().enumerate() {
+            let key: RowBytes = rows.get(i).into();
+            let n = self.rows.entry(key.clone()).or_insert(0);
+            *n += d;
+            if *n <= 0 {
+                self.rows.remove(&key);
+            }
+        }
+        Ok(())
+    }
+
+    /// The contents as inserts at `at`.
+    pub fn snapshot(&self, schema: &SchemaRef, at: Time) -> Result<ChangeBatch> {
+        let data = self.codec.decode_batch(schema, self.rows.keys().map(|k| &k[..]))?;
+        let diffs: Vec<i64> = self.rows.values().copied().collect();
+        Ok(ChangeBatch::new(data, vec![at; diffs.len()], diffs))
+    }
+
+    /// Rows, counted with their multiplicity.
+    pub fn len(&self) -> i64 {
+        self.rows.values().sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+/// A relation view's maintained contents.
+#[derive(Debug)]
+pub(crate) struct Maintained {
+    pub schema: SchemaRef,
+    pub contents: Contents,
+    /// Set if the view's query failed; one-shot queries over it then report this.
+    pub failed: Option<WeirError>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub schema: SchemaRef,
+    pub contents: Contents,
+}
+
+/// Every table's and maintained view's contents. See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct Tables {
+    tables: BTreeMap<String, Table>,
+    views: BTreeMap<String, Shared<Maintained>>,
+}
+
+impl Tables {
+    pub fn add_table(&mut self, name: &str, schema: SchemaRef) -> Result<()> {
+        let contents = Contents::new(&schema)?;
+        self.tables.insert(name.to_string(), Table { schema, contents });
+        Ok(())
+    }
+
+    pub fn remove_table(&mut self, name: &str) {
+        self.tables.remove(name);
+    }
+
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.get(name)
+    }
+
+    pub fn tables_mut(&mut self) -> impl Iterator<Item = (&String, &mut Table)> {
+        self.tables.iter_mut()
+    }
+
+    /// Starts maintaining view `name`'s relation; returns the handle its query writes.
+    pub fn add_view(&mut self, name: &str, schema: SchemaRef) -> Result<Shared<Maintained>> {
+        let contents = Contents::new(&schema)?;
+        let shared = Shared::new(Maintained { schema, contents, failed: None });
+        self.views.insert(name.to_string(), shared.clone());
+        Ok(shared)
+    }
+
+    pub fn remove_view(&mut self, name: &str) {
+        self.views.remove(name);
+    }
+
+    pub fn views(&self) -> impl Iterator<Item = (&String, &Shared<Maintained>)> {
+        self.views.iter()
+    }
+
+    /// A table's current contents as inserts at `at`, if it has any rows.
+    pub fn snapshot(&self, name: &str, at: Time) -> Result<Option<ChangeBatch>> {
+        match self.tables.get(name) {
+            Some(t) if !t.contents.is_empty() => Ok(Some(t.contents.snapshot(&t.schema, at)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Applies changes to a table's contents.
+    pub fn apply(&mut self, name: &str, changes: &ChangeBatch) -> Result<()> {
+        let table =
+            self.tables.get_mut(name).ok_or_else(|| WeirError::internal("table vanished"))?;
+        table.contents.apply(changes)
+    }
+
+    /// Evaluates a plan over tables and maintained views once: the relation it denotes now.
+    /// See [`evaluate_once`] for `as_produced`.
+    pub fn evaluate(&self, plan: &LogicalPlan, as_produced: bool) -> Result<ChangeBatch> {
+        let mut inputs = HashMap::new();
+        for s in plan.sources() {
+            if let Some(t) = self.tables.get(&s) {
+                inputs.insert(s.clone(), t.contents.snapshot(&t.schema, 0)?);
+                continue;
+            }
+            let Some(view) = self.views.get(&s) else {
+                return Err(WeirError::exec(format!(
+                    "'{s}' is a stream: a query over it is continuous, not one-shot"
+                )));
+            };
+            let v = view.lock();
+            if let Some(e) = &v.failed {
+                return Err(WeirError::exec(format!("view '{s}' failed: {e}")));
+            }
+            inputs.insert(s.clone(), v.contents.snapshot(&v.schema, 0)?);
+        }
+        evaluate_once(plan, inputs, as_produced)
+    }
+}
+
+/// Rows repeated by their multiplicity.
+pub(crate) fn expand(b: &ChangeBatch) -> Result<RecordBatch> {
+    if b.diffs.iter().all(|&d| d == 1) {
+        return Ok(b.data.clone());
+    }
+    let mut idx = Vec::new();
+    for (i, &d) in b.diffs.iter().enumerate() {
+        for _ in 0..d.max(0) {
+            idx.push(i as u32);
+        }
+    }
+    Ok(b.take(&idx)?.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]))
+    }
+
+    fn changes(rows: &[(i64, i64)]) -> ChangeBatch {
+        let data = RecordBatch::try_new(
+            schema(),
+            vec![Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)))],
+        )
+        .unwrap();
+        ChangeBatch::new(data, vec![0; rows.len()], rows.iter().map(|r| r.1).collect())
+    }
+
+    #[test]
+    fn contents_count_multiplicities_and_drop_rows_at_zero() {
+        let mut c = Contents::new(&schema()).unwrap();
+        c.apply(&changes(&[(1, 1), (2, 2), (1, 1)])).unwrap();
+        assert_eq!(c.len(), 4);
+        c.apply(&changes(&[(1, -2)])).unwrap();
+        let snap = c.snapshot(&schema(), 7).unwrap();
+        assert_eq!((snap.times, snap.diffs), (vec![7], vec![2]));
+        assert_eq!(expand(&c.snapshot(&schema(), 0).unwrap()).unwrap().num_rows(), 2);
+    }
+
+    #[test]
+    fn a_failed_view_is_reported_to_its_readers() {
+        let mut tables = Tables::default();
+        let view = tables.add_view("v", schema()).unwrap();
+        view.lock().failed = Some(WeirError::exec("division by zero"));
+        let plan = LogicalPlan::TableScan {
+            name: "v".into(),
+            schema: Arc::new(
+                datafusion_common::DFSchema::try_from(schema().as_ref().clone()).unwrap(),
+            ),
+        };
+        let err = tables.evaluate(&plan, false).unwrap_err();
+        assert_eq!(err.to_string(), "view 'v' failed: division by zero");
+    }
+}
