@@ -8,11 +8,14 @@
 //!   signed multiplicity (diff). Streams are change batches with positive diffs only.
 //! - [`error`]: [`WeirError`], the typed error every library crate returns, and [`Diagnostic`],
 //!   a user-facing message with an optional source [`Span`] rendered with a caret.
+//! - [`ipc`]: record batches to Arrow IPC stream bytes and back, safe on damaged bytes (query
+//!   state and checkpoints).
 //!
 //! Start with [`ChangeBatch`]: it is what flows between every pair of operators.
 
 pub mod change;
 pub mod error;
+pub mod ipc;
 pub mod time;
 
 pub use change::ChangeBatch;

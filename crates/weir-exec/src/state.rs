@@ -10,9 +10,10 @@
 //!
 //! Layout of the bytes: one Arrow IPC stream of one batch, a row per section, with columns
 //! `section` (Utf8), `signature` (Utf8), `payload` (Binary: the section's batch as an IPC
-//! stream of its own, since sections have different schemas) and `check` (UInt64: FNV-1a of
+//! stream of its own, since sections have different schemas) and `check` (UInt32: CRC-32 of
 //! name, signature and payload, so a damaged payload is detected before it is decoded). The
-//! schema's metadata carries [`STATE_VERSION`].
+//! schema's metadata carries [`STATE_VERSION`]. The bytes are written and read by
+//! [`weir_common::ipc`], which refuses damaged streams with an error instead of a panic.
 //!
 //! Encoded rows (Arrow's row format, [`crate::row`]) are stored as Binary columns, counts and
 //! times as Int64, flags as Boolean; 128-bit values (sums, window bounds) as 16-byte Binary,
@@ -24,91 +25,38 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
-    StringArray, UInt64Array,
+    StringArray, UInt32Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::StreamWriter;
-use weir_common::{ChangeBatch, Result, WeirError};
+use weir_common::{ipc, ChangeBatch, Result, WeirError};
 
-/// The version of the state layout this build writes and reads.
-pub const STATE_VERSION: &str = "2";
+/// The version of the state layout this build writes and reads (3: CRC-32 section checks).
+pub const STATE_VERSION: &str = "3";
 
 const VERSION_KEY: &str = "weir.exec.state.version";
 
 fn bad(msg: impl std::fmt::Display) -> WeirError {
-    WeirError::Execution(format!("query state does not fit this query: {msg}"))
+    WeirError::exec(format!("query state does not fit this query: {msg}"))
 }
 
-fn fnv(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in p.iter().chain(&[0xff]) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+/// CRC-32 of a section's name, signature and payload, each followed by 0xff (a byte UTF-8
+/// never contains, so the parts cannot run into each other).
+fn checksum(name: &str, signature: &str, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for part in [name.as_bytes(), signature.as_bytes(), payload] {
+        h.update(part);
+        h.update(&[0xff]);
     }
-    h
+    h.finalize()
 }
 
-fn ipc_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    {
-        let mut w = StreamWriter::try_new(&mut buf, &batch.schema())?;
-        w.write(batch)?;
-        w.finish()?;
-    }
-    Ok(buf)
-}
-
-/// Checks that every message of IPC stream bytes lies within them, before Arrow's reader
-/// allocates what a (possibly damaged) message header asks for: each message is the
-/// continuation marker, a metadata length, the metadata (a flatbuffer, verified) and a body of
-/// the length the metadata states; the stream ends with the end marker.
-fn check_framing(bytes: &[u8]) -> Result<()> {
-    let truncated = || bad("truncated or malformed Arrow IPC stream");
-    let mut at = 0usize;
-    loop {
-        let head = bytes.get(at..at + 8).ok_or_else(truncated)?;
-        if head[..4] != [0xff; 4] {
-            return Err(truncated());
-        }
-        let len = i32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        at += 8;
-        if len == 0 {
-            return if at == bytes.len() {
-                Ok(())
-            } else {
-                Err(bad("bytes after the end of the stream"))
-            };
-        }
-        let len = usize::try_from(len).map_err(|_| truncated())?;
-        let meta = bytes.get(at..at.saturating_add(len)).ok_or_else(truncated)?;
-        let message = arrow::ipc::root_as_message(meta).map_err(|_| truncated())?;
-        let body = usize::try_from(message.bodyLength()).map_err(|_| truncated())?;
-        at = at.saturating_add(len).saturating_add(body);
-        if at > bytes.len() {
-            return Err(truncated());
-        }
-    }
-}
-
-/// The schema and batches of IPC stream bytes. Arrow's reader panics on some malformed
-/// schemas (an unknown type id) instead of returning an error; such a panic is turned into an
-/// error here, so damaged bytes never bring the caller down.
+/// The schema and batches of IPC stream bytes (see [`weir_common::ipc::read_stream`]), with
+/// an error that says whose bytes they were.
 fn ipc_batches(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let read = || -> Result<(SchemaRef, Vec<RecordBatch>)> {
-        let reader = StreamReader::try_new(std::io::Cursor::new(bytes), None)
-            .map_err(|e| bad(format!("unreadable Arrow IPC stream: {e}")))?;
-        let schema = reader.schema();
-        let batches = reader
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| bad(format!("unreadable Arrow IPC stream: {e}")))?;
-        Ok((schema, batches))
-    };
-    check_framing(bytes)?;
-    std::panic::catch_unwind(read)
-        .unwrap_or_else(|_| Err(bad("malformed Arrow IPC stream (the reader gave up)")))
+    ipc::read_stream(bytes).map_err(|e| match e {
+        WeirError::Execution(msg) => bad(msg),
+        other => other,
+    })
 }
 
 /// Collects the named sections of a state, in order.
@@ -175,8 +123,8 @@ impl StateWriter {
         let mut payloads = Vec::new();
         let mut checks = Vec::new();
         for (name, sig, batch) in &self.sections {
-            let payload = ipc_bytes(batch)?;
-            checks.push(fnv(&[name.as_bytes(), sig.as_bytes(), &payload]));
+            let payload = ipc::write_stream(batch)?;
+            checks.push(checksum(name, sig, &payload));
             names.push(name.as_str());
             sigs.push(sig.as_str());
             payloads.push(payload);
@@ -188,7 +136,7 @@ impl StateWriter {
                 Field::new("section", DataType::Utf8, false),
                 Field::new("signature", DataType::Utf8, false),
                 Field::new("payload", DataType::Binary, false),
-                Field::new("check", DataType::UInt64, false),
+                Field::new("check", DataType::UInt32, false),
             ])
             .with_metadata(metadata),
         );
@@ -198,10 +146,10 @@ impl StateWriter {
                 Arc::new(StringArray::from(names)),
                 Arc::new(StringArray::from(sigs)),
                 Arc::new(BinaryArray::from_iter_values(payloads.iter())),
-                Arc::new(UInt64Array::from(checks)),
+                Arc::new(UInt32Array::from(checks)),
             ],
         )?;
-        ipc_bytes(&batch)
+        ipc::write_stream(&batch)
     }
 }
 
@@ -232,13 +180,13 @@ impl StateReader {
             let names = column::<StringArray>(b, "section")?;
             let sigs = column::<StringArray>(b, "signature")?;
             let payloads = column::<BinaryArray>(b, "payload")?;
-            let checks = column::<UInt64Array>(b, "check")?;
+            let checks = column::<UInt32Array>(b, "check")?;
             for i in 0..b.num_rows() {
                 if names.is_null(i) || sigs.is_null(i) || payloads.is_null(i) || checks.is_null(i) {
                     return Err(bad("a section has a NULL field"));
                 }
                 let (name, sig, payload) = (names.value(i), sigs.value(i), payloads.value(i));
-                if fnv(&[name.as_bytes(), sig.as_bytes(), payload]) != checks.value(i) {
+                if checksum(name, sig, payload) != checks.value(i) {
                     return Err(bad(format!("section '{name}' is damaged (checksum mismatch)")));
                 }
                 sections.push_back((name.to_string(), sig.to_string(), payload.to_vec()));
