@@ -18,7 +18,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 use weir_common::{Result, WeirError};
 
 /// The version of the checkpoint layout this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the manifest is written by serde derives (field names and layout changed).
+pub const FORMAT_VERSION: u32 = 2;
 
 const VERSION_KEY: &str = "weir.checkpoint.version";
 
