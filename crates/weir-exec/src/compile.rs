@@ -1,7 +1,11 @@
-//! Compiling a [`LogicalPlan`] into a tree of [`Operator`]s, one per plan node.
+//! Compiling a [`LogicalPlan`] into a [`Dataflow`]: one node per plan node, inputs first.
 //!
 //! Schemas in the executor are the plan's schemas with every field nullable: the planner's
 //! nullability is a guess that data (outer joins, aggregates over empty groups) may contradict.
+//!
+//! The correlated subqueries that Apply evaluates row by row are compiled here too, when Apply
+//! evaluates them: the compiler hands Apply [`eval_subquery`] as it builds it, so the
+//! operators never call back into the compiler.
 
 use std::sync::Arc;
 
@@ -9,13 +13,15 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::ExprSchemable;
-use weir_common::{Result, WeirError};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{LogicalPlan, WindowSpec};
 
+use crate::consolidate::consolidate;
+use crate::dataflow::Dataflow;
 use crate::expr::ScalarExpr;
-use crate::operator::Operator;
+use crate::operator::{EvalCtx, Operator};
 use crate::ops::aggregate::{AggSpec, Aggregate};
-use crate::ops::apply::Apply;
+use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
@@ -42,27 +48,36 @@ fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
     e.get_type(schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
 }
 
-/// Compiles `plan` into an operator tree.
-///
-/// The inputs are compiled first, here, and the node built from them by [`build`]: a deep
-/// plan (a 64-way join) recurses through this small stack frame only, not through the large
-/// one that building every kind of node needs.
-pub fn compile(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
-    let mut inputs = Vec::new();
-    for input in plan.inputs() {
-        inputs.push(compile(input)?);
-    }
-    build(plan, inputs)
+/// Compiles `plan` into a dataflow.
+pub fn compile(plan: &LogicalPlan) -> Result<Dataflow> {
+    let mut flow = Dataflow::new();
+    add(plan, &mut flow)?;
+    Ok(flow)
 }
 
-/// The operator for one plan node, given its inputs' operators in [`LogicalPlan::inputs`]
-/// order.
-#[inline(never)]
-fn build(plan: &LogicalPlan, inputs: Vec<Box<dyn Operator>>) -> Result<Box<dyn Operator>> {
+/// Adds the nodes of `plan` to `flow`, its inputs' first (in [`LogicalPlan::inputs`] order),
+/// and returns the index of its own node. A deep plan (a 64-way join) recurses through this
+/// small stack frame only, not through the large one that [`build`] needs.
+fn add(plan: &LogicalPlan, flow: &mut Dataflow) -> Result<usize> {
+    let mut inputs = Vec::new();
+    for input in plan.inputs() {
+        inputs.push(add(input, flow)?);
+    }
+    flow.add(build(plan)?, inputs)
+}
+
+/// Apply's [`SubqueryEval`]: compiles a bound subquery and evaluates it at `t`, consolidated.
+fn eval_subquery(plan: &LogicalPlan, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+    let mut flow = compile(plan)?;
     let schema = exec_schema(&plan.schema());
-    let mut compiled = inputs.into_iter();
-    let mut next =
-        || compiled.next().ok_or_else(|| WeirError::internal("a plan input was not compiled"));
+    let out = flow.eval(t, t, ctx)?;
+    consolidate(&RowCodec::for_schema(&schema)?, &schema, &out, t)
+}
+
+/// The operator for one plan node (its inputs are the nodes of [`LogicalPlan::inputs`]).
+#[inline(never)]
+fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
+    let schema = exec_schema(&plan.schema());
     Ok(match plan {
         LogicalPlan::StreamScan { name, .. } | LogicalPlan::TableScan { name, .. } => {
             Box::new(Scan::new(name.clone(), schema))
@@ -72,38 +87,30 @@ fn build(plan: &LogicalPlan, inputs: Vec<Box<dyn Operator>>) -> Result<Box<dyn O
                 return Err(WeirError::internal("window bounds columns without RANGE ... SLIDE"));
             };
             let bounds = TimeBounds::Slide { range: *range, slide: *slide };
-            Box::new(TimeWindow::with_bounds_columns(next()?, bounds, schema))
+            Box::new(TimeWindow::with_bounds_columns(bounds, schema))
         }
-        LogicalPlan::Window { spec, .. } => {
-            let child = next()?;
-            match spec {
-                WindowSpec::Unbounded => {
-                    Box::new(TimeWindow::new(child, TimeBounds::Unbounded, schema))
-                }
-                WindowSpec::Now => Box::new(TimeWindow::new(child, TimeBounds::Range(1), schema)),
-                WindowSpec::Range(r) => {
-                    Box::new(TimeWindow::new(child, TimeBounds::Range(*r), schema))
-                }
-                WindowSpec::RangeSlide { range, slide } => Box::new(TimeWindow::new(
-                    child,
-                    TimeBounds::Slide { range: *range, slide: *slide },
-                    schema,
-                )),
-                WindowSpec::Rows(n) => Box::new(RowsWindow::new(child, vec![], *n, schema)?),
-                WindowSpec::PartitionRows { by, rows } => {
-                    Box::new(RowsWindow::new(child, by.clone(), *rows, schema)?)
-                }
+        LogicalPlan::Window { spec, .. } => match spec {
+            WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),
+            WindowSpec::Now => Box::new(TimeWindow::new(TimeBounds::Range(1), schema)),
+            WindowSpec::Range(r) => Box::new(TimeWindow::new(TimeBounds::Range(*r), schema)),
+            WindowSpec::RangeSlide { range, slide } => Box::new(TimeWindow::new(
+                TimeBounds::Slide { range: *range, slide: *slide },
+                schema,
+            )),
+            WindowSpec::Rows(n) => Box::new(RowsWindow::new(vec![], *n, schema)?),
+            WindowSpec::PartitionRows { by, rows } => {
+                Box::new(RowsWindow::new(by.clone(), *rows, schema)?)
             }
-        }
+        },
         LogicalPlan::Filter { predicate, input } => {
             let p = ScalarExpr::compile(predicate, &input.schema())?;
-            Box::new(Linear::new(next()?, Filter::new(p)))
+            Box::new(Linear::new(Filter::new(p)))
         }
         LogicalPlan::Project { exprs, input, .. } => {
             let in_schema = input.schema();
             let exprs =
                 exprs.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
-            Box::new(Linear::new(next()?, Project::new(exprs, schema)))
+            Box::new(Linear::new(Project::new(exprs, schema)))
         }
         LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } => {
             let (ls, rs) = (left.schema(), right.schema());
@@ -128,13 +135,11 @@ fn build(plan: &LogicalPlan, inputs: Vec<Box<dyn Operator>>) -> Result<Box<dyn O
                 *kind,
                 *nulls_equal,
                 JoinSide {
-                    input: next()?,
                     keys: lkeys,
                     row_codec: RowCodec::for_schema(&lschema)?,
                     schema: lschema,
                 },
                 JoinSide {
-                    input: next()?,
                     keys: rkeys,
                     row_codec: RowCodec::for_schema(&rschema)?,
                     schema: rschema,
@@ -168,21 +173,20 @@ fn build(plan: &LogicalPlan, inputs: Vec<Box<dyn Operator>>) -> Result<Box<dyn O
                     })
                 })
                 .collect::<Result<_>>()?;
-            Box::new(Aggregate::new(next()?, keys, key_types, specs, schema)?)
+            Box::new(Aggregate::new(keys, key_types, specs, schema)?)
         }
-        LogicalPlan::Distinct { .. } => Box::new(Distinct::new(next()?, schema)?),
-        LogicalPlan::UnionAll { .. } => {
-            Box::new(UnionAll::new(compiled.by_ref().collect(), schema))
-        }
+        LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
+        LogicalPlan::UnionAll { .. } => Box::new(UnionAll::new(schema)),
         LogicalPlan::Values { rows, schema: df } => {
             Box::new(Values::new(values_batch(rows, df)?, schema))
         }
         LogicalPlan::ToStream { op, input } => {
-            Box::new(ToStream::new(next()?, *op, schema, input.sources())?)
+            Box::new(ToStream::new(*op, schema, input.sources())?)
         }
-        LogicalPlan::Rename { .. } => Box::new(Linear::new(next()?, Rename::new(schema))),
+        LogicalPlan::Rename { .. } => Box::new(Linear::new(Rename::new(schema))),
         LogicalPlan::Apply { input, subqueries, .. } => {
-            Box::new(Apply::new(next()?, &input.schema(), subqueries, schema)?)
+            let evaluate: SubqueryEval = eval_subquery;
+            Box::new(Apply::new(&input.schema(), subqueries, schema, evaluate)?)
         }
         LogicalPlan::TopK { order, skip, fetch, input } => {
             let in_schema = input.schema();
@@ -197,7 +201,7 @@ fn build(plan: &LogicalPlan, inputs: Vec<Box<dyn Operator>>) -> Result<Box<dyn O
                     })
                 })
                 .collect::<Result<_>>()?;
-            Box::new(TopK::new(next()?, keys, *skip, *fetch, schema)?)
+            Box::new(TopK::new(keys, *skip, *fetch, schema)?)
         }
     })
 }
@@ -236,20 +240,23 @@ fn values_batch(rows: &[Vec<datafusion_expr::Expr>], df: &DFSchema) -> Result<Re
 mod tests {
     use std::sync::Arc;
 
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion_common::DFSchema;
-    use weir_common::TimeDomain;
+    use weir_common::{ChangeBatch, TimeDomain};
     use weir_plan::LogicalPlan;
 
     use super::compile;
+    use crate::operator::EvalCtx;
 
     /// A plan thousands of nodes deep compiles on a 1 MiB stack: the recursion goes through
-    /// `compile`'s small frame only (it took ~23 KB per level in debug builds when each node
-    /// was built in the recursive function, so a 64-way join overflowed a 2 MiB test thread).
+    /// `add`'s small frame only (it took ~23 KB per level in debug builds when each node was
+    /// built in the recursive function, so a 64-way join overflowed a 2 MiB test thread). It
+    /// also runs there: the dataflow walks its nodes without recursing.
     const DEPTH: usize = 1000;
 
     #[test]
-    fn deep_plans_compile_in_a_small_stack() {
+    fn deep_plans_compile_and_run_in_a_small_stack() {
         let schema = Schema::new(vec![Field::new("t", DataType::Int64, false)]);
         let schema = Arc::new(DFSchema::try_from_qualified_schema("s", &schema).unwrap());
         let mut plan = Arc::new(LogicalPlan::StreamScan {
@@ -261,17 +268,24 @@ mod tests {
         for _ in 0..DEPTH {
             plan = Arc::new(LogicalPlan::Distinct { input: plan });
         }
-        let compiled = std::thread::Builder::new()
+        let out = std::thread::Builder::new()
             .stack_size(1 << 20)
-            .spawn(move || {
-                let op = compile(&plan).map(|_| ());
-                // Dropping the plan and the operators recurses too; do it on this stack.
+            .spawn(move || -> weir_common::Result<ChangeBatch> {
+                let mut flow = compile(&plan)?;
+                let t: ArrayRef = Arc::new(Int64Array::from(vec![7]));
+                let fields = vec![Field::new("t", DataType::Int64, true)];
+                let data = RecordBatch::try_new(Arc::new(Schema::new(fields)), vec![t])?;
+                let mut ctx = EvalCtx::default();
+                ctx.inputs.insert("s".into(), ChangeBatch::uniform(data, 7, 1));
+                let out = flow.eval(7, 7, &ctx);
+                // Dropping the plan recurses too; do it on this stack.
                 drop(plan);
-                op
+                out
             })
             .unwrap()
             .join()
-            .expect("compiling overflowed the stack");
-        assert!(compiled.is_ok());
+            .expect("compiling or running overflowed the stack")
+            .expect("runs");
+        assert_eq!((out.times, out.diffs), (vec![7], vec![1]));
     }
 }

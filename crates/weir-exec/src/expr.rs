@@ -61,6 +61,6 @@ impl ScalarExpr {
     }
 
     fn error(&self, e: datafusion_common::DataFusionError) -> WeirError {
-        WeirError::Execution(format!("evaluating {}: {}", self.text, e.strip_backtrace()))
+        WeirError::exec(format!("evaluating {}: {}", self.text, e.strip_backtrace()))
     }
 }

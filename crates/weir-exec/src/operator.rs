@@ -1,67 +1,105 @@
-//! The operator interface.
+//! The operator interface: what one node of a [`crate::dataflow::Dataflow`] does on its own.
 //!
-//! Operators are evaluated instant by instant, in increasing order, by the
-//! [`crate::QueryRunner`]. At instant τ, [`Operator::eval`] returns the change of the operator's
-//! output at τ (every row stamped τ), computed from its inputs' changes at τ and its own state.
-//! Between input events, an operator that can change on its own (a window whose contents expire
-//! or slide) says when through [`Operator::next_wakeup`]; the runner makes that tick an instant.
-//! Operators do not know how they are scheduled and never reach into each other: all traffic is
-//! change batches.
+//! A compiled query is a flat graph of nodes, inputs before their consumers, owned and driven
+//! by a [`crate::dataflow::Dataflow`]. An operator never sees another operator: it is handed
+//! its inputs' output changes for a *step* and returns its own output changes for it, says
+//! when it wants to be woken without input, whether it can evaluate a run of instants at once,
+//! and saves and restores its own state. The graph does the rest: the order of evaluation,
+//! moving outputs to consumers, the query's wake-up and span capability, and the order of the
+//! state's sections.
 //!
-//! **Spans.** Evaluating instant by instant costs a walk of the whole tree per instant, which
-//! dominates when most instants carry one element. An operator that can say what it outputs
-//! over a whole run of instants at once implements [`Operator::eval_span`] and returns true
-//! from [`Operator::span_capable`] (only if its inputs are span-capable too). The runner then
-//! evaluates every complete instant in one call: the inputs hold every change stamped in
-//! [lo, hi], sorted by time, and the output holds every output change at the instants in
-//! [lo, hi], each stamped with its instant, sorted by time. The result must be exactly the
-//! concatenation of what instant-by-instant evaluation would give: linear operators work on the
-//! whole batch, stateful ones walk its runs of equal time in order.
+//! **Steps.** A step is a range [lo, hi] of instants, evaluated in increasing order, each
+//! instant exactly once. Evaluated instant by instant, lo = hi = τ: the inputs hold their
+//! changes at τ (every row stamped τ) and the operator returns its change at τ, computed from
+//! them and its own state. A query whose every operator is [`Operator::span_capable`] is
+//! evaluated in spans instead: one step covers every complete instant, the inputs hold every
+//! change stamped in [lo, hi], sorted by time, and the output must hold every output change at
+//! the instants in [lo, hi], each stamped with its instant, sorted by time, exactly the
+//! concatenation of what instant-by-instant evaluation would give. Linear operators work on
+//! the whole batch; stateful ones walk its runs of equal time in order. A step of one instant
+//! is the span [τ, τ], so a span-capable operator has one code path for both; an operator that
+//! cannot span is only ever given lo = hi.
+//!
+//! **Wake-ups.** Between input events, an operator that can change on its own (a window whose
+//! contents expire or slide) says when through [`Operator::next_wakeup`]; the runner makes that
+//! tick an instant.
 
 use std::collections::{HashMap, HashSet};
 
-use weir_common::{ChangeBatch, Result, Time};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::state::{StateReader, StateWriter};
 
-/// Input changes at the instant being evaluated, by source name.
+/// Input changes of the step being evaluated, by source name: what leaves (scans) read.
 #[derive(Debug, Default)]
 pub struct EvalCtx {
     pub inputs: HashMap<String, ChangeBatch>,
-    /// Sources that have changes or a heartbeat at this instant.
+    /// Sources that have changes or a heartbeat in this step.
     pub active: HashSet<String>,
 }
 
-/// One node of a compiled dataflow.
-pub trait Operator: Send + std::fmt::Debug {
-    /// The output change at instant `t`. Called once per instant of the query, in increasing `t`.
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch>;
+/// What a node is told about the step it evaluates, besides its inputs' changes.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// The first instant of the step (an instant of the query, the first not yet evaluated).
+    pub lo: Time,
+    /// The last instant of the step; equal to `lo` unless the query runs in spans.
+    pub hi: Time,
+    /// The source changes and active sources of the step (for leaves).
+    pub ctx: &'a EvalCtx,
+    /// The earliest wake-up of the nodes below this one (its inputs, theirs, and so on), as it
+    /// was before the step: whether the plan below has an instant of its own at `lo`.
+    pub input_wakeup: Option<Time>,
+}
 
-    /// The earliest instant after the last evaluated one at which this subtree's output can
+impl Step<'_> {
+    /// The step's instant, for an operator that evaluates one instant at a time; an internal
+    /// error if the step is a span (the graph gave a span to an operator that cannot span).
+    pub fn instant(&self) -> Result<Time> {
+        if self.lo == self.hi {
+            Ok(self.lo)
+        } else {
+            Err(WeirError::internal(format!(
+                "a span [{}, {}] given to an operator that evaluates one instant at a time",
+                self.lo, self.hi
+            )))
+        }
+    }
+}
+
+/// One node of a compiled dataflow: the operator's own behaviour only (see the module docs).
+pub trait Operator: Send + std::fmt::Debug {
+    /// The output changes at the instants of `step`, given each input's output changes at
+    /// them, in plan input order (none for a leaf). Called once per step, in increasing time;
+    /// with `lo < hi` only if [`Operator::span_capable`].
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch>;
+
+    /// The earliest instant after the last evaluated one at which this operator's output can
     /// change without new input, if any.
     fn next_wakeup(&self) -> Option<Time>;
 
-    /// Whether this subtree implements [`Operator::eval_span`] (see the module docs).
+    /// Whether [`Operator::eval`] accepts spans of instants (see the module docs).
     fn span_capable(&self) -> bool {
         false
     }
 
-    /// The output changes at every instant in [lo, hi] (`lo` is an instant of the query, the
-    /// first one not yet evaluated), given the input changes stamped in [lo, hi] in `ctx`,
-    /// sorted by time. Called only if [`Operator::span_capable`].
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let _ = (lo, hi, ctx);
-        Err(weir_common::WeirError::internal("eval_span on an operator that cannot span"))
-    }
-
-    /// Writes this subtree's state between instants (see [`crate::state`]): the operator's
-    /// own sections, then each input's, in a fixed order. Stateless operators only recurse.
+    /// Writes this operator's own state between steps, as sections (see [`crate::state`]).
+    /// Stateless operators write nothing.
     fn save_state(&self, w: &mut StateWriter) -> Result<()>;
 
     /// Restores what [`Operator::save_state`] wrote, into an operator freshly compiled from
-    /// the same plan: reads the sections back in the same order. Errors (never panics) on
-    /// sections that do not fit.
+    /// the same plan: reads the same sections back in the same order. Errors (never panics)
+    /// on sections that do not fit.
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()>;
+}
+
+/// The changes of a node's `N` inputs, or an internal error if the graph gave it another
+/// number of inputs.
+pub fn take_inputs<const N: usize>(inputs: Vec<ChangeBatch>) -> Result<[ChangeBatch; N]> {
+    let n = inputs.len();
+    inputs
+        .try_into()
+        .map_err(|_| WeirError::internal(format!("an operator of {N} inputs was given {n}")))
 }
 
 /// The end (exclusive) of each run of equal times in `times` (which is sorted).

@@ -12,9 +12,9 @@
 //!
 //! Buffered changes are kept as the pushed chunks, each sorted by time once on arrival, with a
 //! cursor: taking the changes of the next instant (or of every instant up to a bound) is a
-//! slice of each chunk's head, never a copy per instant. When the whole operator tree is
+//! slice of each chunk's head, never a copy per instant. When every node of the dataflow is
 //! span-capable and the query reads no table (see [`crate::operator`]), all complete instants
-//! are evaluated by one [`Operator::eval_span`] call instead of one tree walk per instant.
+//! are evaluated in one step instead of one walk of the dataflow per instant.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -24,7 +24,8 @@ use weir_plan::{LogicalPlan, PlanKind};
 
 use crate::compile::{compile, exec_schema};
 use crate::consolidate::{consolidate, consolidate_runs};
-use crate::operator::{EvalCtx, Operator};
+use crate::dataflow::Dataflow;
+use crate::operator::EvalCtx;
 use crate::row::RowCodec;
 use crate::state::{i64_col, invalid, opt_i64_col, signature, str_col, StateReader, StateWriter};
 
@@ -34,7 +35,7 @@ pub type OutputKind = PlanKind;
 /// One running continuous query. See the module docs.
 #[derive(Debug)]
 pub struct QueryRunner {
-    root: Box<dyn Operator>,
+    flow: Dataflow,
     kind: OutputKind,
     schema: SchemaRef,
     codec: RowCodec,
@@ -94,10 +95,10 @@ fn take_upto(chunks: &mut Vec<Chunk>, hi: Time) -> Result<Option<ChangeBatch>> {
 impl QueryRunner {
     pub fn new(plan: &LogicalPlan) -> Result<Self> {
         let schema = exec_schema(&plan.schema());
-        let root = compile(plan)?;
+        let flow = compile(plan)?;
         Ok(QueryRunner {
-            span: root.span_capable() && !reads_table(plan),
-            root,
+            span: flow.span_capable() && !reads_table(plan),
+            flow,
             kind: plan.kind(),
             codec: RowCodec::for_schema(&schema)?,
             schema,
@@ -156,7 +157,7 @@ impl QueryRunner {
     fn next_instant(&self) -> Option<Time> {
         let pending =
             self.pending.values().flat_map(|cs| cs.iter().filter_map(Chunk::next_time)).min();
-        [pending, self.heartbeats.keys().next().copied(), self.root.next_wakeup()]
+        [pending, self.heartbeats.keys().next().copied(), self.flow.next_wakeup()]
             .into_iter()
             .flatten()
             .min()
@@ -192,7 +193,7 @@ impl QueryRunner {
                     ctx.active.extend(sources);
                 }
             }
-            let d = self.root.eval(t, &ctx)?;
+            let d = self.flow.eval(t, t, &ctx)?;
             self.last = Some(t);
             let d = match self.kind {
                 PlanKind::Relation if !d.is_empty() => {
@@ -233,7 +234,7 @@ impl QueryRunner {
             let (_, sources) = entry.remove_entry();
             ctx.active.extend(sources);
         }
-        let d = self.root.eval_span(lo, hi, &ctx)?;
+        let d = self.flow.eval(lo, hi, &ctx)?;
         self.last = Some(hi);
         let d = match self.kind {
             PlanKind::Relation if !d.is_empty() => consolidate_runs(&self.codec, &d)?,
@@ -300,7 +301,7 @@ impl QueryRunner {
         for (_, c) in &chunks {
             w.put_changes("runner.chunk", &sig, &c.schema(), std::slice::from_ref(c))?;
         }
-        self.root.save_state(&mut w)?;
+        self.flow.save_state(&mut w)?;
         w.into_bytes()
     }
 
@@ -340,7 +341,7 @@ impl QueryRunner {
             let batch = batch.sort_by_time()?;
             pending.entry(src.to_string()).or_default().push(Chunk { batch, pos: 0 });
         }
-        self.root.restore_state(&mut r)?;
+        self.flow.restore_state(&mut r)?;
         r.finish()?;
         self.last = last;
         self.heartbeats = heartbeats;
@@ -358,7 +359,7 @@ pub fn evaluate_once(
     tables: HashMap<String, ChangeBatch>,
     as_produced: bool,
 ) -> Result<ChangeBatch> {
-    let mut root = compile(plan)?;
+    let mut flow = compile(plan)?;
     let schema = exec_schema(&plan.schema());
     let codec = RowCodec::for_schema(&schema)?;
     let mut ctx = EvalCtx::default();
@@ -366,7 +367,7 @@ pub fn evaluate_once(
         b.times.iter_mut().for_each(|t| *t = 0);
         ctx.inputs.insert(name, b);
     }
-    let d = root.eval(0, &ctx)?;
+    let d = flow.eval(0, 0, &ctx)?;
     if as_produced || plan.is_ordered() {
         // Every change of a first evaluation is an insertion; keep the operator's order.
         if d.diffs.iter().any(|&n| n < 0) {

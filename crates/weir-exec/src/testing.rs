@@ -6,9 +6,13 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use weir_common::{ChangeBatch, Result, Time};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use crate::operator::{EvalCtx, Operator};
+/// The graph operator tests run in (re-exported so that tests under `ops/` import nothing but
+/// this harness from outside `ops/`).
+pub use crate::dataflow::Dataflow;
+use crate::operator::{EvalCtx, Operator, Step};
+use crate::state::{StateReader, StateWriter};
 
 /// A schema of (k VARCHAR, v BIGINT).
 pub fn kv_schema() -> SchemaRef {
@@ -38,41 +42,36 @@ pub fn kv(t: Time, text: &str) -> Tick {
     (t, ChangeBatch::new(data, vec![t; n], diffs))
 }
 
-/// An operator that replays fixed changes per instant, or over a span of instants.
+/// A leaf that replays fixed (k, v) changes per instant, or over a span of instants.
 #[derive(Debug)]
 pub struct Feed {
-    schema: SchemaRef,
     changes: BTreeMap<Time, ChangeBatch>,
 }
 
 impl Feed {
-    pub fn new(schema: SchemaRef, changes: Vec<Tick>) -> Box<Self> {
-        Box::new(Feed { schema, changes: changes.into_iter().collect() })
+    pub fn new(ticks: Vec<Tick>) -> Self {
+        Feed { changes: ticks.into_iter().collect() }
     }
 }
 
 impl Operator for Feed {
-    fn eval(&mut self, t: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
-        Ok(self.changes.remove(&t).unwrap_or_else(|| ChangeBatch::empty(self.schema.clone())))
+    /// The changes stamped in [lo, hi], in time order.
+    fn eval(&mut self, step: &Step<'_>, _inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let times: Vec<Time> = self.changes.range(step.lo..=step.hi).map(|(t, _)| *t).collect();
+        let parts: Vec<ChangeBatch> = times.iter().filter_map(|t| self.changes.remove(t)).collect();
+        ChangeBatch::concat(&kv_schema(), &parts)
     }
 
     fn span_capable(&self) -> bool {
         true
     }
 
-    /// The changes stamped in [lo, hi], in time order.
-    fn eval_span(&mut self, lo: Time, hi: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let times: Vec<Time> = self.changes.range(lo..=hi).map(|(t, _)| *t).collect();
-        let parts: Vec<ChangeBatch> = times.iter().filter_map(|t| self.changes.remove(t)).collect();
-        ChangeBatch::concat(&self.schema, &parts)
+    fn save_state(&self, _w: &mut StateWriter) -> Result<()> {
+        Err(WeirError::internal("test feeds are not checkpointed"))
     }
 
-    fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
-        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
-    }
-
-    fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
-        Err(weir_common::WeirError::internal("test feeds are not checkpointed"))
+    fn restore_state(&mut self, _r: &mut StateReader) -> Result<()> {
+        Err(WeirError::internal("test feeds are not checkpointed"))
     }
 
     fn next_wakeup(&self) -> Option<Time> {
@@ -80,19 +79,21 @@ impl Operator for Feed {
     }
 }
 
-/// Runs `op` instant by instant (input times and wake-ups) until nothing is left, rendering
+/// A dataflow of `op` reading one [`Feed`] per input, in order, each replaying its ticks.
+pub fn fed(op: impl Operator + 'static, inputs: impl IntoIterator<Item = Vec<Tick>>) -> Dataflow {
+    let mut flow = Dataflow::new();
+    let feeds: Vec<usize> = inputs
+        .into_iter()
+        .map(|ticks| flow.add(Box::new(Feed::new(ticks)), vec![]).expect("feed"))
+        .collect();
+    flow.add(Box::new(op), feeds).expect("operator");
+    flow
+}
+
+/// Runs `flow` instant by instant (input times and wake-ups) until nothing is left, rendering
 /// each instant's output as `@t +d v1 v2`, sorted within the instant.
-pub fn run(op: &mut dyn Operator) -> Vec<String> {
-    let ctx = EvalCtx::default();
-    let mut out = vec![];
-    let mut guard = 0;
-    while let Some(t) = op.next_wakeup() {
-        guard += 1;
-        assert!(guard < 10_000, "operator never settles");
-        let d = op.eval(t, &ctx).expect("eval");
-        out.extend(render(&d));
-    }
-    out
+pub fn run(flow: &mut Dataflow) -> Vec<String> {
+    run_spans(flow, 0)
 }
 
 /// `@t +d v1 v2` per row, sorted within each instant.
@@ -114,16 +115,16 @@ pub fn render(d: &ChangeBatch) -> Vec<String> {
     rows
 }
 
-/// Runs `op` over spans: from each next wake-up, every instant up to `width` ticks later in
-/// one [`Operator::eval_span`] call, rendered like [`run`].
-pub fn run_spans(op: &mut dyn Operator, width: Time) -> Vec<String> {
+/// Runs `flow` over spans: from each next wake-up, every instant up to `width` ticks later in
+/// one step (`width` 0: instant by instant), rendered like [`run`].
+pub fn run_spans(flow: &mut Dataflow, width: Time) -> Vec<String> {
     let ctx = EvalCtx::default();
     let mut out = vec![];
     let mut guard = 0;
-    while let Some(lo) = op.next_wakeup() {
+    while let Some(lo) = flow.next_wakeup() {
         guard += 1;
         assert!(guard < 10_000, "operator never settles");
-        let d = op.eval_span(lo, lo + width, &ctx).expect("eval_span");
+        let d = flow.eval(lo, lo + width, &ctx).expect("eval");
         assert!(d.times.windows(2).all(|w| w[0] <= w[1]), "span output not sorted by time");
         out.extend(render(&d));
     }

@@ -17,8 +17,8 @@
 //! per aggregate.
 //!
 //! Groups live in a slab (`slots`) indexed by their encoded key; a slot whose group disappears
-//! is reused by the next new group. Each step marks the groups it touches with its number, so
-//! a group's old output is taken once, at its first change in the step. Output values are kept
+//! is reused by the next new group. Each instant marks the groups it touches with its number,
+//! so a group's old output is taken once, at its first change in the instant. Output values are kept
 //! typed (not as `ScalarValue`s) and built into Arrow arrays once per call.
 //!
 //! Checkpointed as sections (see [`Aggregate::save_own`]): `aggregate` (one row: `started`),
@@ -29,9 +29,10 @@
 //! in value order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
 //! into the groups), `agg`, `value` Binary and `count` Int64.
 //!
-//! A span of instants is evaluated run by run: each run of input changes sharing an instant is
-//! one step, exactly as if that instant were evaluated alone; the span's input is encoded once
-//! and its output built once.
+//! A step is evaluated run by run, one instant or a span alike: each run of input changes
+//! sharing an instant is applied on its own, exactly as if that instant were evaluated alone;
+//! the step's input is encoded once and its output built once. A scalar aggregate's first
+//! instant is the step's first (`lo`), even if no change is stamped there.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -46,7 +47,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::AggFunc;
 
 use crate::expr::ScalarExpr;
-use crate::operator::{time_runs, EvalCtx, Operator};
+use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::row::{EncodedRows, RowBytes, RowCodec};
 use crate::state::{
@@ -114,7 +115,7 @@ struct Group {
     key: Vec<u8>,
     rows: i64,
     accs: Vec<AccState>,
-    /// The number of the step that last touched the group (0: none yet).
+    /// The number of the instant that last touched the group (0: none yet).
     mark: u64,
 }
 
@@ -260,7 +261,7 @@ impl Emitted {
     }
 }
 
-/// A group touched by a step: its key's [`sort_prefix`], its slot, and where its old output
+/// A group touched by an instant: its key's [`sort_prefix`], its slot, and where its old output
 /// is (None: it did not exist).
 type Touched = (u128, u32, Option<u32>);
 
@@ -285,7 +286,6 @@ fn cast_to(a: ArrayRef, ty: &DataType) -> Result<ArrayRef> {
 
 #[derive(Debug)]
 pub struct Aggregate {
-    input: Box<dyn Operator>,
     keys: Vec<ScalarExpr>,
     key_codec: RowCodec,
     aggs: Vec<AggSpec>,
@@ -300,10 +300,10 @@ pub struct Aggregate {
     free: Vec<u32>,
     /// The slot of each existing group, by encoded key.
     index: HashMap<GroupKey, u32>,
-    /// The number of steps taken (marks groups touched by the current step).
+    /// The number of instants applied (marks groups touched by the current one).
     epoch: u64,
     started: bool,
-    /// Scratch, kept for its allocations: the groups touched by the current step (the
+    /// Scratch, kept for its allocations: the groups touched by the current instant (the
     /// [`sort_prefix`] of the key, the slot) with the
     /// offset of their old output in `old` (None: the group did not exist), and a new output.
     touched: Vec<Touched>,
@@ -314,7 +314,6 @@ pub struct Aggregate {
 
 impl Aggregate {
     pub fn new(
-        input: Box<dyn Operator>,
         keys: Vec<ScalarExpr>,
         key_types: Vec<DataType>,
         aggs: Vec<AggSpec>,
@@ -336,7 +335,6 @@ impl Aggregate {
                     ))
         });
         Ok(Aggregate {
-            input,
             keys,
             key_codec: RowCodec::new(key_types)?,
             kinds: aggs.iter().map(Kind::of).collect(),
@@ -437,10 +435,7 @@ impl Aggregate {
                     }
                 }
                 t => {
-                    return Err(WeirError::Execution(format!(
-                        "{} over {t} is not supported",
-                        spec.func
-                    )))
+                    return Err(WeirError::exec(format!("{} over {t} is not supported", spec.func)))
                 }
             },
             AggFunc::Min | AggFunc::Max if kind == Kind::KeyInt => ArgView::Int(int(col.as_ref())?),
@@ -517,7 +512,7 @@ impl Aggregate {
                 Acc::Sum { sum, .. } => match sum {
                     Sum::Int(s) => Out::Int(
                         i64::try_from(*s)
-                            .map_err(|_| WeirError::Execution("integer overflow in SUM".into()))?,
+                            .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
                     ),
                     Sum::Float(s) => Out::Float(s.to_bits()),
                     Sum::Dec(s) => Out::dec(*s),
@@ -600,44 +595,39 @@ impl Aggregate {
 }
 
 impl Operator for Aggregate {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
-        let n = d.len();
-        self.process(&d, &[(t, 0..n)])
+    /// Each run of equal time in the step's changes is applied on its own (see the module
+    /// docs). An instant without changes changes no group, so it takes no run, except the
+    /// query's first: there the scalar aggregate's row appears.
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        let mut runs = Vec::new();
+        // The first instant of the query is `lo`; the scalar aggregate's row exists from it.
+        if !self.started && d.times.first() != Some(&step.lo) {
+            runs.push((step.lo, 0..0));
+        }
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            runs.push((d.times[start], start..end));
+            start = end;
+        }
+        self.process(&d, &runs)
     }
 
     /// State: see [`Aggregate::save_own`].
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        self.save_own(w)?;
-        self.input.save_state(w)
+        self.save_own(w)
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
-        self.restore_own(r)?;
-        self.input.restore_state(r)
+        self.restore_own(r)
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 
     fn span_capable(&self) -> bool {
-        self.input.span_capable()
-    }
-
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval_span(lo, hi, ctx)?;
-        let mut steps = Vec::new();
-        // The first instant of the query is `lo`; the scalar aggregate's row exists from it.
-        if !self.started && d.times.first() != Some(&lo) {
-            steps.push((lo, 0..0));
-        }
-        let mut start = 0;
-        for end in time_runs(&d.times) {
-            steps.push((d.times[start], start..end));
-            start = end;
-        }
-        self.process(&d, &steps)
+        true
     }
 }
 
@@ -953,7 +943,7 @@ impl Aggregate {
     }
 
     /// Applies input row i with multiplicity `diff` to its group, taking the group's old
-    /// output first if this is the step's first change to it.
+    /// output first if this is the instant's first change to it.
     fn apply(
         &mut self,
         p: &Prepared,
@@ -1014,9 +1004,9 @@ impl Aggregate {
         Ok(())
     }
 
-    /// One step at `t`: applies the rows `range` of `d` and emits the touched groups' changes
+    /// One instant `t`: applies the rows `range` of `d` and emits the touched groups' changes
     /// (sorted by key) into `out`.
-    fn step(
+    fn instant(
         &mut self,
         t: Time,
         d: &ChangeBatch,
@@ -1081,12 +1071,12 @@ impl Aggregate {
         Ok(())
     }
 
-    /// The output changes of the steps `(t, rows of d)`, in order.
-    fn process(&mut self, d: &ChangeBatch, steps: &[(Time, Range<usize>)]) -> Result<ChangeBatch> {
+    /// The output changes of the instants `(t, rows of d)`, in order.
+    fn process(&mut self, d: &ChangeBatch, runs: &[(Time, Range<usize>)]) -> Result<ChangeBatch> {
         let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(self.aggs.len());
-        let result = self.emit(d, p.as_ref(), steps, &mut out);
+        let result = self.emit(d, p.as_ref(), runs, &mut out);
         self.emitted = out;
         result
     }
@@ -1095,11 +1085,11 @@ impl Aggregate {
         &mut self,
         d: &ChangeBatch,
         p: Option<&Prepared>,
-        steps: &[(Time, Range<usize>)],
+        runs: &[(Time, Range<usize>)],
         out: &mut Emitted,
     ) -> Result<ChangeBatch> {
-        for (t, range) in steps {
-            self.step(*t, d, p, range.clone(), out)?;
+        for (t, range) in runs {
+            self.instant(*t, d, p, range.clone(), out)?;
         }
         let n = out.diffs.len();
         if n == 0 {
@@ -1131,19 +1121,26 @@ mod tests {
     use datafusion_expr::{cast, col};
 
     use super::*;
-    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, Tick};
+    use crate::operator::EvalCtx;
+    use crate::testing::Dataflow;
+    use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
 
-    fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Aggregate {
+    fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Dataflow {
         agg_op_as(grouped, aggs, DataType::Int64, input)
     }
 
-    /// An aggregate over `kv` with key `k` (if `grouped`) and arguments `v` cast to `arg`.
+    /// [`aggregate`] fed with `input`.
     fn agg_op_as(
         grouped: bool,
         aggs: &[(AggFunc, bool)],
         arg: DataType,
         input: Vec<Tick>,
-    ) -> Aggregate {
+    ) -> Dataflow {
+        fed(aggregate(grouped, aggs, arg), [input])
+    }
+
+    /// An aggregate over `kv` with key `k` (if `grouped`) and arguments `v` cast to `arg`.
+    fn aggregate(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType) -> Aggregate {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let keys =
             if grouped { vec![ScalarExpr::compile(&col("k"), &df).unwrap()] } else { vec![] };
@@ -1172,25 +1169,26 @@ mod tests {
             .collect();
         let schema = Arc::new(Schema::new(fields));
         let key_types = if grouped { vec![DataType::Utf8] } else { vec![] };
-        Aggregate::new(Feed::new(kv_schema(), input), keys, key_types, specs, schema).unwrap()
+        Aggregate::new(keys, key_types, specs, schema).unwrap()
     }
 
     fn agg(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Vec<String> {
         run(&mut agg_op(grouped, aggs, input))
     }
 
-    /// Evaluates `op` at `times`, rendering its output.
-    fn eval_at(op: &mut Aggregate, times: &[Time]) -> Vec<String> {
+    /// Evaluates `flow` at `times`, rendering its output.
+    fn eval_at(flow: &mut Dataflow, times: &[Time]) -> Vec<String> {
         let ctx = EvalCtx::default();
-        times.iter().flat_map(|t| render(&op.eval(*t, &ctx).unwrap())).collect()
+        times.iter().flat_map(|t| render(&flow.eval(*t, *t, &ctx).unwrap())).collect()
     }
 
-    /// Copies the operator's own state through a checkpoint's bytes into `to`.
-    fn copy_state(from: &Aggregate, to: &mut Aggregate) {
+    /// Copies the aggregate's state (not the feed's) through a checkpoint's bytes into `to`.
+    fn copy_state(from: &Dataflow, to: &mut Dataflow) {
+        let root = from.len() - 1;
         let mut w = StateWriter::new();
-        from.save_own(&mut w).unwrap();
+        from.operator(root).unwrap().save_state(&mut w).unwrap();
         let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
-        to.restore_own(&mut r).unwrap();
+        to.operator_mut(root).unwrap().restore_state(&mut r).unwrap();
         r.finish().unwrap();
     }
 
@@ -1355,9 +1353,9 @@ mod tests {
         let mut a = agg_op(true, &aggs, vec![kv(1, "+1 a 4")]);
         eval_at(&mut a, &[1]);
         let mut w = StateWriter::new();
-        a.save_own(&mut w).unwrap();
+        a.operator(1).unwrap().save_state(&mut w).unwrap();
         // The same state with a value of the wrong width for BIGINT.
-        let sig = a.signature();
+        let sig = aggregate(true, &aggs, DataType::Int64).signature();
         let mut bad = StateWriter::new();
         bad.put("aggregate", &sig, 1, vec![("started", bool_col([true]))]).unwrap();
         let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
@@ -1393,7 +1391,7 @@ mod tests {
             .unwrap();
         }
         let mut r = StateReader::from_bytes(&bad.into_bytes().unwrap()).unwrap();
-        let mut fresh = agg_op(true, &aggs, vec![]);
+        let mut fresh = aggregate(true, &aggs, DataType::Int64);
         let err = fresh.restore_own(&mut r).unwrap_err();
         assert!(err.to_string().contains("does not fit"), "{err}");
     }

@@ -9,6 +9,9 @@
 //! incremental: it runs in one-shot queries only, where every input arrives at one instant
 //! (the engine refuses a continuous query that needs it). State: the cache. Not checkpointed:
 //! saving or restoring it is an error, since one-shot queries are never saved.
+//!
+//! Each bound subquery is a plan of its own, compiled and evaluated by the [`SubqueryEval`]
+//! the compiler hands the operator when it builds it, so the operator needs no compiler.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,10 +27,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{ApplyKind, ApplySubquery, LogicalPlan};
 
 use crate::expr::ScalarExpr;
-
-use crate::compile::{compile, exec_schema};
-use crate::consolidate::consolidate;
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, EvalCtx, Operator, Step};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 
@@ -56,12 +56,17 @@ struct Sub {
     cache: HashMap<RowBytes, Outcome>,
 }
 
+/// Evaluates a plan (a subquery with its outer references bound) at instant `t` over the
+/// step's source changes: the relation it denotes, consolidated, in the executor's schema for
+/// the plan (all fields nullable).
+pub type SubqueryEval = fn(plan: &LogicalPlan, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch>;
+
 #[derive(Debug)]
 pub struct Apply {
-    input: Box<dyn Operator>,
     subs: Vec<Sub>,
     schema: SchemaRef,
     evaluated: bool,
+    evaluate: SubqueryEval,
 }
 
 /// The outer columns a subquery plan references.
@@ -82,11 +87,13 @@ fn outer_columns(plan: &LogicalPlan) -> Vec<Column> {
 }
 
 impl Apply {
+    /// An Apply over an input of `input_schema`, evaluating each bound subquery with
+    /// `evaluate`.
     pub fn new(
-        input: Box<dyn Operator>,
         input_schema: &DFSchemaRef,
         subqueries: &[ApplySubquery],
         schema: SchemaRef,
+        evaluate: SubqueryEval,
     ) -> Result<Self> {
         let mut subs = Vec::new();
         for q in subqueries {
@@ -120,13 +127,19 @@ impl Apply {
                 cache: HashMap::new(),
             });
         }
-        Ok(Apply { input, subs, schema, evaluated: false })
+        Ok(Apply { subs, schema, evaluated: false, evaluate })
     }
 }
 
 impl Sub {
     /// The subquery's result with its outer references bound to `values`.
-    fn value(&self, values: &[ScalarValue], t: Time, ctx: &EvalCtx) -> Result<Outcome> {
+    fn value(
+        &self,
+        evaluate: SubqueryEval,
+        values: &[ScalarValue],
+        t: Time,
+        ctx: &EvalCtx,
+    ) -> Result<Outcome> {
         let bindings: Vec<(Column, ScalarValue)> =
             self.outer.iter().map(|(c, _)| c.clone()).zip(values.iter().cloned()).collect();
         let bound = self.plan.map_exprs(&|e| {
@@ -143,10 +156,7 @@ impl Sub {
                 .map(|t| t.data)
                 .unwrap_or_else(|_| e.clone())
         });
-        let mut root = compile(&bound)?;
-        let schema = exec_schema(&bound.schema());
-        let out = root.eval(t, ctx)?;
-        let out = consolidate(&RowCodec::for_schema(&schema)?, &schema, &out, t)?;
+        let out = evaluate(&bound, t, ctx)?;
         let rows: i64 = out.diffs.iter().filter(|d| **d > 0).sum();
         if !matches!(self.kind, ApplyKind::Scalar) {
             let mut values = HashSet::new();
@@ -165,24 +175,25 @@ impl Sub {
         }
         match rows {
             0 => Ok(Outcome::Scalar(
-                ScalarValue::try_from(schema.field(0).data_type()).unwrap_or(ScalarValue::Null),
+                ScalarValue::try_from(out.schema().field(0).data_type())
+                    .unwrap_or(ScalarValue::Null),
             )),
             1 => ScalarValue::try_from_array(out.data.column(0), 0)
                 .map(Outcome::Scalar)
                 .map_err(|e| WeirError::internal(e.to_string())),
-            _ => Err(WeirError::Execution("a scalar subquery returned more than one row".into())),
+            _ => Err(WeirError::exec("a scalar subquery returned more than one row")),
         }
     }
 }
 
 impl Operator for Apply {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let (t, ctx) = (step.instant()?, step.ctx);
+        let [d] = take_inputs::<1>(inputs)?;
         if self.evaluated && (!d.is_empty() || !ctx.active.is_empty()) {
-            return Err(WeirError::Execution(
+            return Err(WeirError::exec(
                 "a correlated subquery that cannot be turned into a join is evaluated in one-shot \
-                 queries only"
-                    .into(),
+                 queries only",
             ));
         }
         self.evaluated = true;
@@ -211,7 +222,7 @@ impl Operator for Apply {
                             .map(|c| ScalarValue::try_from_array(c, i))
                             .collect::<std::result::Result<_, _>>()
                             .map_err(|e| WeirError::internal(e.to_string()))?;
-                        let o = sub.value(&bound, t, ctx)?;
+                        let o = sub.value(self.evaluate, &bound, t, ctx)?;
                         sub.cache.insert(key.into(), o.clone());
                         o
                     }
@@ -263,18 +274,18 @@ impl Operator for Apply {
     /// Not checkpointed: Apply runs in one-shot queries only (the engine refuses a continuous
     /// query that needs it), which are never saved.
     fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
-        Err(WeirError::Execution(
-            "a query with a correlated subquery evaluated row by row cannot be checkpointed".into(),
+        Err(WeirError::exec(
+            "a query with a correlated subquery evaluated row by row cannot be checkpointed",
         ))
     }
 
     fn restore_state(&mut self, _r: &mut crate::state::StateReader) -> Result<()> {
-        Err(WeirError::Execution(
-            "a query with a correlated subquery evaluated row by row cannot be restored".into(),
+        Err(WeirError::exec(
+            "a query with a correlated subquery evaluated row by row cannot be restored",
         ))
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 }

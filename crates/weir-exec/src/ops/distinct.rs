@@ -11,28 +11,28 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
 use crate::consolidate::{net_diffs, to_batch};
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct Distinct {
-    input: Box<dyn Operator>,
     schema: SchemaRef,
     codec: RowCodec,
     counts: HashMap<RowBytes, i64>,
 }
 
 impl Distinct {
-    pub fn new(input: Box<dyn Operator>, schema: SchemaRef) -> Result<Self> {
+    pub fn new(schema: SchemaRef) -> Result<Self> {
         let codec = RowCodec::for_schema(&schema)?;
-        Ok(Distinct { input, schema, codec, counts: HashMap::new() })
+        Ok(Distinct { schema, codec, counts: HashMap::new() })
     }
 }
 
 impl Operator for Distinct {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let t = step.instant()?;
+        let [d] = take_inputs::<1>(inputs)?;
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
@@ -59,29 +59,28 @@ impl Operator for Distinct {
 
     /// State: section `distinct`, the multiplicity of every present row (`row`, `count`).
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        put_counts(w, "distinct", &signature("distinct", &self.schema, ()), &self.counts)?;
-        self.input.save_state(w)
+        put_counts(w, "distinct", &signature("distinct", &self.schema, ()), &self.counts)
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
         self.counts = take_counts(r, "distinct", &signature("distinct", &self.schema, ()))?;
-        self.input.restore_state(r)
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed};
+    use crate::testing::{fed, kv, kv_schema, run};
 
     #[test]
     fn emits_only_when_presence_changes() {
         let input = vec![kv(1, "+1 a 1, +1 a 1"), kv(2, "-1 a 1"), kv(3, "-1 a 1, +1 b 2")];
-        let mut op = Distinct::new(Feed::new(kv_schema(), input), kv_schema()).unwrap();
-        assert_eq!(run(&mut op), ["@1 +1 a 1", "@3 +1 b 2", "@3 -1 a 1"]);
+        let mut flow = fed(Distinct::new(kv_schema()).unwrap(), [input]);
+        assert_eq!(run(&mut flow), ["@1 +1 a 1", "@3 +1 b 2", "@3 -1 a 1"]);
     }
 }

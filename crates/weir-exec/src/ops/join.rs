@@ -22,8 +22,8 @@
 //! Checkpointed as the indexes, the tracked rows and the null-aware totals, in sections laid
 //! out in [`checkpoint`].
 //!
-//! **Spans.** A span of instants is evaluated in three passes, with the same result as
-//! evaluating its instants one by one: (1) both inputs' changes are encoded once, and the
+//! **Steps.** A step, one instant or a span of them alike, is evaluated in three passes, with
+//! the same result as evaluating its instants one by one: (1) both inputs' changes are encoded once, and the
 //! instants walked in order, each joining its left changes with the right index, applying
 //! them, joining its right changes with the left index and applying those, which collects the
 //! candidate pairs of every instant (the indexes never depend on θ); (2) θ is evaluated once
@@ -41,7 +41,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::JoinKind;
 
 use crate::expr::ScalarExpr;
-use crate::operator::{min_wakeup, EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::row::{EncodedRows, RowBytes, RowCodec};
 
@@ -114,10 +114,9 @@ impl Bucket {
 
 mod checkpoint;
 
-/// One side of the join.
+/// One side of the join: how its input's rows are keyed and encoded.
 #[derive(Debug)]
 pub struct JoinSide {
-    pub input: Box<dyn Operator>,
     pub keys: Vec<ScalarExpr>,
     pub row_codec: RowCodec,
     pub schema: SchemaRef,
@@ -840,38 +839,27 @@ impl Join {
 }
 
 impl Operator for Join {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let dl = self.left.input.eval(t, ctx)?;
-        let dr = self.right.input.eval(t, ctx)?;
+    /// Inputs: the left side's changes, then the right's.
+    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [dl, dr] = take_inputs::<2>(inputs)?;
         self.run(&dl, &dr)
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        min_wakeup([self.left.input.next_wakeup(), self.right.input.next_wakeup()])
+        None
     }
 
     fn span_capable(&self) -> bool {
-        self.left.input.span_capable() && self.right.input.span_capable()
+        true
     }
 
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let dl = self.left.input.eval_span(lo, hi, ctx)?;
-        let dr = self.right.input.eval_span(lo, hi, ctx)?;
-        self.run(&dl, &dr)
-    }
-
-    /// State: the join's own sections (see [`checkpoint`]), then the left input's, then the
-    /// right's.
+    /// State: the join's own sections (see [`checkpoint`]).
     fn save_state(&self, w: &mut crate::state::StateWriter) -> Result<()> {
-        self.save_own(w)?;
-        self.left.input.save_state(w)?;
-        self.right.input.save_state(w)
+        self.save_own(w)
     }
 
     fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
-        self.restore_own(r)?;
-        self.left.input.restore_state(r)?;
-        self.right.input.restore_state(r)
+        self.restore_own(r)
     }
 }
 
@@ -884,12 +872,11 @@ mod tests {
     use datafusion_expr::col;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+    use crate::testing::{fed, kv, kv_schema, run, Tick};
 
     fn join(kind: JoinKind, left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
-        let side = |input| JoinSide {
-            input,
+        let side = || JoinSide {
             keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
             row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
             schema: kv_schema(),
@@ -904,16 +891,16 @@ mod tests {
                 Field::new("v2", DataType::Int64, true),
             ]))
         };
-        let mut op = Join::new(
+        let op = Join::new(
             kind,
             false,
-            side(Feed::new(kv_schema(), left)),
-            side(Feed::new(kv_schema(), right)),
+            side(),
+            side(),
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
             None,
             schema,
         );
-        run(&mut op)
+        run(&mut fed(op, [left, right]))
     }
 
     #[test]
@@ -1004,13 +991,12 @@ mod mark_tests {
     use datafusion_expr::col;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed};
+    use crate::testing::{fed, kv, kv_schema, run};
 
     #[test]
     fn mark_join_flags_rows_with_a_match() {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
-        let side = |input| JoinSide {
-            input,
+        let side = || JoinSide {
             keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
             row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
             schema: kv_schema(),
@@ -1020,17 +1006,19 @@ mod mark_tests {
             Field::new("v", DataType::Int64, true),
             Field::new("mark", DataType::Boolean, true),
         ]));
-        let mut op = Join::new(
+        let op = Join::new(
             JoinKind::LeftMark,
             false,
-            side(Feed::new(kv_schema(), vec![kv(1, "+1 a 1, +1 b 2")])),
-            side(Feed::new(kv_schema(), vec![kv(1, "+1 a 9"), kv(2, "+1 b 3")])),
+            side(),
+            side(),
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
             None,
             schema,
         );
+        let left = vec![kv(1, "+1 a 1, +1 b 2")];
+        let right = vec![kv(1, "+1 a 9"), kv(2, "+1 b 3")];
         assert_eq!(
-            run(&mut op),
+            run(&mut fed(op, [left, right])),
             ["@1 +1 a 1 true", "@1 +1 b 2 false", "@2 +1 b 2 true", "@2 -1 b 2 false"]
         );
     }
@@ -1073,7 +1061,9 @@ mod span_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, render, run, run_spans, Feed, Tick};
+    use crate::operator::EvalCtx;
+    use crate::testing::Dataflow;
+    use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
 
     const KINDS: [JoinKind; 9] = [
         JoinKind::Inner,
@@ -1087,11 +1077,10 @@ mod span_tests {
         JoinKind::ExceptAll,
     ];
 
-    fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Join {
+    fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Dataflow {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let bag = matches!(kind, JoinKind::IntersectAll | JoinKind::ExceptAll);
-        let side = |input| JoinSide {
-            input,
+        let side = || JoinSide {
             keys: if bag {
                 vec![
                     ScalarExpr::compile(&col("k"), &df).unwrap(),
@@ -1128,15 +1117,16 @@ mod span_tests {
         });
         let key_types =
             if bag { vec![DataType::Utf8, DataType::Int64] } else { vec![DataType::Utf8] };
-        Join::new(
+        let op = Join::new(
             kind,
             bag,
-            side(Feed::new(kv_schema(), left)),
-            side(Feed::new(kv_schema(), right)),
+            side(),
+            side(),
             RowCodec::new(key_types).unwrap(),
             if bag { None } else { theta },
             schema,
-        )
+        );
+        fed(op, [left, right])
     }
 
     /// Ticks from (time, diff, key, value) changes; a key or value of 3 is NULL.
@@ -1211,7 +1201,7 @@ mod span_tests {
             vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")],
             vec![kv(2, "+1 a 5"), kv(4, "+1 a 6")],
         );
-        let d = op.eval_span(1, 4, &EvalCtx::default()).unwrap();
+        let d = op.eval(1, 4, &EvalCtx::default()).unwrap();
         assert_eq!(
             render(&d),
             ["@1 +1 a 1 _ _", "@2 +1 a 1 a 5", "@2 -1 a 1 _ _", "@3 -1 a 1 a 5",]

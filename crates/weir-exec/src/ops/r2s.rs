@@ -6,17 +6,19 @@
 //! - RSTREAM emits R(τ) whole, at every instant of its own input, even one where R did not
 //!   change. Its instants are those of the plan below it (its sources' elements and
 //!   heartbeats, its windows' expiries), not those of a query that reads it: a derived stream
-//!   is what its view emits, whoever reads it.
+//!   is what its view emits, whoever reads it. The graph tells it whether the plan below wakes
+//!   at τ ([`Step::input_wakeup`]); its sources' activity is in the step's context.
 //!
 //! Changes are consolidated per instant first, so an insertion and a deletion of the same tuple
 //! at one instant cancel. Output rows carry diff = multiplicity (> 0), sorted by value.
 //! State: none for ISTREAM/DSTREAM; RSTREAM keeps the relation's multiset. Checkpointed as
 //! section `to_stream` (`row` Binary, `count` Int64, sorted by row; empty but for RSTREAM).
 //!
-//! ISTREAM and DSTREAM evaluate spans of instants (each run of equal time consolidated on its
-//! own); an instant with a single change needs neither encoding nor sorting, so a stream of
-//! distinct timestamps passes through with no per-row work. RSTREAM reports at every instant
-//! of its input, which a span does not list, so it is evaluated instant by instant.
+//! ISTREAM and DSTREAM evaluate a step of one instant or a span alike (each run of equal time
+//! consolidated on its own); an instant with a single change needs neither encoding nor
+//! sorting, so a stream of distinct timestamps passes through with no per-row work. RSTREAM
+//! reports at every instant of its input, which a span does not list, so it is evaluated
+//! instant by instant.
 
 use std::collections::HashMap;
 
@@ -25,14 +27,13 @@ use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::R2S;
 
 use crate::consolidate::{net_diffs, to_batch};
-use crate::operator::{time_runs, EvalCtx, Operator};
+use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct ToStream {
-    input: Box<dyn Operator>,
     op: R2S,
     schema: SchemaRef,
     codec: RowCodec,
@@ -42,74 +43,54 @@ pub struct ToStream {
 }
 
 impl ToStream {
-    pub fn new(
-        input: Box<dyn Operator>,
-        op: R2S,
-        schema: SchemaRef,
-        sources: Vec<String>,
-    ) -> Result<Self> {
+    pub fn new(op: R2S, schema: SchemaRef, sources: Vec<String>) -> Result<Self> {
         let codec = RowCodec::for_schema(&schema)?;
-        Ok(ToStream { input, op, schema, codec, relation: HashMap::new(), sources })
+        Ok(ToStream { op, schema, codec, relation: HashMap::new(), sources })
     }
 }
 
 impl Operator for ToStream {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
         if self.op != R2S::Rstream {
-            let d = self.input.eval(t, ctx)?;
             return self.differences(d);
         }
-        // Is τ an instant of the plan below? (Decided before evaluating it.)
-        let own_instant = self.input.next_wakeup() == Some(t)
-            || self.sources.iter().any(|s| ctx.active.contains(s));
-        let d = self.input.eval(t, ctx)?;
+        let t = step.instant()?;
+        // Is τ an instant of the plan below? (Decided before the step evaluated it.)
+        let own_instant = step.input_wakeup == Some(t)
+            || self.sources.iter().any(|s| step.ctx.active.contains(s));
         let net = if d.is_empty() { HashMap::new() } else { net_diffs(&self.codec, &d)? };
-        let rows: Vec<(RowBytes, i64)> = match self.op {
-            R2S::Istream => net.into_iter().filter(|(_, n)| *n > 0).collect(),
-            R2S::Dstream => net.into_iter().filter(|(_, n)| *n < 0).map(|(r, n)| (r, -n)).collect(),
-            R2S::Rstream => {
-                for (r, n) in net {
-                    let c = self.relation.entry(r.clone()).or_insert(0);
-                    *c += n;
-                    if *c == 0 {
-                        self.relation.remove(&r);
-                    }
-                }
-                if !own_instant {
-                    return Ok(ChangeBatch::empty(self.schema.clone()));
-                }
-                self.relation
-                    .iter()
-                    .filter(|(_, c)| **c > 0)
-                    .map(|(r, c)| (r.clone(), *c))
-                    .collect()
+        for (r, n) in net {
+            let c = self.relation.entry(r.clone()).or_insert(0);
+            *c += n;
+            if *c == 0 {
+                self.relation.remove(&r);
             }
-        };
+        }
+        if !own_instant {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let rows: Vec<(RowBytes, i64)> =
+            self.relation.iter().filter(|(_, c)| **c > 0).map(|(r, c)| (r.clone(), *c)).collect();
         to_batch(&self.codec, &self.schema, rows, t)
     }
 
     /// State: section `to_stream`, RSTREAM's relation (`row`, `count`; empty otherwise).
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        put_counts(w, "to_stream", &self.signature(), &self.relation)?;
-        self.input.save_state(w)
+        put_counts(w, "to_stream", &self.signature(), &self.relation)
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
         self.relation = take_counts(r, "to_stream", &self.signature())?;
-        self.input.restore_state(r)
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 
     fn span_capable(&self) -> bool {
-        self.op != R2S::Rstream && self.input.span_capable()
-    }
-
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval_span(lo, hi, ctx)?;
-        self.differences(d)
+        self.op != R2S::Rstream
     }
 }
 
@@ -195,11 +176,10 @@ fn sort_prefix(b: &[u8]) -> u128 {
 mod tests {
     use super::*;
     use crate::operator::EvalCtx;
-    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+    use crate::testing::{fed, kv, kv_schema, run, Tick};
 
     fn r2s(op: R2S, input: Vec<Tick>) -> Vec<String> {
-        let mut s = ToStream::new(Feed::new(kv_schema(), input), op, kv_schema(), vec![]).unwrap();
-        run(&mut s)
+        run(&mut fed(ToStream::new(op, kv_schema(), vec![]).unwrap(), [input]))
     }
 
     fn input() -> Vec<Tick> {
@@ -245,9 +225,8 @@ mod tests {
                  +1 {long}1 2, +1 {long}1 1, -1 {long}2 1"
             ),
         )];
-        let mut s = ToStream::new(Feed::new(kv_schema(), input), R2S::Istream, kv_schema(), vec![])
-            .unwrap();
-        let d = s.eval(1, &EvalCtx::default()).unwrap();
+        let mut s = fed(ToStream::new(R2S::Istream, kv_schema(), vec![]).unwrap(), [input]);
+        let d = s.eval(1, 1, &EvalCtx::default()).unwrap();
         let keys = d.data.column(0).as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
         let vals = d.data.column(1).as_any().downcast_ref::<arrow::array::Int64Array>().unwrap();
         let got: Vec<(String, i64, i64)> = (0..d.len())

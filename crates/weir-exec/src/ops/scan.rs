@@ -6,7 +6,7 @@
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 
 #[derive(Debug)]
@@ -22,8 +22,11 @@ impl Scan {
 }
 
 impl Operator for Scan {
-    fn eval(&mut self, _t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        match ctx.inputs.get(&self.name) {
+    /// The buffered changes of the step, as they are (already sorted by time), whatever the
+    /// span.
+    fn eval(&mut self, step: &Step<'_>, leaf: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [] = take_inputs::<0>(leaf)?;
+        match step.ctx.inputs.get(&self.name) {
             Some(b) if !b.is_empty() => {
                 let data = batch_of(&self.schema, b.data.columns().to_vec(), b.len())?;
                 Ok(b.with_data(data))
@@ -47,10 +50,5 @@ impl Operator for Scan {
 
     fn span_capable(&self) -> bool {
         true
-    }
-
-    /// The buffered changes of the whole span, as they are (already sorted by time).
-    fn eval_span(&mut self, lo: Time, _hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        self.eval(lo, ctx)
     }
 }

@@ -18,7 +18,7 @@ use arrow::row::{RowConverter, SortField};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::expr::ScalarExpr;
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
@@ -33,7 +33,6 @@ pub struct SortKey {
 
 #[derive(Debug)]
 pub struct TopK {
-    input: Box<dyn Operator>,
     keys: Vec<ScalarExpr>,
     key_converter: Option<RowConverter>,
     key_types: Vec<DataType>,
@@ -46,7 +45,6 @@ pub struct TopK {
 
 impl TopK {
     pub fn new(
-        input: Box<dyn Operator>,
         keys: Vec<SortKey>,
         skip: usize,
         fetch: Option<usize>,
@@ -68,7 +66,6 @@ impl TopK {
             Some(RowConverter::new(fields)?)
         };
         Ok(TopK {
-            input,
             keys: keys.into_iter().map(|k| k.expr).collect(),
             key_converter,
             key_types,
@@ -141,8 +138,9 @@ impl TopK {
 }
 
 impl Operator for TopK {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let t = step.instant()?;
+        let [d] = take_inputs::<1>(inputs)?;
         if self.fetch.is_none() && self.skip == 0 {
             // ORDER BY alone: the same relation, changes sorted by key (then value).
             if d.is_empty() {
@@ -197,8 +195,7 @@ impl Operator for TopK {
                 ("row", binary_col(self.rows.keys().map(|(_, r)| &r[..]))),
                 ("count", i64_col(self.rows.values().copied())),
             ],
-        )?;
-        self.input.save_state(w)
+        )
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
@@ -211,11 +208,11 @@ impl Operator for TopK {
                 return Err(invalid("section 'topk': a row appears twice"));
             }
         }
-        self.input.restore_state(r)
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 }
 
@@ -225,7 +222,7 @@ mod tests {
     use datafusion_expr::col;
 
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+    use crate::testing::{fed, kv, kv_schema, run, Tick};
 
     fn topk(descending: bool, skip: usize, fetch: Option<usize>, input: Vec<Tick>) -> Vec<String> {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
@@ -235,9 +232,8 @@ mod tests {
             descending,
             nulls_first: false,
         };
-        let mut op =
-            TopK::new(Feed::new(kv_schema(), input), vec![key], skip, fetch, kv_schema()).unwrap();
-        run(&mut op)
+        let op = TopK::new(vec![key], skip, fetch, kv_schema()).unwrap();
+        run(&mut fed(op, [input]))
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::state::{bool_col, invalid, signature, StateReader, StateWriter};
 
 #[derive(Debug)]
@@ -24,7 +24,9 @@ impl Values {
 }
 
 impl Operator for Values {
-    fn eval(&mut self, t: Time, _ctx: &EvalCtx) -> Result<ChangeBatch> {
+    fn eval(&mut self, step: &Step<'_>, leaf: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [] = take_inputs::<0>(leaf)?;
+        let t = step.instant()?;
         match self.rows.take() {
             Some(rows) => Ok(ChangeBatch::uniform(rows, t, 1)),
             None => Ok(ChangeBatch::empty(self.schema.clone())),

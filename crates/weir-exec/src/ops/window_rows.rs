@@ -16,13 +16,12 @@ use std::collections::{HashMap, VecDeque};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, invalid, runs, signature, StateReader, StateWriter};
 
 #[derive(Debug)]
 pub struct RowsWindow {
-    input: Box<dyn Operator>,
     by: Vec<usize>,
     rows: u64,
     schema: SchemaRef,
@@ -32,16 +31,11 @@ pub struct RowsWindow {
 }
 
 impl RowsWindow {
-    pub fn new(
-        input: Box<dyn Operator>,
-        by: Vec<usize>,
-        rows: u64,
-        schema: SchemaRef,
-    ) -> Result<Self> {
+    pub fn new(by: Vec<usize>, rows: u64, schema: SchemaRef) -> Result<Self> {
         let row_codec = RowCodec::for_schema(&schema)?;
         let key_codec =
             RowCodec::new(by.iter().map(|&i| schema.field(i).data_type().clone()).collect())?;
-        Ok(RowsWindow { input, by, rows, schema, row_codec, key_codec, parts: HashMap::new() })
+        Ok(RowsWindow { by, rows, schema, row_codec, key_codec, parts: HashMap::new() })
     }
 }
 
@@ -52,8 +46,9 @@ impl RowsWindow {
 }
 
 impl Operator for RowsWindow {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let t = step.instant()?;
+        let [d] = take_inputs::<1>(inputs)?;
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
@@ -96,8 +91,7 @@ impl Operator for RowsWindow {
             &self.signature(),
             n,
             vec![("key", binary_col(keys)), ("row", binary_col(rows))],
-        )?;
-        self.input.save_state(w)
+        )
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
@@ -111,23 +105,23 @@ impl Operator for RowsWindow {
                 return Err(invalid("section 'rows_window': a partition is too long or repeated"));
             }
         }
-        self.input.restore_state(r)
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {
-        self.input.next_wakeup()
+        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed};
+    use crate::testing::{fed, kv, kv_schema, run};
 
     #[test]
     fn rows_evicts_oldest_by_arrival_within_a_timestamp() {
         let input = vec![kv(1, "+1 a 1, +1 b 1, +1 c 1"), kv(2, "+1 d 2")];
-        let mut w = RowsWindow::new(Feed::new(kv_schema(), input), vec![], 2, kv_schema()).unwrap();
+        let mut w = fed(RowsWindow::new(vec![], 2, kv_schema()).unwrap(), [input]);
         // At 1, a arrives then is evicted by c (+a −a cancel downstream); at 2, d evicts b.
         assert_eq!(
             run(&mut w),
@@ -138,16 +132,13 @@ mod tests {
     #[test]
     fn partitions_are_independent() {
         let input = vec![kv(1, "+1 a 1, +1 b 5"), kv(3, "+1 a 3")];
-        let mut w =
-            RowsWindow::new(Feed::new(kv_schema(), input), vec![0], 1, kv_schema()).unwrap();
+        let mut w = fed(RowsWindow::new(vec![0], 1, kv_schema()).unwrap(), [input]);
         assert_eq!(run(&mut w), ["@1 +1 a 1", "@1 +1 b 5", "@3 +1 a 3", "@3 -1 a 1"]);
     }
 
     #[test]
     fn rows_zero_is_always_empty() {
-        let mut w =
-            RowsWindow::new(Feed::new(kv_schema(), vec![kv(1, "+1 a 1")]), vec![], 0, kv_schema())
-                .unwrap();
+        let mut w = fed(RowsWindow::new(vec![], 0, kv_schema()).unwrap(), [vec![kv(1, "+1 a 1")]]);
         assert_eq!(run(&mut w), ["@1 +1 a 1", "@1 -1 a 1"]);
     }
 }

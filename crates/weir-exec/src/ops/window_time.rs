@@ -20,15 +20,16 @@
 //! count and the current bounds; see [`TimeWindow::save_state`](Operator::save_state).
 //!
 //! The elements are kept as the batches they arrived in, with two cursors: the first element
-//! not yet entered and the first not yet expired. A span of instants [lo, hi] is evaluated at
-//! once: the elements whose entry tick is ≤ hi enter, stamped with their entry tick, and those
-//! whose exit tick is ≤ hi leave, stamped with their exit tick; within a tick entries come
-//! before exits, as instant by instant (which is the span [τ, τ]).
+//! not yet entered and the first not yet expired. A step [lo, hi] is evaluated at once, one
+//! instant or a span alike: the elements whose entry tick is ≤ hi enter, stamped with their
+//! entry tick, and those whose exit tick is ≤ hi leave, stamped with their exit tick; within a
+//! tick entries come before exits, as instant by instant (which is the span [τ, τ]).
 //!
 //! With bounds columns (the TUMBLE/HOP table functions), each row also carries the current
 //! window's `window_start` = b−T and `window_end` = b. When the window slides, every row still
 //! inside changes (its bounds do), so the output is −(old rows, old bounds) +(new rows, new
 //! bounds): proportional to the window's contents, which is the size of the change itself.
+//! Such a window is evaluated instant by instant, on a path of its own.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
-use crate::operator::{EvalCtx, Operator};
+use crate::operator::{min_wakeup, take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::state::{bool_col, i64_col, invalid, opt_i128_col, signature, StateReader, StateWriter};
 
@@ -79,7 +80,6 @@ struct Elements {
 
 #[derive(Debug)]
 pub struct TimeWindow {
-    input: Box<dyn Operator>,
     bounds: TimeBounds,
     schema: SchemaRef,
     /// Unexpired elements, one entry per arrival instant, oldest first.
@@ -102,9 +102,8 @@ pub struct TimeWindow {
 }
 
 impl TimeWindow {
-    pub fn new(input: Box<dyn Operator>, bounds: TimeBounds, schema: SchemaRef) -> Self {
+    pub fn new(bounds: TimeBounds, schema: SchemaRef) -> Self {
         TimeWindow {
-            input,
             bounds,
             data_schema: schema.clone(),
             schema,
@@ -120,14 +119,10 @@ impl TimeWindow {
 
     /// A window whose rows carry `window_start` and `window_end`, the last two columns of
     /// `schema`.
-    pub fn with_bounds_columns(
-        input: Box<dyn Operator>,
-        bounds: TimeBounds,
-        schema: SchemaRef,
-    ) -> Self {
+    pub fn with_bounds_columns(bounds: TimeBounds, schema: SchemaRef) -> Self {
         let n = schema.fields().len().saturating_sub(2);
         let data_schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
-        TimeWindow { data_schema, bounds_columns: true, ..TimeWindow::new(input, bounds, schema) }
+        TimeWindow { data_schema, bounds_columns: true, ..TimeWindow::new(bounds, schema) }
     }
 
     /// Rows of `batches` with constant bounds columns appended, and diffs times `sign`.
@@ -251,7 +246,7 @@ impl TimeWindow {
 
     /// The changes of a window without bounds columns over the instants [lo, hi], given the
     /// input changes `d` stamped in [lo, hi] (see the module docs).
-    fn plain_span(&mut self, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
+    fn plain_step(&mut self, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         if !d.is_empty() {
             let gaps = matches!(self.bounds, TimeBounds::Slide { range, slide } if range < slide);
             let d = if gaps {
@@ -335,26 +330,18 @@ impl TimeWindow {
             .front()
             .filter(|_| has_entered)
             .and_then(|c| self.exit_tick(c.times[self.exit_row]));
-        crate::operator::min_wakeup([entry, exit])
+        min_wakeup([entry, exit])
     }
-}
 
-impl Operator for TimeWindow {
-    fn eval(&mut self, t: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval(t, ctx)?;
-        let d = d.with_schema(self.data_schema.clone())?;
-        if self.bounds == TimeBounds::Unbounded {
-            return Ok(d);
-        }
-        if !self.bounds_columns {
-            return self.plain_span(t, d);
-        }
+    /// The changes of a window with bounds columns at instant `t`, given the input changes
+    /// `d` at `t` (see the module docs).
+    fn bounds_step(&mut self, t: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         if !d.is_empty() && self.entry_tick(t).is_some() {
             self.elems.push_back(Elements { time: t, batch: d, inside: false });
         }
         let (lo, hi) = self.bounds.at(t);
         let slid = self.current.is_some_and(|c| c != (lo, hi));
-        let before = if self.bounds_columns && slid { self.inside() } else { vec![] };
+        let before = if slid { self.inside() } else { vec![] };
         let old_bounds = self.current.unwrap_or((lo, hi));
         self.current = Some((lo, hi));
         let mut out = Vec::new();
@@ -374,11 +361,7 @@ impl Operator for TimeWindow {
             }
             self.entered -= 1;
         }
-        let mut all = if !self.bounds_columns {
-            let all = ChangeBatch::concat(&self.data_schema, &out)?;
-            let data = batch_of(&self.schema, all.data.columns().to_vec(), all.len())?;
-            ChangeBatch::new(data, all.times, all.diffs)
-        } else if slid {
+        let mut all = if slid {
             let old = self.with_bounds(&before, old_bounds, -1)?;
             let new = self.with_bounds(&self.inside(), (lo, hi), 1)?;
             ChangeBatch::concat(&self.schema, &[old, new])?
@@ -388,18 +371,23 @@ impl Operator for TimeWindow {
         all.times.iter_mut().for_each(|x| *x = t);
         Ok(all)
     }
+}
 
-    fn span_capable(&self) -> bool {
-        !self.bounds_columns && self.input.span_capable()
-    }
-
-    fn eval_span(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
-        let d = self.input.eval_span(lo, hi, ctx)?;
+impl Operator for TimeWindow {
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
         let d = d.with_schema(self.data_schema.clone())?;
         if self.bounds == TimeBounds::Unbounded {
             return Ok(d);
         }
-        self.plain_span(hi, d)
+        if !self.bounds_columns {
+            return self.plain_step(step.hi, d);
+        }
+        self.bounds_step(step.instant()?, d)
+    }
+
+    fn span_capable(&self) -> bool {
+        !self.bounds_columns
     }
 
     /// State (see the module docs): section `time_window` (one row: `entered`, the queued
@@ -447,8 +435,7 @@ impl Operator for TimeWindow {
             ],
         )?;
         let batches: Vec<ChangeBatch> = self.elems.iter().map(|e| e.batch.clone()).collect();
-        w.put_changes("time_window.elem_rows", &sig, &self.data_schema, &batches)?;
-        self.input.save_state(w)
+        w.put_changes("time_window.elem_rows", &sig, &self.data_schema, &batches)
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
@@ -496,43 +483,38 @@ impl Operator for TimeWindow {
             .ok()
             .filter(|&e| e <= self.elems.len())
             .ok_or_else(|| invalid("section 'time_window': bad elems_entered"))?;
-        self.input.restore_state(r)
+        Ok(())
     }
 
     fn next_wakeup(&self) -> Option<Time> {
         if !self.bounds_columns {
-            let own = if self.bounds == TimeBounds::Unbounded { None } else { self.plain_wakeup() };
-            return crate::operator::min_wakeup([own, self.input.next_wakeup()]);
+            return if self.bounds == TimeBounds::Unbounded { None } else { self.plain_wakeup() };
         }
         // With bounds columns, rows inside change at every slide (their bounds do).
         let next_slide = match (self.bounds, self.current) {
             (TimeBounds::Slide { slide, .. }, Some((_, hi)))
-                if self.bounds_columns && self.elems.front().is_some_and(|e| e.inside) =>
+                if self.elems.front().is_some_and(|e| e.inside) =>
             {
                 Time::try_from(hi + slide as i128 - 1).ok()
             }
             _ => None,
         };
-        let own = [
+        min_wakeup([
             self.elems.get(self.entered).and_then(|e| self.entry_tick(e.time)),
             self.elems.front().filter(|e| e.inside).and_then(|e| self.exit_tick(e.time)),
             next_slide,
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        crate::operator::min_wakeup([own, self.input.next_wakeup()])
+        ])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{kv, kv_schema, run, Feed, Tick};
+    use crate::operator::EvalCtx;
+    use crate::testing::{fed, kv, kv_schema, run, Tick};
 
     fn window(bounds: TimeBounds, input: Vec<Tick>) -> Vec<String> {
-        let mut w = TimeWindow::new(Feed::new(kv_schema(), input), bounds, kv_schema());
-        run(&mut w)
+        run(&mut fed(TimeWindow::new(bounds, kv_schema()), [input]))
     }
 
     #[test]
@@ -618,17 +600,18 @@ mod tests {
             };
         for bounds in [TimeBounds::Range(3), TimeBounds::Slide { range: 4, slide: 2 }] {
             let ctx = EvalCtx::default();
-            let mut one = TimeWindow::new(Feed::new(kv_schema(), ticks()), bounds, kv_schema());
+            let flow = || fed(TimeWindow::new(bounds, kv_schema()), [ticks()]);
+            let mut one = flow();
             let mut want = vec![];
             while let Some(t) = one.next_wakeup() {
-                want.extend(raw(&one.eval(t, &ctx).unwrap()));
+                want.extend(raw(&one.eval(t, t, &ctx).unwrap()));
             }
             assert!(want.iter().any(|r| r.starts_with("@7 -1")), "{want:?}");
             for width in [0, 1, 3, 20] {
-                let mut w = TimeWindow::new(Feed::new(kv_schema(), ticks()), bounds, kv_schema());
+                let mut w = flow();
                 let mut got = vec![];
                 while let Some(lo) = w.next_wakeup() {
-                    got.extend(raw(&w.eval_span(lo, lo + width, &ctx).unwrap()));
+                    got.extend(raw(&w.eval(lo, lo + width, &ctx).unwrap()));
                 }
                 assert_eq!(got, want, "{bounds:?} width {width}");
             }

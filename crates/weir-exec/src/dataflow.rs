@@ -1,0 +1,287 @@
+//! The dataflow: a compiled query as a flat graph of operators, and the walk that evaluates it.
+//!
+//! Nodes live in a vector in topological order: a node's inputs are earlier nodes, named by
+//! index, and each node's output is read by at most one consumer, so the graph is a tree whose
+//! root, the query's output, is the last node. [`crate::compile`] builds one node per plan
+//! node, inputs first.
+//!
+//! A step ([`Dataflow::eval`]) walks the nodes once, in order: each node gets its inputs'
+//! outputs, moved out of their slots (a `Vec` in plan input order), and leaves its own output
+//! in its slot for its consumer. No recursion: a plan thousands of nodes deep needs no stack to
+//! evaluate. Before the walk, each node's [`Step::input_wakeup`] is taken from the wake-ups of
+//! the nodes below it, so an operator that asks whether the plan below has an instant of its
+//! own (RSTREAM) never reaches into another operator.
+//!
+//! The query's next wake-up is the earliest over all nodes; it can evaluate spans if every
+//! node can. State is saved and restored node by node in pre-order from the root (each node
+//! before its inputs, inputs in plan order), each node writing its own sections only.
+
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use crate::operator::{min_wakeup, EvalCtx, Operator, Step};
+use crate::state::{StateReader, StateWriter};
+
+/// One node: its operator and the nodes whose outputs it reads, in plan input order.
+#[derive(Debug)]
+struct Node {
+    op: Box<dyn Operator>,
+    inputs: Vec<usize>,
+}
+
+/// A compiled query. See the module docs.
+#[derive(Debug, Default)]
+pub struct Dataflow {
+    nodes: Vec<Node>,
+    /// Whether each node's output already has a consumer.
+    consumed: Vec<bool>,
+    /// Scratch kept for its allocations: each node's output until its consumer takes it.
+    outputs: Vec<Option<ChangeBatch>>,
+    /// Scratch: per node, the earliest wake-up below it and in its subtree (itself included).
+    wakeups: Vec<(Option<Time>, Option<Time>)>,
+}
+
+impl Dataflow {
+    pub fn new() -> Self {
+        Dataflow::default()
+    }
+
+    /// Adds a node reading the outputs of `inputs` (earlier nodes that no other node reads)
+    /// and returns its index. The last node added is the root.
+    pub fn add(&mut self, op: Box<dyn Operator>, inputs: Vec<usize>) -> Result<usize> {
+        for (k, &i) in inputs.iter().enumerate() {
+            match self.consumed.get(i) {
+                None => return Err(WeirError::internal(format!("node {i} read before it exists"))),
+                Some(true) => return Err(WeirError::internal(format!("node {i} read twice"))),
+                Some(false) if inputs[..k].contains(&i) => {
+                    return Err(WeirError::internal(format!("node {i} read twice")))
+                }
+                Some(false) => {}
+            }
+        }
+        for &i in &inputs {
+            self.consumed[i] = true;
+        }
+        self.nodes.push(Node { op, inputs });
+        self.consumed.push(false);
+        Ok(self.nodes.len() - 1)
+    }
+
+    /// The number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The operator of node `i`.
+    pub fn operator(&self, i: usize) -> Option<&dyn Operator> {
+        self.nodes.get(i).map(|n| n.op.as_ref())
+    }
+
+    /// The operator of node `i`, mutable.
+    pub fn operator_mut(&mut self, i: usize) -> Option<&mut dyn Operator> {
+        match self.nodes.get_mut(i) {
+            Some(n) => Some(n.op.as_mut()),
+            None => None,
+        }
+    }
+
+    /// The nodes whose outputs node `i` reads, in plan input order.
+    pub fn inputs(&self, i: usize) -> &[usize] {
+        self.nodes.get(i).map_or(&[], |n| &n.inputs)
+    }
+
+    /// The earliest instant after the last evaluated one at which the query's output can
+    /// change without new input: the earliest wake-up of any node.
+    pub fn next_wakeup(&self) -> Option<Time> {
+        min_wakeup(self.nodes.iter().map(|n| n.op.next_wakeup()))
+    }
+
+    /// Whether every node can evaluate spans of instants.
+    pub fn span_capable(&self) -> bool {
+        self.nodes.iter().all(|n| n.op.span_capable())
+    }
+
+    /// The query's output changes at the instants [lo, hi] (lo = hi instant by instant; a span
+    /// only if [`Dataflow::span_capable`]), given the source changes of the step in `ctx`.
+    pub fn eval(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        let n = self.nodes.len();
+        if n == 0 {
+            return Err(WeirError::internal("an empty dataflow evaluated"));
+        }
+        // Wake-ups before the step: a node's changes as it evaluates.
+        self.wakeups.clear();
+        for node in &self.nodes {
+            let below = min_wakeup(node.inputs.iter().map(|&i| self.wakeups[i].1));
+            self.wakeups.push((below, min_wakeup([below, node.op.next_wakeup()])));
+        }
+        self.outputs.clear();
+        self.outputs.resize_with(n, || None);
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            for &j in &node.inputs {
+                let out = self.outputs[j].take();
+                inputs.push(out.ok_or_else(|| WeirError::internal("an input not evaluated"))?);
+            }
+            let step = Step { lo, hi, ctx, input_wakeup: self.wakeups[i].0 };
+            self.outputs[i] = Some(node.op.eval(&step, inputs)?);
+        }
+        self.outputs[n - 1].take().ok_or_else(|| WeirError::internal("the root not evaluated"))
+    }
+
+    /// The nodes in the order their state is saved: pre-order from the root, inputs in plan
+    /// order.
+    fn state_order(&self) -> Result<Vec<usize>> {
+        let n = self.nodes.len();
+        let mut order = Vec::with_capacity(n);
+        let mut stack: Vec<usize> = n.checked_sub(1).into_iter().collect();
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            stack.extend(self.nodes[i].inputs.iter().rev());
+        }
+        if order.len() != n {
+            return Err(WeirError::internal("a dataflow node is not below the root"));
+        }
+        Ok(order)
+    }
+
+    /// Writes every node's state between steps (see [`crate::state`]), in pre-order from the
+    /// root.
+    pub fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        for i in self.state_order()? {
+            self.nodes[i].op.save_state(w)?;
+        }
+        Ok(())
+    }
+
+    /// Restores what [`Dataflow::save_state`] wrote, into a dataflow freshly compiled from the
+    /// same plan.
+    pub fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        for i in self.state_order()? {
+            self.nodes[i].op.restore_state(r)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::testing::{kv_schema, run};
+
+    /// An operator that logs each step it evaluates (its instant, its number of inputs and the
+    /// wake-up below it), passes its first input on, and wakes once at `wakeup`.
+    #[derive(Debug)]
+    struct Probe {
+        name: &'static str,
+        wakeup: Option<Time>,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Operator for Probe {
+        fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+            let (name, n, below) = (self.name, inputs.len(), step.input_wakeup);
+            self.log.lock().expect("log").push(format!("@{} {name} {n} below {below:?}", step.lo));
+            if self.wakeup.is_some_and(|w| w <= step.hi) {
+                self.wakeup = None;
+            }
+            Ok(inputs.into_iter().next().unwrap_or_else(|| ChangeBatch::empty(kv_schema())))
+        }
+
+        fn next_wakeup(&self) -> Option<Time> {
+            self.wakeup
+        }
+
+        fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+            w.put(self.name, "", 0, vec![])
+        }
+
+        fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+            r.take(self.name, "").map(|_| ())
+        }
+    }
+
+    #[test]
+    fn nodes_run_in_order_each_told_the_wake_up_below_it() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let probe = |name, wakeup| Box::new(Probe { name, wakeup, log: log.clone() });
+        //        c@9
+        //      /     \
+        //    a@5      b
+        //     |       |
+        //     l      m@3
+        let mut flow = Dataflow::new();
+        let l = flow.add(probe("l", None), vec![]).unwrap();
+        let a = flow.add(probe("a", Some(5)), vec![l]).unwrap();
+        let m = flow.add(probe("m", Some(3)), vec![]).unwrap();
+        let b = flow.add(probe("b", None), vec![m]).unwrap();
+        assert!(flow.add(probe("x", None), vec![a, a]).is_err(), "a read twice");
+        assert!(flow.add(probe("x", None), vec![b, 7]).is_err(), "no node 7");
+        let c = flow.add(probe("c", Some(9)), vec![a, b]).unwrap();
+        assert!(flow.add(probe("x", None), vec![a]).is_err(), "a is read by c already");
+        assert_eq!((c, flow.len()), (4, 5));
+        assert_eq!(flow.inputs(c), [a, b]);
+        assert_eq!(flow.next_wakeup(), Some(3));
+        assert!(!flow.span_capable());
+        assert!(run(&mut flow).is_empty());
+        let steps = log.lock().unwrap().clone();
+        assert_eq!(
+            steps,
+            [
+                "@3 l 0 below None",
+                "@3 a 1 below None",
+                "@3 m 0 below None",
+                "@3 b 1 below Some(3)",
+                "@3 c 2 below Some(3)",
+                "@5 l 0 below None",
+                "@5 a 1 below None",
+                "@5 m 0 below None",
+                "@5 b 1 below None",
+                "@5 c 2 below Some(5)",
+                "@9 l 0 below None",
+                "@9 a 1 below None",
+                "@9 m 0 below None",
+                "@9 b 1 below None",
+                "@9 c 2 below None",
+            ]
+        );
+    }
+
+    #[test]
+    fn state_is_saved_root_first_then_each_input_in_order() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let probe = |name| Box::new(Probe { name, wakeup: None, log: log.clone() });
+        let mut flow = Dataflow::new();
+        let l = flow.add(probe("l"), vec![]).unwrap();
+        let a = flow.add(probe("a"), vec![l]).unwrap();
+        let m = flow.add(probe("m"), vec![]).unwrap();
+        flow.add(probe("c"), vec![a, m]).unwrap();
+        let mut w = StateWriter::new();
+        flow.save_state(&mut w).expect("save");
+        let bytes = w.into_bytes().expect("bytes");
+        let mut r = StateReader::from_bytes(&bytes).expect("read");
+        for name in ["c", "a", "l", "m"] {
+            r.take(name, "").expect(name);
+        }
+        r.finish().expect("nothing else");
+        let mut r = StateReader::from_bytes(&bytes).expect("read");
+        flow.restore_state(&mut r).expect("restore");
+        r.finish().expect("everything taken");
+    }
+
+    #[test]
+    fn a_node_not_below_the_root_is_an_error() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut flow = Dataflow::new();
+        for name in ["l", "m"] {
+            flow.add(Box::new(Probe { name, wakeup: None, log: log.clone() }), vec![]).unwrap();
+        }
+        let err = flow.save_state(&mut StateWriter::new()).expect_err("two roots");
+        assert!(err.to_string().contains("not below the root"), "{err}");
+        assert!(Dataflow::new().eval(0, 0, &EvalCtx::default()).is_err());
+    }
+}
