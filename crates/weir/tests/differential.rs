@@ -2250,7 +2250,7 @@ fn slide_window_near_i64_max_stays_current() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Engine bugs found by the properties above (ignored until fixed)
+// Regression tests for engine bugs the properties above found (all fixed)
 // ---------------------------------------------------------------------------------------------
 
 /// Runs `sql` over `s` and `s2`, each pushed in one batch, then closes; the output as lines,

@@ -112,30 +112,6 @@ struct SourceCheckpoint {
     failed: Option<String>,
 }
 
-// TEMPORARY until weir_common::ipc lands.
-mod ipc {
-    use arrow::array::RecordBatch;
-    use arrow::datatypes::SchemaRef;
-    use weir_common::{Result, WeirError};
-    pub fn write_stream(batch: &RecordBatch) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        {
-            let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())?;
-            w.write(batch)?;
-            w.finish()?;
-        }
-        Ok(out)
-    }
-    pub fn read_stream(bytes: &[u8]) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-        let reader = arrow::ipc::reader::StreamReader::try_new(bytes, None)
-            .map_err(|e| WeirError::exec(e.to_string()))?;
-        let schema = reader.schema();
-        let b: Result<Vec<RecordBatch>> =
-            reader.map(|b| b.map_err(|e| WeirError::exec(e.to_string()))).collect();
-        Ok((schema, b?))
-    }
-}
-
 fn bad(what: &str) -> WeirError {
     WeirError::exec(format!("checkpoint: {what}"))
 }
@@ -152,12 +128,12 @@ fn contents_to_ipc(c: &Contents, schema: &SchemaRef) -> Result<Vec<u8>> {
         cols,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(snap.diffs.len())),
     )?;
-    ipc::write_stream(&batch)
+    weir_common::ipc::write_stream(&batch)
 }
 
 fn contents_from_ipc(c: &mut Contents, schema: &SchemaRef, bytes: &[u8]) -> Result<()> {
     let (_, batches) =
-        ipc::read_stream(bytes).map_err(|e| bad(&format!("unreadable state: {e}")))?;
+        weir_common::ipc::read_stream(bytes).map_err(|e| bad(&format!("unreadable state: {e}")))?;
     for batch in batches {
         let n = batch.num_columns();
         if n != schema.fields().len() + 1 {

@@ -1,0 +1,138 @@
+//! The binder against a stub catalog: no engine, just names and schemas. Pins how CQL's
+//! constructs are planned (windows, relation-to-stream defaults, views inlined) and the
+//! errors that only the binder can give with a position.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use weir_common::TimeDomain;
+use weir_plan::{explain, PlanKind};
+use weir_sql::{
+    bind_query, parse_script, Catalog, CatalogEntry, Statement, StreamDef, TableDef, ViewDef,
+};
+
+/// A catalog that is a map.
+#[derive(Default)]
+struct Stub(HashMap<String, CatalogEntry>);
+
+impl Catalog for Stub {
+    fn lookup(&self, name: &str) -> Option<CatalogEntry> {
+        self.0.get(name).cloned()
+    }
+}
+
+/// `s (k VARCHAR, t BIGINT)` stamped by t, `bids (auction BIGINT, price BIGINT, ts TIMESTAMP)`
+/// stamped by ts, and a table `t (k VARCHAR, name VARCHAR)`.
+fn stub() -> Stub {
+    let mut c = Stub::default();
+    let s = Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("t", DataType::Int64, true),
+    ]);
+    let def = StreamDef {
+        name: "s".into(),
+        schema: Arc::new(s),
+        time_column: 1,
+        domain: TimeDomain::Ticks,
+        watermark_delay: 0,
+    };
+    c.0.insert("s".into(), CatalogEntry::Stream(def));
+    let bids = Schema::new(vec![
+        Field::new("auction", DataType::Int64, true),
+        Field::new("price", DataType::Int64, true),
+        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+    ]);
+    let def = StreamDef {
+        name: "bids".into(),
+        schema: Arc::new(bids),
+        time_column: 2,
+        domain: TimeDomain::Micros,
+        watermark_delay: 2_000_000,
+    };
+    c.0.insert("bids".into(), CatalogEntry::Stream(def));
+    let t = Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("name", DataType::Utf8, true),
+    ]);
+    c.0.insert("t".into(), CatalogEntry::Table(TableDef { name: "t".into(), schema: Arc::new(t) }));
+    c
+}
+
+/// The plan of one query, as EXPLAIN prints it, or the error's text.
+fn plan(c: &Stub, sql: &str) -> Result<String, String> {
+    let mut stmts = parse_script(sql).map_err(|e| e.to_string())?;
+    let Some(Statement::Query(q)) = stmts.pop().map(|s| s.statement) else {
+        panic!("not a query: {sql}");
+    };
+    bind_query(c, &q).map(|p| explain(&p)).map_err(|e| e.with_source(sql).to_string())
+}
+
+/// The example of docs/architecture.md: a windowed, grouped count over a stream.
+#[test]
+fn a_windowed_aggregate_is_a_window_over_a_stream_scan() {
+    let got = plan(&stub(), "SELECT ISTREAM k, COUNT(*) FROM s [RANGE 2] GROUP BY k").unwrap();
+    let want = "\
+ISTREAM  -> stream
+  Project: s.k, count(*)  -> relation
+    Aggregate: group=[s.k] aggs=[count(*)]  -> relation
+      Window: [RANGE 2]  -> relation
+        StreamScan: s  -> stream
+";
+    assert_eq!(got, want);
+}
+
+/// A stream named without a window is `[UNBOUNDED]`; a monotonic query without an explicit
+/// relation-to-stream operator gets ISTREAM, a non-monotonic one outputs a relation.
+#[test]
+fn cql_defaults_apply() {
+    let c = stub();
+    let filter = plan(&c, "SELECT k FROM s WHERE t > 1").unwrap();
+    assert!(filter.starts_with("ISTREAM  -> stream\n"), "{filter}");
+    assert!(filter.contains("Window: [UNBOUNDED]"), "{filter}");
+    let count = plan(&c, "SELECT COUNT(*) FROM s").unwrap();
+    assert!(!count.contains("ISTREAM"), "an aggregate is not monotonic: {count}");
+    assert!(count.lines().next().unwrap().ends_with("-> relation"), "{count}");
+}
+
+#[test]
+fn a_table_is_a_table_scan_and_a_view_is_inlined() {
+    let mut c = stub();
+    let view_sql = "SELECT k, t FROM s [ROWS 2]";
+    let mut stmts = parse_script(view_sql).unwrap();
+    let Some(Statement::Query(q)) = stmts.pop().map(|s| s.statement) else { panic!() };
+    let view_plan = bind_query(&c, &q).unwrap();
+    assert_eq!(view_plan.kind(), PlanKind::Relation);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let v = ViewDef { name: "recent".into(), sql: view_sql.into(), plan: view_plan, schema };
+    c.0.insert("recent".into(), CatalogEntry::View(v));
+    let got = plan(&c, "SELECT r.k, t.name FROM recent r JOIN t ON r.k = t.k").unwrap();
+    assert!(got.contains("Window: [ROWS 2]") && got.contains("StreamScan: s"), "{got}");
+    assert!(got.contains("TableScan: t"), "{got}");
+}
+
+/// Errors the binder gives with the position of the name at fault.
+#[test]
+fn binder_errors_name_what_and_where() {
+    let c = stub();
+    let unknown = plan(&c, "SELECT * FROM nope").unwrap_err();
+    assert_eq!(
+        unknown,
+        "unknown stream, table or view 'nope' at line 1, column 15\n  SELECT * FROM nope\n                ^^^^"
+    );
+    let table_window = plan(&c, "SELECT * FROM t [RANGE 2]").unwrap_err();
+    assert!(
+        table_window.contains("window over a relation: 't' is a table, not a stream"),
+        "{table_window}"
+    );
+    let domain = plan(&c, "SELECT * FROM bids [RANGE 2]").unwrap_err();
+    assert!(
+        domain.starts_with(
+            "'bids' is stamped by a TIMESTAMP column: give the duration a unit (e.g. 2 SECONDS)"
+        ),
+        "{domain}"
+    );
+}
