@@ -38,9 +38,9 @@ fn parse_window(
         if c.eat_word("UNBOUNDED") {
             WindowKind::Unbounded
         } else {
-            let range = parse_duration(&mut c)?;
+            let range = parse_duration(&mut c, &["SLIDE"])?;
             if c.eat_word("SLIDE") {
-                WindowKind::RangeSlide(range, parse_duration(&mut c)?)
+                WindowKind::RangeSlide(range, parse_duration(&mut c, &[])?)
             } else {
                 WindowKind::Range(range)
             }
@@ -86,10 +86,10 @@ fn parse_window_function(
     let (column, _) = c.ident("the event-time column")?;
     c.expect(&Token::RParen, "')'")?;
     c.expect(&Token::Comma, "','")?;
-    let first = parse_duration(&mut c)?;
+    let first = parse_duration(&mut c, &[])?;
     let kind = if hop {
         c.expect(&Token::Comma, "',' and the window size (HOP takes slide, then size)")?;
-        let size = parse_duration(&mut c)?;
+        let size = parse_duration(&mut c, &[])?;
         WindowKind::Hop { column, slide: first, size }
     } else {
         WindowKind::Tumble { column, size: first }

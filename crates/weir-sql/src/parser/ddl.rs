@@ -86,7 +86,7 @@ pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> 
         }
         c.expect(&Token::Eq, "'='")?;
         let value = if c.peek_word("INTERVAL") {
-            OptionValue::Duration(parse_duration(c)?)
+            OptionValue::Duration(parse_duration(c, &[])?)
         } else {
             match c.peek().map(|t| &t.token) {
                 Some(Token::SingleQuotedString(s)) => {
@@ -99,13 +99,15 @@ pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> 
                     match c.next().map(|t| &t.token) {
                         Some(Token::Number(n, _)) => {
                             let n = if neg { format!("-{n}") } else { n.clone() };
-                            // `10 SECONDS`: a duration.
+                            // `10 SECONDS`: a duration (a number followed by any other
+                            // word is a duration with a unit that parse_duration refuses).
                             match c.peek() {
                                 Some(TokenWithSpan { token: Token::Word(w), .. })
-                                    if unit_micros(&w.value).is_some() =>
+                                    if w.quote_style.is_none()
+                                        || unit_micros(&w.value).is_some() =>
                                 {
                                     c.pos = at;
-                                    OptionValue::Duration(parse_duration(c)?)
+                                    OptionValue::Duration(parse_duration(c, &[])?)
                                 }
                                 _ => OptionValue::Number(n),
                             }
@@ -160,7 +162,7 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
             )));
         }
         if c.eat(&Token::Minus) {
-            delay = Some(parse_duration(&mut c)?);
+            delay = Some(parse_duration(&mut c, &[])?);
         }
     }
     c.end()?;

@@ -2,7 +2,7 @@
 //! `TIMESTAMP '...'`) as they appear in windows, watermarks, options, `ADVANCE` and `AT`.
 
 use sqlparser::tokenizer::{Token, TokenWithSpan};
-use weir_common::{Diagnostic, Result, WeirError};
+use weir_common::{Diagnostic, Result, Span, WeirError};
 
 use super::ast::{Duration, TimeLit};
 use super::tokens::{tok_span, Cursor};
@@ -28,57 +28,97 @@ fn timestamp_micros(s: &str, c: &Cursor) -> Result<i64> {
         })
 }
 
-/// `10`, `10 SECONDS`, `INTERVAL '10' SECOND`, `INTERVAL '10 seconds'`.
-pub(super) fn parse_duration(c: &mut Cursor) -> Result<Duration> {
+/// The units a duration may carry, in any case, and their length in microseconds. A bare `M`
+/// is none of them: it reads as minutes to some (`sleep 2m` in grammar-tests) and as
+/// milliseconds to others, so it is refused with both spellings offered.
+const UNITS: &[(&str, i64)] = &[
+    ("MICROSECOND", 1),
+    ("MICROSECONDS", 1),
+    ("US", 1),
+    ("MILLISECOND", 1_000),
+    ("MILLISECONDS", 1_000),
+    ("MS", 1_000),
+    ("SECOND", 1_000_000),
+    ("SECONDS", 1_000_000),
+    ("SEC", 1_000_000),
+    ("SECS", 1_000_000),
+    ("MINUTE", 60_000_000),
+    ("MINUTES", 60_000_000),
+    ("MIN", 60_000_000),
+    ("MINS", 60_000_000),
+    ("HOUR", 3_600_000_000),
+    ("HOURS", 3_600_000_000),
+    ("DAY", 86_400_000_000),
+    ("DAYS", 86_400_000_000),
+];
+
+/// [`UNITS`] as messages name them.
+const UNIT_NAMES: &str = "MICROSECOND(S) or US, MILLISECOND(S) or MS, SECOND(S) or SEC(S), \
+                          MINUTE(S) or MIN(S), HOUR(S), DAY(S)";
+
+/// `10`, `10 SECONDS`, `INTERVAL '10' SECOND`, `INTERVAL '10 seconds'`. After a bare number,
+/// a word is its unit unless it is one of `then`, the keywords that may follow a duration
+/// where it is written (`SLIDE` in a window); a word that is no unit is an error naming the
+/// units, not the end of the duration.
+pub(super) fn parse_duration(c: &mut Cursor, then: &[&str]) -> Result<Duration> {
     if c.eat_word("INTERVAL") {
         let s = c.string("a quoted interval, e.g. INTERVAL '10' SECOND")?;
+        let string_span = c.toks.get(c.pos - 1).and_then(tok_span);
         let mut parts = s.split_whitespace();
         let n: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| {
-            let span = c.toks.get(c.pos - 1).and_then(tok_span);
-            WeirError::Syntax(Diagnostic::at(format!("bad interval '{s}'"), span))
+            WeirError::Syntax(Diagnostic::at(format!("bad interval '{s}'"), string_span))
         })?;
-        let unit = match parts.next() {
-            Some(u) => u.to_string(),
+        let (unit, unit_span) = match parts.next() {
+            Some(u) => (u.to_string(), string_span),
             None => match c.next() {
-                Some(TokenWithSpan { token: Token::Word(w), .. }) => w.value.clone(),
+                Some(t @ TokenWithSpan { token: Token::Word(w), .. }) => {
+                    (w.value.clone(), tok_span(t))
+                }
                 _ => {
                     c.pos -= 1;
-                    return Err(c.err("an interval unit (SECOND, MINUTE, ...)"));
+                    return Err(c.err(&format!("an interval unit ({UNIT_NAMES})")));
                 }
             },
         };
-        let scale = unit_micros(&unit).ok_or_else(|| c.err("an interval unit"))?;
+        let scale = unit_micros(&unit).ok_or_else(|| unit_error(&unit, unit_span))?;
         return Ok(Duration::Micros(n.saturating_mul(scale)));
     }
     let n = c.integer("a duration (e.g. 10, 10 SECONDS, INTERVAL '10' SECOND)")?;
-    if let Some(TokenWithSpan { token: Token::Word(w), .. }) = c.peek() {
+    if let Some(t @ TokenWithSpan { token: Token::Word(w), .. }) = c.peek() {
         if let Some(scale) = unit_micros(&w.value) {
             c.pos += 1;
             return Ok(Duration::Micros(n.saturating_mul(scale)));
+        }
+        if w.quote_style.is_none() && !then.iter().any(|k| w.value.eq_ignore_ascii_case(k)) {
+            return Err(unit_error(&w.value, tok_span(t)));
         }
     }
     Ok(Duration::Ticks(n))
 }
 
+/// Microseconds per `unit`, if it is one of [`UNITS`].
 pub(super) fn unit_micros(unit: &str) -> Option<i64> {
-    let u = unit.to_ascii_uppercase();
-    let u = u.strip_suffix('S').filter(|s| !s.is_empty()).unwrap_or(&u);
-    Some(match u {
-        "MICROSECOND" | "U" => 1,
-        "MILLISECOND" | "M" => 1_000,
-        "SECOND" | "SEC" => 1_000_000,
-        "MINUTE" | "MIN" => 60_000_000,
-        "HOUR" => 3_600_000_000,
-        "DAY" => 86_400_000_000,
-        _ => return None,
-    })
+    UNITS.iter().find(|(name, _)| unit.eq_ignore_ascii_case(name)).map(|(_, us)| *us)
+}
+
+/// The error for `unit`, written where a duration's unit belongs but none of [`UNITS`].
+fn unit_error(unit: &str, span: Option<Span>) -> WeirError {
+    let msg = if unit.eq_ignore_ascii_case("M") {
+        format!(
+            "ambiguous duration unit '{unit}': write MS for milliseconds or MIN for minutes \
+             (units: {UNIT_NAMES})"
+        )
+    } else {
+        format!("unknown duration unit '{unit}' (units: {UNIT_NAMES})")
+    };
+    WeirError::Syntax(Diagnostic::at(msg, span))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parser::testing::query;
-    use crate::parser::WindowKind;
+    use crate::parser::testing::{one, query};
+    use crate::parser::{parse_script, OptionValue, Statement, WindowKind};
 
     #[test]
     fn durations() {
@@ -89,5 +129,80 @@ mod tests {
             q.query.to_string(),
             "SELECT * FROM __weir_w0 AS s JOIN __weir_w1 AS t ON s.a = t.a"
         );
+    }
+
+    #[test]
+    fn unit_spellings() {
+        let range = |sql: &str| query(sql).windows[0].kind.clone();
+        for (unit, us) in [
+            ("MICROSECONDS", 1),
+            ("us", 1),
+            ("MILLISECOND", 1_000),
+            ("ms", 1_000),
+            ("MS", 1_000),
+            ("Seconds", 1_000_000),
+            ("sec", 1_000_000),
+            ("secs", 1_000_000),
+            ("minute", 60_000_000),
+            ("MIN", 60_000_000),
+            ("mins", 60_000_000),
+            ("hours", 3_600_000_000),
+            ("DAY", 86_400_000_000),
+        ] {
+            let want = WindowKind::Range(Duration::Micros(2 * us));
+            assert_eq!(range(&format!("SELECT * FROM e [RANGE 2 {unit}]")), want, "{unit}");
+            assert_eq!(range(&format!("SELECT * FROM e [RANGE INTERVAL '2' {unit}]")), want);
+            assert_eq!(range(&format!("SELECT * FROM e [RANGE INTERVAL '2 {unit}']")), want);
+        }
+        assert_eq!(
+            range("SELECT * FROM s [RANGE 10 SLIDE 5]"),
+            WindowKind::RangeSlide(Duration::Ticks(10), Duration::Ticks(5))
+        );
+    }
+
+    #[test]
+    fn ambiguous_and_unknown_units_name_the_units() {
+        let units = "(units: MICROSECOND(S) or US, MILLISECOND(S) or MS, SECOND(S) or SEC(S), \
+                     MINUTE(S) or MIN(S), HOUR(S), DAY(S))";
+        let err = |sql: &str| parse_script(sql).unwrap_err().to_string();
+        let first_line = |sql: &str| err(sql).lines().next().unwrap_or_default().to_string();
+        // `M` was milliseconds once, which `m` = minutes elsewhere contradicts: neither now.
+        assert_eq!(
+            first_line("SELECT * FROM e [RANGE 5 M]"),
+            format!(
+                "syntax error: ambiguous duration unit 'M': write MS for milliseconds or MIN for \
+                 minutes {units} at line 1, column 26"
+            )
+        );
+        assert!(
+            err("SELECT * FROM e [RANGE INTERVAL '5' m]").contains("ambiguous duration unit 'm'")
+        );
+        assert!(
+            err("SELECT * FROM e [RANGE INTERVAL '5 m']").contains("ambiguous duration unit 'm'")
+        );
+        assert!(err("SELECT * FROM e [RANGE 5 U]").contains("unknown duration unit 'U'"));
+        assert_eq!(
+            first_line("SELECT * FROM e [RANGE 10 SECONDS SLIDE 2 fortnights]"),
+            format!(
+                "syntax error: unknown duration unit 'fortnights' {units} at line 1, column 43"
+            )
+        );
+        assert!(err("CREATE STREAM x (ts TIMESTAMP, WATERMARK FOR ts AS ts - 2 M)")
+            .contains("ambiguous duration unit 'M'"));
+        assert!(err("CREATE STREAM x (t BIGINT, WATERMARK FOR t) WITH (poll = 5 M)")
+            .contains("ambiguous duration unit 'M'"));
+        assert!(err("SELECT * FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), 5 M))")
+            .contains("ambiguous duration unit 'M'"));
+        assert!(err("SELECT * FROM e [RANGE INTERVAL '5']").contains(&format!(
+            "expected an interval unit ({}), found ']'",
+            &units["(units: ".len()..units.len() - 1]
+        )));
+        // A number alone is still a number.
+        match one("CREATE STREAM x (t BIGINT, WATERMARK FOR t) WITH (max = 3)") {
+            Statement::CreateStream { options, .. } => {
+                assert_eq!(options[0].value, OptionValue::Number("3".into()))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
