@@ -1,17 +1,20 @@
 //! # weir-sql: from SQL text to a logical plan
 //!
-//! Two steps, one module each:
+//! The first stage of `SQL text -> weir-sql -> weir-plan -> weir-exec -> weir`:
+//! [`parse_script`] turns a script into [`Statement`]s, and [`bind_query`] turns a query
+//! ([`CqlQuery`]) into a [`weir_plan::LogicalPlan`] against a [`Catalog`]. Start reading at
+//! [`parser`], then [`binder`].
 //!
-//! 1. [`parser`]: splits a script into statements and parses each into a [`Statement`]. CQL's
-//!    additions (windows after a stream name, `SELECT ISTREAM|DSTREAM|RSTREAM`, `CREATE STREAM
-//!    ... WATERMARK FOR`, `ADVANCE`, `CLOSE`, `AT τ` on table changes) are taken out of the token
-//!    stream by a pre-pass; the remaining ordinary SQL is parsed by `sqlparser`. Errors keep the
-//!    line and column of the original text.
-//! 2. [`binder`]: resolves names against a [`Catalog`], plans the ordinary SQL with DataFusion's
-//!    `SqlToRel` (types, coercion, subquery decorrelation) and converts the result into Weir's
-//!    [`weir_plan::LogicalPlan`], where windows and relation-to-stream operators are nodes.
-//!
-//! [`catalog`] holds the definitions of streams, tables and views that both steps consult.
+//! - [`parser`]: script -> statements; a pre-pass takes CQL's additions (windows, `SELECT
+//!   ISTREAM`, `WATERMARK FOR`, `ADVANCE`, `CLOSE`, `AT τ`) out of sqlparser's tokens.
+//! - [`binder`]: query -> Weir's plan, through DataFusion's `SqlToRel`, analyzer and chosen
+//!   rewrites; windows and relation-to-stream operators become plan nodes.
+//! - [`catalog`]: the stream, table and view definitions the binder resolves names in.
+//! - [`ddl`]: the column and watermark clauses of `CREATE STREAM`/`TABLE` -> catalog definitions.
+//! - [`types`]: declared SQL column types <-> Arrow types.
+//! - [`join_order`]: binder rewrite: reorders inner and comma joins so each join has a key.
+//! - [`in_subquery`]: binder rewrite: nested `x [NOT] IN (subquery)` -> exact EXISTS tests.
+//! - [`mixed_types`]: binder rewrite: `IN` between a text literal and numbers, as SQLite answers.
 
 pub mod binder;
 pub mod catalog;
