@@ -30,7 +30,7 @@ use datafusion_optimizer::analyzer::Analyzer;
 use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use sqlparser::ast as sql;
-use weir_common::{Diagnostic, Result, Span, TimeDomain, WeirError};
+use weir_common::{Result, Span, TimeDomain, WeirError};
 use weir_plan::{
     AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec, R2S,
 };
@@ -174,7 +174,7 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         for m in extra {
             message.push_str(&format!(" ({m})"));
         }
-        return WeirError::Plan(Diagnostic::at(message, span));
+        return WeirError::plan_at(message, span);
     }
     let msg = e.strip_backtrace();
     // Keep the innermost cause of a wrapped error ("Optimizer rule ... failed caused by ...").

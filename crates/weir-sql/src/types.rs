@@ -3,7 +3,7 @@
 
 use arrow::datatypes::{DataType, TimeUnit};
 use sqlparser::ast::{self as sql, ExactNumberInfo};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 
 /// The Arrow type Weir stores a declared SQL type as. Integers are 64-bit unless declared
 /// SMALLINT/TINYINT (SQLite's INTEGER is 64-bit too); TIMESTAMP is microseconds, no zone.
@@ -38,10 +38,7 @@ pub fn arrow_type(t: &sql::DataType, span: Option<Span>) -> Result<DataType> {
         T::Timestamp(_, _) | T::Datetime(_) => DataType::Timestamp(TimeUnit::Microsecond, None),
         T::Date => DataType::Date32,
         other => {
-            return Err(WeirError::Plan(Diagnostic::at(
-                format!("column type {other} is not supported"),
-                span,
-            )))
+            return Err(WeirError::plan_at(format!("column type {other} is not supported"), span))
         }
     })
 }

@@ -104,7 +104,7 @@ impl FileSink {
         resume_at: Option<u64>,
     ) -> Result<Self> {
         let fail = |what: &str, e: std::io::Error| {
-            WeirError::Execution(format!("sink '{}': {what}: {e}", spec.path))
+            WeirError::exec(format!("sink '{}': {what}: {e}", spec.path))
         };
         if let Some(dir) = file_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail("cannot create its directory", e))?;
@@ -118,7 +118,7 @@ impl FileSink {
                     .map_err(|e| fail("cannot reopen the file", e))?;
                 let len = file.metadata().map_err(|e| fail("cannot read the file", e))?.len();
                 if len < committed {
-                    return Err(WeirError::Execution(format!(
+                    return Err(WeirError::exec(format!(
                         "sink '{}': the file has {len} bytes, fewer than the {committed} the \
                          checkpoint committed; it was changed outside Weir",
                         spec.path
@@ -160,7 +160,7 @@ impl FileSink {
         self.writer
             .write_all(bytes)
             .and_then(|_| self.writer.flush())
-            .map_err(|e| WeirError::Execution(format!("sink '{}': {e}", self.spec.path)))?;
+            .map_err(|e| WeirError::exec(format!("sink '{}': {e}", self.spec.path)))?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -216,7 +216,7 @@ impl FileSink {
         self.writer
             .flush()
             .and_then(|_| self.writer.get_ref().sync_data())
-            .map_err(|e| WeirError::Execution(format!("sink '{}': {e}", self.spec.path)))?;
+            .map_err(|e| WeirError::exec(format!("sink '{}': {e}", self.spec.path)))?;
         Ok(self.written)
     }
 }

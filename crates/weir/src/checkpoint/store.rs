@@ -38,7 +38,7 @@ impl Stored {
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> WeirError {
-    WeirError::Execution(format!("{what} '{}': {e}", path.display()))
+    WeirError::exec(format!("{what} '{}': {e}", path.display()))
 }
 
 fn file_name(sequence: u64) -> String {
@@ -101,7 +101,7 @@ pub fn read(path: &Path) -> Result<Stored> {
         .map_err(|e| corrupt(path, &e.to_string()))?;
     let version = reader.schema().metadata().get(VERSION_KEY).cloned();
     if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
-        return Err(WeirError::Execution(format!(
+        return Err(WeirError::exec(format!(
             "checkpoint '{}' has format version {}, this Weir reads version {FORMAT_VERSION}: \
              it cannot be restored by this build",
             path.display(),
@@ -137,7 +137,7 @@ pub fn read(path: &Path) -> Result<Stored> {
 }
 
 fn corrupt(path: &Path, why: &str) -> WeirError {
-    WeirError::Execution(format!("checkpoint '{}' is damaged: {why}", path.display()))
+    WeirError::exec(format!("checkpoint '{}' is damaged: {why}", path.display()))
 }
 
 /// The checkpoint files in `dir`, newest first.
