@@ -1,0 +1,349 @@
+//! An aggregate's accumulators: how each aggregate function keeps its values (COUNT, SUM and
+//! AVG as sums and counts, MIN and MAX as multisets), applies a change of one input row, and
+//! gives its current value, first as typed [`Out`] values, then as an Arrow column.
+
+use std::collections::BTreeMap;
+
+use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, UInt32Array};
+use arrow::datatypes::DataType;
+use datafusion_common::HashMap;
+use weir_common::{Result, WeirError};
+use weir_plan::AggFunc;
+
+use super::minmax::KeySet;
+use super::{cast_to, AggSpec, Aggregate, Group};
+use crate::row::RowBytes;
+
+#[derive(Debug, Clone)]
+pub(super) enum Sum {
+    Int(i128),
+    Float(f64),
+    Dec(i128),
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Acc {
+    Count(i64),
+    Sum {
+        sum: Sum,
+        n: i64,
+    },
+    Avg {
+        sum: f64,
+        n: i64,
+    },
+    /// MIN/MAX over values kept as their row encoding.
+    MinMax {
+        values: BTreeMap<RowBytes, i64>,
+        max: bool,
+    },
+    /// MIN/MAX over values kept as `i64` order keys (see [`Kind::KeyInt`], [`Kind::KeyFloat`]).
+    MinMaxKey {
+        values: KeySet,
+        max: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct AccState {
+    pub(super) acc: Acc,
+    /// For DISTINCT: multiplicity of each value.
+    pub(super) seen: Option<HashMap<RowBytes, i64>>,
+}
+
+/// How an aggregate's values are kept and output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// COUNT, integer SUM: an `i64` output.
+    Int,
+    /// Float SUM, AVG: an `f64` output.
+    Float,
+    /// Decimal SUM: an `i128` output of this precision and scale.
+    Dec(u8, i8),
+    /// MIN/MAX over an integer, timestamp or Date64 type: the value as `i64` (the type's
+    /// order is the integers').
+    KeyInt,
+    /// MIN/MAX over Float64: the value's total-order key (see [`f64_key`]).
+    KeyFloat,
+    /// MIN/MAX over any other type: the value's row encoding.
+    Bytes,
+}
+
+impl Kind {
+    pub(super) fn of(spec: &AggSpec) -> Kind {
+        match spec.func {
+            AggFunc::CountStar | AggFunc::Count => Kind::Int,
+            AggFunc::Avg => Kind::Float,
+            AggFunc::Sum => match &spec.arg_type {
+                DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
+                DataType::Decimal128(p, s) => Kind::Dec(*p, *s),
+                _ => Kind::Int,
+            },
+            AggFunc::Min | AggFunc::Max => match &spec.arg_type {
+                DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+                | DataType::Timestamp(..)
+                | DataType::Date64 => Kind::KeyInt,
+                DataType::Float64 => Kind::KeyFloat,
+                _ => Kind::Bytes,
+            },
+        }
+    }
+}
+
+/// The `i64` whose order is the total order of `f` (−NaN < −∞ < … < −0 < +0 < … < +∞ < NaN),
+/// which is also the order of the row encoding of floats. An involution on the bit patterns:
+/// [`key_f64`] inverts it.
+pub(super) fn f64_key(f: f64) -> i64 {
+    let b = f.to_bits() as i64;
+    b ^ (((b >> 63) as u64) >> 1) as i64
+}
+
+pub(super) fn key_f64(k: i64) -> f64 {
+    f64::from_bits((k ^ (((k >> 63) as u64) >> 1) as i64) as u64)
+}
+
+/// One output value of an aggregate, typed (floats by their bits, so equality is bitwise as
+/// for `ScalarValue`; decimals as two halves, which keeps the enum at 24 bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Out {
+    Null,
+    Int(i64),
+    Float(u64),
+    Dec(u64, u64),
+    Bytes(RowBytes),
+}
+
+impl Out {
+    pub(super) fn dec(v: i128) -> Out {
+        Out::Dec(v as u64, (v >> 64) as u64)
+    }
+}
+
+/// An argument column viewed in the accumulator's working type.
+pub(super) enum ArgView {
+    None,
+    Int(Int64Array),
+    Float(Float64Array),
+    Dec(Decimal128Array),
+    /// Only the encoded value is used (MIN/MAX over other types, COUNT).
+    Any(ArrayRef),
+}
+
+impl ArgView {
+    pub(super) fn is_null(&self, i: usize) -> bool {
+        match self {
+            ArgView::None => false,
+            ArgView::Int(a) => a.is_null(i),
+            ArgView::Float(a) => a.is_null(i),
+            ArgView::Dec(a) => a.is_null(i),
+            ArgView::Any(a) => a.is_null(i),
+        }
+    }
+}
+
+impl Aggregate {
+    pub(super) fn fresh_acc(spec: &AggSpec, kind: Kind) -> AccState {
+        let max = spec.func == AggFunc::Max;
+        let acc = match kind {
+            _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
+            _ if spec.func == AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
+            Kind::Int => Acc::Sum { sum: Sum::Int(0), n: 0 },
+            Kind::Float => Acc::Sum { sum: Sum::Float(0.0), n: 0 },
+            Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(0), n: 0 },
+            Kind::KeyInt | Kind::KeyFloat => Acc::MinMaxKey { values: KeySet::new(), max },
+            Kind::Bytes => Acc::MinMax { values: BTreeMap::new(), max },
+        };
+        AccState { acc, seen: spec.distinct.then(HashMap::new) }
+    }
+
+    pub(super) fn view(spec: &AggSpec, kind: Kind, col: Option<&ArrayRef>) -> Result<ArgView> {
+        let Some(col) = col else { return Ok(ArgView::None) };
+        let float = |a: &dyn Array| -> Result<ArgView> {
+            let a = arrow::compute::cast(a, &DataType::Float64)?;
+            let a = a.as_any().downcast_ref::<Float64Array>().cloned();
+            Ok(ArgView::Float(a.ok_or_else(|| WeirError::internal("float view"))?))
+        };
+        let int = |a: &dyn Array| -> Result<Int64Array> {
+            let a = arrow::compute::cast(a, &DataType::Int64)?;
+            let a = a.as_any().downcast_ref::<Int64Array>().cloned();
+            a.ok_or_else(|| WeirError::internal("int view"))
+        };
+        Ok(match spec.func {
+            AggFunc::Sum | AggFunc::Avg => match col.data_type() {
+                DataType::Decimal128(..) if spec.func == AggFunc::Sum => {
+                    let a = col.as_any().downcast_ref::<Decimal128Array>().cloned();
+                    ArgView::Dec(a.ok_or_else(|| WeirError::internal("decimal view"))?)
+                }
+                DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Decimal128(..) => float(col.as_ref())?,
+                t if t.is_integer() || *t == DataType::Null || *t == DataType::Boolean => {
+                    let a = int(col.as_ref())?;
+                    if spec.func == AggFunc::Avg {
+                        float(&a)?
+                    } else {
+                        ArgView::Int(a)
+                    }
+                }
+                t => {
+                    return Err(WeirError::exec(format!("{} over {t} is not supported", spec.func)))
+                }
+            },
+            AggFunc::Min | AggFunc::Max if kind == Kind::KeyInt => ArgView::Int(int(col.as_ref())?),
+            AggFunc::Min | AggFunc::Max if kind == Kind::KeyFloat => float(col.as_ref())?,
+            _ => ArgView::Any(col.clone()),
+        })
+    }
+
+    /// Applies value i of `view` with multiplicity `diff` to an accumulator.
+    pub(super) fn update(
+        acc: &mut Acc,
+        view: &ArgView,
+        i: usize,
+        value: Option<&[u8]>,
+        diff: i64,
+    ) -> Result<()> {
+        match acc {
+            Acc::Count(n) => *n += diff,
+            Acc::Sum { sum, n } => {
+                *n += diff;
+                match (sum, view) {
+                    (Sum::Int(s), ArgView::Int(a)) => *s += a.value(i) as i128 * diff as i128,
+                    (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
+                    (Sum::Dec(s), ArgView::Dec(a)) => *s += a.value(i) * diff as i128,
+                    _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
+                }
+            }
+            Acc::Avg { sum, n } => {
+                *n += diff;
+                match view {
+                    ArgView::Float(a) => *sum += a.value(i) * diff as f64,
+                    _ => return Err(WeirError::internal("avg view mismatch")),
+                }
+            }
+            Acc::MinMax { values, .. } => {
+                let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
+                match values.get_mut(v) {
+                    Some(c) => {
+                        *c += diff;
+                        if *c == 0 {
+                            values.remove(v);
+                        }
+                    }
+                    None if diff != 0 => {
+                        values.insert(v.into(), diff);
+                    }
+                    None => {}
+                }
+            }
+            Acc::MinMaxKey { values, max } => {
+                let k = match view {
+                    ArgView::Int(a) => a.value(i),
+                    ArgView::Float(a) => f64_key(a.value(i)),
+                    _ => return Err(WeirError::internal("min/max key view mismatch")),
+                };
+                values.update(k, diff, *max);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the current output values of a group to `out`, one per aggregate.
+    pub(super) fn output_into(aggs: &[AggSpec], g: &Group, out: &mut Vec<Out>) -> Result<()> {
+        for (spec, st) in aggs.iter().zip(&g.accs) {
+            let v = match &st.acc {
+                Acc::Count(n) => {
+                    if spec.func == AggFunc::CountStar {
+                        Out::Int(g.rows)
+                    } else {
+                        Out::Int(*n)
+                    }
+                }
+                Acc::Sum { n, .. } | Acc::Avg { n, .. } if *n <= 0 => Out::Null,
+                Acc::Sum { sum, .. } => match sum {
+                    Sum::Int(s) => Out::Int(
+                        i64::try_from(*s)
+                            .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
+                    ),
+                    Sum::Float(s) => Out::Float(s.to_bits()),
+                    Sum::Dec(s) => Out::dec(*s),
+                },
+                Acc::Avg { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
+                Acc::MinMax { values, max } => {
+                    let v = if *max { values.keys().next_back() } else { values.keys().next() };
+                    v.map_or(Out::Null, |v| Out::Bytes(v.clone()))
+                }
+                Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
+            };
+            out.push(v);
+        }
+        Ok(())
+    }
+
+    /// The output column of aggregate `a` from its values.
+    pub(super) fn finish_column(&self, a: usize, vals: &[Out]) -> Result<ArrayRef> {
+        let spec = &self.aggs[a];
+        let ints = || {
+            Int64Array::from_iter(vals.iter().map(|v| match v {
+                Out::Int(x) => Some(*x),
+                _ => None,
+            }))
+        };
+        let arr: ArrayRef = match self.kinds[a] {
+            Kind::Int => std::sync::Arc::new(ints()),
+            Kind::Float => {
+                std::sync::Arc::new(Float64Array::from_iter(vals.iter().map(|v| match v {
+                    Out::Float(b) => Some(f64::from_bits(*b)),
+                    _ => None,
+                })))
+            }
+            Kind::Dec(p, s) => std::sync::Arc::new(
+                Decimal128Array::from_iter(vals.iter().map(|v| match v {
+                    Out::Dec(lo, hi) => Some(((*hi as i128) << 64) | *lo as i128),
+                    _ => None,
+                }))
+                .with_precision_and_scale(p, s)?,
+            ),
+            Kind::KeyInt => cast_to(std::sync::Arc::new(ints()), &spec.arg_type)?,
+            Kind::KeyFloat => {
+                std::sync::Arc::new(Float64Array::from_iter(vals.iter().map(|v| match v {
+                    Out::Int(k) => Some(key_f64(*k)),
+                    _ => None,
+                })))
+            }
+            Kind::Bytes => {
+                let codec = self.value_codecs[a]
+                    .as_ref()
+                    .ok_or_else(|| WeirError::internal("min/max without codec"))?;
+                let mut present: Vec<&[u8]> = Vec::new();
+                let mut idx: Vec<Option<u32>> = Vec::with_capacity(vals.len());
+                for v in vals {
+                    match v {
+                        Out::Bytes(b) => {
+                            idx.push(Some(present.len() as u32));
+                            present.push(b);
+                        }
+                        _ => idx.push(None),
+                    }
+                }
+                if present.is_empty() {
+                    arrow::array::new_null_array(&spec.arg_type, vals.len())
+                } else {
+                    let decoded = codec
+                        .decode(present)?
+                        .pop()
+                        .ok_or_else(|| WeirError::internal("min/max decode"))?;
+                    arrow::compute::take(&decoded, &UInt32Array::from(idx), None)?
+                }
+            }
+        };
+        cast_to(arr, self.schema.field(self.keys.len() + a).data_type())
+    }
+}

@@ -1,0 +1,266 @@
+//! Checkpointing an [`Aggregate`]'s state, in the sections laid out in [`super`]'s docs.
+
+use arrow::array::{Array, ArrayRef, Float64Array, Int64Array};
+use arrow::datatypes::DataType;
+use datafusion_common::HashMap;
+use weir_common::{Result, WeirError};
+
+use super::accumulators::{f64_key, key_f64, Acc, AccState, Kind, Sum};
+use super::{cast_to, Aggregate, Group, GroupKey};
+use crate::row::{EncodedRows, RowBytes};
+use crate::state::{
+    binary_col, bool_col, i64_col, invalid, nonzero, opt_f64_col, opt_i128_col, opt_i64_col,
+    signature, StateReader, StateWriter,
+};
+
+impl Aggregate {
+    pub(super) fn signature(&self) -> String {
+        let aggs: Vec<_> = self.aggs.iter().map(|a| (a.func, a.distinct, &a.arg_type)).collect();
+        signature("aggregate", &self.schema, (self.keys.len(), aggs))
+    }
+
+    /// Row-encodes MIN/MAX order keys of aggregate `a` (as the argument type's values).
+    fn encode_keys(&self, a: usize, keys: Vec<i64>) -> Result<EncodedRows> {
+        let codec =
+            self.value_codecs[a].as_ref().ok_or_else(|| WeirError::internal("min/max codec"))?;
+        let n = keys.len();
+        let arr: ArrayRef = match self.kinds[a] {
+            Kind::KeyFloat => {
+                std::sync::Arc::new(Float64Array::from_iter_values(keys.into_iter().map(key_f64)))
+            }
+            _ => std::sync::Arc::new(Int64Array::from(keys)),
+        };
+        codec.encode(&[cast_to(arr, &self.aggs[a].arg_type)?], n)
+    }
+
+    /// Decodes row-encoded values of aggregate `a` into MIN/MAX order keys; errors on bytes
+    /// that are not one non-NULL value of the argument's type.
+    fn decode_keys(&self, a: usize, rows: &[&[u8]]) -> Result<Vec<i64>> {
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let bad = || invalid("section 'aggregate.values': a value does not fit its type");
+        let codec =
+            self.value_codecs[a].as_ref().ok_or_else(|| WeirError::internal("min/max codec"))?;
+        let width = self.aggs[a].arg_type.primitive_width().ok_or_else(bad)?;
+        if rows.iter().any(|r| r.len() != 1 + width) {
+            return Err(bad());
+        }
+        let col = codec.decode(rows.iter().copied())?.pop().ok_or_else(bad)?;
+        if col.null_count() > 0 {
+            return Err(bad());
+        }
+        Ok(match self.kinds[a] {
+            Kind::KeyFloat => {
+                let f = arrow::compute::cast(&col, &DataType::Float64)?;
+                let f = f.as_any().downcast_ref::<Float64Array>().ok_or_else(bad)?;
+                f.values().iter().map(|v| f64_key(*v)).collect()
+            }
+            _ => {
+                let i = arrow::compute::cast(&col, &DataType::Int64)?;
+                let i = i.as_any().downcast_ref::<Int64Array>().ok_or_else(bad)?;
+                i.values().to_vec()
+            }
+        })
+    }
+
+    /// Writes the groups and accumulators (see the module docs for the layout).
+    pub(super) fn save_own(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature();
+        w.put("aggregate", &sig, 1, vec![("started", bool_col([self.started]))])?;
+        let mut groups: Vec<&Group> =
+            self.index.values().map(|&id| &self.slots[id as usize]).collect();
+        groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let names: Vec<[String; 3]> = (0..self.aggs.len())
+            .map(|a| [format!("n{a}"), format!("isum{a}"), format!("fsum{a}")])
+            .collect();
+        let mut cols = vec![
+            ("key", binary_col(groups.iter().map(|g| &g.key[..]))),
+            ("rows", i64_col(groups.iter().map(|g| g.rows))),
+        ];
+        // MIN/MAX multisets kept as order keys, row-encoded: per aggregate, all groups' values
+        // in order.
+        let mut keyed: Vec<Option<EncodedRows>> = Vec::with_capacity(self.aggs.len());
+        for a in 0..self.aggs.len() {
+            let mut keys = Vec::new();
+            for g in &groups {
+                if let Some(AccState { acc: Acc::MinMaxKey { values, .. }, .. }) = g.accs.get(a) {
+                    keys.extend(values.sorted().into_iter().map(|(k, _)| k));
+                }
+            }
+            keyed.push(if keys.is_empty() { None } else { Some(self.encode_keys(a, keys)?) });
+        }
+        // (group, agg, value, count) of the MIN/MAX multisets and of the DISTINCT maps.
+        let mut values: Vec<(i64, i64, &[u8], i64)> = Vec::new();
+        let mut seen: Vec<(i64, i64, &[u8], i64)> = Vec::new();
+        let mut cursors: Vec<usize> = vec![0; self.aggs.len()];
+        for (a, [n, isum, fsum]) in names.iter().enumerate() {
+            let accs = || groups.iter().map(move |g| g.accs.get(a).map(|s| &s.acc));
+            cols.push((
+                n,
+                opt_i64_col(accs().map(|acc| match acc {
+                    Some(Acc::Count(n)) | Some(Acc::Sum { n, .. }) | Some(Acc::Avg { n, .. }) => {
+                        Some(*n)
+                    }
+                    _ => None,
+                })),
+            ));
+            cols.push((
+                isum,
+                opt_i128_col(accs().map(|acc| match acc {
+                    Some(Acc::Sum { sum: Sum::Int(s), .. })
+                    | Some(Acc::Sum { sum: Sum::Dec(s), .. }) => Some(*s),
+                    _ => None,
+                })),
+            ));
+            cols.push((
+                fsum,
+                opt_f64_col(accs().map(|acc| match acc {
+                    Some(Acc::Sum { sum: Sum::Float(s), .. }) | Some(Acc::Avg { sum: s, .. }) => {
+                        Some(*s)
+                    }
+                    _ => None,
+                })),
+            ));
+            for (g, group) in groups.iter().enumerate() {
+                let Some(st) = group.accs.get(a) else { continue };
+                match &st.acc {
+                    Acc::MinMax { values: vs, .. } => {
+                        values.extend(vs.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                    }
+                    Acc::MinMaxKey { values: vs, .. } => {
+                        for (_, c) in vs.sorted() {
+                            let enc = keyed[a]
+                                .as_ref()
+                                .ok_or_else(|| WeirError::internal("min/max keys"))?;
+                            values.push((g as i64, a as i64, enc.get(cursors[a]), c));
+                            cursors[a] += 1;
+                        }
+                    }
+                    _ => {}
+                }
+                if let Some(s) = &st.seen {
+                    let mut s: Vec<_> = s.iter().collect();
+                    s.sort_unstable();
+                    seen.extend(s.into_iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                }
+            }
+        }
+        w.put("aggregate.groups", &sig, groups.len(), cols)?;
+        for (name, rows) in [("aggregate.values", values), ("aggregate.seen", seen)] {
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("group", i64_col(rows.iter().map(|r| r.0))),
+                    ("agg", i64_col(rows.iter().map(|r| r.1))),
+                    ("value", binary_col(rows.iter().map(|r| r.2))),
+                    ("count", i64_col(rows.iter().map(|r| r.3))),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Reads what [`Aggregate::save_own`] wrote.
+    pub(super) fn restore_own(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = self.signature();
+        let started = match r.take("aggregate", &sig)?.bools("started")?.as_slice() {
+            [s] => *s,
+            _ => return Err(invalid("section 'aggregate' should have one row")),
+        };
+        let s = r.take("aggregate.groups", &sig)?;
+        let keys = s.binary("key")?;
+        let rows = s.i64s("rows")?;
+        let mut groups: Vec<Group> = Vec::with_capacity(keys.len());
+        for (key, rows) in keys.iter().zip(&rows) {
+            let mut g = self.new_group(key);
+            g.rows = *rows;
+            groups.push(g);
+        }
+        let bad =
+            |a: usize| invalid(format!("section 'aggregate.groups': aggregate {a} does not fit"));
+        for a in 0..self.aggs.len() {
+            let ns = s.opt_i64s(&format!("n{a}"))?;
+            let isums = s.opt_i128s(&format!("isum{a}"))?;
+            let fsums = s.opt_f64s(&format!("fsum{a}"))?;
+            for (g, group) in groups.iter_mut().enumerate() {
+                let st = group.accs.get_mut(a).ok_or_else(|| bad(a))?;
+                let (n, isum, fsum) = (
+                    ns.get(g).copied().flatten(),
+                    isums.get(g).copied().flatten(),
+                    fsums.get(g).copied().flatten(),
+                );
+                match (&mut st.acc, n, isum, fsum) {
+                    (Acc::Count(c), Some(n), None, None) => *c = n,
+                    (Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), n: c }, Some(n), Some(v), None) => {
+                        (*s, *c) = (v, n)
+                    }
+                    (Acc::Sum { sum: Sum::Float(s), n: c }, Some(n), None, Some(v))
+                    | (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v)) => (*s, *c) = (v, n),
+                    (Acc::MinMax { .. } | Acc::MinMaxKey { .. }, None, None, None) => {}
+                    _ => return Err(bad(a)),
+                }
+            }
+        }
+        for name in ["aggregate.values", "aggregate.seen"] {
+            let s = r.take(name, &sig)?;
+            let (gs, aggs, vals, counts) =
+                (s.i64s("group")?, s.i64s("agg")?, s.binary("value")?, s.i64s("count")?);
+            let agg_of = |i: usize| usize::try_from(aggs[i]).ok().filter(|a| *a < self.aggs.len());
+            // MIN/MAX values kept as order keys: decoded per aggregate at once.
+            let mut keyed: Vec<std::vec::IntoIter<i64>> = Vec::with_capacity(self.aggs.len());
+            for a in 0..self.aggs.len() {
+                let mine: Vec<&[u8]> = if name == "aggregate.values"
+                    && matches!(self.kinds[a], Kind::KeyInt | Kind::KeyFloat)
+                {
+                    (0..gs.len()).filter(|&i| agg_of(i) == Some(a)).map(|i| vals[i]).collect()
+                } else {
+                    vec![]
+                };
+                keyed.push(self.decode_keys(a, &mine)?.into_iter());
+            }
+            for i in 0..gs.len() {
+                let group = usize::try_from(gs[i]).ok().and_then(|g| groups.get_mut(g));
+                let a = agg_of(i);
+                let st = group.and_then(|g| a.and_then(|a| g.accs.get_mut(a)));
+                let duplicate = match (name, st) {
+                    (
+                        "aggregate.values",
+                        Some(AccState { acc: Acc::MinMax { values, .. }, .. }),
+                    ) => {
+                        values.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?).is_some()
+                    }
+                    (
+                        "aggregate.values",
+                        Some(AccState { acc: Acc::MinMaxKey { values, .. }, .. }),
+                    ) => {
+                        let k = a
+                            .and_then(|a| keyed[a].next())
+                            .ok_or_else(|| WeirError::internal("min/max keys"))?;
+                        values.insert_restored(k, nonzero(name, counts[i])?)
+                    }
+                    ("aggregate.seen", Some(AccState { seen: Some(seen), .. })) => {
+                        seen.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?).is_some()
+                    }
+                    _ => return Err(invalid(format!("section '{name}': row {i} does not fit"))),
+                };
+                if duplicate {
+                    return Err(invalid(format!("section '{name}': a value appears twice")));
+                }
+            }
+        }
+        self.started = started;
+        self.index = HashMap::with_capacity(groups.len());
+        for (id, g) in groups.iter().enumerate() {
+            if self.index.insert(GroupKey::from_slice(&g.key[..]), id as u32).is_some() {
+                return Err(invalid("section 'aggregate.groups': a key appears twice"));
+            }
+        }
+        self.slots = groups;
+        self.free.clear();
+        self.epoch = 0;
+        Ok(())
+    }
+}

@@ -1,0 +1,536 @@
+//! Grouped aggregation: γ_{keys; aggs}(R), with retraction.
+//!
+//! Delta semantics: for each group g touched by ΔR at τ, the output changes by
+//! −(g, aggs_old) +(g, aggs_new), and by nothing when the values are equal. A group appears
+//! when its row count becomes positive and disappears when it returns to zero. Without GROUP BY
+//! the single row always exists from the query's first instant on (`COUNT(*)` = 0, `SUM` =
+//! NULL over an empty relation, as SQL says). Output rows are sorted by group key, each group's
+//! old row before its new one.
+//!
+//! Retraction: COUNT, SUM and AVG are invertible and retract in O(1) (floating-point sums may
+//! differ from a fresh sum in the last digits). MIN and MAX keep an ordered multiset of values
+//! (value -> count), so deleting any value, not only the oldest, is exact: over integer types
+//! (up to 32-bit unsigned), timestamps, Date64 and Float64 the values are kept as `i64` order
+//! keys (a float by its total order, the order of its row encoding), over any other type as
+//! their row encoding. DISTINCT variants keep a value -> count map and feed the inner aggregate
+//! only when a value appears or disappears. State: per group, its row count and one accumulator
+//! per aggregate.
+//!
+//! Groups live in a slab (`slots`) indexed by their encoded key; a slot whose group disappears
+//! is reused by the next new group. Each instant marks the groups it touches with its number,
+//! so a group's old output is taken once, at its first change in the instant. Output values are kept
+//! typed (not as `ScalarValue`s) and built into Arrow arrays once per call.
+//!
+//! Checkpointed as sections (see [`Aggregate::save_own`]): `aggregate` (one row: `started`),
+//! `aggregate.groups` (per group sorted by key: `key` Binary, `rows` Int64, and per aggregate
+//! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count), `isum{a}`
+//! (an integer or decimal SUM, 16-byte Binary), `fsum{a}` (a float SUM or AVG's sum, Float64)),
+//! `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its in-memory form,
+//! in value order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
+//! into the groups), `agg`, `value` Binary and `count` Int64.
+//!
+//! A step is evaluated run by run, one instant or a span alike: each run of input changes
+//! sharing an instant is applied on its own, exactly as if that instant were evaluated alone;
+//! the step's input is encoded once and its output built once. A scalar aggregate's first
+//! instant is the step's first (`lo`), even if no change is stamped there.
+//!
+//! The operator is split by job: this file holds the groups and the walk of a step;
+//! `accumulators.rs` how each aggregate function keeps, updates and outputs its values;
+//! `checkpoint.rs` the state's sections; `minmax.rs` the MIN/MAX multisets kept as order keys;
+//! `tests.rs` the tests.
+
+use std::ops::Range;
+
+use datafusion_common::HashMap;
+
+use arrow::array::ArrayRef;
+use arrow::compute::cast_with_options;
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::format::DEFAULT_CAST_OPTIONS;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_plan::AggFunc;
+
+use crate::expr::ScalarExpr;
+use crate::operator::{take_inputs, time_runs, Operator, Step};
+use crate::ops::batch_of;
+use crate::row::{EncodedRows, RowCodec};
+use crate::state::{StateReader, StateWriter};
+use accumulators::{AccState, ArgView, Kind, Out};
+
+mod accumulators;
+mod checkpoint;
+mod minmax;
+#[cfg(test)]
+mod tests;
+
+/// An encoded group key, inline up to 24 bytes (a few numbers): a probe that finds a
+/// candidate compares keys without a trip to the heap.
+type GroupKey = smallvec::SmallVec<[u8; 24]>;
+
+/// One aggregate of the operator, compiled.
+#[derive(Debug)]
+pub struct AggSpec {
+    pub func: AggFunc,
+    pub arg: Option<ScalarExpr>,
+    /// The argument's type (its values are cast to the accumulator's working type).
+    pub arg_type: DataType,
+    pub distinct: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    /// The encoded group key (empty while the slot is free).
+    key: Vec<u8>,
+    rows: i64,
+    accs: Vec<AccState>,
+    /// The number of the instant that last touched the group (0: none yet).
+    mark: u64,
+}
+
+/// An input batch evaluated for the accumulators, once per call.
+struct Prepared {
+    /// The encoded group key of each row.
+    keys: EncodedRows,
+    /// Per aggregate: its argument in the working type.
+    views: Vec<ArgView>,
+    /// Per aggregate: its argument row-encoded, where needed (MIN/MAX kept as bytes, DISTINCT).
+    values: Vec<Option<EncodedRows>>,
+    /// The whole rows encoded, when floating-point sums fix the apply order.
+    rows: Option<EncodedRows>,
+}
+
+/// Output rows collected over a call: keys as concatenated bytes, values column by column.
+/// Kept between calls for its allocations.
+#[derive(Debug, Default)]
+struct Emitted {
+    key_bytes: Vec<u8>,
+    key_ends: Vec<usize>,
+    cols: Vec<Vec<Out>>,
+    times: Vec<Time>,
+    diffs: Vec<i64>,
+}
+
+impl Emitted {
+    /// Empties the buffers for `aggs` aggregates, keeping their capacity (`times` and
+    /// `diffs` are handed over with each batch: they get the last batch's length).
+    fn clear(&mut self, aggs: usize) {
+        self.key_bytes.clear();
+        self.key_ends.clear();
+        self.cols.resize_with(aggs, Vec::new);
+        self.cols.iter_mut().for_each(Vec::clear);
+        self.times.clear();
+        self.diffs.clear();
+    }
+
+    fn push(&mut self, key: &[u8], vals: &[Out], t: Time, diff: i64) {
+        self.key_bytes.extend_from_slice(key);
+        self.key_ends.push(self.key_bytes.len());
+        for (col, v) in self.cols.iter_mut().zip(vals) {
+            col.push(v.clone());
+        }
+        self.times.push(t);
+        self.diffs.push(diff);
+    }
+}
+
+/// A group touched by an instant: its key's [`sort_prefix`], its slot, and where its old output
+/// is (None: it did not exist).
+type Touched = (u128, u32, Option<u32>);
+
+/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
+/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
+/// integer comparison for most pairs.
+fn sort_prefix(b: &[u8]) -> u128 {
+    let mut p = [0u8; 16];
+    let n = b.len().min(16);
+    p[..n].copy_from_slice(&b[..n]);
+    u128::from_be_bytes(p)
+}
+
+/// Casts as `ScalarValue::cast_to` does (an error, not NULL, for a value that does not fit).
+fn cast_to(a: ArrayRef, ty: &DataType) -> Result<ArrayRef> {
+    if a.data_type() == ty {
+        Ok(a)
+    } else {
+        Ok(cast_with_options(&a, ty, &DEFAULT_CAST_OPTIONS)?)
+    }
+}
+
+#[derive(Debug)]
+pub struct Aggregate {
+    keys: Vec<ScalarExpr>,
+    key_codec: RowCodec,
+    aggs: Vec<AggSpec>,
+    kinds: Vec<Kind>,
+    /// Per aggregate: codec of its argument (MIN/MAX ordering, DISTINCT identity).
+    value_codecs: Vec<Option<RowCodec>>,
+    /// Whether a floating-point sum is kept (see [`Aggregate::apply_order`]).
+    float_order: bool,
+    schema: SchemaRef,
+    /// The groups, by slot; free slots are listed in `free`.
+    slots: Vec<Group>,
+    free: Vec<u32>,
+    /// The slot of each existing group, by encoded key.
+    index: HashMap<GroupKey, u32>,
+    /// The number of instants applied (marks groups touched by the current one).
+    epoch: u64,
+    started: bool,
+    /// Scratch, kept for its allocations: the groups touched by the current instant (the
+    /// [`sort_prefix`] of the key, the slot) with the
+    /// offset of their old output in `old` (None: the group did not exist), and a new output.
+    touched: Vec<Touched>,
+    old: Vec<Out>,
+    new: Vec<Out>,
+    emitted: Emitted,
+}
+
+impl Aggregate {
+    pub fn new(
+        keys: Vec<ScalarExpr>,
+        key_types: Vec<DataType>,
+        aggs: Vec<AggSpec>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let value_codecs = aggs
+            .iter()
+            .map(|a| match a.arg {
+                Some(_) => RowCodec::new(vec![a.arg_type.clone()]).map(Some),
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        let float_order = aggs.iter().any(|s| {
+            s.func == AggFunc::Avg
+                || (s.func == AggFunc::Sum
+                    && matches!(
+                        s.arg_type,
+                        DataType::Float16 | DataType::Float32 | DataType::Float64
+                    ))
+        });
+        Ok(Aggregate {
+            keys,
+            key_codec: RowCodec::new(key_types)?,
+            kinds: aggs.iter().map(Kind::of).collect(),
+            aggs,
+            value_codecs,
+            float_order,
+            schema,
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashMap::new(),
+            epoch: 0,
+            started: false,
+            touched: Vec::new(),
+            old: Vec::new(),
+            new: Vec::new(),
+            emitted: Emitted::default(),
+        })
+    }
+
+    fn new_group(&self, key: &[u8]) -> Group {
+        let accs = self.aggs.iter().zip(&self.kinds).map(|(a, k)| Self::fresh_acc(a, *k)).collect();
+        Group { key: key.to_vec(), rows: 0, accs, mark: 0 }
+    }
+
+    /// Puts a new, empty group with `key` into a slot and indexes it.
+    fn alloc(&mut self, key: &[u8]) -> u32 {
+        let id = match self.free.pop() {
+            Some(id) => {
+                let g = &mut self.slots[id as usize];
+                g.key.extend_from_slice(key);
+                id
+            }
+            None => {
+                let g = self.new_group(key);
+                self.slots.push(g);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(GroupKey::from_slice(key), id);
+        id
+    }
+
+    /// Removes the group in slot `id`, leaving the slot empty for reuse.
+    fn release(&mut self, id: u32) {
+        let g = &mut self.slots[id as usize];
+        self.index.remove(&g.key[..]);
+        g.key.clear();
+        g.rows = 0;
+        g.mark = 0;
+        for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
+            *st = Self::fresh_acc(spec, *kind);
+        }
+        self.free.push(id);
+    }
+
+    fn exists(&self, g: &Group) -> bool {
+        self.keys.is_empty() || g.rows > 0
+    }
+}
+
+impl Operator for Aggregate {
+    /// Each run of equal time in the step's changes is applied on its own (see the module
+    /// docs). An instant without changes changes no group, so it takes no run, except the
+    /// query's first: there the scalar aggregate's row appears.
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        let mut runs = Vec::new();
+        // The first instant of the query is `lo`; the scalar aggregate's row exists from it.
+        if !self.started && d.times.first() != Some(&step.lo) {
+            runs.push((step.lo, 0..0));
+        }
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            runs.push((d.times[start], start..end));
+            start = end;
+        }
+        self.process(&d, &runs)
+    }
+
+    /// State: see [`Aggregate::save_own`].
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        self.save_own(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        self.restore_own(r)
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        None
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+}
+
+impl Aggregate {
+    /// Evaluates `d` for the accumulators: keys, argument views, encodings.
+    fn prepare(&self, d: &ChangeBatch) -> Result<Prepared> {
+        let key_cols: Vec<ArrayRef> =
+            self.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
+        let keys = self.key_codec.encode(&key_cols, d.len())?;
+        let mut views = Vec::with_capacity(self.aggs.len());
+        let mut values = Vec::with_capacity(self.aggs.len());
+        for ((spec, codec), kind) in self.aggs.iter().zip(&self.value_codecs).zip(&self.kinds) {
+            let col = match &spec.arg {
+                Some(e) => Some(e.eval_as(&d.data, &spec.arg_type)?),
+                None => None,
+            };
+            let encode = spec.distinct || *kind == Kind::Bytes;
+            values.push(match (&col, codec) {
+                (Some(c), Some(codec)) if encode => {
+                    Some(codec.encode(std::slice::from_ref(c), d.len())?)
+                }
+                _ => None,
+            });
+            views.push(Self::view(spec, *kind, col.as_ref())?);
+        }
+        let rows = if self.float_order {
+            Some(RowCodec::for_schema(&d.data.schema())?.encode(d.data.columns(), d.len())?)
+        } else {
+            None
+        };
+        Ok(Prepared { keys, views, values, rows })
+    }
+
+    /// The changes of `d` and the order (and multiplicity) to apply them in, over the rows
+    /// `range`: as given, unless a floating-point sum is kept (SUM of floats, AVG). Float
+    /// addition is not associative, so such sums would depend on the order rows arrive in (a
+    /// join's output order, the batching of the input): then equal rows are merged and applied
+    /// in the order of their encoded bytes, the same whatever the arrival.
+    fn apply_order(
+        d: &ChangeBatch,
+        p: &Prepared,
+        range: Range<usize>,
+    ) -> Result<Vec<(usize, i64)>> {
+        let Some(rows) = &p.rows else {
+            return Ok(range.map(|i| (i, d.diffs[i])).collect());
+        };
+        let keys = &p.keys;
+        let mut idx: Vec<usize> = range.collect();
+        idx.sort_by(|&a, &b| {
+            keys.get(a).cmp(keys.get(b)).then_with(|| rows.get(a).cmp(rows.get(b)))
+        });
+        let mut out: Vec<(usize, i64)> = Vec::with_capacity(idx.len());
+        for i in idx {
+            match out.last_mut() {
+                Some((j, diff)) if keys.get(*j) == keys.get(i) && rows.get(*j) == rows.get(i) => {
+                    *diff += d.diffs[i];
+                }
+                _ => out.push((i, d.diffs[i])),
+            }
+        }
+        out.retain(|(_, diff)| *diff != 0);
+        Ok(out)
+    }
+
+    /// Applies input row i with multiplicity `diff` to its group, taking the group's old
+    /// output first if this is the instant's first change to it.
+    fn apply(
+        &mut self,
+        p: &Prepared,
+        i: usize,
+        diff: i64,
+        touched: &mut Vec<Touched>,
+        old: &mut Vec<Out>,
+    ) -> Result<()> {
+        let key = p.keys.get(i);
+        let scalar = self.keys.is_empty();
+        let id = match self.index.get(key) {
+            Some(&id) => id,
+            None => self.alloc(key),
+        };
+        let group = &mut self.slots[id as usize];
+        if group.mark != self.epoch {
+            group.mark = self.epoch;
+            let at = if scalar || group.rows > 0 {
+                let at = old.len() as u32;
+                Self::output_into(&self.aggs, group, old)?;
+                Some(at)
+            } else {
+                None
+            };
+            touched.push((sort_prefix(key), id, at));
+        }
+        group.rows += diff;
+        for (a, st) in group.accs.iter_mut().enumerate() {
+            if self.aggs[a].func == AggFunc::CountStar {
+                continue;
+            }
+            let view = &p.views[a];
+            if view.is_null(i) {
+                continue;
+            }
+            let value = p.values[a].as_ref().map(|v| v.get(i));
+            match &mut st.seen {
+                None => Self::update(&mut st.acc, view, i, value, diff)?,
+                Some(seen) => {
+                    let v = value.ok_or_else(|| WeirError::internal("distinct value"))?;
+                    let before = seen.get(v).copied().unwrap_or(0);
+                    let after = before + diff;
+                    if after == 0 {
+                        seen.remove(v);
+                    } else if let Some(c) = seen.get_mut(v) {
+                        *c = after;
+                    } else {
+                        seen.insert(v.into(), after);
+                    }
+                    if before <= 0 && after > 0 {
+                        Self::update(&mut st.acc, view, i, value, 1)?;
+                    } else if before > 0 && after <= 0 {
+                        Self::update(&mut st.acc, view, i, value, -1)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One instant `t`: applies the rows `range` of `d` and emits the touched groups' changes
+    /// (sorted by key) into `out`.
+    fn instant(
+        &mut self,
+        t: Time,
+        d: &ChangeBatch,
+        p: Option<&Prepared>,
+        range: Range<usize>,
+        out: &mut Emitted,
+    ) -> Result<()> {
+        self.epoch += 1;
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut old = std::mem::take(&mut self.old);
+        let mut new = std::mem::take(&mut self.new);
+        touched.clear();
+        old.clear();
+        if !self.started {
+            self.started = true;
+            if self.keys.is_empty() {
+                let id = self.alloc(&[]);
+                self.slots[id as usize].mark = self.epoch;
+                touched.push((sort_prefix(&[]), id, None));
+            }
+        }
+        if let Some(p) = p.filter(|_| !range.is_empty()) {
+            if self.float_order {
+                for (i, diff) in Self::apply_order(d, p, range)? {
+                    self.apply(p, i, diff, &mut touched, &mut old)?;
+                }
+            } else {
+                for i in range {
+                    self.apply(p, i, d.diffs[i], &mut touched, &mut old)?;
+                }
+            }
+        }
+        let slots = &self.slots;
+        touched.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
+        });
+        let n = self.aggs.len();
+        for &(_, id, old_at) in &touched {
+            let g = &self.slots[id as usize];
+            new.clear();
+            let exists = self.exists(g);
+            if exists {
+                Self::output_into(&self.aggs, g, &mut new)?;
+            }
+            let before = old_at.map(|at| &old[at as usize..at as usize + n]);
+            let after = exists.then_some(&new[..]);
+            if before != after {
+                if let Some(v) = before {
+                    out.push(&g.key, v, t, -1);
+                }
+                if let Some(v) = after {
+                    out.push(&g.key, v, t, 1);
+                }
+            }
+            if !self.keys.is_empty() && g.rows == 0 {
+                self.release(id);
+            }
+        }
+        self.touched = touched;
+        self.old = old;
+        self.new = new;
+        Ok(())
+    }
+
+    /// The output changes of the instants `(t, rows of d)`, in order.
+    fn process(&mut self, d: &ChangeBatch, runs: &[(Time, Range<usize>)]) -> Result<ChangeBatch> {
+        let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
+        let mut out = std::mem::take(&mut self.emitted);
+        out.clear(self.aggs.len());
+        let result = self.emit(d, p.as_ref(), runs, &mut out);
+        self.emitted = out;
+        result
+    }
+
+    fn emit(
+        &mut self,
+        d: &ChangeBatch,
+        p: Option<&Prepared>,
+        runs: &[(Time, Range<usize>)],
+        out: &mut Emitted,
+    ) -> Result<ChangeBatch> {
+        for (t, range) in runs {
+            self.instant(*t, d, p, range.clone(), out)?;
+        }
+        let n = out.diffs.len();
+        if n == 0 {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut start = 0;
+        let keys = out.key_ends.iter().map(|&end| {
+            let k = &out.key_bytes[start..end];
+            start = end;
+            k
+        });
+        let mut cols = self.key_codec.decode(keys)?;
+        for (a, vals) in out.cols.iter().enumerate() {
+            cols.push(self.finish_column(a, vals)?);
+        }
+        let data = batch_of(&self.schema, cols, n)?;
+        let times = std::mem::replace(&mut out.times, Vec::with_capacity(n));
+        let diffs = std::mem::replace(&mut out.diffs, Vec::with_capacity(n));
+        Ok(ChangeBatch::new(data, times, diffs))
+    }
+}

@@ -1,0 +1,283 @@
+//! Tests of [`Aggregate`]: each aggregate function over insertions and retractions, MIN/MAX
+//! over every form its multiset is kept in, checkpoints cut at every instant, and spans of any
+//! width against instant-by-instant evaluation.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema};
+use datafusion_common::DFSchema;
+use datafusion_expr::{cast, col};
+
+use super::accumulators::{f64_key, key_f64};
+use super::*;
+use crate::operator::EvalCtx;
+use crate::state::{binary_col, bool_col, i64_col, opt_f64_col, opt_i128_col, opt_i64_col};
+use crate::testing::Dataflow;
+use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
+
+fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Dataflow {
+    agg_op_as(grouped, aggs, DataType::Int64, input)
+}
+
+/// [`aggregate`] fed with `input`.
+fn agg_op_as(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType, input: Vec<Tick>) -> Dataflow {
+    fed(aggregate(grouped, aggs, arg), [input])
+}
+
+/// An aggregate over `kv` with key `k` (if `grouped`) and arguments `v` cast to `arg`.
+fn aggregate(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType) -> Aggregate {
+    let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+    let keys = if grouped { vec![ScalarExpr::compile(&col("k"), &df).unwrap()] } else { vec![] };
+    let mut fields = vec![];
+    if grouped {
+        fields.push(Field::new("k", DataType::Utf8, true));
+    }
+    let specs = aggs
+        .iter()
+        .map(|(f, distinct)| {
+            let (arg, ty) = match f {
+                AggFunc::CountStar => (None, DataType::Null),
+                _ => {
+                    let e = cast(col("v"), arg.clone());
+                    (Some(ScalarExpr::compile(&e, &df).unwrap()), arg.clone())
+                }
+            };
+            let out = match f {
+                AggFunc::Avg => DataType::Float64,
+                AggFunc::Min | AggFunc::Max => ty.clone(),
+                _ => DataType::Int64,
+            };
+            fields.push(Field::new(format!("{f}"), out, true));
+            AggSpec { func: *f, arg, arg_type: ty, distinct: *distinct }
+        })
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let key_types = if grouped { vec![DataType::Utf8] } else { vec![] };
+    Aggregate::new(keys, key_types, specs, schema).unwrap()
+}
+
+fn agg(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Vec<String> {
+    run(&mut agg_op(grouped, aggs, input))
+}
+
+/// Evaluates `flow` at `times`, rendering its output.
+fn eval_at(flow: &mut Dataflow, times: &[Time]) -> Vec<String> {
+    let ctx = EvalCtx::default();
+    times.iter().flat_map(|t| render(&flow.eval(*t, *t, &ctx).unwrap())).collect()
+}
+
+/// Copies the aggregate's state (not the feed's) through a checkpoint's bytes into `to`.
+fn copy_state(from: &Dataflow, to: &mut Dataflow) {
+    let root = from.len() - 1;
+    let mut w = StateWriter::new();
+    from.operator(root).unwrap().save_state(&mut w).unwrap();
+    let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+    to.operator_mut(root).unwrap().restore_state(&mut r).unwrap();
+    r.finish().unwrap();
+}
+
+#[test]
+fn min_max_survive_deleting_the_current_extreme() {
+    let out = agg(
+        true,
+        &[(AggFunc::Min, false), (AggFunc::Max, false)],
+        vec![kv(1, "+1 a 5, +1 a 1, +1 a 9"), kv(2, "-1 a 1"), kv(3, "-1 a 9"), kv(4, "-1 a 5")],
+    );
+    assert_eq!(
+        out,
+        ["@1 +1 a 1 9", "@2 +1 a 5 9", "@2 -1 a 1 9", "@3 +1 a 5 5", "@3 -1 a 5 9", "@4 -1 a 5 5"]
+    );
+}
+
+#[test]
+fn count_distinct_counts_values_present() {
+    let out = agg(
+        true,
+        &[(AggFunc::Count, true), (AggFunc::CountStar, false)],
+        vec![kv(1, "+1 a 1, +1 a 1, +1 a 2"), kv(2, "-1 a 1"), kv(3, "-1 a 1")],
+    );
+    assert_eq!(out, ["@1 +1 a 2 3", "@2 +1 a 2 2", "@2 -1 a 2 3", "@3 +1 a 1 1", "@3 -1 a 2 2"]);
+}
+
+#[test]
+fn scalar_aggregate_exists_from_the_first_instant() {
+    // No input at the first instant: COUNT(*) = 0, SUM = NULL; then a row comes and goes.
+    let out = agg(
+        false,
+        &[(AggFunc::CountStar, false), (AggFunc::Sum, false)],
+        vec![kv(0, ""), kv(1, "+1 a 4"), kv(2, "-1 a 4")],
+    );
+    assert_eq!(out, ["@0 +1 0 _", "@1 +1 1 4", "@1 -1 0 _", "@2 +1 0 _", "@2 -1 1 4"]);
+}
+
+#[test]
+fn sum_and_avg_skip_nulls_and_retract() {
+    let out = agg(
+        true,
+        &[(AggFunc::Sum, false), (AggFunc::Avg, false), (AggFunc::Count, false)],
+        vec![kv(1, "+1 a 2, +1 a _, +1 a 4"), kv(2, "-1 a 4")],
+    );
+    assert_eq!(out, ["@1 +1 a 6 3.0 2", "@2 +1 a 2 2.0 1", "@2 -1 a 6 3.0 2"]);
+}
+
+#[test]
+fn unchanged_values_emit_nothing() {
+    // A replacement by an equal value leaves the group's output unchanged.
+    let out = agg(true, &[(AggFunc::Sum, false)], vec![kv(1, "+1 b 5"), kv(4, "-1 b 5, +1 b 5")]);
+    assert_eq!(out, ["@1 +1 b 5"]);
+}
+
+/// Window-like changes (oldest value out first) and then deletions out of arrival order.
+fn min_max_input() -> Vec<Tick> {
+    vec![
+        kv(1, "+1 a 5, +1 a 1, +1 b 7, +1 a 9"),
+        kv(2, "+1 a 9, -1 a 5, +1 b 2, +2 b 7"),
+        kv(3, "-1 a 1, -1 b 7, +1 a _, +1 c _"),
+        kv(4, "-1 a 9, +1 a 3"),
+        kv(5, "-1 a 9, -1 b 7"),
+        kv(6, "-1 a 3, -1 b 2, +1 b 4, -1 a _"),
+        kv(7, "-1 b 7, +1 a 0, -1 c _"),
+        kv(8, "-1 b 4, -1 a 0"),
+    ]
+}
+
+#[test]
+fn min_max_over_every_kept_form_agree() {
+    // Int64 and Int32 (order keys), Float64 (float order keys), Utf8 (row encodings):
+    // the same MIN and MAX, whatever the form the multiset is kept in.
+    let aggs = [(AggFunc::Min, false), (AggFunc::Max, false), (AggFunc::Count, false)];
+    let int = run(&mut agg_op(true, &aggs, min_max_input()));
+    assert_eq!(
+        int[..6],
+        [
+            "@1 +1 a 1 9 3",
+            "@1 +1 b 7 7 1",
+            "@2 +1 b 2 7 4",
+            "@2 -1 b 7 7 1",
+            "@3 +1 a 9 9 2",
+            "@3 +1 b 2 7 3"
+        ]
+    );
+    // (Strings would order "10" before "9"; all the values here are single digits.)
+    for ty in [DataType::Int32, DataType::Float64, DataType::Utf8] {
+        let other = run(&mut agg_op_as(true, &aggs, ty.clone(), min_max_input()));
+        let other: Vec<String> = other.iter().map(|r| r.replace(".0", "")).collect();
+        assert_eq!(other, int, "{ty}");
+    }
+}
+
+#[test]
+fn float_order_keys_follow_the_total_order() {
+    let vals =
+        [f64::NEG_INFINITY, -1.5, -0.0, 0.0, f64::MIN_POSITIVE, 1.0, f64::INFINITY, f64::NAN];
+    for w in vals.windows(2) {
+        assert!(f64_key(w[0]) < f64_key(w[1]), "{} < {}", w[0], w[1]);
+        assert_eq!(w[0].total_cmp(&w[1]), f64_key(w[0]).cmp(&f64_key(w[1])));
+    }
+    for v in vals.iter().chain(&[-f64::NAN]) {
+        assert_eq!(key_f64(f64_key(*v)).to_bits(), v.to_bits());
+    }
+}
+
+#[test]
+fn min_max_checkpoint_round_trips_at_every_instant() {
+    let aggs = [
+        (AggFunc::Min, false),
+        (AggFunc::Max, false),
+        (AggFunc::Max, true),
+        (AggFunc::CountStar, false),
+    ];
+    let times: Vec<Time> = (1..=8).collect();
+    for ty in [DataType::Int64, DataType::Float64, DataType::Utf8] {
+        let whole = eval_at(&mut agg_op_as(true, &aggs, ty.clone(), min_max_input()), &times);
+        for cut in 0..times.len() {
+            let mut a = agg_op_as(true, &aggs, ty.clone(), min_max_input());
+            let mut out = eval_at(&mut a, &times[..cut]);
+            let mut b = agg_op_as(true, &aggs, ty.clone(), min_max_input());
+            eval_at(&mut b, &times[..cut]); // consumes the feed's first instants
+            let mut fresh = agg_op_as(true, &aggs, ty.clone(), vec![]);
+            copy_state(&a, &mut fresh);
+            copy_state(&fresh, &mut b); // a restored state saves what it restored
+            out.extend(eval_at(&mut b, &times[cut..]));
+            assert_eq!(out, whole, "{ty} cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn scalar_min_max_without_values_checkpoint() {
+    // No GROUP BY: the row exists with NULL MIN/MAX and an empty multiset to save.
+    let aggs = [(AggFunc::Min, false), (AggFunc::Max, false)];
+    let mut a = agg_op(false, &aggs, vec![kv(1, "+1 a _")]);
+    assert_eq!(eval_at(&mut a, &[1]), ["@1 +1 _ _"]);
+    let mut b = agg_op(false, &aggs, vec![kv(2, "+1 a 4")]);
+    copy_state(&a, &mut b);
+    assert_eq!(eval_at(&mut b, &[2]), ["@2 +1 4 4", "@2 -1 _ _"]);
+}
+
+#[test]
+fn restored_values_that_do_not_fit_are_errors() {
+    let aggs = [(AggFunc::Max, false)];
+    let mut a = agg_op(true, &aggs, vec![kv(1, "+1 a 4")]);
+    eval_at(&mut a, &[1]);
+    let mut w = StateWriter::new();
+    a.operator(1).unwrap().save_state(&mut w).unwrap();
+    // The same state with a value of the wrong width for BIGINT.
+    let sig = aggregate(true, &aggs, DataType::Int64).signature();
+    let mut bad = StateWriter::new();
+    bad.put("aggregate", &sig, 1, vec![("started", bool_col([true]))]).unwrap();
+    let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+    r.take("aggregate", &sig).unwrap();
+    let groups = r.take("aggregate.groups", &sig).unwrap();
+    let keys = groups.binary("key").unwrap();
+    bad.put(
+        "aggregate.groups",
+        &sig,
+        1,
+        vec![
+            ("key", binary_col(keys)),
+            ("rows", i64_col([1])),
+            ("n0", opt_i64_col([None])),
+            ("isum0", opt_i128_col([None])),
+            ("fsum0", opt_f64_col([None])),
+        ],
+    )
+    .unwrap();
+    for (name, value) in [("aggregate.values", &[1u8, 2, 3][..]), ("aggregate.seen", &[][..])] {
+        let n = usize::from(!value.is_empty());
+        bad.put(
+            name,
+            &sig,
+            n,
+            vec![
+                ("group", i64_col(vec![0; n])),
+                ("agg", i64_col(vec![0; n])),
+                ("value", binary_col(vec![value; n])),
+                ("count", i64_col(vec![1; n])),
+            ],
+        )
+        .unwrap();
+    }
+    let mut r = StateReader::from_bytes(&bad.into_bytes().unwrap()).unwrap();
+    let mut fresh = aggregate(true, &aggs, DataType::Int64);
+    let err = fresh.restore_own(&mut r).unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+}
+
+#[test]
+fn spans_give_what_instants_give() {
+    // Window-like input over many instants, some groups appearing and disappearing, a
+    // float sum (which fixes the apply order): any span width, the same changes.
+    let ticks = || min_max_input();
+    for (grouped, aggs) in [
+        (true, &[(AggFunc::Max, false), (AggFunc::Avg, false), (AggFunc::CountStar, false)][..]),
+        (false, &[(AggFunc::Min, false), (AggFunc::Count, true), (AggFunc::Sum, false)][..]),
+    ] {
+        let make = || agg_op(grouped, aggs, ticks());
+        let want = run(&mut make());
+        assert!(!want.is_empty());
+        for width in [0, 1, 2, 10] {
+            assert_eq!(run_spans(&mut make(), width), want, "width {width}");
+        }
+    }
+}

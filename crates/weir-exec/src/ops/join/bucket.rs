@@ -1,0 +1,93 @@
+//! The rows of one join key with their multiplicities: one row inline, several in a map.
+
+use datafusion_common::HashMap;
+
+use crate::row::RowBytes;
+
+/// The rows of one key with their multiplicities (never zero). Most keys have one row, which
+/// is kept inline instead of in a map of its own.
+#[derive(Debug, Clone)]
+pub(super) enum Bucket {
+    One(RowBytes, i64),
+    Many(HashMap<RowBytes, i64>),
+}
+
+impl Bucket {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&RowBytes, i64)> + '_ {
+        let (one, many) = match self {
+            Bucket::One(r, c) => (Some((r, *c)), None),
+            Bucket::Many(m) => (None, Some(m.iter().map(|(r, c)| (r, *c)))),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+
+    /// Adds `diff` to `row`'s multiplicity (`diff` is not zero); returns whether the bucket is
+    /// now empty.
+    pub(super) fn add(&mut self, row: &[u8], diff: i64) -> bool {
+        match self {
+            Bucket::One(r, c) if &r[..] == row => {
+                *c += diff;
+                *c == 0
+            }
+            Bucket::One(r, c) => {
+                let mut m = HashMap::with_capacity(2);
+                m.insert(std::mem::take(r), *c);
+                m.insert(RowBytes::from(row), diff);
+                *self = Bucket::Many(m);
+                false
+            }
+            Bucket::Many(m) => {
+                match m.get_mut(row) {
+                    Some(c) => {
+                        *c += diff;
+                        if *c == 0 {
+                            m.remove(row);
+                        }
+                    }
+                    None => {
+                        m.insert(RowBytes::from(row), diff);
+                    }
+                }
+                let single = if m.len() == 1 { m.drain().next() } else { None };
+                let empty = m.is_empty();
+                if let Some((r, c)) = single {
+                    *self = Bucket::One(r, c);
+                    return false;
+                }
+                empty
+            }
+        }
+    }
+
+    /// The sum of the multiplicities.
+    pub(super) fn total(&self) -> i64 {
+        self.iter().map(|(_, c)| c).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bucket;
+
+    fn contents(b: &Bucket) -> Vec<(Vec<u8>, i64)> {
+        let mut v: Vec<(Vec<u8>, i64)> = b.iter().map(|(r, c)| (r.to_vec(), c)).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_bucket_grows_from_one_row_and_empties_exactly() {
+        let mut b = Bucket::One(b"a"[..].into(), 1);
+        assert!(!b.add(b"a", 2));
+        assert_eq!(contents(&b), [(b"a".to_vec(), 3)]);
+        assert!(!b.add(b"b", 1));
+        assert!(matches!(b, Bucket::Many(_)));
+        assert_eq!(contents(&b), [(b"a".to_vec(), 3), (b"b".to_vec(), 1)]);
+        assert_eq!(b.total(), 4);
+        // Back to one row: kept inline again.
+        assert!(!b.add(b"a", -3));
+        assert!(matches!(b, Bucket::One(..)));
+        assert_eq!(contents(&b), [(b"b".to_vec(), 1)]);
+        assert!(b.add(b"b", -1));
+    }
+}

@@ -1,0 +1,320 @@
+//! Tests of [`Join`](super::Join): each join kind on hand-written changes, the mark join, and
+//! a property test that spans of any width give what instants give.
+
+use super::*;
+
+mod kinds {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{fed, kv, kv_schema, run, Tick};
+
+    fn join(kind: JoinKind, left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let side = || JoinSide {
+            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let schema = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
+            kv_schema()
+        } else {
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new("k2", DataType::Utf8, true),
+                Field::new("v2", DataType::Int64, true),
+            ]))
+        };
+        let op = Join::new(
+            kind,
+            false,
+            side(),
+            side(),
+            RowCodec::new(vec![DataType::Utf8]).unwrap(),
+            None,
+            schema,
+        );
+        run(&mut fed(op, [left, right]))
+    }
+
+    #[test]
+    fn delta_join_counts_each_pair_once() {
+        // Both sides change at instant 1: the pair (a1, a10) must appear exactly once.
+        let out = join(
+            JoinKind::Inner,
+            vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")],
+            vec![kv(1, "+1 a 10"), kv(2, "+1 a 20")],
+        );
+        assert_eq!(out, ["@1 +1 a 1 a 10", "@2 +1 a 1 a 20", "@3 -1 a 1 a 10", "@3 -1 a 1 a 20"]);
+    }
+
+    #[test]
+    fn null_keys_never_match() {
+        let out =
+            join(JoinKind::Inner, vec![kv(1, "+1 _ 1, +1 b 2")], vec![kv(1, "+1 _ 3, +1 b 4")]);
+        assert_eq!(out, ["@1 +1 b 2 b 4"]);
+    }
+
+    #[test]
+    fn multiplicities_multiply() {
+        let out = join(JoinKind::Inner, vec![kv(1, "+2 a 1")], vec![kv(1, "+3 a 2")]);
+        assert_eq!(out, ["@1 +6 a 1 a 2"]);
+    }
+
+    #[test]
+    fn left_outer_pads_while_unmatched() {
+        // x is padded until its match arrives at 2, and again after it leaves at 3.
+        let out = join(
+            JoinKind::Left,
+            vec![kv(1, "+1 x 1, +1 _ 9")],
+            vec![kv(2, "+1 x 5"), kv(3, "-1 x 5")],
+        );
+        assert_eq!(
+            out,
+            [
+                "@1 +1 _ 9 _ _",
+                "@1 +1 x 1 _ _",
+                "@2 +1 x 1 x 5",
+                "@2 -1 x 1 _ _",
+                "@3 +1 x 1 _ _",
+                "@3 -1 x 1 x 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn full_outer_pads_both_sides() {
+        let out =
+            join(JoinKind::Full, vec![kv(1, "+1 a 1")], vec![kv(1, "+1 b 2"), kv(2, "+1 a 3")]);
+        assert_eq!(
+            out,
+            // (a,3) matches a1 as it arrives, so it is never padded.
+            ["@1 +1 _ _ b 2", "@1 +1 a 1 _ _", "@2 +1 a 1 a 3", "@2 -1 a 1 _ _"]
+        );
+    }
+
+    #[test]
+    fn semi_and_anti_follow_the_first_and_last_match() {
+        let left = || vec![kv(1, "+2 a 1, +1 b 2")];
+        let right = || vec![kv(2, "+1 a 7, +1 a 8"), kv(3, "-1 a 7"), kv(4, "-1 a 8")];
+        assert_eq!(join(JoinKind::LeftSemi, left(), right()), ["@2 +2 a 1", "@4 -2 a 1"]);
+        assert_eq!(
+            join(JoinKind::LeftAnti { null_aware: false }, left(), right()),
+            ["@1 +1 b 2", "@1 +2 a 1", "@2 -2 a 1", "@4 +2 a 1"]
+        );
+    }
+
+    #[test]
+    fn null_aware_anti_join_follows_not_in() {
+        // x NOT IN (R): empty R keeps everything (NULL x too); a NULL in R empties the result.
+        let out = join(
+            JoinKind::LeftAnti { null_aware: true },
+            vec![kv(1, "+1 a 1, +1 _ 2")],
+            vec![kv(2, "+1 b 0"), kv(3, "+1 _ 0"), kv(4, "-1 _ 0")],
+        );
+        assert_eq!(out, ["@1 +1 _ 2", "@1 +1 a 1", "@2 -1 _ 2", "@3 -1 a 1", "@4 +1 a 1"]);
+    }
+}
+
+mod mark {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{fed, kv, kv_schema, run};
+
+    #[test]
+    fn mark_join_flags_rows_with_a_match() {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let side = || JoinSide {
+            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("mark", DataType::Boolean, true),
+        ]));
+        let op = Join::new(
+            JoinKind::LeftMark,
+            false,
+            side(),
+            side(),
+            RowCodec::new(vec![DataType::Utf8]).unwrap(),
+            None,
+            schema,
+        );
+        let left = vec![kv(1, "+1 a 1, +1 b 2")];
+        let right = vec![kv(1, "+1 a 9"), kv(2, "+1 b 3")];
+        assert_eq!(
+            run(&mut fed(op, [left, right])),
+            ["@1 +1 a 1 true", "@1 +1 b 2 false", "@2 +1 b 2 true", "@2 -1 b 2 false"]
+        );
+    }
+}
+
+mod spans {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::{col, lit};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::operator::EvalCtx;
+    use crate::testing::Dataflow;
+    use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
+
+    const KINDS: [JoinKind; 9] = [
+        JoinKind::Inner,
+        JoinKind::Left,
+        JoinKind::Right,
+        JoinKind::Full,
+        JoinKind::LeftSemi,
+        JoinKind::LeftAnti { null_aware: false },
+        JoinKind::LeftAnti { null_aware: true },
+        JoinKind::LeftMark,
+        JoinKind::ExceptAll,
+    ];
+
+    fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Dataflow {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let bag = matches!(kind, JoinKind::IntersectAll | JoinKind::ExceptAll);
+        let side = || JoinSide {
+            keys: if bag {
+                vec![
+                    ScalarExpr::compile(&col("k"), &df).unwrap(),
+                    ScalarExpr::compile(&col("v"), &df).unwrap(),
+                ]
+            } else {
+                vec![ScalarExpr::compile(&col("k"), &df).unwrap()]
+            },
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let both = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("k2", DataType::Utf8, true),
+            Field::new("v2", DataType::Int64, true),
+        ]));
+        let schema = match kind {
+            JoinKind::LeftMark => Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new("mark", DataType::Boolean, true),
+            ])),
+            JoinKind::LeftSemi
+            | JoinKind::LeftAnti { .. }
+            | JoinKind::IntersectAll
+            | JoinKind::ExceptAll => kv_schema(),
+            _ => both.clone(),
+        };
+        // θ: the left value below the right one (over both sides' columns).
+        let theta = filter.then(|| {
+            let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
+            ScalarExpr::compile(&col("v").lt(col("v2") + lit(1i64)), &df_both).unwrap()
+        });
+        let key_types =
+            if bag { vec![DataType::Utf8, DataType::Int64] } else { vec![DataType::Utf8] };
+        let op = Join::new(
+            kind,
+            bag,
+            side(),
+            side(),
+            RowCodec::new(key_types).unwrap(),
+            if bag { None } else { theta },
+            schema,
+        );
+        fed(op, [left, right])
+    }
+
+    /// Ticks from (time, diff, key, value) changes; a key or value of 3 is NULL.
+    fn ticks(changes: &[(i64, i64, u8, i64)]) -> Vec<Tick> {
+        let mut by_time: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+        for &(t, d, k, v) in changes {
+            let k = if k == 3 { "_".to_string() } else { ((b'a' + k) as char).to_string() };
+            let v = if v == 3 { "_".to_string() } else { v.to_string() };
+            by_time.entry(t).or_default().push(format!("{d:+} {k} {v}"));
+        }
+        by_time.into_iter().map(|(t, items)| kv(t, &items.join(", "))).collect()
+    }
+
+    /// Bag contents per instant, as sorted `@t +d row` strings with equal rows' diffs summed:
+    /// the span and instant-by-instant outputs must agree on these.
+    fn consolidated(lines: Vec<String>) -> Vec<String> {
+        let mut net: std::collections::BTreeMap<(i64, String), i64> = Default::default();
+        for l in lines {
+            let (t, rest) = l.split_once(' ').unwrap();
+            let (d, row) = rest.split_once(' ').unwrap();
+            *net.entry((t[1..].parse().unwrap(), row.to_string())).or_default() +=
+                d.parse::<i64>().unwrap();
+        }
+        net.into_iter()
+            .filter(|(_, d)| *d != 0)
+            .map(|((t, r), d)| format!("@{t} {d:+} {r}"))
+            .collect()
+    }
+
+    /// Insertions of a row with a multiplicity, some retracted whole at a later instant (a
+    /// relation's changes never remove what is not there).
+    fn changes() -> impl Strategy<Value = Vec<(i64, i64, u8, i64)>> {
+        prop::collection::vec(
+            (0i64..12, 1i64..3, 0u8..4, 0i64..4, prop::option::of(0i64..6)),
+            0..12,
+        )
+        .prop_map(|items| {
+            items
+                .into_iter()
+                .flat_map(|(t, n, k, v, gone)| {
+                    std::iter::once((t, n, k, v)).chain(gone.map(|g| (t + g, -n, k, v)))
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Evaluating spans of instants gives exactly what evaluating them one by one gives,
+        /// for every join kind, with and without θ, whatever the span width.
+        #[test]
+        fn spans_equal_instants(
+            left in changes(),
+            right in changes(),
+            kind in 0usize..KINDS.len(),
+            filter: bool,
+            width in 0i64..13,
+        ) {
+            let kind = KINDS[kind];
+            let one = run(&mut join(kind, filter, ticks(&left), ticks(&right)));
+            let span = run_spans(&mut join(kind, filter, ticks(&left), ticks(&right)), width);
+            prop_assert_eq!(consolidated(one), consolidated(span));
+        }
+    }
+
+    #[test]
+    fn a_span_output_is_stamped_with_each_instant() {
+        let mut op = join(
+            JoinKind::Left,
+            false,
+            vec![kv(1, "+1 a 1"), kv(3, "-1 a 1")],
+            vec![kv(2, "+1 a 5"), kv(4, "+1 a 6")],
+        );
+        let d = op.eval(1, 4, &EvalCtx::default()).unwrap();
+        assert_eq!(
+            render(&d),
+            ["@1 +1 a 1 _ _", "@2 +1 a 1 a 5", "@2 -1 a 1 _ _", "@3 -1 a 1 a 5",]
+        );
+    }
+}
