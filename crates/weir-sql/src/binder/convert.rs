@@ -1,0 +1,460 @@
+//! The converter: DataFusion's logical plan -> Weir's [`LogicalPlan`], node by node, with
+//! windowed streams and views (leaves for DataFusion) turned into Weir's own nodes.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::tree_node::TreeNode;
+use datafusion_common::{DFSchema, TableReference};
+use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
+use weir_common::{Result, TimeDomain, WeirError};
+use weir_plan::{
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec,
+};
+
+use super::df_error;
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::parser::{Duration, WindowAst, WindowKind};
+
+/// DataFusion plan -> Weir plan.
+pub(super) struct Converter<'a> {
+    pub catalog: &'a dyn Catalog,
+    pub windows: &'a [WindowAst],
+}
+
+fn unsupported(what: &str) -> WeirError {
+    WeirError::plan(format!("{what} is not supported in Weir yet"))
+}
+
+impl Converter<'_> {
+    pub fn convert(&self, plan: &DfPlan) -> Result<Arc<LogicalPlan>> {
+        Ok(Arc::new(match plan {
+            DfPlan::TableScan(scan) => {
+                if scan.projection.is_some() || !scan.filters.is_empty() || scan.fetch.is_some() {
+                    return Err(WeirError::internal("table scan with pushed-down work"));
+                }
+                return self.scan(scan.table_name.table(), scan.projected_schema.clone());
+            }
+            DfPlan::Projection(p) => {
+                let input = self.convert(&p.input)?;
+                let (exprs, input) = self.apply_subqueries(p.expr.clone(), input)?;
+                LogicalPlan::Project { exprs, input, schema: p.schema.clone() }
+            }
+            DfPlan::Filter(f) => {
+                let input = self.convert(&f.input)?;
+                let (mut exprs, input) = self.apply_subqueries(vec![f.predicate.clone()], input)?;
+                let predicate =
+                    exprs.pop().ok_or_else(|| WeirError::internal("filter predicate"))?;
+                let filter = LogicalPlan::Filter { predicate, input: input.clone() };
+                // Drop the subquery columns again: a filter keeps its input's schema.
+                if let LogicalPlan::Apply { input: below, .. } = input.as_ref() {
+                    let below_schema = below.schema();
+                    let keep = below_schema.columns().into_iter().map(Expr::Column).collect();
+                    LogicalPlan::Project {
+                        exprs: keep,
+                        input: Arc::new(filter),
+                        schema: below_schema,
+                    }
+                } else {
+                    filter
+                }
+            }
+            DfPlan::Join(j) => {
+                let kind = match j.join_type {
+                    JoinType::Inner => JoinKind::Inner,
+                    JoinType::Left => JoinKind::Left,
+                    JoinType::Right => JoinKind::Right,
+                    JoinType::Full => JoinKind::Full,
+                    JoinType::LeftSemi => JoinKind::LeftSemi,
+                    JoinType::LeftAnti if j.null_aware && j.on.len() > 1 => {
+                        // NOT IN's NULL rules would have to hold per correlation key; the
+                        // null-aware anti join applies them over the whole subquery.
+                        return Err(unsupported("a correlated NOT IN subquery"));
+                    }
+                    JoinType::LeftAnti => JoinKind::LeftAnti { null_aware: j.null_aware },
+                    JoinType::LeftMark => JoinKind::LeftMark,
+                    // `mark_bag_set_operations` turned INTERSECT ALL / EXCEPT ALL into these,
+                    // with the kept side on the right.
+                    JoinType::RightSemi | JoinType::RightAnti
+                        if j.null_equality == datafusion_common::NullEquality::NullEqualsNull =>
+                    {
+                        let kind = if j.join_type == JoinType::RightSemi {
+                            JoinKind::IntersectAll
+                        } else {
+                            JoinKind::ExceptAll
+                        };
+                        return Ok(Arc::new(LogicalPlan::Join {
+                            kind,
+                            left: self.convert(&j.right)?,
+                            right: self.convert(&j.left)?,
+                            on: j.on.iter().map(|(l, r)| (r.clone(), l.clone())).collect(),
+                            filter: j.filter.clone(),
+                            nulls_equal: true,
+                            schema: j.schema.clone(),
+                        }));
+                    }
+                    other => return Err(unsupported(&format!("{other} JOIN"))),
+                };
+                LogicalPlan::Join {
+                    kind,
+                    left: self.convert(&j.left)?,
+                    right: self.convert(&j.right)?,
+                    on: j.on.clone(),
+                    filter: j.filter.clone(),
+                    nulls_equal: j.null_equality == datafusion_common::NullEquality::NullEqualsNull,
+                    schema: j.schema.clone(),
+                }
+            }
+            DfPlan::Aggregate(a) => {
+                let mut group = Vec::new();
+                for g in &a.group_expr {
+                    if matches!(g, Expr::GroupingSet(_)) {
+                        return Err(unsupported("GROUPING SETS, CUBE and ROLLUP"));
+                    }
+                    group.push(g.clone());
+                }
+                let aggs = a.aggr_expr.iter().map(agg_call).collect::<Result<Vec<_>>>()?;
+                LogicalPlan::Aggregate {
+                    group,
+                    aggs,
+                    input: self.convert(&a.input)?,
+                    schema: a.schema.clone(),
+                }
+            }
+            DfPlan::Distinct(Distinct::All(input)) => {
+                LogicalPlan::Distinct { input: self.convert(input)? }
+            }
+            DfPlan::Distinct(Distinct::On(_)) => return Err(unsupported("DISTINCT ON")),
+            DfPlan::Union(u) => LogicalPlan::UnionAll {
+                inputs: u.inputs.iter().map(|i| self.convert(i)).collect::<Result<_>>()?,
+                schema: u.schema.clone(),
+            },
+            DfPlan::SubqueryAlias(s) => {
+                // An alias only renames: fold it into a leaf rather than add a node.
+                let input = self.convert(&s.input)?;
+                let schema = s.schema.clone();
+                match input.as_ref() {
+                    LogicalPlan::Window { spec, input, bounds_columns, .. } => {
+                        LogicalPlan::Window {
+                            spec: spec.clone(),
+                            input: input.clone(),
+                            schema,
+                            bounds_columns: *bounds_columns,
+                        }
+                    }
+                    LogicalPlan::TableScan { name, .. } => {
+                        LogicalPlan::TableScan { name: name.clone(), schema }
+                    }
+                    LogicalPlan::Rename { input, .. } => {
+                        LogicalPlan::Rename { input: input.clone(), schema }
+                    }
+                    _ => LogicalPlan::Rename { input, schema },
+                }
+            }
+            DfPlan::EmptyRelation(e) => LogicalPlan::Values {
+                rows: if e.produce_one_row { vec![vec![]] } else { vec![] },
+                schema: e.schema.clone(),
+            },
+            DfPlan::Values(v) => {
+                LogicalPlan::Values { rows: v.values.clone(), schema: v.schema.clone() }
+            }
+            DfPlan::Sort(sort) => LogicalPlan::TopK {
+                order: sort.expr.clone(),
+                skip: 0,
+                fetch: sort.fetch,
+                input: self.convert(&sort.input)?,
+            },
+            DfPlan::Limit(limit) => {
+                let skip = match limit.get_skip_type().map_err(df_error)? {
+                    datafusion_expr::logical_plan::SkipType::Literal(n) => n,
+                    _ => return Err(WeirError::plan("OFFSET must be a constant")),
+                };
+                let fetch = match limit.get_fetch_type().map_err(df_error)? {
+                    datafusion_expr::logical_plan::FetchType::Literal(n) => n,
+                    _ => return Err(WeirError::plan("LIMIT must be a constant")),
+                };
+                // LIMIT over ORDER BY is one top-k; over anything else it takes rows in value order.
+                match self.convert(&limit.input)?.as_ref() {
+                    LogicalPlan::TopK { order, skip: 0, fetch: None, input } => LogicalPlan::TopK {
+                        order: order.clone(),
+                        skip,
+                        fetch,
+                        input: input.clone(),
+                    },
+                    _ => LogicalPlan::TopK {
+                        order: vec![],
+                        skip,
+                        fetch,
+                        input: self.convert(&limit.input)?,
+                    },
+                }
+            }
+            DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
+            other => return Err(unsupported(&format!("'{}'", other.display()))),
+        }))
+    }
+
+    /// Replaces the scalar subqueries DataFusion could not decorrelate by columns of an
+    /// [`LogicalPlan::Apply`] over `input`, which evaluates them row by row.
+    fn apply_subqueries(
+        &self,
+        exprs: Vec<Expr>,
+        input: Arc<LogicalPlan>,
+    ) -> Result<(Vec<Expr>, Arc<LogicalPlan>)> {
+        if !exprs.iter().any(|e| e.exists(|x| Ok(is_subquery(x))).unwrap_or(false)) {
+            return Ok((exprs, input));
+        }
+        let mut subqueries: Vec<ApplySubquery> = Vec::new();
+        let mut fields: Vec<(Option<TableReference>, Arc<arrow::datatypes::Field>)> = Vec::new();
+        let mut rewritten = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let mut err = None;
+            let new = e
+                .transform_up(|x| {
+                    let (subquery, kind) = match x {
+                        Expr::ScalarSubquery(sq) => (sq, ApplyKind::Scalar),
+                        Expr::Exists(ex) => {
+                            (ex.subquery, ApplyKind::Exists { negated: ex.negated })
+                        }
+                        Expr::InSubquery(i) => {
+                            (i.subquery, ApplyKind::In { probe: *i.expr, negated: i.negated })
+                        }
+                        other => return Ok(datafusion_common::tree_node::Transformed::no(other)),
+                    };
+                    let plan = match self.convert(&subquery.subquery) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            err = Some(e);
+                            return Ok(datafusion_common::tree_node::Transformed::no(
+                                Expr::ScalarSubquery(subquery),
+                            ));
+                        }
+                    };
+                    let name = format!("__sq_{}", subqueries.len());
+                    let field = match kind {
+                        ApplyKind::Scalar => {
+                            plan.schema().field(0).as_ref().clone().with_name(&name)
+                        }
+                        _ => arrow::datatypes::Field::new(&name, DataType::Boolean, true),
+                    };
+                    fields.push((None, Arc::new(field.with_nullable(true))));
+                    subqueries.push(ApplySubquery { plan, kind });
+                    Ok(datafusion_common::tree_node::Transformed::yes(Expr::Column(
+                        datafusion_common::Column::new_unqualified(name),
+                    )))
+                })
+                .map_err(df_error)?
+                .data;
+            if let Some(e) = err {
+                return Err(e);
+            }
+            rewritten.push(new);
+        }
+        let extra = DFSchema::new_with_metadata(fields, Default::default()).map_err(df_error)?;
+        let schema = Arc::new(input.schema().join(&extra).map_err(df_error)?);
+        Ok((rewritten, Arc::new(LogicalPlan::Apply { input, subqueries, schema })))
+    }
+
+    /// A leaf: windowed stream, bare stream (UNBOUNDED), table or view.
+    fn scan(&self, name: &str, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
+        if let Some(w) = self.windows.iter().find(|w| w.synthetic == name) {
+            let source = self.source(&w.stream)?;
+            let spec = self.window_spec(w, &source)?;
+            let bounds_columns = w.kind.has_bounds_columns();
+            return Ok(Arc::new(LogicalPlan::Window {
+                spec,
+                input: source,
+                schema,
+                bounds_columns,
+            }));
+        }
+        let source = self.source(name)?;
+        Ok(Arc::new(match source.kind() {
+            PlanKind::Stream => LogicalPlan::Window {
+                spec: WindowSpec::Unbounded,
+                input: source,
+                schema,
+                bounds_columns: false,
+            },
+            PlanKind::Relation => LogicalPlan::Rename { input: source, schema },
+        }))
+    }
+
+    fn source(&self, name: &str) -> Result<Arc<LogicalPlan>> {
+        match self.catalog.lookup(name) {
+            Some(CatalogEntry::Stream(s)) => Ok(Arc::new(LogicalPlan::StreamScan {
+                name: s.name.clone(),
+                schema: qualified(&s.name, &s.schema)?,
+                time_column: s.time_column,
+                domain: s.domain,
+            })),
+            Some(CatalogEntry::Table(t)) => Ok(Arc::new(LogicalPlan::TableScan {
+                name: t.name.clone(),
+                schema: qualified(&t.name, &t.schema)?,
+            })),
+            Some(CatalogEntry::View(v)) => Ok(v.plan.clone()),
+            None => Err(WeirError::plan(format!("unknown stream, table or view '{name}'"))),
+        }
+    }
+
+    fn window_spec(&self, w: &WindowAst, source: &LogicalPlan) -> Result<WindowSpec> {
+        let domain = source.time_domain().unwrap_or(TimeDomain::Ticks);
+        let ticks = |d: Duration| -> Result<i64> {
+            let v = match (d, domain) {
+                (Duration::Ticks(t), TimeDomain::Ticks)
+                | (Duration::Micros(t), TimeDomain::Micros) => t,
+                (Duration::Ticks(t), TimeDomain::Micros) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by a TIMESTAMP column: give the duration a unit \
+                             (e.g. {t} SECONDS)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                (Duration::Micros(_), TimeDomain::Ticks) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by integer ticks: give the duration as a bare integer",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            };
+            if v <= 0 {
+                return Err(WeirError::plan_at("a window duration must be positive", w.span));
+            }
+            Ok(v)
+        };
+        Ok(match &w.kind {
+            WindowKind::Unbounded => WindowSpec::Unbounded,
+            WindowKind::Now => WindowSpec::Now,
+            WindowKind::Range(d) => WindowSpec::Range(ticks(*d)?),
+            WindowKind::RangeSlide(r, s) => {
+                WindowSpec::RangeSlide { range: ticks(*r)?, slide: ticks(*s)? }
+            }
+            WindowKind::Rows(n) => WindowSpec::Rows(*n),
+            WindowKind::Tumble { column, size } => {
+                self.check_descriptor(w, source, column)?;
+                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*size)? }
+            }
+            WindowKind::Hop { column, slide, size } => {
+                self.check_descriptor(w, source, column)?;
+                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*slide)? }
+            }
+            WindowKind::PartitionRows(cols, n) => {
+                let schema = source.schema();
+                let mut by = Vec::new();
+                for (c, span) in cols {
+                    let idx =
+                        schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
+                            WeirError::plan_at(
+                                format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
+                                *span,
+                            )
+                        })?;
+                    by.push(idx);
+                }
+                WindowSpec::PartitionRows { by, rows: *n }
+            }
+        })
+    }
+}
+
+impl Converter<'_> {
+    /// TUMBLE/HOP's DESCRIPTOR names the stream's event-time column: windows run on event time.
+    fn check_descriptor(&self, w: &WindowAst, source: &LogicalPlan, column: &str) -> Result<()> {
+        match source {
+            LogicalPlan::StreamScan { schema, time_column, .. } => {
+                let tc = schema.field(*time_column).name();
+                if tc == column {
+                    Ok(())
+                } else {
+                    Err(WeirError::plan_at(
+                        format!(
+                            "DESCRIPTOR({column}) must name '{}''s event-time column '{tc}'",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            }
+            _ => Err(WeirError::plan_at(
+                format!("TUMBLE and HOP apply to base streams; '{}' is a view", w.stream),
+                w.span,
+            )),
+        }
+    }
+}
+
+/// The schema a windowed stream shows the query: the stream's columns, plus `window_start`
+/// and `window_end` for the window table functions.
+pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<SchemaRef> {
+    let entry = catalog.lookup(&w.stream)?;
+    let schema = entry.schema();
+    if !w.kind.has_bounds_columns() {
+        return Some(schema);
+    }
+    let ty = match &entry {
+        CatalogEntry::Stream(s) if s.domain == TimeDomain::Micros => {
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)
+        }
+        _ => DataType::Int64,
+    };
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));
+    fields.push(Arc::new(arrow::datatypes::Field::new("window_end", ty, true)));
+    Some(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {
+    DFSchema::try_from_qualified_schema(name, schema).map(Arc::new).map_err(df_error)
+}
+
+fn is_subquery(e: &Expr) -> bool {
+    matches!(e, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_))
+}
+
+fn agg_call(e: &Expr) -> Result<AggCall> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    let Expr::AggregateFunction(af) = e else {
+        return Err(WeirError::internal(format!("aggregate expression expected, got {e}")));
+    };
+    let p = &af.params;
+    if p.filter.is_some() {
+        return Err(unsupported("FILTER on aggregates"));
+    }
+    if !p.order_by.is_empty() {
+        return Err(unsupported("ORDER BY inside aggregates"));
+    }
+    let name = af.func.name().to_ascii_lowercase();
+    let arg = match p.args.as_slice() {
+        [] => None,
+        [a] => Some(a.clone()),
+        _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
+    };
+    let func = match name.as_str() {
+        "count" => match &arg {
+            None => AggFunc::CountStar,
+            Some(Expr::Literal(v, _)) if !v.is_null() && !p.distinct => AggFunc::CountStar,
+            #[allow(deprecated)]
+            Some(Expr::Wildcard { .. }) => AggFunc::CountStar,
+            Some(_) => AggFunc::Count,
+        },
+        "sum" => AggFunc::Sum,
+        "avg" | "mean" => AggFunc::Avg,
+        "min" => AggFunc::Min,
+        "max" => AggFunc::Max,
+        other => return Err(unsupported(&format!("aggregate function {other}"))),
+    };
+    let arg = if func == AggFunc::CountStar { None } else { arg };
+    if func != AggFunc::CountStar && arg.is_none() {
+        return Err(WeirError::plan(format!("{name} needs an argument")));
+    }
+    Ok(AggCall { func, arg, distinct: p.distinct })
+}

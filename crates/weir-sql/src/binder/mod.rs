@@ -1,0 +1,443 @@
+//! Binding: a parsed [`CqlQuery`] plus the catalog -> Weir's [`LogicalPlan`].
+//!
+//! The relational part is planned by DataFusion's `SqlToRel` (names, types, functions), then its
+//! analyzer (type coercion) and a chosen set of optimizer rules (subquery decorrelation, equi-join
+//! extraction, filter push-down). Those rewrites are sound in CQL because each CQL operator is a
+//! leaf for DataFusion: a windowed stream `s [RANGE 2]` reaches `SqlToRel` as a table named
+//! `__weir_w0`, and a view as a table of its own name. The resulting DataFusion plan is then
+//! converted node by node into Weir's plan, where those leaves become [`LogicalPlan::Window`]
+//! over a [`LogicalPlan::StreamScan`] (or over the view's own plan).
+//!
+//! The converted plan is then pruned ([`weir_plan::prune`]): each join input is narrowed to the
+//! columns used above it, over the whole plan, views inlined.
+//!
+//! CQL's defaults are applied here: a stream named without a window gets `[UNBOUNDED]`; a
+//! top-level monotonic query without an explicit relation-to-stream operator gets `ISTREAM`.
+//!
+//! Files: this one plans (the catalog as DataFusion sees it, `SqlToRel`, the rewrites);
+//! [`convert`] turns DataFusion's plan into Weir's; [`names`] walks the parsed query before
+//! planning (repeated column names, the names a query reads).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DataFusionError, TableReference};
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::{
+    AggregateUDF, HigherOrderUDF, JoinType, LogicalPlan as DfPlan, ScalarUDF, TableSource,
+    WindowUDF,
+};
+use datafusion_optimizer::analyzer::Analyzer;
+use datafusion_optimizer::optimizer::{Optimizer, OptimizerContext};
+use datafusion_sql::planner::{ParserOptions, SqlToRel};
+use sqlparser::ast as sql;
+use weir_common::{Result, Span, TimeDomain, WeirError};
+use weir_plan::{LogicalPlan, PlanKind, R2S};
+
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::parser::{object_name, CqlQuery, WindowAst, WINDOW_PREFIX};
+
+pub mod convert;
+pub mod names;
+
+use convert::{window_schema, Converter};
+pub use names::collect_relation_names;
+use names::name_duplicate_columns;
+
+/// Binds queries against a catalog.
+pub struct Binder<'a> {
+    catalog: &'a dyn Catalog,
+}
+
+/// Binds a continuous or one-shot query: see the module docs.
+pub fn bind_query(catalog: &dyn Catalog, query: &CqlQuery) -> Result<Arc<LogicalPlan>> {
+    Binder::new(catalog).bind(query)
+}
+
+struct Functions {
+    scalar: HashMap<String, Arc<ScalarUDF>>,
+    aggregate: HashMap<String, Arc<AggregateUDF>>,
+    planners: Vec<Arc<dyn ExprPlanner>>,
+}
+
+fn functions() -> &'static Functions {
+    static F: OnceLock<Functions> = OnceLock::new();
+    F.get_or_init(|| {
+        let mut scalar = HashMap::new();
+        for f in datafusion_functions::all_default_functions() {
+            for alias in f.aliases() {
+                scalar.insert(alias.clone(), f.clone());
+            }
+            scalar.insert(f.name().to_string(), f);
+        }
+        let mut aggregate = HashMap::new();
+        for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
+            for alias in f.aliases() {
+                aggregate.insert(alias.clone(), f.clone());
+            }
+            aggregate.insert(f.name().to_string(), f);
+        }
+        let planners: Vec<Arc<dyn ExprPlanner>> = vec![
+            Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
+            Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
+            Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+        ];
+        Functions { scalar, aggregate, planners }
+    })
+}
+
+/// A stream, table or view as DataFusion sees it: a schema. Filters are never pushed into it
+/// (the default of [`TableSource`]): a filter above a window must stay above the window.
+#[derive(Debug)]
+struct Source(SchemaRef);
+
+impl TableSource for Source {
+    fn schema(&self) -> SchemaRef {
+        self.0.clone()
+    }
+}
+
+/// What `SqlToRel` sees: catalog entries and windowed streams as tables.
+struct Provider<'a> {
+    catalog: &'a dyn Catalog,
+    windows: &'a [WindowAst],
+    options: ConfigOptions,
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(
+        &self,
+        name: TableReference,
+    ) -> datafusion_common::Result<Arc<dyn TableSource>> {
+        let table = name.table();
+        let schema = if let Some(w) = self.windows.iter().find(|w| w.synthetic == table) {
+            window_schema(self.catalog, w)
+        } else {
+            self.catalog.lookup(table).map(|e| e.schema())
+        };
+        match schema {
+            Some(s) => Ok(Arc::new(Source(s))),
+            None => Err(DataFusionError::Plan(format!("unknown stream, table or view '{table}'"))),
+        }
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        functions().scalar.get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {
+        None
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        functions().aggregate.get(name).cloned()
+    }
+
+    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
+        None
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &functions().planners
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        &self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        functions().scalar.keys().cloned().collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        vec![]
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        functions().aggregate.keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// Converts a DataFusion error into a plan error, keeping its source span when it has one.
+pub fn df_error(e: DataFusionError) -> WeirError {
+    if let Some(d) = e.diagnostic() {
+        let span = d.span.filter(|s| s.start.line > 0).map(|s| Span {
+            line: s.start.line,
+            column: s.start.column,
+            end_line: s.end.line,
+            end_column: s.end.column,
+        });
+        let mut message = d.message.clone();
+        let extra = d.notes.iter().map(|n| &n.message).chain(d.helps.iter().map(|h| &h.message));
+        for m in extra {
+            message.push_str(&format!(" ({m})"));
+        }
+        return WeirError::plan_at(message, span);
+    }
+    let msg = e.strip_backtrace();
+    // Keep the innermost cause of a wrapped error ("Optimizer rule ... failed caused by ...").
+    let msg = msg.rsplit("caused by\n").next().unwrap_or(&msg).trim().to_string();
+    let msg = msg
+        .strip_prefix("Arrow error: ")
+        .unwrap_or(&msg)
+        .strip_prefix("Cast error: ")
+        .unwrap_or(msg.strip_prefix("Arrow error: ").unwrap_or(&msg))
+        .to_string();
+    let msg = msg
+        .strip_prefix("Error during planning: ")
+        .or_else(|| msg.strip_prefix("Schema error: "))
+        .or_else(|| msg.strip_prefix("This feature is not implemented: "))
+        .unwrap_or(&msg)
+        .to_string();
+    WeirError::plan(msg)
+}
+
+impl<'a> Binder<'a> {
+    pub fn new(catalog: &'a dyn Catalog) -> Self {
+        Binder { catalog }
+    }
+
+    /// Binds one query. See the module docs.
+    pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
+        self.check_windows(&q.windows)?;
+        self.check_relations(&q.query)?;
+        let df = self.plan_sql(&q.query, &q.windows)?;
+        let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        // Joins store whole input rows: each input keeps only the columns used above it.
+        let plan = weir_plan::prune(&plan)?;
+        let domains = plan.stream_domains();
+        let ticks = domains.iter().find(|(_, d)| *d == TimeDomain::Ticks);
+        let micros = domains.iter().find(|(_, d)| *d == TimeDomain::Micros);
+        if let (Some((t, _)), Some((m, _))) = (ticks, micros) {
+            return Err(WeirError::plan(format!(
+                "a query cannot mix time domains: '{t}' is stamped by integer ticks and '{m}' by \
+                 TIMESTAMP"
+            )));
+        }
+        Ok(match q.r2s {
+            Some(op) => Arc::new(LogicalPlan::ToStream { op, input: plan }),
+            None if plan.is_monotonic() => {
+                Arc::new(LogicalPlan::ToStream { op: R2S::Istream, input: plan })
+            }
+            None => plan,
+        })
+    }
+
+    fn plan_sql(&self, query: &sql::Query, windows: &[WindowAst]) -> Result<DfPlan> {
+        let mut options = ConfigOptions::new();
+        options.sql_parser.enable_ident_normalization = true;
+        options.optimizer.filter_null_join_keys = false;
+        // Weir has no physical subquery operator: every scalar subquery becomes a join.
+        options.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
+        let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
+        let parser_options = ParserOptions {
+            collect_spans: true,
+            // NULL sorts as the smallest value, as in SQLite.
+            default_null_ordering: datafusion_sql::planner::NullOrdering::NullsMin,
+            map_string_types_to_utf8view: false,
+            ..ParserOptions::default()
+        };
+        let planner = SqlToRel::new_with_options(&provider, parser_options);
+        let plan =
+            match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
+                Err(e) if e.to_string().contains("Projections require unique expression names") => {
+                    // SQL allows repeated output names; DataFusion does not. Name the columns after
+                    // their SQL text and plan again.
+                    let mut query = query.clone();
+                    name_duplicate_columns(&mut query);
+                    planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query)))
+                }
+                other => other,
+            }
+            .map_err(df_error)?;
+        let plan = mark_bag_set_operations(plan).map_err(df_error)?;
+        // Before type coercion: a text or binary literal tested for membership in numbers.
+        let plan = crate::mixed_types::rewrite(plan).map_err(df_error)?;
+        let plan =
+            Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
+        // IN nested in a larger condition keeps SQL's unknown result (see `in_subquery`).
+        let plan = crate::in_subquery::rewrite(plan).map_err(df_error)?;
+        // Three steps: subqueries become joins; Weir orders each tree of inner joins (see
+        // `join_order`), once; filters move down and equalities become join keys.
+        let ctx = OptimizerContext::new_with_config_options(Arc::new(options));
+        let decorrelate: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
+            Arc::new(datafusion_optimizer::simplify_expressions::SimplifyExpressions::new()),
+            Arc::new(datafusion_optimizer::decorrelate_predicate_subquery::DecorrelatePredicateSubquery::new()),
+            Arc::new(datafusion_optimizer::scalar_subquery_to_join::ScalarSubqueryToJoin::new()),
+            Arc::new(datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new()),
+        ];
+        let plan =
+            Optimizer::with_rules(decorrelate).optimize(plan, &ctx, |_, _| {}).map_err(df_error)?;
+        let plan = crate::join_order::reorder(plan).map_err(df_error)?.data;
+        let push_down: Vec<Arc<dyn datafusion_optimizer::OptimizerRule + Send + Sync>> = vec![
+            Arc::new(datafusion_optimizer::push_down_filter::PushDownFilter::new()),
+            Arc::new(
+                datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new(),
+            ),
+        ];
+        Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
+    }
+
+    /// Every window names a stream (base or derived), with durations in its time domain.
+    fn check_windows(&self, windows: &[WindowAst]) -> Result<()> {
+        for w in windows {
+            match self.catalog.lookup(&w.stream) {
+                None => {
+                    return Err(WeirError::plan_at(
+                        format!("unknown stream '{}'", w.stream),
+                        w.span,
+                    ))
+                }
+                Some(CatalogEntry::Table(_)) => {
+                    return Err(WeirError::plan_at(
+                        format!("window over a relation: '{}' is a table, not a stream", w.stream),
+                        w.span,
+                    ))
+                }
+                Some(CatalogEntry::View(v)) if v.kind() == PlanKind::Relation => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "window over a relation: view '{}' is a relation, not a stream \
+                             (define it with ISTREAM, DSTREAM or RSTREAM)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every name in a FROM clause exists, reported with its position.
+    fn check_relations(&self, q: &sql::Query) -> Result<()> {
+        let mut ctes: Vec<String> = vec![];
+        if let Some(with) = &q.with {
+            for cte in &with.cte_tables {
+                ctes.push(cte.alias.name.value.to_ascii_lowercase());
+                self.check_relations(&cte.query)?;
+            }
+        }
+        self.check_set_expr(&q.body, &ctes)
+    }
+
+    fn check_set_expr(&self, body: &sql::SetExpr, ctes: &[String]) -> Result<()> {
+        match body {
+            sql::SetExpr::Select(s) => {
+                for twj in &s.from {
+                    self.check_factor(&twj.relation, ctes)?;
+                    for j in &twj.joins {
+                        self.check_factor(&j.relation, ctes)?;
+                    }
+                }
+                Ok(())
+            }
+            sql::SetExpr::Query(q) => self.check_relations(q),
+            sql::SetExpr::SetOperation { left, right, .. } => {
+                self.check_set_expr(left, ctes)?;
+                self.check_set_expr(right, ctes)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_factor(&self, f: &sql::TableFactor, ctes: &[String]) -> Result<()> {
+        match f {
+            sql::TableFactor::Table { name, .. } => {
+                let n = object_name(name);
+                if n.starts_with(WINDOW_PREFIX) || ctes.contains(&n) {
+                    return Ok(());
+                }
+                if self.catalog.lookup(&n).is_none() {
+                    let span = Span::from_sql(sql::Spanned::span(name));
+                    return Err(WeirError::plan_at(
+                        format!("unknown stream, table or view '{n}'"),
+                        span,
+                    ));
+                }
+                Ok(())
+            }
+            sql::TableFactor::Derived { subquery, .. } => self.check_relations(subquery),
+            sql::TableFactor::NestedJoin { table_with_joins, .. } => {
+                self.check_factor(&table_with_joins.relation, ctes)?;
+                for j in &table_with_joins.joins {
+                    self.check_factor(&j.relation, ctes)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// DataFusion plans `L INTERSECT ALL R` and `L EXCEPT ALL R` as a semi and an anti join of L
+/// and R on every column with NULLs equal, and `INTERSECT` / `EXCEPT` as the same joins over
+/// `DISTINCT L`; no other SQL gives a semi or anti join with NULLs equal. A semi or anti join
+/// computes a set operation, not the bag one SQL defines for ALL, so, straight out of the
+/// planner, each such join whose left input is not a `DISTINCT` is flipped into the right-side
+/// join of the same inputs (kept side on the right, same output): nothing else produces those,
+/// so they reach the converter intact, which makes them [`JoinKind::IntersectAll`] and
+/// [`JoinKind::ExceptAll`].
+fn mark_bag_set_operations(plan: DfPlan) -> datafusion_common::Result<DfPlan> {
+    use datafusion_common::tree_node::Transformed;
+    Ok(plan
+        .transform_up_with_subqueries(|node| match node {
+            DfPlan::Join(j)
+                if matches!(j.join_type, JoinType::LeftSemi | JoinType::LeftAnti)
+                    && j.null_equality == datafusion_common::NullEquality::NullEqualsNull
+                    && j.filter.is_none()
+                    && !matches!(j.left.as_ref(), DfPlan::Distinct(_)) =>
+            {
+                let join_type = if j.join_type == JoinType::LeftSemi {
+                    JoinType::RightSemi
+                } else {
+                    JoinType::RightAnti
+                };
+                let on = j.on.iter().map(|(l, r)| (r.clone(), l.clone())).collect();
+                Ok(Transformed::yes(DfPlan::Join(datafusion_expr::logical_plan::Join::try_new(
+                    j.right,
+                    j.left,
+                    on,
+                    None,
+                    join_type,
+                    j.join_constraint,
+                    j.null_equality,
+                    false,
+                )?)))
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data)
+}
+
+/// The plan of `SELECT * FROM table WHERE selection`: the rows a `DELETE` removes. The query
+/// is built around the parsed `selection` (no text round trip), so an error in it points into
+/// the DELETE statement's own text.
+pub fn bind_selection(
+    catalog: &dyn Catalog,
+    table: &str,
+    selection: Option<Box<sql::Expr>>,
+) -> Result<Arc<LogicalPlan>> {
+    let template = format!("SELECT * FROM \"{}\"", table.replace('"', "\"\""));
+    let dialect = sqlparser::dialect::GenericDialect {};
+    let mut stmts = sqlparser::parser::Parser::parse_sql(&dialect, &template)
+        .map_err(|e| WeirError::internal(format!("the DELETE template does not parse: {e}")))?;
+    let Some(sql::Statement::Query(mut query)) = stmts.pop() else {
+        return Err(WeirError::internal("the DELETE template is not a query"));
+    };
+    if let sql::SetExpr::Select(select) = query.body.as_mut() {
+        select.selection = selection.map(|e| *e);
+    }
+    bind_query(catalog, &CqlQuery { query, r2s: None, windows: vec![] })
+}

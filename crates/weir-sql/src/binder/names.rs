@@ -1,0 +1,143 @@
+//! Walks over the parsed query before it is planned: naming repeated output columns (which
+//! DataFusion's planner refuses) and collecting the names a query reads (for dependencies).
+
+use std::collections::HashMap;
+
+use sqlparser::ast as sql;
+
+use crate::parser::{object_name, WINDOW_PREFIX};
+
+/// SQL allows two output columns with the same name (`SELECT 1, 1`, `SELECT v, v`, two scalar
+/// subqueries); DataFusion's planner does not. Every unaliased expression is named after its
+/// SQL text, and a name that repeats an earlier one gets a suffix `:n` (n = 2, 3, ...), in
+/// every SELECT of the query.
+pub(super) fn name_duplicate_columns(q: &mut sql::Query) {
+    if let Some(with) = &mut q.with {
+        for cte in &mut with.cte_tables {
+            name_duplicate_columns(&mut cte.query);
+        }
+    }
+    name_duplicates_in(&mut q.body);
+}
+
+fn name_duplicates_in(body: &mut sql::SetExpr) {
+    match body {
+        sql::SetExpr::Select(select) => {
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for item in &mut select.projection {
+                let (name, expr) = match item {
+                    sql::SelectItem::UnnamedExpr(e) => {
+                        let (name, rename) = match &*e {
+                            sql::Expr::Identifier(id) => (id.value.to_ascii_lowercase(), false),
+                            sql::Expr::CompoundIdentifier(ids) => (
+                                ids.last()
+                                    .map(|i| i.value.to_ascii_lowercase())
+                                    .unwrap_or_default(),
+                                false,
+                            ),
+                            e => (e.to_string(), true),
+                        };
+                        if rename {
+                            let expr = e.clone();
+                            let n = seen.entry(name.clone()).or_insert(0);
+                            *n += 1;
+                            let alias = if *n > 1 { format!("{name}:{n}") } else { name };
+                            *item = sql::SelectItem::ExprWithAlias {
+                                expr,
+                                alias: sql::Ident::with_quote('"', alias),
+                            };
+                            continue;
+                        }
+                        (name, Some(e.clone()))
+                    }
+                    sql::SelectItem::ExprWithAlias { alias, .. } => {
+                        (alias.value.to_ascii_lowercase(), None)
+                    }
+                    _ => continue,
+                };
+                let n = seen.entry(name.clone()).or_insert(0);
+                *n += 1;
+                if *n > 1 {
+                    if let Some(expr) = expr {
+                        *item = sql::SelectItem::ExprWithAlias {
+                            expr,
+                            alias: sql::Ident::with_quote('"', format!("{name}:{n}")),
+                        };
+                    }
+                }
+            }
+            for twj in &mut select.from {
+                name_duplicates_in_factor(&mut twj.relation);
+                for j in &mut twj.joins {
+                    name_duplicates_in_factor(&mut j.relation);
+                }
+            }
+        }
+        sql::SetExpr::Query(q) => name_duplicate_columns(q),
+        sql::SetExpr::SetOperation { left, right, .. } => {
+            name_duplicates_in(left);
+            name_duplicates_in(right);
+        }
+        _ => {}
+    }
+}
+
+fn name_duplicates_in_factor(f: &mut sql::TableFactor) {
+    if let sql::TableFactor::Derived { subquery, .. } = f {
+        name_duplicate_columns(subquery);
+    }
+}
+
+/// Appends the names of the streams, tables and views a query's FROM clauses name (not CTEs,
+/// not windowed streams' synthetic names), for dependency tracking.
+pub fn collect_relation_names(q: &sql::Query, out: &mut Vec<String>) {
+    let ctes: Vec<String> = q
+        .with
+        .iter()
+        .flat_map(|w| w.cte_tables.iter().map(|c| c.alias.name.value.to_ascii_lowercase()))
+        .collect();
+    if let Some(with) = &q.with {
+        for cte in &with.cte_tables {
+            collect_relation_names(&cte.query, out);
+        }
+    }
+    collect_set_expr(&q.body, &ctes, out);
+}
+
+fn collect_set_expr(body: &sql::SetExpr, ctes: &[String], out: &mut Vec<String>) {
+    match body {
+        sql::SetExpr::Select(s) => {
+            for twj in &s.from {
+                collect_factor(&twj.relation, ctes, out);
+                for j in &twj.joins {
+                    collect_factor(&j.relation, ctes, out);
+                }
+            }
+        }
+        sql::SetExpr::Query(q) => collect_relation_names(q, out),
+        sql::SetExpr::SetOperation { left, right, .. } => {
+            collect_set_expr(left, ctes, out);
+            collect_set_expr(right, ctes, out);
+        }
+        _ => {}
+    }
+}
+
+fn collect_factor(f: &sql::TableFactor, ctes: &[String], out: &mut Vec<String>) {
+    match f {
+        sql::TableFactor::Table { name, .. } => {
+            let n = object_name(name);
+            if !n.starts_with(WINDOW_PREFIX) && !ctes.contains(&n) {
+                out.push(n);
+            }
+        }
+        sql::TableFactor::Derived { subquery, .. } => collect_relation_names(subquery, out),
+        sql::TableFactor::NestedJoin { table_with_joins, .. } => {
+            collect_factor(&table_with_joins.relation, ctes, out);
+            for j in &table_with_joins.joins {
+                collect_factor(&j.relation, ctes, out);
+            }
+        }
+        _ => {}
+    }
+}
