@@ -25,7 +25,7 @@ use weir::{ChangeBatch, Engine, Subscription};
 use crate::files::{read_stream, BatchReader, Format};
 use crate::generator::{ddl, Config, Generator};
 use crate::queries::{Params, Query};
-use crate::rng::SplitMix64;
+use weir_common::rng::SplitMix64;
 
 /// Where events come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
-use crate::rng::SplitMix64;
+use weir_common::rng::SplitMix64;
 
 /// Events in one cycle of the mix, and the share of each kind.
 pub const PROPORTION_PERSON: u64 = 1;

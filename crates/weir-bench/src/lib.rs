@@ -19,7 +19,6 @@ pub mod driver;
 pub mod files;
 pub mod generator;
 pub mod queries;
-pub mod rng;
 
 pub use generator::{Config, Generator};
 pub use queries::{Params, Query};

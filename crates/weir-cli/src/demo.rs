@@ -6,6 +6,7 @@
 //! every second, so windows close on time even when no bid arrives.
 
 use weir::{Engine, Value};
+use weir_common::rng::SplitMix64;
 
 /// The stream and table the demo starts with.
 pub const SETUP: &str = "\
@@ -36,26 +37,6 @@ what is on sale. Try one of these (each keeps running; Ctrl-C stops the latest):
 /// The generator's seed: every demo sends the same bids.
 pub const SEED: u64 = 0x5EED_B1D5;
 
-/// SplitMix64: small, fast and good enough to make up bids.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        let span = u64::try_from(hi.saturating_sub(lo)).unwrap_or(0).saturating_add(1);
-        lo.saturating_add(i64::try_from(self.next() % span).unwrap_or(0))
-    }
-}
-
 /// One made-up bid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bid {
@@ -78,7 +59,7 @@ const START_PRICES: [i64; 6] = [100, 250, 150, 40, 700, 300];
 /// The bid generator. [`Generator::tick`] is called a few times a second.
 #[derive(Debug, Clone)]
 pub struct Generator {
-    rng: Rng,
+    rng: SplitMix64,
     /// Each auction's going price.
     prices: [i64; 6],
     next: Bid,
@@ -91,7 +72,7 @@ impl Generator {
     /// A generator whose first bid is due shortly after `now_ms`.
     pub fn new(seed: u64, now_ms: i64) -> Self {
         let mut g = Generator {
-            rng: Rng(seed),
+            rng: SplitMix64::new(seed),
             prices: START_PRICES,
             next: Bid { auction: 0, bidder: 0, price: 0, at_ms: now_ms },
             last_second: now_ms.div_euclid(1000),
@@ -103,13 +84,13 @@ impl Generator {
 
     /// The bid after one due at `after_ms`.
     fn make(&mut self, after_ms: i64) -> Bid {
-        let gap = self.rng.range(GAP_MS.0, GAP_MS.1);
-        let auction = self.rng.range(1, 6);
-        let bidder = self.rng.range(100, 140);
+        let gap = self.rng.between(GAP_MS.0, GAP_MS.1);
+        let auction = self.rng.between(1, 6);
+        let bidder = self.rng.between(100, 140);
         let slot = usize::try_from(auction - 1).unwrap_or(0).min(self.prices.len() - 1);
         // Prices creep up, with the odd lowball bid; now and then an auction ends and the
         // next one on that slot starts low.
-        let step = self.rng.range(-20, 40);
+        let step = self.rng.between(-20, 40);
         let price = (self.prices[slot] + step).max(10);
         if step > 0 {
             self.prices[slot] = price;

@@ -8,6 +8,7 @@
 //!   signed multiplicity (diff). Streams are change batches with positive diffs only.
 //! - [`error`]: [`WeirError`], the typed error every library crate returns, and [`Diagnostic`],
 //!   a user-facing message with an optional source [`Span`] rendered with a caret.
+//! - [`rng`]: [`rng::SplitMix64`], the seeded generator for anything random that must replay.
 //! - [`ipc`]: record batches to Arrow IPC stream bytes and back, safe on damaged bytes (query
 //!   state and checkpoints).
 //!
@@ -16,6 +17,7 @@
 pub mod change;
 pub mod error;
 pub mod ipc;
+pub mod rng;
 pub mod time;
 
 pub use change::ChangeBatch;
