@@ -4,7 +4,7 @@
 
 use sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
 use sqlparser::tokenizer::{Token, TokenWithSpan};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 use weir_plan::R2S;
 
 use super::ast::{CqlQuery, WindowAst, WindowKind};
@@ -25,10 +25,10 @@ fn parse_window(
     let mut c = Cursor::new(toks).followed_by(close);
     let expected = "UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY in the window";
     if c.at_end() {
-        return Err(WeirError::Syntax(Diagnostic::at(
+        return Err(WeirError::syntax_at(
             format!("expected {expected}, found ']'"),
             tok_span(open).map(|s| Span::point(s.line, s.column + 1)),
-        )));
+        ));
     }
     let kind = if c.eat_word("UNBOUNDED") {
         WindowKind::Unbounded
@@ -102,9 +102,8 @@ fn parse_window_function(
 fn rows_count(c: &mut Cursor) -> Result<u64> {
     let span = c.peek().and_then(tok_span);
     let n = c.integer("a row count")?;
-    u64::try_from(n).map_err(|_| {
-        WeirError::Syntax(Diagnostic::at("a ROWS window needs a count of at least 0", span))
-    })
+    u64::try_from(n)
+        .map_err(|_| WeirError::syntax_at("a ROWS window needs a count of at least 0", span))
 }
 
 /// Writes `synthetic AS name` in place of a windowed stream, or just `synthetic` when the
@@ -150,7 +149,7 @@ const ENDS_FROM: &[&str] = &[
 pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
     let mut toks: Vec<TokenWithSpan> = toks.to_vec();
     if toks.is_empty() {
-        return Err(WeirError::Syntax(Diagnostic::new("expected a query, found end of statement")));
+        return Err(WeirError::syntax_at("expected a query, found end of statement", None));
     }
     // 1. Relation-to-stream operator after the top-level SELECT.
     let mut r2s = None;
@@ -237,10 +236,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             {
                 let close =
                     matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
-                        WeirError::Syntax(Diagnostic::at(
-                            "TABLE( is never closed: expected ')'",
-                            tok_span(t),
-                        ))
+                        WeirError::syntax_at("TABLE( is never closed: expected ')'", tok_span(t))
                     })?;
                 let (stream, kind) = parse_window_function(&toks[i + 2..close], &toks[close])?;
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
@@ -267,29 +263,29 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             Token::LBracket if in_from.last().copied().unwrap_or(false) => {
                 let close =
                     matching(&toks, i, &Token::LBracket, &Token::RBracket).ok_or_else(|| {
-                        WeirError::Syntax(Diagnostic::at(
+                        WeirError::syntax_at(
                             "window '[' is never closed: expected ']'",
                             tok_span(t),
-                        ))
+                        )
                     })?;
                 let Some(name_tok) = out.pop() else {
-                    return Err(WeirError::Syntax(Diagnostic::at(
+                    return Err(WeirError::syntax_at(
                         "a window must follow a stream name",
                         tok_span(t),
-                    )));
+                    ));
                 };
                 let Token::Word(name_word) = &name_tok.token else {
-                    return Err(WeirError::Plan(Diagnostic::at(
+                    return Err(WeirError::plan_at(
                         "a window must follow a stream name (windows over subqueries are not \
                          supported: define a view and window it)",
                         tok_span(t),
-                    )));
+                    ));
                 };
                 if out.last().is_some_and(|p| p.token == Token::Period) {
-                    return Err(WeirError::Plan(Diagnostic::at(
+                    return Err(WeirError::plan_at(
                         "qualified stream names are not supported before a window",
                         tok_span(&name_tok),
-                    )));
+                    ));
                 }
                 let kind = parse_window(&toks[i + 1..close], t, &toks[close])?;
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());

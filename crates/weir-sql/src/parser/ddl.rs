@@ -4,7 +4,7 @@
 
 use sqlparser::ast as sql;
 use sqlparser::tokenizer::{Token, TokenWithSpan};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 
 use super::ast::{ColumnAst, OptionValue, Statement, StreamOption, WatermarkAst};
 use super::time::{parse_duration, unit_micros};
@@ -44,10 +44,10 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
         }
         if word_is(&elem[0], "WATERMARK") {
             if watermark.is_some() {
-                return Err(WeirError::Syntax(Diagnostic::at(
+                return Err(WeirError::syntax_at(
                     "a stream has at most one WATERMARK clause",
                     tok_span(&elem[0]),
-                )));
+                ));
             }
             watermark = Some(parse_watermark(elem)?);
         } else {
@@ -79,10 +79,7 @@ pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> 
     loop {
         let (key, span) = c.ident("an option name (source, path, format, ...)")?;
         if options.iter().any(|o| o.key == key) {
-            return Err(WeirError::Syntax(Diagnostic::at(
-                format!("option '{key}' is given twice"),
-                span,
-            )));
+            return Err(WeirError::syntax_at(format!("option '{key}' is given twice"), span));
         }
         c.expect(&Token::Eq, "'='")?;
         let value = if c.peek_word("INTERVAL") {
@@ -156,10 +153,10 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
     if c.eat_word("AS") {
         let (col2, span2) = c.ident("the event-time column")?;
         if col2 != column {
-            return Err(WeirError::Syntax(Diagnostic::at(
+            return Err(WeirError::syntax_at(
                 format!("WATERMARK FOR {column} AS must be '{column}' or '{column} - <delay>'"),
                 span2,
-            )));
+            ));
         }
         if c.eat(&Token::Minus) {
             delay = Some(parse_duration(&mut c, &[])?);

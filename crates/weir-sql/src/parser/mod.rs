@@ -38,7 +38,7 @@ pub use tokens::{object_name, sqlparser_error};
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 
 use ddl::{parse_create_stream, parse_create_table, parse_stream_options};
 use dml::parse_dml;
@@ -53,10 +53,10 @@ pub fn parse_script(sql: &str) -> Result<Vec<ParsedStatement>> {
 fn parse_script_inner(sql: &str) -> Result<Vec<ParsedStatement>> {
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, sql).tokenize_with_location().map_err(|e| {
-        WeirError::Syntax(Diagnostic::at(
+        WeirError::syntax_at(
             e.message.clone(),
             Some(Span::point(e.location.line, e.location.column)),
-        ))
+        )
     })?;
     let tokens: Vec<TokenWithSpan> =
         tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();

@@ -2,7 +2,7 @@
 //! `TIMESTAMP '...'`) as they appear in windows, watermarks, options, `ADVANCE` and `AT`.
 
 use sqlparser::tokenizer::{Token, TokenWithSpan};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 
 use super::ast::{Duration, TimeLit};
 use super::tokens::{tok_span, Cursor};
@@ -24,7 +24,7 @@ fn timestamp_micros(s: &str, c: &Cursor) -> Result<i64> {
         .map(|ns| ns.div_euclid(1000))
         .map_err(|e| {
             let span = c.toks.get(c.pos.saturating_sub(1)).and_then(tok_span);
-            WeirError::Syntax(Diagnostic::at(format!("bad timestamp '{s}': {e}"), span))
+            WeirError::syntax_at(format!("bad timestamp '{s}': {e}"), span)
         })
 }
 
@@ -65,9 +65,10 @@ pub(super) fn parse_duration(c: &mut Cursor, then: &[&str]) -> Result<Duration> 
         let s = c.string("a quoted interval, e.g. INTERVAL '10' SECOND")?;
         let string_span = c.toks.get(c.pos - 1).and_then(tok_span);
         let mut parts = s.split_whitespace();
-        let n: i64 = parts.next().and_then(|p| p.parse().ok()).ok_or_else(|| {
-            WeirError::Syntax(Diagnostic::at(format!("bad interval '{s}'"), string_span))
-        })?;
+        let n: i64 = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| WeirError::syntax_at(format!("bad interval '{s}'"), string_span))?;
         let (unit, unit_span) = match parts.next() {
             Some(u) => (u.to_string(), string_span),
             None => match c.next() {
@@ -111,7 +112,7 @@ fn unit_error(unit: &str, span: Option<Span>) -> WeirError {
     } else {
         format!("unknown duration unit '{unit}' (units: {UNIT_NAMES})")
     };
-    WeirError::Syntax(Diagnostic::at(msg, span))
+    WeirError::syntax_at(msg, span)
 }
 
 #[cfg(test)]

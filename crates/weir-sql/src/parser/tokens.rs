@@ -6,7 +6,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::{Parser, ParserError};
 use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Word};
-use weir_common::{Diagnostic, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 
 /// Maps token locations (1-based line, column in characters) back to byte offsets, in time
 /// independent of the script's length (scripts can hold many thousands of statements).
@@ -115,7 +115,7 @@ pub fn sqlparser_error(e: ParserError) -> WeirError {
         .replacen("Expected: ", "expected ", 1)
         .replacen(", found: ", ", found ", 1)
         .replace("found EOF", "found end of statement");
-    WeirError::Syntax(Diagnostic::at(msg, span))
+    WeirError::syntax_at(msg, span)
 }
 
 /// Like [`sqlparser_error`], pointing just past `toks` when sqlparser gives no position (it
@@ -176,10 +176,7 @@ impl<'a> Cursor<'a> {
                 Span::from_sql(t.span).map(|s| Span::point(s.end_line, s.end_column))
             }),
         };
-        WeirError::Syntax(Diagnostic::at(
-            format!("expected {expected}, found {}", describe(found)),
-            span,
-        ))
+        WeirError::syntax_at(format!("expected {expected}, found {}", describe(found)), span)
     }
 
     pub(super) fn peek_word(&self, w: &str) -> bool {
