@@ -357,6 +357,71 @@ fn error_positions_count_from_the_start_of_stdin() {
     assert!(lines[2].starts_with("                          ^^"), "{}", r.stderr);
 }
 
+/// Where an error is reported when it is not in the first line of its statement, or its
+/// statement is not the first of its line: line, column and caret line refer to the script.
+#[test]
+fn error_positions_in_later_lines_and_statements() {
+    let cases: &[(&str, &str, &str)] = &[
+        // a later line of a multi-line statement
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a,\n       nope\nFROM s;\n",
+            "",
+            "error: column 'nope' not found at line 3, column 8\n         nope\n         ^^^^\n",
+        ),
+        // a later line of a statement that starts after another on its line
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s; SELECT a,\n  zz FROM s;\n",
+            "[1] _time | a\n",
+            "error: column 'zz' not found at line 3, column 3\n    zz FROM s;\n    ^^\n",
+        ),
+        // the second statement of a line, after non-ASCII text (columns count characters)
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT 'é名' AS x; SELECT zz FROM s;\n",
+            "+-----+\n| x   |\n+-----+\n| é名 |\n+-----+\n(1 row)\n",
+            "error: column 'zz' not found at line 2, column 26\n  SELECT 'é名' AS x; SELECT zz FROM s;\n                           ^^\n",
+        ),
+        // tabs before the error: kept in the caret line
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\tSELECT a FROM s;\tSELECT\n\t\tzz FROM s;\n",
+            "[1] _time | a\n",
+            "error: column 'zz' not found at line 3, column 3\n  \t\tzz FROM s;\n  \t\t^^\n",
+        ),
+        // the second statement of the first line
+        (
+            "CREATE TABLE t (a BIGINT); INSERT INTO t VALUES (1, 2);\n",
+            "",
+            "error: 't' has 1 columns but the INSERT gives 2 at line 1, column 40\n  CREATE TABLE t (a BIGINT); INSERT INTO t VALUES (1, 2);\n                                         ^\n",
+        ),
+        // a syntax error in a later line of a statement
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s WHERE a > (1 +\n  2 + ;\n",
+            "",
+            "error: syntax error: expected an expression, found end of statement at line 3, column 6\n    2 + ;\n       ^\n",
+        ),
+        // a syntax error in the second statement of a line
+        (
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s; SELEC 1;\n",
+            "",
+            "error: syntax error: expected a statement (SELECT, CREATE, INSERT, DELETE, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE), found 'SELEC' at line 2, column 18\n  SELECT a FROM s; SELEC 1;\n                   ^^^^^\n",
+        ),
+        // a DELETE's condition
+        (
+            "CREATE TABLE t (a BIGINT);\nINSERT INTO t VALUES (1);\nDELETE FROM t WHERE nope = 1;\n",
+            "",
+            "error: column 'nope' not found at line 3, column 21\n  DELETE FROM t WHERE nope = 1;\n                      ^^^^\n",
+        ),
+    ];
+    for (i, (script, stdout, stderr)) in cases.iter().enumerate() {
+        let path = script_file(&format!("positions-{i}"), script);
+        let r = weir(&["run", path.to_str().unwrap()], None);
+        assert_eq!(
+            (r.code, r.stdout.as_str(), r.stderr.as_str()),
+            (1, *stdout, *stderr),
+            "{script}"
+        );
+    }
+}
+
 /// `weir run` reads a stream's CSV from standard input and a JSON-lines file next to the
 /// script; each source's end closes its stream, so the final windows are emitted.
 #[test]
