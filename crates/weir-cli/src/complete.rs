@@ -2,16 +2,15 @@
 //! columns (`bids.` offers the columns of `bids`, or of whatever `b` is an alias of in
 //! `FROM bids b`), backslash commands and their arguments, and file names after `\i`.
 //!
-//! The catalog is read from the engine with the statements a user would type: `SHOW
-//! STREAMS`, `SHOW TABLES`, `SHOW VIEWS` and `DESCRIBE name`, after each statement the REPL
-//! runs.
+//! The catalog is the engine's own listing ([`Engine::catalog`]), read again after each
+//! statement the REPL runs.
 
 use rustyline::completion::{Completer, FilenameCompleter, Pair};
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::Validator;
 use rustyline::{Context, Helper};
-use weir::{Engine, ExecResult};
+use weir::{CatalogObject, Engine, ObjectKind};
 
 /// Keywords offered by completion (the words of `docs/sql.md`).
 pub const KEYWORDS: &[&str] = &[
@@ -120,40 +119,24 @@ pub const KEYWORDS: &[&str] = &[
 pub const COMMANDS: &[&str] =
     &["\\?", "\\d", "\\format", "\\help", "\\i", "\\q", "\\queries", "\\stop", "\\timing"];
 
-/// A stream, table or view.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Object {
-    pub name: String,
-    /// `stream`, `table` or `view`.
-    pub kind: &'static str,
-    /// `SHOW`'s details: the event-time column and element count, a row count, or the kind
-    /// of view.
-    pub details: String,
-    pub columns: Vec<String>,
-}
-
-/// What exists in the engine.
+/// What exists in the engine, for completion and `\d`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
-    pub objects: Vec<Object>,
+    /// Streams (each followed by its companions `s$late` and `s$errors`), tables and views:
+    /// what a query reads, so what completion offers and `\d` lists.
+    pub objects: Vec<CatalogObject>,
+    /// The sinks' names, offered only after `DROP SINK` (the one statement that names a sink).
+    pub sinks: Vec<String>,
 }
 
-/// The rows of a statement's first result, as text (nothing if it failed or has no rows).
-pub fn text_rows(engine: &mut Engine, sql: &str) -> Vec<Vec<String>> {
-    let Ok(results) = engine.execute(sql) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for r in results {
-        if let ExecResult::Rows { batches, .. } = r {
-            for b in &batches {
-                if let Ok(rows) = weir::format::rows_as_text(b) {
-                    out.extend(rows);
-                }
-            }
-        }
+/// How `\d` names a kind of object.
+pub fn kind_name(kind: ObjectKind) -> &'static str {
+    match kind {
+        ObjectKind::Stream => "stream",
+        ObjectKind::Table => "table",
+        ObjectKind::View => "view",
+        ObjectKind::Sink => "sink",
     }
-    out
 }
 
 /// `name` as SQL: bare if it can be, double-quoted otherwise.
@@ -168,42 +151,21 @@ pub fn quote_ident(name: &str) -> String {
     }
 }
 
+/// The names of an object's columns.
+pub fn column_names(o: &CatalogObject) -> impl Iterator<Item = &str> {
+    o.columns.iter().map(|(name, _)| name.as_str())
+}
+
 impl Catalog {
-    /// Reads the catalog with `SHOW` and `DESCRIBE`.
-    pub fn load(engine: &mut Engine) -> Catalog {
-        let mut objects = Vec::new();
-        for (kind, show) in
-            [("stream", "SHOW STREAMS"), ("table", "SHOW TABLES"), ("view", "SHOW VIEWS")]
-        {
-            for row in text_rows(engine, show) {
-                let mut row = row.into_iter();
-                let Some(name) = row.next() else { continue };
-                let details = row.next().unwrap_or_default();
-                let columns = text_rows(engine, &format!("DESCRIBE {}", quote_ident(&name)))
-                    .into_iter()
-                    .filter_map(|r| r.into_iter().next())
-                    .collect();
-                objects.push(Object { name: name.clone(), kind, details, columns });
-                // A stream's companions are queryable too: offer them with their columns.
-                if kind == "stream" {
-                    for (suffix, what) in
-                        [("$late", "late elements"), ("$errors", "unreadable rows")]
-                    {
-                        let companion = format!("{name}{suffix}");
-                        let columns = text_rows(engine, &format!("DESCRIBE {companion}"))
-                            .into_iter()
-                            .filter_map(|r| r.into_iter().next())
-                            .collect();
-                        let details = format!("{what} of {name}");
-                        objects.push(Object { name: companion, kind, details, columns });
-                    }
-                }
-            }
-        }
-        Catalog { objects }
+    /// The engine's listing, in its order (each stream followed by its companions), with the
+    /// sinks kept apart.
+    pub fn load(engine: &Engine) -> Catalog {
+        let (sinks, objects): (Vec<CatalogObject>, Vec<CatalogObject>) =
+            engine.catalog().into_iter().partition(|o| o.kind == ObjectKind::Sink);
+        Catalog { objects, sinks: sinks.into_iter().map(|o| o.name).collect() }
     }
 
-    fn get(&self, name: &str) -> Option<&Object> {
+    fn get(&self, name: &str) -> Option<&CatalogObject> {
         self.objects
             .iter()
             .find(|o| o.name == name)
@@ -270,9 +232,12 @@ fn is_keyword(w: &str) -> bool {
 }
 
 /// The objects a statement names, and its aliases (`FROM bids b`, `bids AS b`).
-fn mentioned<'c>(catalog: &'c Catalog, text: &str) -> (Vec<&'c Object>, Vec<(String, &'c Object)>) {
+fn mentioned<'c>(
+    catalog: &'c Catalog,
+    text: &str,
+) -> (Vec<&'c CatalogObject>, Vec<(String, &'c CatalogObject)>) {
     let ws = words(text);
-    let mut objects: Vec<&Object> = Vec::new();
+    let mut objects: Vec<&CatalogObject> = Vec::new();
     let mut aliases = Vec::new();
     for (i, w) in ws.iter().enumerate() {
         let Some(o) = catalog.get(w) else { continue };
@@ -327,9 +292,7 @@ pub fn complete_sql(catalog: &Catalog, before: &str) -> (usize, Vec<String>) {
             .map(|(_, o)| *o)
             .or_else(|| catalog.get(qualifier));
         let mut out: Vec<String> = object
-            .map(|o| {
-                o.columns.iter().filter(|c| matches(c, prefix)).map(|c| quote_ident(c)).collect()
-            })
+            .map(|o| column_names(o).filter(|c| matches(c, prefix)).map(quote_ident).collect())
             .unwrap_or_default();
         out.dedup();
         return (start + dot + 1, out);
@@ -343,6 +306,9 @@ pub fn complete_sql(catalog: &Catalog, before: &str) -> (usize, Vec<String>) {
     match prev.as_deref() {
         // A new name: nothing to offer.
         Some("STREAM" | "TABLE" | "VIEW") if before_prev.as_deref() == Some("CREATE") => {}
+        Some("SINK") if before_prev.as_deref() == Some("DROP") => {
+            out.extend(catalog.sinks.iter().map(|s| quote_ident(s)).filter(|n| matches(n, word)));
+        }
         Some(p) if NAME_CONTEXT.contains(&p) => out.extend(names.filter(|n| matches(n, word))),
         _ => {
             let lower = !word.is_empty() && !word.chars().any(|c| c.is_ascii_uppercase());
@@ -356,10 +322,10 @@ pub fn complete_sql(catalog: &Catalog, before: &str) -> (usize, Vec<String>) {
             out.extend(names.filter(|n| matches(n, word)));
             // Columns of what the statement names, or of everything if it names nothing yet.
             let (objects, _) = mentioned(catalog, &before[..start]);
-            let sources: Vec<&Object> =
+            let sources: Vec<&CatalogObject> =
                 if objects.is_empty() { catalog.objects.iter().collect() } else { objects };
             for o in sources {
-                out.extend(o.columns.iter().map(|c| quote_ident(c)).filter(|c| matches(c, word)));
+                out.extend(column_names(o).map(quote_ident).filter(|c| matches(c, word)));
             }
         }
     }
@@ -462,7 +428,7 @@ mod tests {
                  CREATE VIEW top AS SELECT auction, MAX(price) AS best FROM bids GROUP BY auction",
             )
             .unwrap();
-        Catalog::load(&mut engine)
+        Catalog::load(&engine)
     }
 
     fn c(before: &str) -> Vec<String> {
@@ -473,26 +439,65 @@ mod tests {
     }
 
     #[test]
-    fn loads_the_catalog_with_show_and_describe() {
+    fn loads_names_kinds_companions_and_columns_from_the_engine() {
+        use arrow::datatypes::{DataType, TimeUnit};
         let cat = catalog();
-        let names: Vec<(&str, &str)> =
-            cat.objects.iter().map(|o| (o.name.as_str(), o.kind)).collect();
+        let listed: Vec<(&str, &str, Option<&str>, &str)> = cat
+            .objects
+            .iter()
+            .map(|o| {
+                (o.name.as_str(), kind_name(o.kind), o.companion_of.as_deref(), o.details.as_str())
+            })
+            .collect();
         assert_eq!(
-            names,
+            listed,
             [
-                ("bids", "stream"),
-                ("bids$late", "stream"),
-                ("bids$errors", "stream"),
-                ("auctions", "table"),
-                ("top", "view")
+                ("bids", "stream", None, "event time ts, 0 element(s)"),
+                ("bids$late", "stream", Some("bids"), "late elements of bids"),
+                ("bids$errors", "stream", Some("bids"), "unreadable rows of bids"),
+                ("auctions", "table", None, "0 row(s)"),
+                ("top", "view", None, "relation"),
             ]
         );
-        assert_eq!(cat.objects[0].columns, ["auction", "bidder", "price", "ts"]);
+        let names = |i: usize| column_names(&cat.objects[i]).collect::<Vec<_>>();
+        assert_eq!(names(0), ["auction", "bidder", "price", "ts"]);
+        assert_eq!(names(1), ["auction", "bidder", "price", "ts", "missed_watermark"]);
+        assert_eq!(names(3), ["id", "item", "reserve"]);
+        let typed = |i: usize, j: usize| {
+            (cat.objects[i].columns[j].0.as_str(), &cat.objects[i].columns[j].1)
+        };
+        assert_eq!(typed(0, 0), ("auction", &DataType::Int64));
+        assert_eq!(typed(0, 3), ("ts", &DataType::Timestamp(TimeUnit::Microsecond, None)));
+        assert_eq!(typed(3, 1), ("item", &DataType::Utf8));
+        assert_eq!(typed(4, 1), ("best", &DataType::Int64));
+        assert!(cat.sinks.is_empty());
+    }
+
+    #[test]
+    fn sinks_are_offered_after_drop_sink_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = Engine::new();
+        engine.set_base_dir(dir.path());
+        engine
+            .execute(
+                "CREATE STREAM \"Odd\" (x BIGINT, WATERMARK FOR x AS x); \
+                 CREATE SINK out1 WITH (path = 'o.csv') AS SELECT ISTREAM x FROM \"Odd\" [NOW]",
+            )
+            .unwrap();
+        let cat = Catalog::load(&engine);
+        assert_eq!(cat.sinks, ["out1"]);
+        let names: Vec<&str> = cat.objects.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["Odd", "Odd$late", "Odd$errors"]);
+        // A companion of a name that needs quotes has its columns too.
+        assert_eq!(column_names(&cat.objects[1]).collect::<Vec<_>>(), ["x", "missed_watermark"]);
+        assert_eq!(complete_sql(&cat, "DROP SINK ").1, ["out1"]);
+        assert_eq!(complete_sql(&cat, "drop sink O").1, ["out1"]);
         assert_eq!(
-            cat.objects[1].columns,
-            ["auction", "bidder", "price", "ts", "missed_watermark"]
+            complete_sql(&cat, "SELECT * FROM ").1,
+            ["\"Odd\"", "\"Odd$errors\"", "\"Odd$late\""]
         );
-        assert_eq!(cat.objects[4].columns, ["auction", "best"]);
+        assert_eq!(complete_sql(&cat, "DROP STREAM ").1.len(), 3);
+        assert_eq!(complete_command(&cat, "\\d o").map(|(_, c)| c), Some(Vec::new()));
     }
 
     #[test]

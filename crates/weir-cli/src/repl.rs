@@ -26,7 +26,9 @@ use rustyline::{
     EventHandler, ExternalPrinter, KeyEvent, RepeatCount,
 };
 
-use crate::complete::{Catalog, SqlHelper};
+use weir::CatalogObject;
+
+use crate::complete::{column_names, kind_name, Catalog, SqlHelper};
 use crate::demo;
 use crate::output::{self, Format};
 use crate::progress;
@@ -159,6 +161,37 @@ fn expand_path(s: &str) -> PathBuf {
     match (s.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => Path::new(&home).join(rest),
         _ => PathBuf::from(s),
+    }
+}
+
+/// `\d`'s table: each stream (then its companions), table and view, with its kind, columns
+/// and what `SHOW` says of it.
+fn listing(catalog: &Catalog, format: Format) -> String {
+    if catalog.objects.is_empty() {
+        return "Nothing yet: create a stream with CREATE STREAM (see \\help and docs/sql.md).\n"
+            .to_string();
+    }
+    let column = |f: &dyn Fn(&CatalogObject) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(catalog.objects.iter().map(f).collect::<Vec<_>>()))
+    };
+    let columns = vec![
+        column(&|o| o.name.clone()),
+        column(&|o| kind_name(o.kind).to_string()),
+        column(&|o| column_names(o).collect::<Vec<_>>().join(", ")),
+        column(&|o| o.details.clone()),
+    ];
+    let schema = Arc::new(Schema::new(
+        ["name", "kind", "columns", "details"]
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, false))
+            .collect::<Vec<_>>(),
+    ));
+    let rendered = RecordBatch::try_new(schema.clone(), columns)
+        .map_err(anyhow::Error::from)
+        .and_then(|b| output::rows(format, &schema, &[b]));
+    match rendered {
+        Ok(s) => s,
+        Err(e) => format!("error: {e:#}\n"),
     }
 }
 
@@ -429,7 +462,7 @@ impl Shell {
     }
 
     fn catalog(&self) -> Catalog {
-        Catalog::load(lock(&self.shared).session.engine_mut())
+        Catalog::load(lock(&self.shared).session.engine())
     }
 
     fn format(&self) -> Format {
@@ -525,33 +558,7 @@ impl Shell {
 
     /// `\d`: every stream, table and view, as one table.
     fn list(&self) -> String {
-        let catalog = self.catalog();
-        if catalog.objects.is_empty() {
-            return "Nothing yet: create a stream with CREATE STREAM (see \\help and docs/sql.md).\n"
-                .to_string();
-        }
-        let column = |f: &dyn Fn(&crate::complete::Object) -> String| -> ArrayRef {
-            Arc::new(StringArray::from(catalog.objects.iter().map(f).collect::<Vec<_>>()))
-        };
-        let columns = vec![
-            column(&|o| o.name.clone()),
-            column(&|o| o.kind.to_string()),
-            column(&|o| o.columns.join(", ")),
-            column(&|o| o.details.clone()),
-        ];
-        let schema = Arc::new(Schema::new(
-            ["name", "kind", "columns", "details"]
-                .iter()
-                .map(|n| Field::new(*n, DataType::Utf8, false))
-                .collect::<Vec<_>>(),
-        ));
-        let rendered = RecordBatch::try_new(schema.clone(), columns)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| output::rows(self.format(), &schema, &[b]));
-        match rendered {
-            Ok(s) => s,
-            Err(e) => format!("error: {e:#}\n"),
-        }
+        listing(&self.catalog(), self.format())
     }
 
     /// `\i FILE`: runs its statements in order, stopping at the first error or at Ctrl-C.
@@ -773,6 +780,54 @@ mod tests {
             "{unknown}"
         );
         assert!(unknown.contains("\\timing") && unknown.contains("\\i FILE"), "{unknown}");
+    }
+
+    #[test]
+    fn listing_shows_streams_companions_tables_and_views_but_no_sink() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = weir::Engine::new();
+        engine.set_base_dir(dir.path());
+        engine
+            .execute(
+                "CREATE STREAM bids (auction BIGINT, price BIGINT, ts TIMESTAMP, \
+                 WATERMARK FOR ts AS ts); \
+                 CREATE TABLE \"Auctions\" (id BIGINT, \"Item\" VARCHAR); \
+                 CREATE VIEW top AS SELECT auction, MAX(price) AS best FROM bids GROUP BY auction; \
+                 CREATE SINK out1 WITH (path = 'o.csv') AS SELECT ISTREAM auction FROM bids [NOW]; \
+                 INSERT INTO \"Auctions\" VALUES (1, 'a')",
+            )
+            .unwrap();
+        let catalog = Catalog::load(&engine);
+        assert_eq!(
+            listing(&catalog, Format::Table),
+            "\
++-------------+--------+------------------------------------------------------------+-----------------------------+
+| name        | kind   | columns                                                    | details                     |
++-------------+--------+------------------------------------------------------------+-----------------------------+
+| bids        | stream | auction, price, ts                                         | event time ts, 0 element(s) |
+| bids$late   | stream | auction, price, ts, missed_watermark                       | late elements of bids       |
+| bids$errors | stream | source, line, byte_offset, field, reason, raw, detected_at | unreadable rows of bids     |
+| Auctions    | table  | id, Item                                                   | 1 row(s)                    |
+| top         | view   | auction, best                                              | relation                    |
++-------------+--------+------------------------------------------------------------+-----------------------------+
+(5 rows)
+"
+        );
+        assert_eq!(
+            listing(&catalog, Format::Csv),
+            "\
+name,kind,columns,details
+bids,stream,\"auction, price, ts\",\"event time ts, 0 element(s)\"
+bids$late,stream,\"auction, price, ts, missed_watermark\",late elements of bids
+bids$errors,stream,\"source, line, byte_offset, field, reason, raw, detected_at\",unreadable rows of bids
+Auctions,table,\"id, Item\",1 row(s)
+top,view,\"auction, best\",relation
+"
+        );
+        assert_eq!(
+            listing(&Catalog::default(), Format::Table),
+            "Nothing yet: create a stream with CREATE STREAM (see \\help and docs/sql.md).\n"
+        );
     }
 
     proptest::proptest! {

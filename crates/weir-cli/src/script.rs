@@ -261,6 +261,11 @@ impl<W: Write> Session<W> {
 }
 
 impl<W: Write> Session<W> {
+    /// The engine, for the REPL's catalog.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// The engine, for the REPL's meta-commands and the demo's generator.
     pub fn engine_mut(&mut self) -> &mut Engine {
         &mut self.engine
