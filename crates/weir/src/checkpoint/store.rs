@@ -263,7 +263,8 @@ mod tests {
         w.write(&batch).unwrap();
         w.finish().unwrap();
         let err = latest(&dir).unwrap_err().to_string();
-        assert!(err.contains("has format version 999, this Weir reads version 1"), "{err}");
+        let expected = format!("has format version 999, this Weir reads version {FORMAT_VERSION}");
+        assert!(err.contains(&expected), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -86,8 +86,10 @@ pub(crate) struct Admission {
     /// Late rows and, for each, the watermark it missed (as an instant).
     pub late: RecordBatch,
     pub missed: Vec<Time>,
-    /// Unreadable records and rows without an event time, in record order.
+    /// Unreadable records and rows without an event time, in record order, each with the
+    /// instant it was detected at (see [`detection_stamps`]).
     pub bad: Vec<BadRow>,
+    pub detected_at: Vec<Time>,
     /// The watermark after the accepted rows.
     pub watermark: Watermark,
     /// The error of the first record a policy refused; only the records before it are in
@@ -95,14 +97,22 @@ pub(crate) struct Admission {
     pub fatal: Option<WeirError>,
 }
 
-/// Decides an arrival (see the module docs). `watermark` is the stream's before it. Fails,
+/// The stream's time before an arrival: its watermark and the largest timestamp it accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Progress {
+    pub watermark: Watermark,
+    pub max_seen: Option<Time>,
+}
+
+/// Decides an arrival (see the module docs), given the stream's progress before it. Fails,
 /// admitting nothing, when a policy refuses a record of an arrival that is not partial.
 pub(crate) fn admit(
     def: &StreamDef,
     policy: &StreamPolicy,
-    watermark: Watermark,
+    before: Progress,
     mut a: Arrival,
 ) -> Result<Admission> {
+    let watermark = before.watermark;
     let times = EventTimes::of(def, &a.data)?;
     // The one lateness loop: each row against the watermark the rows before it left.
     let delay = def.watermark_delay as Watermark;
@@ -123,6 +133,7 @@ pub(crate) fn admit(
             accepted_times: times.values,
             missed: Vec::new(),
             bad: Vec::new(),
+            detected_at: Vec::new(),
             watermark: progress,
             fatal: None,
         });
@@ -207,15 +218,50 @@ pub(crate) fn admit(
         }
     }
     bad.retain(|(i, _)| *i < cut);
+    let accepted_records: Vec<usize> =
+        accepted_rows.iter().map(|&r| a.rows_from[r as usize]).collect();
+    let detected_at = detection_stamps(def, before, &accepted_records, &accepted_times, &bad);
     Ok(Admission {
         accepted: take_rows(&a.data, &accepted_rows)?,
         accepted_times,
         late: take_rows(&a.data, &late_rows)?,
         missed,
         bad: bad.into_iter().map(|(_, b)| b).collect(),
+        detected_at,
         watermark: watermark_after,
         fatal: fatal.map(|(_, e)| e),
     })
+}
+
+/// The instant each bad record is detected at (its `detected_at` in `s$errors`): the larger of
+/// the stream's watermark and its largest accepted timestamp after the records that precede
+/// it in arrival order (0 before anything is known). It depends only on those records, never
+/// on how the input was cut into reads, so a restored source and stdin stamp as a file does.
+/// Stamps never decrease, and none is below the watermark a query could have passed.
+fn detection_stamps(
+    def: &StreamDef,
+    before: Progress,
+    accepted_records: &[usize],
+    accepted_times: &[Time],
+    bad: &[(usize, BadRow)],
+) -> Vec<Time> {
+    let delay = def.watermark_delay as Watermark;
+    let mut progress = before;
+    let mut next = 0;
+    let mut stamps = Vec::with_capacity(bad.len());
+    for (record, _) in bad {
+        while next < accepted_records.len() && accepted_records[next] < *record {
+            let t = accepted_times[next];
+            progress.watermark = progress.watermark.max(t as Watermark - delay);
+            progress.max_seen = Some(progress.max_seen.map_or(t, |m| m.max(t)));
+            next += 1;
+        }
+        stamps.push(match progress.max_seen {
+            None if progress.watermark == WATERMARK_MIN => 0,
+            m => clamp(progress.watermark).max(m.unwrap_or(Time::MIN)),
+        });
+    }
+    stamps
 }
 
 fn take_rows(data: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
@@ -455,6 +501,11 @@ mod tests {
         b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()
     }
 
+    /// A stream's progress with nothing accepted yet.
+    fn start(watermark: Watermark) -> Progress {
+        Progress { watermark, max_seen: None }
+    }
+
     fn policy(late: LatePolicy, bad_rows: BadRowPolicy) -> StreamPolicy {
         StreamPolicy { late, bad_rows, idle_timeout: None }
     }
@@ -462,7 +513,7 @@ mod tests {
     #[test]
     fn in_order_rows_are_accepted_and_raise_the_watermark() {
         let a = arrival(&[(1, Some(3)), (2, Some(5)), (3, Some(5))], false);
-        let adm = admit(&def(2), &StreamPolicy::default(), WATERMARK_MIN, a).unwrap();
+        let adm = admit(&def(2), &StreamPolicy::default(), start(WATERMARK_MIN), a).unwrap();
         assert_eq!(keys(&adm.accepted), [1, 2, 3]);
         assert_eq!(adm.accepted_times, [3, 5, 5]);
         assert_eq!(adm.watermark, 3);
@@ -476,60 +527,69 @@ mod tests {
     #[test]
     fn lateness_is_decided_row_by_row_in_arrival_order() {
         let a = arrival(&[(1, Some(7)), (2, Some(9)), (3, Some(7)), (4, Some(8))], false);
-        let adm = admit(&def(1), &StreamPolicy::default(), 5, a).unwrap();
+        let adm = admit(&def(1), &StreamPolicy::default(), start(5), a).unwrap();
         assert_eq!(keys(&adm.accepted), [1, 2, 4]);
         assert_eq!(keys(&adm.late), [3]);
         assert_eq!(adm.missed, [8]);
         assert_eq!(adm.watermark, 8);
     }
 
-    /// Splitting an arrival anywhere gives the same decisions, given the watermark each part
-    /// leaves for the next.
+    /// Splitting an arrival anywhere gives the same decisions and the same detection stamps,
+    /// given the progress each part leaves for the next.
     #[test]
     fn batching_never_changes_the_outcome() {
-        let rows: Vec<(i64, Option<i64>)> = [4, 2, 9, 3, 9, 10, 1, 12, 11, 6]
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| (i as i64, Some(t)))
-            .collect();
-        let whole =
-            admit(&def(2), &StreamPolicy::default(), WATERMARK_MIN, arrival(&rows, false)).unwrap();
+        let times =
+            [Some(4), Some(2), None, Some(9), Some(3), None, Some(10), Some(1), Some(12), None];
+        let rows: Vec<(i64, Option<i64>)> =
+            times.iter().enumerate().map(|(i, &t)| (i as i64, t)).collect();
+        let skip = policy(LatePolicy::Route, BadRowPolicy::Skip);
+        let whole = admit(&def(2), &skip, start(WATERMARK_MIN), arrival(&rows, false)).unwrap();
+        assert_eq!(whole.detected_at, [4, 9, 12], "each from the rows before it");
         for cut in 0..=rows.len() {
-            let first = admit(
-                &def(2),
-                &StreamPolicy::default(),
-                WATERMARK_MIN,
-                arrival(&rows[..cut], false),
-            )
-            .unwrap();
-            let second = admit(
-                &def(2),
-                &StreamPolicy::default(),
-                first.watermark,
-                arrival(&rows[cut..], false),
-            )
-            .unwrap();
+            let first =
+                admit(&def(2), &skip, start(WATERMARK_MIN), arrival(&rows[..cut], false)).unwrap();
+            let after = Progress {
+                watermark: first.watermark,
+                max_seen: first.accepted_times.iter().copied().max(),
+            };
+            let second = admit(&def(2), &skip, after, arrival(&rows[cut..], false)).unwrap();
             let accepted = [keys(&first.accepted), keys(&second.accepted)].concat();
             let late = [keys(&first.late), keys(&second.late)].concat();
             assert_eq!(accepted, keys(&whole.accepted), "cut at {cut}");
             assert_eq!(late, keys(&whole.late), "cut at {cut}");
             assert_eq!([first.missed, second.missed].concat(), whole.missed, "cut at {cut}");
+            let stamps = [first.detected_at, second.detected_at].concat();
+            assert_eq!(stamps, whole.detected_at, "cut at {cut}");
             assert_eq!(second.watermark, whole.watermark);
         }
+    }
+
+    /// Before anything is known a bad record is stamped 0; then by the watermark or the
+    /// largest timestamp, whichever is larger.
+    #[test]
+    fn detection_stamps_follow_the_stream_s_progress() {
+        let skip = policy(LatePolicy::Route, BadRowPolicy::Skip);
+        let rows = [(1, None), (2, Some(7)), (3, None)];
+        let adm = admit(&def(3), &skip, start(WATERMARK_MIN), arrival(&rows, false)).unwrap();
+        assert_eq!(adm.detected_at, [0, 7]);
+        let after_heartbeat = Progress { watermark: 11, max_seen: Some(7) };
+        let adm = admit(&def(3), &skip, after_heartbeat, arrival(&[(4, None)], false)).unwrap();
+        assert_eq!(adm.detected_at, [11]);
     }
 
     #[test]
     fn a_row_without_event_time_is_bad_and_fails_a_push_whole() {
         let rows = [(1, Some(1)), (2, None), (3, Some(2))];
-        let err = admit(&def(0), &StreamPolicy::default(), WATERMARK_MIN, arrival(&rows, false))
-            .unwrap_err();
+        let err =
+            admit(&def(0), &StreamPolicy::default(), start(WATERMARK_MIN), arrival(&rows, false))
+                .unwrap_err();
         assert_eq!(
             err.to_string(),
             "bad input: stream 's' row 2, field 't': no event time (nothing in this batch was \
              accepted)"
         );
         let skip = policy(LatePolicy::Route, BadRowPolicy::Skip);
-        let adm = admit(&def(0), &skip, WATERMARK_MIN, arrival(&rows, false)).unwrap();
+        let adm = admit(&def(0), &skip, start(WATERMARK_MIN), arrival(&rows, false)).unwrap();
         assert_eq!(keys(&adm.accepted), [1, 3]);
         assert_eq!(adm.bad.len(), 1);
         assert_eq!((adm.bad[0].field.as_str(), adm.bad[0].raw.as_str()), ("t", "2, NULL"));
@@ -540,7 +600,7 @@ mod tests {
     fn a_partial_arrival_keeps_what_precedes_the_fatal_record() {
         let rows = [(1, Some(5)), (2, Some(6)), (3, Some(1)), (4, Some(7))];
         let strict = policy(LatePolicy::Error, BadRowPolicy::Fail);
-        let adm = admit(&def(0), &strict, WATERMARK_MIN, arrival(&rows, true)).unwrap();
+        let adm = admit(&def(0), &strict, start(WATERMARK_MIN), arrival(&rows, true)).unwrap();
         assert_eq!(keys(&adm.accepted), [1, 2]);
         assert_eq!(adm.late.num_rows(), 0);
         assert_eq!(adm.watermark, 6);
@@ -549,7 +609,7 @@ mod tests {
             fatal,
             "stream 's' source 'f.csv' line 4: late element at 1 is below the watermark 6"
         );
-        let err = admit(&def(0), &strict, WATERMARK_MIN, arrival(&rows, false)).unwrap_err();
+        let err = admit(&def(0), &strict, start(WATERMARK_MIN), arrival(&rows, false)).unwrap_err();
         assert!(err.to_string().ends_with("(nothing in this batch was accepted)"), "{err}");
     }
 
@@ -558,10 +618,10 @@ mod tests {
     fn the_first_offending_record_is_fatal() {
         let strict = policy(LatePolicy::Error, BadRowPolicy::Fail);
         let rows = [(1, Some(5)), (2, Some(1)), (3, None)];
-        let adm = admit(&def(0), &strict, WATERMARK_MIN, arrival(&rows, true)).unwrap();
+        let adm = admit(&def(0), &strict, start(WATERMARK_MIN), arrival(&rows, true)).unwrap();
         assert!(adm.fatal.unwrap().to_string().contains("late element at 1"));
         let rows = [(1, Some(5)), (2, None), (3, Some(1))];
-        let adm = admit(&def(0), &strict, WATERMARK_MIN, arrival(&rows, true)).unwrap();
+        let adm = admit(&def(0), &strict, start(WATERMARK_MIN), arrival(&rows, true)).unwrap();
         assert!(adm.fatal.unwrap().to_string().contains("no event time"));
         assert!(adm.bad.is_empty(), "records from the fatal one on are not admitted");
     }

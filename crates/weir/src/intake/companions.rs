@@ -4,7 +4,7 @@
 //!   `missed_watermark`, so late elements form an in-order stream of their own.
 //! - `s$errors`: rows that could not be read (`source`, `line`, `byte_offset`, `field`,
 //!   `reason`, `raw`), stamped `detected_at`: the larger of `s`'s watermark and its largest
-//!   timestamp when the row was read.
+//!   timestamp after the records that precede the bad one in arrival order.
 //!
 //! Both have the watermark of `s`: they never hold a query back more than `s` itself does.
 
@@ -105,12 +105,12 @@ pub(crate) fn late_batch(
     Ok(RecordBatch::try_new(late.schema.clone(), cols)?)
 }
 
-/// Bad rows as elements of `s$errors`, detected at `at`.
+/// Bad rows as elements of `s$errors`, each detected at its instant in `at`.
 pub(crate) fn errors_batch(
     errors: &StreamDef,
     origin: &str,
     bad: &[BadRow],
-    at: Time,
+    at: &[Time],
 ) -> Result<RecordBatch> {
     let n = bad.len();
     let line: Int64Array = bad.iter().map(|b| (b.line > 0).then_some(b.line as i64)).collect();
@@ -124,7 +124,7 @@ pub(crate) fn errors_batch(
         )),
         Arc::new(StringArray::from_iter_values(bad.iter().map(|b| b.reason.as_str()))),
         Arc::new(StringArray::from_iter_values(bad.iter().map(|b| b.raw.as_str()))),
-        time_array(errors.domain, vec![at; n]),
+        time_array(errors.domain, at.to_vec()),
     ];
     Ok(RecordBatch::try_new(errors.schema.clone(), cols)?)
 }

@@ -233,7 +233,8 @@ impl Intake {
         let st =
             self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         let origin = a.origin.clone();
-        let adm = admit::admit(&st.def, &st.policy, st.watermark, a)?;
+        let before = admit::Progress { watermark: st.watermark, max_seen: st.max_seen };
+        let adm = admit::admit(&st.def, &st.policy, before, a)?;
         st.note_accepted(&adm.accepted_times, now);
         st.watermark = st.watermark.max(adm.watermark);
         st.late += adm.missed.len() as u64;
@@ -241,11 +242,6 @@ impl Intake {
         if !adm.missed.is_empty() || !adm.bad.is_empty() {
             st.active(now);
         }
-        // Bad rows are stamped with the stream's progress including this arrival.
-        let bad_stamp = match st.max_seen {
-            None if st.watermark == WATERMARK_MIN => 0,
-            m => clamp(st.watermark).max(m.unwrap_or(Time::MIN)),
-        };
         let max_time = adm.accepted_times.iter().copied().max();
         let mut forward = Vec::new();
         if !adm.missed.is_empty() {
@@ -266,8 +262,9 @@ impl Intake {
         if !adm.bad.is_empty() {
             let errors_name = format!("{name}{ERRORS_SUFFIX}");
             if let Some(errors) = self.streams.get(&errors_name) {
-                let batch = errors_batch(&errors.def, &origin, &adm.bad, bad_stamp)?;
-                forward.push((errors_name, ChangeBatch::uniform(batch, bad_stamp, 1)));
+                let batch = errors_batch(&errors.def, &origin, &adm.bad, &adm.detected_at)?;
+                let n = adm.bad.len();
+                forward.push((errors_name, ChangeBatch::new(batch, adm.detected_at, vec![1; n])));
             }
         }
         Ok(Admitted { forward, max_time, fatal: adm.fatal })
