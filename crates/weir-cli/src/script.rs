@@ -9,9 +9,10 @@
 //! are parsed together. (Parsing a large script in one piece is quadratic in
 //! `weir_sql::parse_script`; this way it never has to be.)
 //!
-//! Each statement is executed on its own; an error's line, column and caret line are moved
-//! back to where the statement sits in the input. Errors that carry no position (a late
-//! element, a closed stream) are followed by the line of the statement that failed.
+//! Each statement is executed as it was parsed, not parsed again, so an error's line, column
+//! and caret line refer to the text parsed; they are moved down to where that text sits in the
+//! input. Errors that carry no position (a late element, a closed stream) are followed by the
+//! line of the statement that failed.
 
 use std::io::{self, BufRead, IsTerminal, Write};
 
@@ -115,21 +116,22 @@ impl<W: Write> Session<W> {
     pub fn run_text(&mut self, text: &str, first_line: u64) -> Result<(), Failure> {
         let stmts = match weir_sql::parse_script(text) {
             Ok(stmts) => stmts,
-            Err(e) => return Err(Failure::Statement(relocate(e, text, text, first_line, 1, 1))),
+            Err(e) => return Err(Failure::Statement(relocate(e, text, first_line))),
         };
         for stmt in stmts {
-            let results = match self.engine.execute(&stmt.text) {
+            // Kept for the output (`\queries`) and for an error without a position.
+            let (sql, line) = (stmt.text.clone(), stmt.span.line);
+            let result = match self.engine.execute_statement(stmt) {
                 Ok(r) => r,
                 Err(e) => {
-                    let (line, column) = (stmt.span.line, stmt.span.column);
                     let located = matches!(
                         &e,
                         WeirError::Syntax(d) | WeirError::Plan(d) if d.span.is_some()
                     );
-                    let mut msg = relocate(e, &stmt.text, text, first_line, line, column);
+                    let mut msg = relocate(e, text, first_line);
                     if !located && !self.interactive {
                         // No position in the message: say which statement failed.
-                        let mut lines = stmt.text.lines();
+                        let mut lines = sql.lines();
                         let first = lines.next().unwrap_or("").trim_end();
                         let more = if lines.next().is_some() { " ..." } else { "" };
                         let at = first_line.saturating_add(line.saturating_sub(1));
@@ -139,9 +141,7 @@ impl<W: Write> Session<W> {
                     return Err(Failure::Statement(msg));
                 }
             };
-            for r in results {
-                self.show(r, &stmt.text)?;
-            }
+            self.show(result, &sql)?;
             self.print_new_output()?;
         }
         Ok(())
@@ -303,32 +303,21 @@ impl<W: Write> Session<W> {
     }
 }
 
-/// Renders an error about `passed`, the text of a statement found at (`line`, `column`) of
-/// `chunk`, whose own first line is line `first_line` of the input: positions and the caret
-/// line then refer to the input, not to the statement alone. (Statements run unpadded, and
-/// the input is only padded to its line here, when there is an error to show.)
-fn relocate(
-    mut e: WeirError,
-    passed: &str,
-    chunk: &str,
-    first_line: u64,
-    line: u64,
-    column: u64,
-) -> String {
+/// Renders an error about `chunk`, whose first line is line `first_line` of the input: a
+/// syntax error from parsing it, or an error from executing one of its statements (whose
+/// spans refer to `chunk`, with no source attached). Positions and the caret line then refer
+/// to the input. (The input is only padded to its line here, when there is an error to show.)
+/// An error that carries a source of its own (text the engine made up and parsed itself)
+/// is shown as it is.
+fn relocate(mut e: WeirError, chunk: &str, first_line: u64) -> String {
     if let WeirError::Syntax(d) | WeirError::Plan(d) = &mut e {
-        if d.source.as_deref() == Some(passed) {
-            let lines_before = first_line.saturating_sub(1).saturating_add(line.saturating_sub(1));
+        if d.source.as_deref().is_none_or(|s| s == chunk) {
+            let lines_before = first_line.saturating_sub(1);
             if let Some(span) = d.span.as_mut() {
-                if span.line == 1 {
-                    span.column = span.column.saturating_add(column.saturating_sub(1));
-                }
-                if span.end_line == 1 {
-                    span.end_column = span.end_column.saturating_add(column.saturating_sub(1));
-                }
                 span.line = span.line.saturating_add(lines_before);
                 span.end_line = span.end_line.saturating_add(lines_before);
             }
-            let pad = usize::try_from(first_line.saturating_sub(1)).unwrap_or(0);
+            let pad = usize::try_from(lines_before).unwrap_or(0);
             d.source = Some(format!("{}{chunk}", "\n".repeat(pad)));
         }
     }
@@ -464,6 +453,27 @@ mod tests {
         );
         let err = err.unwrap();
         assert!(err.ends_with("\n  at line 3: INSERT INTO s VALUES (1, 1)"), "{err}");
+    }
+
+    #[test]
+    fn errors_in_a_later_statement_and_line_of_a_chunk() {
+        let mut s = Session::new(Format::Table, Vec::new(), true);
+        s.run_text("CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);", 1).unwrap();
+        // A chunk read from line 5 of the input: its statements' spans are moved down 4 lines.
+        let err = match s.run_text("SELECT 1 AS one; SELECT a,\n  zz FROM s;", 5) {
+            Err(Failure::Statement(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(err, "column 'zz' not found at line 6, column 3\n    zz FROM s;\n    ^^");
+        let err = match s.run_text("SELECT a FROM s; SELECT zz FROM s;", 2) {
+            Err(Failure::Statement(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            err,
+            "column 'zz' not found at line 2, column 25\n  \
+             SELECT a FROM s; SELECT zz FROM s;\n                          ^^"
+        );
     }
 
     #[test]
