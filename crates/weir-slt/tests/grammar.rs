@@ -1,28 +1,47 @@
-//! Runs every file under `grammar-tests/` as part of `cargo test`.
+//! Runs every file under `grammar-tests/` as part of `cargo test`, each file its own test
+//! (`grammar::windows/range.slt`), so a failure names its file and `cargo test -p weir-slt --
+//! range` runs one. libtest-mimic gives the test binary libtest's command line (filters,
+//! `--list`, `--exact`, `--test-threads`), its output and its parallel run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use libtest_mimic::{Arguments, Failed, Trial};
 use weir_slt::{collect_files, runner};
 
-#[test]
-fn grammar_tests_pass() {
+fn main() -> std::process::ExitCode {
+    let args = Arguments::from_args();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../grammar-tests");
+    // Failures name /.../grammar-tests/FILE rather than /.../crates/weir-slt/../../grammar-tests.
+    let root = std::fs::canonicalize(&root).unwrap_or(root);
+    libtest_mimic::run(&args, trials(&root)).exit_code()
+}
+
+/// One trial per test file under `root`; a single failing trial when there are none.
+fn trials(root: &Path) -> Vec<Trial> {
     let mut files = Vec::new();
-    collect_files(&root, &mut files).expect("grammar-tests/ is readable");
-    assert!(!files.is_empty(), "no grammar-tests found under {}", root.display());
-    let mut total = runner::Counts::default();
-    let mut failed_files = Vec::new();
-    for f in &files {
-        let c = runner::run_file(f);
-        if c.failed > 0 {
-            failed_files.push(f.display().to_string());
-        }
-        total.add(&c);
+    if let Err(e) = collect_files(root, &mut files) {
+        let msg = format!("cannot read {}: {e}", root.display());
+        return vec![Trial::test("grammar::files", move || Err(msg.into()))];
     }
-    println!(
-        "grammar-tests: {} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.skipped
-    );
-    assert!(failed_files.is_empty(), "grammar-tests failed in: {failed_files:?} (details above)");
-    assert!(total.passed > 0);
+    if files.is_empty() {
+        let msg = format!("no grammar-tests found under {}", root.display());
+        return vec![Trial::test("grammar::files", move || Err(msg.into()))];
+    }
+    files.into_iter().map(|file| trial(root, file)).collect()
+}
+
+fn trial(root: &Path, file: PathBuf) -> Trial {
+    let rel = file.strip_prefix(root).unwrap_or(&file);
+    // Forward slashes on every platform, so names (and filters) are the same everywhere.
+    let name = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>();
+    Trial::test(format!("grammar::{}", name.join("/")), move || run(&file))
+}
+
+fn run(file: &Path) -> Result<(), Failed> {
+    let opts = runner::Options::default();
+    let report = runner::run_file_with(file, &opts);
+    if report.counts.failed > 0 {
+        return Err(format!("{}{}: {}", report.output, file.display(), report.counts).into());
+    }
+    Ok(())
 }
