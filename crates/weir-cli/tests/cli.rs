@@ -467,8 +467,8 @@ fn messy_bids_example() {
          1,2024-05-01T12:00:06,3,180\n\
          1,2024-05-01T12:00:09,2,310\n\
          2,2024-05-01T12:00:07,grace,90,2024-05-01T12:00:07\n\
+         3,2024-05-01T12:00:06,6,price,cannot read 'twelve' as BIGINT\n\
          1,2024-05-01T12:00:12,1,160\n\
-         3,2024-05-01T12:00:12,6,price,cannot read 'twelve' as BIGINT\n\
          3,2024-05-01T12:00:12,10,,\"expected 4 fields, found 3\"\n"
     );
 }
