@@ -1,19 +1,24 @@
 //! Checkpoint files: written atomically, versioned, checksummed, pruned.
 //!
-//! One checkpoint is one Arrow IPC file, `ckpt-<sequence>.arrow`, in the data directory. Its
-//! rows are the checkpoint's sections: a name, a payload (itself Arrow IPC stream bytes, or
-//! JSON for the manifest) and the payload's CRC-32. The schema's metadata carries the format
-//! version. A file is written as `.ckpt-<sequence>.tmp`, synced, renamed into place, and the
-//! directory synced, so a crash leaves either the old set of checkpoints or the new one, never
-//! a torn file under a checkpoint's name. Reading checks the IPC structure (arrow's reader
-//! rejects a truncated file), the version, and every payload's checksum.
+//! One checkpoint is one file, `ckpt-<sequence>.arrow`, in the data directory: an Arrow IPC
+//! file whose rows are the checkpoint's sections (a name and a payload: Arrow IPC stream
+//! bytes, or JSON for the manifest), with the format version in the schema's metadata,
+//! followed by an 8-byte trailer: the CRC-32 of every byte before it (little-endian) and the
+//! magic `WCK2`. A file is written as `.ckpt-<sequence>.tmp`, synced, renamed into place, and
+//! the directory synced, so a crash leaves either the old set of checkpoints or the new one,
+//! never a torn file under a checkpoint's name.
+//!
+//! Reading checks the trailer first, so damage anywhere (a payload, a section name, Arrow's
+//! metadata, the version, the trailer itself, a truncation) is detected as damage before
+//! Arrow parses anything, and the previous checkpoint is used. Only an intact file of another
+//! format version is refused as such. Arrow's reader is still guarded against panics.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, BinaryArray, RecordBatch, StringArray, UInt32Array};
+use arrow::array::{Array, BinaryArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use weir_common::{Result, WeirError};
 
@@ -45,8 +50,11 @@ fn file_name(sequence: u64) -> String {
     format!("ckpt-{sequence:012}.arrow")
 }
 
-/// A checkpoint file's one batch: a row per section (name, payload, CRC-32), the format
-/// `version` in the schema's metadata.
+/// The last 4 bytes of a checkpoint file.
+const MAGIC: &[u8; 4] = b"WCK2";
+
+/// A checkpoint file's one batch: a row per section (name, payload), the format `version` in
+/// the schema's metadata.
 fn contents(version: &str, sections: &[(String, Vec<u8>)]) -> Result<RecordBatch> {
     let mut metadata = std::collections::HashMap::new();
     metadata.insert(VERSION_KEY.to_string(), version.to_string());
@@ -54,30 +62,36 @@ fn contents(version: &str, sections: &[(String, Vec<u8>)]) -> Result<RecordBatch
         Schema::new(vec![
             Field::new("section", DataType::Utf8, false),
             Field::new("payload", DataType::Binary, false),
-            Field::new("crc32", DataType::UInt32, false),
         ])
         .with_metadata(metadata),
     );
     let names = StringArray::from_iter_values(sections.iter().map(|(n, _)| n.as_str()));
     let payloads = BinaryArray::from_iter_values(sections.iter().map(|(_, p)| p.as_slice()));
-    let crcs = UInt32Array::from_iter_values(sections.iter().map(|(_, p)| crc32fast::hash(p)));
-    Ok(RecordBatch::try_new(schema, vec![Arc::new(names), Arc::new(payloads), Arc::new(crcs)])?)
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(names), Arc::new(payloads)])?)
+}
+
+/// The bytes of a checkpoint file holding `batch`: the Arrow IPC file and its trailer.
+fn file_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let mut w = arrow::ipc::writer::FileWriter::try_new(Vec::new(), &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    let mut bytes = w.into_inner()?;
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes.extend_from_slice(MAGIC);
+    Ok(bytes)
 }
 
 /// Writes checkpoint `sequence` into `dir` atomically; returns its path.
 pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create the data directory", dir, e))?;
     let batch = contents(&FORMAT_VERSION.to_string(), sections)?;
-    let schema = batch.schema();
     let tmp = dir.join(format!(".ckpt-{sequence:012}.tmp"));
     let target = dir.join(file_name(sequence));
     {
-        let file = File::create(&tmp).map_err(|e| io_err("cannot write", &tmp, e))?;
-        let mut w = arrow::ipc::writer::FileWriter::try_new(file, &schema)?;
-        w.write(&batch)?;
-        w.finish()?;
-        let mut file = w.into_inner()?;
-        file.flush().map_err(|e| io_err("cannot write", &tmp, e))?;
+        let bytes = file_bytes(&batch)?;
+        let mut file = File::create(&tmp).map_err(|e| io_err("cannot write", &tmp, e))?;
+        file.write_all(&bytes).map_err(|e| io_err("cannot write", &tmp, e))?;
         file.sync_all().map_err(|e| io_err("cannot sync", &tmp, e))?;
     }
     std::fs::rename(&tmp, &target).map_err(|e| io_err("cannot rename", &tmp, e))?;
@@ -96,8 +110,28 @@ pub fn read(path: &Path) -> Result<Stored> {
         .and_then(|n| n.strip_suffix(".arrow"))
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| corrupt(path, "not a checkpoint file name"))?;
-    let file = File::open(path).map_err(|e| io_err("cannot read", path, e))?;
-    let reader = arrow::ipc::reader::FileReader::try_new(file, None)
+    let bytes = std::fs::read(path).map_err(|e| io_err("cannot read", path, e))?;
+    let Some(body_len) = bytes.len().checked_sub(8) else {
+        return Err(corrupt(path, "shorter than its trailer"));
+    };
+    let (body, trailer) = bytes.split_at(body_len);
+    if &trailer[4..] != MAGIC {
+        return Err(corrupt(path, "no checkpoint trailer (truncated or overwritten)"));
+    }
+    let crc = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    if crc32fast::hash(body) != crc {
+        return Err(corrupt(path, "it fails its checksum"));
+    }
+    // Intact bytes: Arrow's reader should not fail, but a panic in it must not take the
+    // engine down (a checksum collision, a bug).
+    std::panic::catch_unwind(|| sections_of(path, body))
+        .unwrap_or_else(|_| Err(corrupt(path, "unreadable Arrow IPC file")))
+        .map(|sections| Stored { sequence, sections })
+}
+
+/// The sections of an intact checkpoint file's Arrow IPC bytes.
+fn sections_of(path: &Path, body: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
+    let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(body), None)
         .map_err(|e| corrupt(path, &e.to_string()))?;
     let version = reader.schema().metadata().get(VERSION_KEY).cloned();
     if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
@@ -111,29 +145,20 @@ pub fn read(path: &Path) -> Result<Stored> {
     let mut sections = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| corrupt(path, &e.to_string()))?;
-        let col = |i: usize| batch.column(i).clone();
-        let names = col(0);
-        let payloads = col(1);
-        let crcs = col(2);
-        let (Some(names), Some(payloads), Some(crcs)) = (
-            names.as_any().downcast_ref::<StringArray>(),
-            payloads.as_any().downcast_ref::<BinaryArray>(),
-            crcs.as_any().downcast_ref::<UInt32Array>(),
+        let (Some(names), Some(payloads)) = (
+            batch.column(0).as_any().downcast_ref::<StringArray>(),
+            batch.columns().get(1).and_then(|c| c.as_any().downcast_ref::<BinaryArray>()),
         ) else {
             return Err(corrupt(path, "unexpected columns"));
         };
         for i in 0..batch.num_rows() {
-            let payload = payloads.value(i);
-            if crc32fast::hash(payload) != crcs.value(i) || names.is_null(i) {
-                return Err(corrupt(
-                    path,
-                    &format!("section '{}' fails its checksum", names.value(i)),
-                ));
+            if names.is_null(i) {
+                return Err(corrupt(path, "a section without a name"));
             }
-            sections.push((names.value(i).to_string(), payload.to_vec()));
+            sections.push((names.value(i).to_string(), payloads.value(i).to_vec()));
         }
     }
-    Ok(Stored { sequence, sections })
+    Ok(sections)
 }
 
 fn corrupt(path: &Path, why: &str) -> WeirError {
@@ -243,10 +268,44 @@ mod tests {
         bytes[at + 10] ^= 0x10;
         std::fs::write(&p3, &bytes).unwrap();
         let err = read(&p3).unwrap_err().to_string();
-        assert!(err.contains("section 'state' fails its checksum"), "{err}");
+        assert!(
+            err.contains("ckpt-000000000003.arrow' is damaged: it fails its checksum"),
+            "{err}"
+        );
         let (got, warnings) = latest(&dir).unwrap();
         assert_eq!(got.unwrap().sequence, 1);
         assert_eq!(warnings.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// One flipped bit anywhere in a checkpoint file (payloads, section names, Arrow's
+    /// metadata and footer, the version, the trailer) is detected as damage: the previous
+    /// checkpoint is restored with a warning, never a panic, never a hard error. Every byte is
+    /// flipped at one bit by default; `WEIR_BITFLIP_ALL=1` flips every bit of every byte.
+    #[test]
+    fn every_flipped_bit_is_detected_and_falls_back() {
+        let dir = tempdir("bitflip");
+        write(&dir, 1, &sections("one")).unwrap();
+        let p2 = write(&dir, 2, &sections("two")).unwrap();
+        let intact = std::fs::read(&p2).unwrap();
+        let all_bits = std::env::var_os("WEIR_BITFLIP_ALL").is_some();
+        let mut flips = 0;
+        for at in 0..intact.len() {
+            let bits: Vec<u8> = if all_bits { (0..8).collect() } else { vec![(at % 8) as u8] };
+            for bit in bits {
+                let mut bytes = intact.clone();
+                bytes[at] ^= 1 << bit;
+                std::fs::write(&p2, &bytes).unwrap();
+                let (got, warnings) = latest(&dir).unwrap_or_else(|e| {
+                    panic!("byte {at} bit {bit}: refused instead of falling back: {e}")
+                });
+                assert_eq!(got.map(|s| s.sequence), Some(1), "byte {at} bit {bit}");
+                assert_eq!(warnings.len(), 1, "byte {at} bit {bit}");
+                assert!(warnings[0].contains("is damaged"), "byte {at} bit {bit}: {warnings:?}");
+                flips += 1;
+            }
+        }
+        assert!(flips >= intact.len());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -257,11 +316,7 @@ mod tests {
         // Rewrite the file with a different version in its metadata.
         let stored = read(&p).unwrap();
         let batch = contents("999", &stored.sections).unwrap();
-        let schema = batch.schema();
-        let mut w =
-            arrow::ipc::writer::FileWriter::try_new(File::create(&p).unwrap(), &schema).unwrap();
-        w.write(&batch).unwrap();
-        w.finish().unwrap();
+        std::fs::write(&p, file_bytes(&batch).unwrap()).unwrap();
         let err = latest(&dir).unwrap_err().to_string();
         let expected = format!("has format version 999, this Weir reads version {FORMAT_VERSION}");
         assert!(err.contains(&expected), "{err}");

@@ -211,13 +211,17 @@ impl Engine {
                 "no data directory: start Weir with --data-dir (or Engine::open) to checkpoint",
             )
         })?;
+        // Paths are stored absolute, so recovery works from any working directory.
+        let cwd = std::env::current_dir()
+            .map_err(|e| bad(&format!("cannot read the working directory: {e}")))?;
+        let absolute = |p: &std::path::Path| cwd.join(p);
         let mut sections: Vec<(String, Vec<u8>)> = Vec::new();
         let mut streams = BTreeMap::new();
         for (name, st) in self.intake.streams().filter(|(_, s)| s.companion_of.is_none()) {
-            let source = st.source.as_ref().map(|s| SourceCheckpoint {
-                spec: s.reader.spec.clone(),
-                position: s.reader.position(),
-                failed: s.failed.clone(),
+            let source = st.source.as_ref().map(|s| {
+                let mut position = s.reader.position();
+                position.files = position.files.iter().map(|f| absolute(f)).collect();
+                SourceCheckpoint { spec: s.reader.spec.clone(), position, failed: s.failed.clone() }
             });
             let checkpoint = StreamCheckpoint {
                 watermark: st.watermark.to_string(),
@@ -253,7 +257,7 @@ impl Engine {
         let manifest = Manifest {
             sequence,
             clock: self.clock,
-            base_dir: self.base_dir.clone(),
+            base_dir: absolute(&self.base_dir),
             statements: self.catalog.statements().map(str::to_string).collect(),
             streams,
             sinks,
@@ -368,6 +372,30 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint taken with a relative base directory stores absolute paths (the base and
+    /// the source's files), so a restart from another working directory finds them.
+    #[test]
+    fn checkpoints_store_absolute_paths() {
+        let rel = std::path::PathBuf::from(format!("weir-ckpt-rel-{}", std::process::id()));
+        std::fs::create_dir_all(&rel).unwrap();
+        std::fs::write(rel.join("in.csv"), "v,t\n1,1\n2,2\n").unwrap();
+        let state = std::env::temp_dir().join(format!("weir-ckpt-abs-{}", std::process::id()));
+        let (mut e, _) = Engine::open(&state).unwrap();
+        e.set_base_dir(&rel);
+        e.execute("CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t) WITH (source = 'file', path = 'in.csv')").unwrap();
+        let _sub = e.subscribe("SELECT v FROM s").unwrap();
+        e.run_sources().unwrap();
+        e.checkpoint().unwrap();
+        let (stored, _) = store::latest(&state).unwrap();
+        let manifest: Manifest =
+            serde_json::from_slice(stored.unwrap().section("manifest").unwrap()).unwrap();
+        assert!(manifest.base_dir.is_absolute(), "{:?}", manifest.base_dir);
+        let files = &manifest.streams["s"].source.as_ref().unwrap().position.files;
+        assert!(!files.is_empty() && files.iter().all(|f| f.is_absolute()), "{files:?}");
+        let _ = std::fs::remove_dir_all(&rel);
+        let _ = std::fs::remove_dir_all(&state);
+    }
 
     /// A manifest with a field missing is refused, not read as zeros.
     #[test]
