@@ -41,10 +41,12 @@ fn main() -> ExitCode {
     let result = match args.command.clone() {
         Command::Help => write_stdout(args::USAGE),
         Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Inline(sql) => run_input(sql.as_bytes(), None, &args),
-        Command::Run(path) if path.as_os_str() == "-" => run_input(io::stdin().lock(), None, &args),
+        Command::Inline(sql) => run_input(sql.as_bytes(), None, None, &args),
+        Command::Run(path) if path.as_os_str() == "-" => {
+            run_input(io::stdin().lock(), None, None, &args)
+        }
         Command::Run(path) => match std::fs::read_to_string(&path) {
-            Ok(text) => run_input(text.as_bytes(), path.parent(), &args),
+            Ok(text) => run_input(text.as_bytes(), path.parent(), Some(&path), &args),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
             "weir demo is interactive: run it in a terminal (or try weir run examples/auction.sql)"
                 .into(),
         )),
-        Command::Default => run_input(io::stdin().lock(), None, &args),
+        Command::Default => run_input(io::stdin().lock(), None, None, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,14 +110,23 @@ fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure>
 
 /// Runs statements as they are read from `input`, then reads the sources and closes every
 /// stream. Relative source paths are read from `base_dir` (a script file's directory) or the
-/// working directory. A session restored from a checkpoint does not run the statements again.
-fn run_input(input: impl io::BufRead, base_dir: Option<&Path>, args: &Args) -> Result<(), Failure> {
+/// working directory; no sink may overwrite the `script` file. A session restored from a
+/// checkpoint does not run the statements again.
+fn run_input(
+    input: impl io::BufRead,
+    base_dir: Option<&Path>,
+    script: Option<&Path>,
+    args: &Args,
+) -> Result<(), Failure> {
     let (mut session, restored) = session(args, io::stdout().lock())?;
     if restored {
         return session.finish();
     }
     if let Some(dir) = base_dir {
         session.engine_mut().set_base_dir(dir);
+    }
+    if let Some(path) = script {
+        session.engine_mut().protect_path(path, "the script being run");
     }
     script::run_lines(&mut session, input)
 }

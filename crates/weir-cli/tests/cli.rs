@@ -472,3 +472,21 @@ fn messy_bids_example() {
          3,2024-05-01T12:00:12,10,,\"expected 4 fields, found 3\"\n"
     );
 }
+
+/// A sink may not overwrite the script being run (it would be truncated before it is read to
+/// its end): refused with the statement's position, and the script is intact.
+#[test]
+fn a_sink_cannot_overwrite_its_script() {
+    let text = "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+                CREATE SINK k WITH (path = 'guard.sql') AS SELECT v FROM s;\n";
+    let path = script_file("guard", text);
+    let run = weir(&["run", path.to_str().unwrap()], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("sink 'k' cannot write 'guard.sql': it is the script being run"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("at line 2, column 1"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}

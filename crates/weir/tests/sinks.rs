@@ -73,3 +73,46 @@ fn timestamps_sinks_in_the_catalog_and_errors() {
     assert_eq!(csv, "_time,p\n2024-01-01T00:00:01,5\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A sink truncates its file, so one that would destroy data is refused before the file is
+/// touched: another sink's file, a file or glob a stream reads, a protected file (the script).
+#[test]
+fn sinks_never_overwrite_what_weir_reads_or_writes() {
+    let dir = tempdir("paths");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    for f in ["in/bids.csv", "in/more.csv", "script.sql"] {
+        std::fs::write(dir.join(f), "precious\n").unwrap();
+    }
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.protect_path(dir.join("script.sql"), "the script being run");
+    e.execute(
+        "CREATE STREAM b (v BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'in/bids.csv');
+         CREATE STREAM g (v BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'in/*.csv');
+         CREATE SINK out WITH (path = 'out/v.csv') AS SELECT v FROM b",
+    )
+    .unwrap();
+    let refused = |e: &mut Engine, path: &str| -> String {
+        let sql = format!("CREATE SINK k WITH (path = '{path}') AS SELECT v FROM b");
+        e.execute(&sql).unwrap_err().to_string()
+    };
+    let err = refused(&mut e, "out/../out/v.csv");
+    assert!(
+        err.starts_with("sink 'k' cannot write 'out/../out/v.csv': sink 'out' writes that file"),
+        "{err}"
+    );
+    let err = refused(&mut e, "./in/bids.csv");
+    assert!(err.contains("stream 'b' reads it ('in/bids.csv')"), "{err}");
+    let err = refused(&mut e, "in/new.csv");
+    assert!(err.contains("stream 'g' reads it ('in/*.csv')"), "a glob covers files to come: {err}");
+    let err = refused(&mut e, "script.sql");
+    assert!(err.contains("it is the script being run"), "{err}");
+    for f in ["in/bids.csv", "in/more.csv", "script.sql"] {
+        assert_eq!(std::fs::read_to_string(dir.join(f)).unwrap(), "precious\n", "{f}");
+    }
+    assert!(!dir.join("in/new.csv").exists());
+    e.execute("CREATE SINK k WITH (path = 'out/other.csv') AS SELECT v FROM b").unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

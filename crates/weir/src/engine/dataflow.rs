@@ -67,6 +67,8 @@ impl Output for Shared<Maintained> {
 #[derive(Debug)]
 pub(crate) struct SinkFile {
     pub file: FileSink,
+    /// The file written, absolute.
+    pub path: std::path::PathBuf,
     pub failed: Option<WeirError>,
 }
 

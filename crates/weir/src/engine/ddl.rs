@@ -14,6 +14,8 @@ use super::tables::Shared;
 use super::{Engine, ExecResult};
 use crate::intake::{policy::parse_options, Intake};
 use crate::sink::{FileSink, SinkSpec};
+use std::path::{Path, PathBuf};
+
 use weir_common::{Result, WeirError};
 
 impl Engine {
@@ -116,10 +118,12 @@ impl Engine {
         let plan = self.bind(query)?;
         let schema = weir_exec::compile::exec_schema(&plan.schema());
         let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);
-        let file_path = self.base_dir.join(&spec.path);
+        let file_path = absolute(&self.base_dir.join(&spec.path));
+        self.check_sink_path(name, &spec.path, &file_path, span)?;
         let resume_at = self.checkpoints.sink_resume_position(name);
-        let file = FileSink::open(spec, file_path, &schema, plan.kind(), domain, resume_at)?;
-        let sink = Shared::new(SinkFile { file, failed: None });
+        let file =
+            FileSink::open(spec, file_path.clone(), &schema, plan.kind(), domain, resume_at)?;
+        let sink = Shared::new(SinkFile { file, path: file_path, failed: None });
         self.catalog.add_sink(name, referenced_names(query));
         self.sinks.insert(name.to_string(), sink.clone());
         if let Err(e) = self.launch(&plan, Target::Sink(name.to_string()), Some(Box::new(sink))) {
@@ -129,6 +133,44 @@ impl Engine {
         }
         self.catalog.record_created(name, text);
         Ok(ExecResult::Done("CREATE SINK".into()))
+    }
+
+    /// A sink truncates its file: refuse one that would destroy data Weir reads or writes, a
+    /// file another sink writes, a file (or glob) a stream's source reads, or a path the
+    /// driver protected (the script being run, see [`Engine::protect_path`]).
+    fn check_sink_path(
+        &self,
+        name: &str,
+        written: &str,
+        path: &Path,
+        span: Option<Span>,
+    ) -> Result<()> {
+        let refuse = |why: String| {
+            Err(WeirError::plan_at(format!("sink '{name}' cannot write '{written}': {why}"), span))
+        };
+        for (other, k) in &self.sinks {
+            if same_file(&k.lock().path, path) {
+                return refuse(format!("sink '{other}' writes that file"));
+            }
+        }
+        for (stream, st) in self.intake.streams() {
+            let Some(src) = &st.source else { continue };
+            let crate::source::Input::Files { path: pattern, .. } = &src.reader.spec.input else {
+                continue;
+            };
+            let read = absolute(&self.base_dir.join(pattern));
+            let matches =
+                glob::Pattern::new(&read.to_string_lossy()).is_ok_and(|p| p.matches_path(path));
+            if matches || same_file(&read, path) {
+                return refuse(format!("stream '{stream}' reads it ('{pattern}')"));
+            }
+        }
+        for (protected, what) in &self.protected {
+            if same_file(protected, path) {
+                return refuse(format!("it is {what}"));
+            }
+        }
+        Ok(())
     }
 
     /// Drops an object unless something depends on it; the queries that read it stop.
@@ -178,5 +220,31 @@ impl Engine {
         });
         self.catalog.record_dropped(name);
         Ok(ExecResult::Done(tag.into()))
+    }
+}
+
+/// `path` made absolute (against the working directory) and cleaned of `.` and `..`, for
+/// comparing paths that may not exist yet.
+pub(super) fn absolute(path: &Path) -> PathBuf {
+    let joined = std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.into());
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether two absolute paths name the same file: the same once symbolic links are resolved,
+/// if both exist; the same path otherwise.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
     }
 }

@@ -99,6 +99,8 @@ pub struct Engine {
     checkpoints: recovery::Checkpoints,
     /// Relative source and sink paths are resolved here (empty: the working directory).
     base_dir: std::path::PathBuf,
+    /// Files no sink may write (absolute), with what they are: the script being run.
+    protected: Vec<(std::path::PathBuf, String)>,
 }
 
 impl Engine {
@@ -371,6 +373,12 @@ impl Engine {
     /// Relative source paths are read from `dir` (default: the working directory).
     pub fn set_base_dir(&mut self, dir: impl Into<std::path::PathBuf>) {
         self.base_dir = dir.into();
+    }
+
+    /// No sink may write `path`; `what` says what it is in the refusal (e.g. "the script
+    /// being run"). Sinks already refuse each other's files and their streams' sources.
+    pub fn protect_path(&mut self, path: impl AsRef<std::path::Path>, what: &str) {
+        self.protected.push((ddl::absolute(path.as_ref()), what.to_string()));
     }
 
     /// Idle timeouts then follow [`Engine::advance_processing_time`] instead of the wall clock
