@@ -6,8 +6,10 @@
 //! against a fresh [`weir::Engine`] per file and reports failures with file, line, expected and
 //! actual text; [`values`] prints query values as SQLite's reference driver does and hashes
 //! results; [`lists`] reads the known-failure list and the pass-count baseline kept beside a
-//! corpus. The `weir-slt` binary and the `grammar` and `sqlite` integration tests drive it.
+//! corpus; [`complete`] rewrites a file's expectations with what Weir produced (`--complete`).
+//! The `weir-slt` binary and the `grammar` and `sqlite` integration tests drive it.
 
+pub mod complete;
 pub mod lists;
 pub mod record;
 pub mod runner;

@@ -2,28 +2,43 @@
 //!
 //! ```text
 //! weir-slt [OPTIONS] [PATH ...]   files or directories (default: grammar-tests), *.slt and *.test
-//!   --baseline FILE        fail if a file passes fewer records than FILE records for it
-//!   --write-baseline       rewrite the --baseline FILE from this run instead
-//!   --known-failures FILE  records to skip (default: known-failures.txt beside the baseline)
-//!   --categories           print the failures grouped by kind, most frequent first
-//!   --timing               per file: time, time in the engine, and the slowest records
-//!   -q, --quiet            one line per failure instead of its SQL, expected and actual text
-//!   -j, --jobs N           files run on N threads (default: the number of cores)
+//! weir-slt --complete PATH ...    rewrite the expectations of failing records with Weir's output
 //! ```
-//! Prints each failure with file, line, expected and actual text, then per file and in total a
-//! line `N passed, M failed, K skipped`. Without `--baseline` it exits non-zero if anything
-//! failed; with it, if any file passed fewer records than its baseline. The file format is
-//! documented in `grammar-tests/README.md`.
+//! (the options: [`HELP`]). Prints each failure with file, line, expected and actual text, then
+//! per file and in total a line `N passed, M failed, K skipped`. Without `--baseline` it exits
+//! non-zero if anything failed; with it, if any file passed fewer records than its baseline.
+//! With `--complete` it exits non-zero if a failing record could not be completed. The file
+//! format is documented in `grammar-tests/README.md`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use weir_slt::lists::{Baseline, KnownFailures};
-use weir_slt::{collect_files, runner};
+use weir_slt::{collect_files, complete, runner};
 
 const USAGE: &str = "usage: weir-slt [--baseline FILE [--write-baseline]] [--known-failures FILE] \
-[--categories] [--timing] [-q|--quiet] [-j N] [PATH ...]   (default PATH: grammar-tests)";
+[--categories] [--timing] [-q|--quiet] [-j N] [PATH ...]   (default PATH: grammar-tests)
+       weir-slt --complete [--known-failures FILE] PATH ...";
+
+/// `weir-slt --help`.
+const HELP: &str = "\
+weir-slt [OPTIONS] [PATH ...]   run files or directories (default: grammar-tests), *.slt and *.test
+  --baseline FILE        fail if a file passes fewer records than FILE records for it
+  --write-baseline       rewrite the --baseline FILE from this run instead
+  --known-failures FILE  records to skip (default: known-failures.txt beside the baseline)
+  --categories           print the failures grouped by kind, most frequent first
+  --timing               per file: time, time in the engine, and the slowest records
+  -q, --quiet            one line per failure instead of its SQL, expected and actual text
+  -j, --jobs N           files run on N threads (default: the number of cores)
+
+weir-slt --complete PATH ...    rewrite each file's failing expectations with what Weir produced
+  Runs each file and, for every failing query, output, explain, statement error and query error
+  record, writes Weir's rows, changes, plan or error text (and the regex after `error`) in place
+  of the expected ones. Everything else stays byte for byte; a file that passes is not touched.
+  Records whose outcome is of another kind (an error where rows or ok were expected, ok where an
+  error was) are left as they are and listed. Review the diff: completed output is what Weir
+  does, not what it should do.";
 
 #[derive(Default)]
 struct Args {
@@ -35,6 +50,7 @@ struct Args {
     timing: bool,
     quiet: bool,
     jobs: Option<usize>,
+    complete: bool,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
@@ -49,6 +65,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, String
             "--known-failures" => a.known_failures = Some(PathBuf::from(value(&arg)?)),
             "--categories" => a.categories = true,
             "--timing" => a.timing = true,
+            "--complete" => a.complete = true,
             "-q" | "--quiet" => a.quiet = true,
             "-j" | "--jobs" => {
                 let n = value(&arg)?;
@@ -61,6 +78,14 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, String
     if a.write_baseline && a.baseline.is_none() {
         return Err("--write-baseline needs --baseline FILE".into());
     }
+    if a.complete {
+        if a.baseline.is_some() || a.categories || a.timing {
+            return Err("--complete takes no --baseline, --categories or --timing".into());
+        }
+        if a.roots.is_empty() {
+            return Err("--complete needs the files or directories to rewrite".into());
+        }
+    }
     if a.roots.is_empty() {
         a.roots.push(PathBuf::from("grammar-tests"));
     }
@@ -71,7 +96,7 @@ fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Some(a)) => a,
         Ok(None) => {
-            println!("{USAGE}");
+            println!("{HELP}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -120,7 +145,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         _ => None,
     };
 
-    let opts = runner::Options { known_failures: known.as_ref(), quiet: args.quiet };
+    let opts =
+        runner::Options { known_failures: known.as_ref(), quiet: args.quiet, complete: false };
+    if args.complete {
+        return complete_files(&files, &opts);
+    }
     let jobs =
         args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let paths: Vec<PathBuf> = files.iter().map(|(f, _)| f.clone()).collect();
@@ -210,4 +239,43 @@ fn baseline_key(file: &Path, root: &Path) -> PathBuf {
         Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
         _ => file.file_name().map(PathBuf::from).unwrap_or_else(|| file.to_path_buf()),
     }
+}
+
+/// `--complete`: completes each file in place and says what it did.
+fn complete_files(
+    files: &[(PathBuf, PathBuf)],
+    opts: &runner::Options,
+) -> Result<ExitCode, String> {
+    let (mut rewritten, mut changed, mut left, mut failing) = (0, 0, 0, 0);
+    for (file, _) in files {
+        let done = complete::complete_file(file, opts)?;
+        let shown = file.display();
+        if done.rewritten.is_empty() {
+            println!("{shown}: unchanged");
+        } else {
+            let lines: Vec<String> = done.rewritten.iter().map(|l| l.to_string()).collect();
+            println!(
+                "{shown}: completed {} records (lines {})",
+                done.rewritten.len(),
+                lines.join(", ")
+            );
+            rewritten += done.rewritten.len();
+            changed += 1;
+        }
+        for (line, why) in &done.left {
+            println!("{shown}:{line}: not completed: {why}");
+        }
+        left += done.left.len();
+        if !done.passes() {
+            print!("{}", done.check.output);
+            println!("{shown}: after completion: {}", done.check.counts);
+            failing += 1;
+        }
+    }
+    println!(
+        "completed {rewritten} records in {changed} of {} files; {left} failing records left as \
+         they were; {failing} files still fail",
+        files.len()
+    );
+    Ok(if left == 0 && failing == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

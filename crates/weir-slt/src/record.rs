@@ -60,6 +60,21 @@ pub struct Record {
     pub kind: Kind,
     /// `skipif weir` / `onlyif <other>` seen before the record.
     pub skip: bool,
+    /// Where the record's parts are in the file, for `--complete`.
+    pub layout: Layout,
+}
+
+/// Where a record's parts are in its file, as 1-based line numbers of the whole text (comment
+/// lines included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The last line of the record's SQL, or its header line when it has no SQL.
+    pub sql_end: usize,
+    /// The `----` line.
+    pub dashes: Option<usize>,
+    /// The first and last line of what follows `----` (expected rows, changes, plan or error
+    /// text); `None` when nothing does.
+    pub expected: Option<(usize, usize)>,
 }
 
 /// The engine name `skipif` and `onlyif` compare against (case-insensitively).
@@ -84,7 +99,29 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
             continue;
         }
         let words: Vec<&str> = line.split_whitespace().collect();
-        let block = |i: &mut usize, dashes: bool| read_block(&lines, i, dashes);
+        let mut layout = Layout { sql_end: start, ..Layout::default() };
+        // The record's SQL, up to `----` when `dashes`, noting where it ends.
+        let block = |i: &mut usize, dashes: bool, layout: &mut Layout| {
+            let from = *i;
+            let (sql, dashed) = read_block(&lines, i, dashes);
+            let sql_to = if dashed { *i - 1 } else { *i };
+            if sql_to > from {
+                layout.sql_end = numbers[sql_to - 1];
+            }
+            if dashed {
+                layout.dashes = Some(numbers[*i - 1]);
+            }
+            (sql, dashed)
+        };
+        // What follows `----`, noting where it is.
+        let after_dashes = |i: &mut usize, layout: &mut Layout| {
+            let from = *i;
+            let got = read_until_blank(&lines, i);
+            if *i > from {
+                layout.expected = Some((numbers[from], numbers[*i - 1]));
+            }
+            got
+        };
         let kind = match words[0] {
             "skipif" => {
                 skip |= words.get(1).is_some_and(|w| w.eq_ignore_ascii_case(ENGINE));
@@ -105,13 +142,13 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                 None => return Err(format!("line {start}: sleep needs a duration such as 5s")),
             },
             "statement" => {
-                let (sql, dashed) = block(&mut i, true);
+                let (sql, dashed) = block(&mut i, true, &mut layout);
                 match words.get(1) {
                     Some(&"ok") => Kind::Statement { sql: sql.join("\n"), expect: Expect::Ok },
                     Some(&"error") => {
                         let pattern = (words.len() > 2).then(|| words[2..].join(" "));
                         let exact =
-                            if dashed { Some(read_until_blank(&lines, &mut i)) } else { None };
+                            if dashed { Some(after_dashes(&mut i, &mut layout)) } else { None };
                         Kind::Statement {
                             sql: sql.join("\n"),
                             expect: Expect::Error { pattern, exact },
@@ -126,9 +163,9 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
             }
             "query" => {
                 if words.get(1) == Some(&"error") {
-                    let (sql, dashed) = block(&mut i, true);
+                    let (sql, dashed) = block(&mut i, true, &mut layout);
                     let pattern = (words.len() > 2).then(|| words[2..].join(" "));
-                    let exact = if dashed { Some(read_until_blank(&lines, &mut i)) } else { None };
+                    let exact = if dashed { Some(after_dashes(&mut i, &mut layout)) } else { None };
                     Kind::Query {
                         sql: sql.join("\n"),
                         types: String::new(),
@@ -146,8 +183,8 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
                             return Err(format!("line {start}: unknown sort mode '{other}'"))
                         }
                     };
-                    let (sql, dashed) = block(&mut i, true);
-                    let expected = if dashed { read_until_blank(&lines, &mut i) } else { vec![] };
+                    let (sql, dashed) = block(&mut i, true, &mut layout);
+                    let expected = if dashed { after_dashes(&mut i, &mut layout) } else { vec![] };
                     Kind::Query {
                         sql: sql.join("\n"),
                         types: words.get(1).map(|t| t.to_string()).unwrap_or_default(),
@@ -160,29 +197,29 @@ pub fn parse(text: &str) -> Result<Vec<Record>, String> {
             }
             "subscribe" => {
                 let name = words.get(1).ok_or(format!("line {start}: subscribe needs a name"))?;
-                let (sql, _) = block(&mut i, false);
+                let (sql, _) = block(&mut i, false, &mut layout);
                 Kind::Subscribe { name: name.to_string(), sql: sql.join("\n") }
             }
             "output" => {
                 let name = words.get(1).ok_or(format!("line {start}: output needs a name"))?;
-                let (_, dashed) = block(&mut i, true);
+                let (_, dashed) = block(&mut i, true, &mut layout);
                 if !dashed {
                     return Err(format!("line {start}: output needs '----' and the expected rows"));
                 }
-                Kind::Output { name: name.to_string(), expected: read_until_blank(&lines, &mut i) }
+                Kind::Output { name: name.to_string(), expected: after_dashes(&mut i, &mut layout) }
             }
             "explain" => {
-                let (sql, dashed) = block(&mut i, true);
+                let (sql, dashed) = block(&mut i, true, &mut layout);
                 if !dashed {
                     return Err(format!(
                         "line {start}: explain needs '----' and the expected plan"
                     ));
                 }
-                Kind::Explain { sql: sql.join("\n"), expected: read_until_blank(&lines, &mut i) }
+                Kind::Explain { sql: sql.join("\n"), expected: after_dashes(&mut i, &mut layout) }
             }
             other => return Err(format!("line {start}: unknown record '{other}'")),
         };
-        out.push(Record { line: start, kind, skip });
+        out.push(Record { line: start, kind, skip, layout });
         skip = false;
     }
     Ok(out)
@@ -260,6 +297,27 @@ mod tests {
         let skips: Vec<(usize, bool)> = recs.iter().map(|r| (r.line, r.skip)).collect();
         // Engine names compare case-insensitively, as in the reference driver.
         assert_eq!(skips, [(2, true), (8, false), (12, true), (16, false)]);
+    }
+
+    #[test]
+    fn layout_counts_comment_lines() {
+        let recs = parse(
+            "statement ok\nCREATE TABLE t(a INT)\n\nquery I rowsort\nSELECT a\n# note\nFROM t\n\
+             ----\n1\n# between\n2\n\nstatement error\nSELECT x\n\nquery I\nSELECT 1\n----\n\n\
+             output o\n----\n@1 a\n",
+        )
+        .expect("parses");
+        let layouts: Vec<Layout> = recs.iter().map(|r| r.layout).collect();
+        assert_eq!(
+            layouts,
+            [
+                Layout { sql_end: 2, dashes: None, expected: None },
+                Layout { sql_end: 7, dashes: Some(8), expected: Some((9, 11)) },
+                Layout { sql_end: 14, dashes: None, expected: None },
+                Layout { sql_end: 17, dashes: Some(18), expected: None },
+                Layout { sql_end: 20, dashes: Some(21), expected: Some((22, 22)) },
+            ]
+        );
     }
 
     #[test]

@@ -62,6 +62,19 @@ pub struct Options<'a> {
     /// One line per failure (`FILE:LINE: FAILED: category`) instead of the SQL, expected and
     /// actual text.
     pub quiet: bool,
+    /// Note, for each failed record that can take it, what Weir produced as a [`Fix`] in
+    /// [`FileReport::fixes`] (for `--complete`).
+    pub complete: bool,
+}
+
+/// What `--complete` writes into a failed record: what Weir produced, in the record's form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fix {
+    /// The lines after `----` (written after the SQL when the record has no `----`).
+    Expected(Vec<String>),
+    /// An error record's regex (after `statement error` / `query error`) and exact text (after
+    /// `----`), each where the record has one.
+    Error { pattern: Option<String>, exact: Option<Vec<String>> },
 }
 
 /// One failed record: where, and what kind of failure (an engine error with the specifics taken
@@ -84,6 +97,8 @@ pub struct FileReport {
     pub engine_time: Duration,
     /// The slowest records: (time, line), slowest first.
     pub slowest: Vec<(Duration, usize)>,
+    /// With [`Options::complete`]: (record line, fix) for each failed record that has one.
+    pub fixes: Vec<(usize, Fix)>,
 }
 
 struct Failure {
@@ -92,6 +107,16 @@ struct Failure {
     expected: String,
     actual: String,
     category: String,
+    /// What Weir produced, in the record's form, where the record's expectation can say it
+    /// (boxed: most failures have none, and a failure travels in every `Result` here).
+    fix: Option<Box<Fix>>,
+}
+
+impl Failure {
+    fn with_fix(mut self, fix: Fix) -> Failure {
+        self.fix = Some(Box::new(fix));
+        self
+    }
 }
 
 /// Runs one file, printing each failure; returns the counts.
@@ -148,6 +173,11 @@ struct State {
     hash_threshold: usize,
     /// label -> (hash of its result, line of the record that set it)
     labels: HashMap<String, (String, usize)>,
+    /// Fixes are worked out for failed records ([`Options::complete`]).
+    complete: bool,
+    /// Completed results are written in Weir's own text (grammar-tests, `.slt`), not as the
+    /// reference driver prints them (SQLite's `.test` files).
+    weir_text: bool,
 }
 
 /// Runs one file against a fresh engine.
@@ -195,6 +225,8 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
         hash_threshold: DEFAULT_HASH_THRESHOLD,
         labels: HashMap::new(),
         engine_time: Duration::ZERO,
+        complete: opts.complete,
+        weir_text: path.extension().is_none_or(|e| e != "test"),
     };
     let file_start = Instant::now();
     let mut halted = false;
@@ -235,6 +267,7 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
                     expected: "no panic".into(),
                     actual: format!("panic: {msg}"),
                     category: format!("panic: {}", error_category(msg)),
+                    fix: None,
                 })
             });
         report.slowest.push((record_start.elapsed(), rec.line));
@@ -245,6 +278,9 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
             Err(f) => {
                 report.counts.failed += 1;
                 write_failure(&mut report.output, &shown.to_string(), &f, opts.quiet);
+                if let (true, Some(fix)) = (opts.complete, f.fix) {
+                    report.fixes.push((f.line, *fix));
+                }
                 report.failures.push(FailureInfo { line: f.line, category: f.category });
             }
         }
@@ -304,6 +340,7 @@ fn fail(
         expected: expected.into(),
         actual: actual.into(),
         category: category.into(),
+        fix: None,
     }
 }
 
@@ -338,27 +375,62 @@ fn check_error(rec: &Record, sql: &str, expect: &Expect, err: &str) -> Result<()
     let Expect::Error { pattern, exact } = expect else {
         return Err(fail(rec, sql, "ok", format!("error: {err}"), error_category(err)));
     };
+    let with_fix = |f: Failure| match error_fix(pattern.is_some(), exact.is_some(), err) {
+        Some(fix) => f.with_fix(fix),
+        None => f,
+    };
     if let Some(p) = pattern {
         let re = Regex::new(p).map_err(|e| {
-            fail(rec, sql, format!("a valid regex: {p}"), e.to_string(), "invalid regex")
+            with_fix(fail(rec, sql, format!("a valid regex: {p}"), e.to_string(), "invalid regex"))
         })?;
         if !re.is_match(err) {
-            return Err(fail(
+            return Err(with_fix(fail(
                 rec,
                 sql,
                 format!("error matching /{p}/"),
                 err,
                 "error with another message",
-            ));
+            )));
         }
     }
     if let Some(lines) = exact {
         let got: Vec<&str> = err.lines().map(|l| l.trim_end()).collect();
         if got != lines.iter().map(|s| s.as_str()).collect::<Vec<_>>() {
-            return Err(fail(rec, sql, lines.join("\n"), err, "error with another message"));
+            return Err(with_fix(fail(
+                rec,
+                sql,
+                lines.join("\n"),
+                err,
+                "error with another message",
+            )));
         }
     }
     Ok(())
+}
+
+/// The expectation of an error record that `err` meets: a regex for its first line where the
+/// record has a regex, its text where the record has the exact text. `None` when the text
+/// cannot be written after `----` (it has a blank line, which would end the record).
+fn error_fix(pattern: bool, exact: bool, err: &str) -> Option<Fix> {
+    let lines: Vec<String> = err.lines().map(|l| l.trim_end().to_string()).collect();
+    if exact && lines.iter().any(|l| l.is_empty()) {
+        return None;
+    }
+    Some(Fix::Error {
+        pattern: pattern.then(|| error_regex(lines.first().map_or("", String::as_str))),
+        exact: exact.then_some(lines),
+    })
+}
+
+/// A regex matching `line`, written as it reads. The record's header is split at whitespace
+/// and joined with single spaces, so other whitespace in `line` is matched by `\s+`.
+pub fn error_regex(line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if words.join(" ") == line {
+        regex::escape(line)
+    } else {
+        words.iter().map(|w| regex::escape(w)).collect::<Vec<_>>().join("\\s+")
+    }
 }
 
 fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
@@ -394,6 +466,8 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
                 label: label.as_deref(),
                 expected,
                 hash_threshold: state.hash_threshold,
+                complete: state.complete,
+                weir_text: state.weir_text,
             };
             q.run(rec, sql, result, &mut state.labels)
         }
@@ -416,13 +490,14 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
                 Err(e) => vec![format!("error: {e}")],
             };
             if &actual != expected {
-                return Err(fail(
+                let f = fail(
                     rec,
                     &label,
                     expected.join("\n"),
                     actual.join("\n"),
                     "wrong output changes",
-                ));
+                );
+                return Err(f.with_fix(Fix::Expected(actual)));
             }
             Ok(())
         }
@@ -433,7 +508,9 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
                     Some(ExecResult::Explain(plan)) => {
                         let got: Vec<&str> = plan.lines().map(|l| l.trim_end()).collect();
                         if got != expected.iter().map(|s| s.as_str()).collect::<Vec<_>>() {
-                            return Err(fail(rec, sql, expected.join("\n"), plan, "wrong plan"));
+                            let fix = Fix::Expected(got.iter().map(|l| l.to_string()).collect());
+                            let f = fail(rec, sql, expected.join("\n"), &plan, "wrong plan");
+                            return Err(f.with_fix(fix));
                         }
                         Ok(())
                     }
@@ -462,6 +539,10 @@ struct QueryCheck<'a> {
     label: Option<&'a str>,
     expected: &'a [String],
     hash_threshold: usize,
+    /// Work out the [`Fix`] of a wrong result.
+    complete: bool,
+    /// Write a completed result in Weir's own text (see [`State::weir_text`]).
+    weir_text: bool,
 }
 
 impl QueryCheck<'_> {
@@ -539,8 +620,14 @@ impl QueryCheck<'_> {
             }
         };
         if !passed {
-            let (actual, category) = self.mismatch(&values, &row_lines(), hashed, expected_hash);
-            return Err(fail(rec, sql, expected_text, actual, category));
+            let lines = row_lines();
+            let (actual, category) = self.mismatch(&values, &lines, hashed, expected_hash);
+            let f = fail(rec, sql, expected_text, actual, category);
+            if !self.complete {
+                return Err(f);
+            }
+            let fix = self.completion(&values, &lines, &batches, hashed, expected_hash);
+            return Err(f.with_fix(Fix::Expected(fix)));
         }
         if let (Some(label), Some(h)) = (self.label, hash) {
             match labels.get(label) {
@@ -565,19 +652,57 @@ impl QueryCheck<'_> {
     /// Weir's own text for the values, sorted by the sort mode on that text, against the
     /// expected lines, token by token.
     fn weir_tokens_match(&self, batches: &[RecordBatch]) -> bool {
+        self.weir_rows(batches).is_some_and(|rows| {
+            let values: Vec<String> = rows.into_iter().flatten().collect();
+            tokens(&values) == tokens(self.expected)
+        })
+    }
+
+    /// The result in Weir's own text, sorted by the sort mode on that text: its rows, or for
+    /// `valuesort` its values, one to a row.
+    fn weir_rows(&self, batches: &[RecordBatch]) -> Option<Vec<Vec<String>>> {
         let mut rows = Vec::new();
         for b in batches {
-            match rows_as_text(b) {
-                Ok(r) => rows.extend(r),
-                Err(_) => return false,
-            }
+            rows.extend(rows_as_text(b).ok()?);
         }
         let rows = sort_rows(rows, self.sort);
-        let values: Vec<String> = match self.sort {
-            SortMode::ValueSort => sorted(rows.into_iter().flatten().collect()),
-            _ => rows.into_iter().flatten().collect(),
-        };
-        tokens(&values) == tokens(self.expected)
+        Some(match self.sort {
+            SortMode::ValueSort => {
+                sorted(rows.into_iter().flatten().collect()).into_iter().map(|v| vec![v]).collect()
+            }
+            _ => rows,
+        })
+    }
+
+    /// The expected lines `--complete` writes for a wrong result. A hashed result (more values
+    /// than the hash threshold) is written as its hash where the record expects a hash, and in
+    /// SQLite's `.test` files; other results are listed: in grammar-tests in Weir's own text,
+    /// one row per line (a value per line for `valuesort`), as they are written by hand; in
+    /// `.test` files, and where a row of Weir's text would be a blank line (which ends a
+    /// record), as the reference driver prints them, a value per line in `.test` files.
+    fn completion(
+        &self,
+        values: &[&str],
+        row_lines: &[String],
+        batches: &[RecordBatch],
+        hashed: bool,
+        expected_hash: Option<(usize, &str)>,
+    ) -> Vec<String> {
+        if hashed && (expected_hash.is_some() || !self.weir_text) {
+            return vec![hash_line(values)];
+        }
+        if self.weir_text {
+            let weir = self.weir_rows(batches).map(|rows| {
+                rows.iter().map(|r| r.join(" ").trim_end().to_string()).collect::<Vec<_>>()
+            });
+            if let Some(lines) = weir.filter(|l| l.iter().all(|l| !l.trim().is_empty())) {
+                return lines;
+            }
+            if self.sort != SortMode::ValueSort {
+                return row_lines.to_vec();
+            }
+        }
+        values.iter().map(|v| v.to_string()).collect()
     }
 
     /// The actual result as the failure shows it, and the kind of mismatch.
@@ -693,7 +818,7 @@ mod tests {
     use crate::values::hash_values;
 
     fn run(text: &str) -> FileReport {
-        run_text(Path::new("t.test"), text, &Options { known_failures: None, quiet: true })
+        run_text(Path::new("t.test"), text, &Options { quiet: true, ..Options::default() })
     }
 
     /// Runs `text` and returns (passed, failed, skipped) and the failure categories.
@@ -792,7 +917,7 @@ mod tests {
         let r = run_text(
             Path::new("dir/t.test"),
             text,
-            &Options { known_failures: Some(&known), quiet: true },
+            &Options { known_failures: Some(&known), quiet: true, ..Options::default() },
         );
         assert_eq!((r.counts.passed, r.counts.failed, r.counts.skipped), (0, 0, 4));
     }
