@@ -189,3 +189,45 @@ CREATE SINK late WITH (path = 'out/late.csv') AS SELECT k, v, missed_watermark F
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// A sink whose query fails keeps what it committed and stays failed across recovery: the
+/// restored engine neither restarts its query (which would write what the uninterrupted run
+/// never wrote) nor forgets why it stopped.
+#[test]
+fn a_failed_sink_stays_failed_after_recovery() {
+    let root = tempfile_dir("failed-sink");
+    let state = root.join("state");
+    let (mut e, _) = Engine::open(&state).unwrap();
+    e.set_base_dir(&root);
+    e.execute(
+        "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t);
+         CREATE SINK q WITH (path = 'q.csv') AS SELECT ISTREAM 12 / (v - 3) AS x FROM s;
+         CREATE SINK ok WITH (path = 'ok.csv') AS SELECT ISTREAM v FROM s;
+         INSERT INTO s VALUES (1, 1), (5, 2);
+         ADVANCE s TO 2;
+         INSERT INTO s VALUES (3, 3);
+         ADVANCE s TO 3",
+    )
+    .unwrap();
+    let failures: Vec<String> = e.failures().iter().map(|(n, e)| format!("{n}: {e}")).collect();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].starts_with("sink 'q': ") && failures[0].contains("ivide by zero"),
+        "{failures:?}"
+    );
+    e.checkpoint().unwrap();
+    let written = std::fs::read_to_string(root.join("q.csv")).unwrap();
+    assert_eq!(written, "_time,x\n1,-6\n2,6\n");
+    drop(e);
+
+    let (mut r, recovery) = Engine::open(&state).unwrap();
+    assert_eq!(recovery.checkpoint, Some(1));
+    assert_eq!(r.failures().len(), 1, "still failed after recovery");
+    r.execute("INSERT INTO s VALUES (7, 4); CLOSE s").unwrap();
+    assert_eq!(std::fs::read_to_string(root.join("q.csv")).unwrap(), written, "nothing new");
+    let ok = std::fs::read_to_string(root.join("ok.csv")).unwrap();
+    assert_eq!(ok, "_time,v\n1,1\n2,5\n3,3\n4,7\n", "the other sink goes on");
+    let shown = rows(&mut r, "SHOW SINKS");
+    assert!(shown[1][1].contains("failed: "), "{shown:?}");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -394,6 +394,21 @@ impl Engine {
         self.run_queries();
     }
 
+    /// The sinks and maintained views whose query failed, each named (`sink 'k'`, `view
+    /// 'v'`) with its error. A failed one keeps what it wrote (a sink its file, a view its
+    /// last contents) and stays failed across recovery; `SHOW SINKS` says so too.
+    pub fn failures(&self) -> Vec<(String, WeirError)> {
+        let sinks = self
+            .sinks
+            .iter()
+            .filter_map(|(name, k)| k.lock().failed.clone().map(|e| (format!("sink '{name}'"), e)));
+        let views = self
+            .tables
+            .views()
+            .filter_map(|(name, v)| v.lock().failed.clone().map(|e| (format!("view '{name}'"), e)));
+        sinks.chain(views).collect()
+    }
+
     /// Every stream (with its companions `s$late` and `s$errors` right after it), table, view
     /// and sink, in name order within each kind, with its columns: what a REPL completes and
     /// `SHOW` lists.

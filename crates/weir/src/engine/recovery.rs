@@ -86,6 +86,9 @@ struct Manifest {
     sinks: BTreeMap<String, u64>,
     /// The keys of the queries whose state is saved, each as section `query:<key>`.
     queries: Vec<String>,
+    /// Views and sinks whose query failed, by query key (`view:v`, `sink:k`), with the error:
+    /// they stay failed after recovery instead of starting over.
+    failed: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -237,8 +240,18 @@ impl Engine {
             streams.insert(name.clone(), checkpoint);
         }
         let mut sinks = BTreeMap::new();
+        let mut failed = BTreeMap::new();
         for (name, k) in &self.sinks {
-            sinks.insert(name.clone(), k.lock().file.sync()?);
+            let mut k = k.lock();
+            sinks.insert(name.clone(), k.file.sync()?);
+            if let Some(e) = &k.failed {
+                failed.insert(Target::Sink(name.clone()).key().unwrap_or_default(), e.to_string());
+            }
+        }
+        for (name, v) in self.tables.views() {
+            if let Some(e) = &v.lock().failed {
+                failed.insert(Target::View(name.clone()).key().unwrap_or_default(), e.to_string());
+            }
         }
         for (name, t) in self.tables.tables_mut() {
             sections.push((format!("table:{name}"), contents_to_ipc(&t.contents, &t.schema)?));
@@ -262,6 +275,7 @@ impl Engine {
             streams,
             sinks,
             queries,
+            failed,
         };
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         sections.insert(0, ("manifest".into(), manifest));
@@ -284,6 +298,20 @@ impl Engine {
             self.execute(s).map_err(|e| bad(&format!("replaying '{s}': {e}")))?;
         }
         self.checkpoints.resume_sinks.clear();
+        // What had failed stays failed: its query does not start over from here.
+        for (key, message) in &manifest.failed {
+            let e = WeirError::exec(message.clone());
+            if let Some(name) = key.strip_prefix("sink:") {
+                let sink = self.sinks.get(name).ok_or_else(|| bad(&format!("no sink '{name}'")))?;
+                sink.lock().failed = Some(e);
+                self.dataflow.stop_where(|q| q.target == Target::Sink(name.to_string()));
+            } else if let Some(name) = key.strip_prefix("view:") {
+                if let Some((_, v)) = self.tables.views().find(|(n, _)| n.as_str() == name) {
+                    v.lock().failed = Some(e);
+                }
+                self.dataflow.stop_where(|q| q.target == Target::View(name.to_string()));
+            }
+        }
         self.clock = manifest.clock;
         let now = self.intake.now();
         let base = self.base_dir.clone();
@@ -403,7 +431,7 @@ mod tests {
         let full = r#"{"sequence":1,"clock":5,"base_dir":"","statements":[],
             "streams":{"s":{"watermark":"3","max_seen":4,"closed":false,"accepted":2,"late":0,
             "bad":0,"buffered":[[4,1]],"policy":{"late":"route","bad_rows":"fail",
-            "idle_timeout":null},"source":null}},"sinks":{"k":10},"queries":[]}"#;
+            "idle_timeout":null},"source":null}},"sinks":{"k":10},"queries":[],"failed":{}}"#;
         let m: Manifest = serde_json::from_str(full).unwrap();
         assert_eq!(m.streams["s"].buffered, [(4, 1)]);
         assert_eq!(m.sinks["k"], 10);
