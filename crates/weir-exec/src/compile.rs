@@ -1,4 +1,4 @@
-//! Compiling a [`LogicalPlan`] into a [`Dataflow`]: one node per plan node, inputs first.
+//! Compiling a [`LogicalPlan`] into a [`Graph`]: one node per plan node, inputs first.
 //!
 //! Schemas in the executor are the plan's schemas with every field nullable: the planner's
 //! nullability is a guess that data (outer joins, aggregates over empty groups) may contradict.
@@ -17,8 +17,8 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{LogicalPlan, WindowSpec};
 
 use crate::consolidate::consolidate;
-use crate::dataflow::Dataflow;
 use crate::expr::ScalarExpr;
+use crate::graph::Graph;
 use crate::operator::{EvalCtx, Operator};
 use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
@@ -48,9 +48,9 @@ fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
     e.get_type(schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
 }
 
-/// Compiles `plan` into a dataflow.
-pub fn compile(plan: &LogicalPlan) -> Result<Dataflow> {
-    let mut flow = Dataflow::new();
+/// Compiles `plan` into a graph.
+pub fn compile(plan: &LogicalPlan) -> Result<Graph> {
+    let mut flow = Graph::new();
     add(plan, &mut flow)?;
     Ok(flow)
 }
@@ -58,7 +58,7 @@ pub fn compile(plan: &LogicalPlan) -> Result<Dataflow> {
 /// Adds the nodes of `plan` to `flow`, its inputs' first (in [`LogicalPlan::inputs`] order),
 /// and returns the index of its own node. A deep plan (a 64-way join) recurses through this
 /// small stack frame only, not through the large one that [`build`] needs.
-fn add(plan: &LogicalPlan, flow: &mut Dataflow) -> Result<usize> {
+fn add(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
     let mut inputs = Vec::new();
     for input in plan.inputs() {
         inputs.push(add(input, flow)?);
@@ -252,7 +252,7 @@ mod tests {
     /// A plan thousands of nodes deep compiles on a 1 MiB stack: the recursion goes through
     /// `add`'s small frame only (it took ~23 KB per level in debug builds when each node was
     /// built in the recursive function, so a 64-way join overflowed a 2 MiB test thread). It
-    /// also runs there: the dataflow walks its nodes without recursing.
+    /// also runs there: the graph walks its nodes without recursing.
     const DEPTH: usize = 1000;
 
     #[test]

@@ -1,7 +1,7 @@
-//! The operator interface: what one node of a [`crate::dataflow::Dataflow`] does on its own.
+//! The operator interface: what one node of a [`crate::graph::Graph`] does on its own.
 //!
 //! A compiled query is a flat graph of nodes, inputs before their consumers, owned and driven
-//! by a [`crate::dataflow::Dataflow`]. An operator never sees another operator: it is handed
+//! by a [`crate::graph::Graph`]. An operator never sees another operator: it is handed
 //! its inputs' output changes for a *step* and returns its own output changes for it, says
 //! when it wants to be woken without input, whether it can evaluate a run of instants at once,
 //! and saves and restores its own state. The graph does the rest: the order of evaluation,
@@ -67,7 +67,7 @@ impl Step<'_> {
     }
 }
 
-/// One node of a compiled dataflow: the operator's own behaviour only (see the module docs).
+/// One node of a compiled graph: the operator's own behaviour only (see the module docs).
 pub trait Operator: Send + std::fmt::Debug {
     /// The output changes at the instants of `step`, given each input's output changes at
     /// them, in plan input order (none for a leaf). Called once per step, in increasing time;

@@ -1,6 +1,6 @@
 //! Running one continuous query: buffering, instants, frontier.
 //!
-//! The [`QueryRunner`] owns a compiled dataflow and, per input, the changes not yet evaluated,
+//! The [`QueryRunner`] owns a compiled [`crate::graph::Graph`] and, per input, the changes not yet evaluated,
 //! ordered by (time, arrival). [`QueryRunner::advance`] is given the query's frontier (the
 //! minimum of its inputs' watermarks: every instant below it is complete) and evaluates, in
 //! order, every instant below it: a buffered input time, a heartbeat, or an operator wake-up.
@@ -12,9 +12,9 @@
 //!
 //! Buffered changes are kept as the pushed chunks, each sorted by time once on arrival, with a
 //! cursor: taking the changes of the next instant (or of every instant up to a bound) is a
-//! slice of each chunk's head, never a copy per instant. When every node of the dataflow is
+//! slice of each chunk's head, never a copy per instant. When every node of the graph is
 //! span-capable and the query reads no table (see [`crate::operator`]), all complete instants
-//! are evaluated in one step instead of one walk of the dataflow per instant.
+//! are evaluated in one step instead of one walk of the graph per instant.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -24,7 +24,7 @@ use weir_plan::{LogicalPlan, PlanKind};
 
 use crate::compile::{compile, exec_schema};
 use crate::consolidate::{consolidate, consolidate_runs};
-use crate::dataflow::Dataflow;
+use crate::graph::Graph;
 use crate::operator::EvalCtx;
 use crate::row::RowCodec;
 use crate::state::{i64_col, invalid, opt_i64_col, signature, str_col, StateReader, StateWriter};
@@ -35,7 +35,7 @@ pub type OutputKind = PlanKind;
 /// One running continuous query. See the module docs.
 #[derive(Debug)]
 pub struct QueryRunner {
-    flow: Dataflow,
+    flow: Graph,
     kind: OutputKind,
     schema: SchemaRef,
     codec: RowCodec,

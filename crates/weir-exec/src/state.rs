@@ -1,8 +1,8 @@
 //! Checkpointed state: what a [`crate::QueryRunner`] and its operators hold between instants,
 //! as Arrow record batches serialized with Arrow's IPC stream format.
 //!
-//! Saving walks the dataflow's nodes in a fixed order (pre-order from the root: each node
-//! before its inputs, inputs in plan order, see [`crate::dataflow`]): each operator writes its
+//! Saving walks the graph's nodes in a fixed order (pre-order from the root: each node
+//! before its inputs, inputs in plan order, see [`crate::graph`]): each operator writes its
 //! own sections (named record batches) with [`StateWriter::put`]. Restoring walks the nodes in
 //! the same order and takes the sections back with
 //! [`StateReader::take`], which checks each section's name and *signature* (a description of

@@ -10,7 +10,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 /// The graph operator tests run in (re-exported so that tests under `ops/` import nothing but
 /// this harness from outside `ops/`).
-pub use crate::dataflow::Dataflow;
+pub use crate::graph::Graph;
 use crate::operator::{EvalCtx, Operator, Step};
 use crate::state::{StateReader, StateWriter};
 
@@ -79,9 +79,9 @@ impl Operator for Feed {
     }
 }
 
-/// A dataflow of `op` reading one [`Feed`] per input, in order, each replaying its ticks.
-pub fn fed(op: impl Operator + 'static, inputs: impl IntoIterator<Item = Vec<Tick>>) -> Dataflow {
-    let mut flow = Dataflow::new();
+/// A graph of `op` reading one [`Feed`] per input, in order, each replaying its ticks.
+pub fn fed(op: impl Operator + 'static, inputs: impl IntoIterator<Item = Vec<Tick>>) -> Graph {
+    let mut flow = Graph::new();
     let feeds: Vec<usize> = inputs
         .into_iter()
         .map(|ticks| flow.add(Box::new(Feed::new(ticks)), vec![]).expect("feed"))
@@ -92,7 +92,7 @@ pub fn fed(op: impl Operator + 'static, inputs: impl IntoIterator<Item = Vec<Tic
 
 /// Runs `flow` instant by instant (input times and wake-ups) until nothing is left, rendering
 /// each instant's output as `@t +d v1 v2`, sorted within the instant.
-pub fn run(flow: &mut Dataflow) -> Vec<String> {
+pub fn run(flow: &mut Graph) -> Vec<String> {
     run_spans(flow, 0)
 }
 
@@ -117,7 +117,7 @@ pub fn render(d: &ChangeBatch) -> Vec<String> {
 
 /// Runs `flow` over spans: from each next wake-up, every instant up to `width` ticks later in
 /// one step (`width` 0: instant by instant), rendered like [`run`].
-pub fn run_spans(flow: &mut Dataflow, width: Time) -> Vec<String> {
+pub fn run_spans(flow: &mut Graph, width: Time) -> Vec<String> {
     let ctx = EvalCtx::default();
     let mut out = vec![];
     let mut guard = 0;

@@ -1,6 +1,6 @@
 //! The incremental operators, one per file (or directory). Each file opens with the
 //! operator's delta semantics: what one input change at instant τ produces, and what state it
-//! keeps. An operator is one node of a [`crate::dataflow::Dataflow`]: it is handed its inputs'
+//! keeps. An operator is one node of a [`crate::graph::Graph`]: it is handed its inputs'
 //! changes, never its inputs, so nothing here depends on the compiler or the runner.
 
 pub mod aggregate;

@@ -12,15 +12,15 @@ use super::accumulators::{f64_key, key_f64};
 use super::*;
 use crate::operator::EvalCtx;
 use crate::state::{binary_col, bool_col, i64_col, opt_f64_col, opt_i128_col, opt_i64_col};
-use crate::testing::Dataflow;
+use crate::testing::Graph;
 use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
 
-fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Dataflow {
+fn agg_op(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Graph {
     agg_op_as(grouped, aggs, DataType::Int64, input)
 }
 
 /// [`aggregate`] fed with `input`.
-fn agg_op_as(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType, input: Vec<Tick>) -> Dataflow {
+fn agg_op_as(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType, input: Vec<Tick>) -> Graph {
     fed(aggregate(grouped, aggs, arg), [input])
 }
 
@@ -61,13 +61,13 @@ fn agg(grouped: bool, aggs: &[(AggFunc, bool)], input: Vec<Tick>) -> Vec<String>
 }
 
 /// Evaluates `flow` at `times`, rendering its output.
-fn eval_at(flow: &mut Dataflow, times: &[Time]) -> Vec<String> {
+fn eval_at(flow: &mut Graph, times: &[Time]) -> Vec<String> {
     let ctx = EvalCtx::default();
     times.iter().flat_map(|t| render(&flow.eval(*t, *t, &ctx).unwrap())).collect()
 }
 
 /// Copies the aggregate's state (not the feed's) through a checkpoint's bytes into `to`.
-fn copy_state(from: &Dataflow, to: &mut Dataflow) {
+fn copy_state(from: &Graph, to: &mut Graph) {
     let root = from.len() - 1;
     let mut w = StateWriter::new();
     from.operator(root).unwrap().save_state(&mut w).unwrap();

@@ -172,7 +172,7 @@ mod spans {
 
     use super::*;
     use crate::operator::EvalCtx;
-    use crate::testing::Dataflow;
+    use crate::testing::Graph;
     use crate::testing::{fed, kv, kv_schema, render, run, run_spans, Tick};
 
     const KINDS: [JoinKind; 9] = [
@@ -187,7 +187,7 @@ mod spans {
         JoinKind::ExceptAll,
     ];
 
-    fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Dataflow {
+    fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Graph {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let bag = matches!(kind, JoinKind::IntersectAll | JoinKind::ExceptAll);
         let side = || JoinSide {

@@ -1,11 +1,11 @@
-//! The dataflow: a compiled query as a flat graph of operators, and the walk that evaluates it.
+//! The graph: a compiled query as a flat graph of operators (the query's dataflow), and the walk that evaluates it.
 //!
 //! Nodes live in a vector in topological order: a node's inputs are earlier nodes, named by
 //! index, and each node's output is read by at most one consumer, so the graph is a tree whose
 //! root, the query's output, is the last node. [`crate::compile`] builds one node per plan
 //! node, inputs first.
 //!
-//! A step ([`Dataflow::eval`]) walks the nodes once, in order: each node gets its inputs'
+//! A step ([`Graph::eval`]) walks the nodes once, in order: each node gets its inputs'
 //! outputs, moved out of their slots (a `Vec` in plan input order), and leaves its own output
 //! in its slot for its consumer. No recursion: a plan thousands of nodes deep needs no stack to
 //! evaluate. Before the walk, each node's [`Step::input_wakeup`] is taken from the wake-ups of
@@ -30,7 +30,7 @@ struct Node {
 
 /// A compiled query. See the module docs.
 #[derive(Debug, Default)]
-pub struct Dataflow {
+pub struct Graph {
     nodes: Vec<Node>,
     /// Whether each node's output already has a consumer.
     consumed: Vec<bool>,
@@ -40,9 +40,9 @@ pub struct Dataflow {
     wakeups: Vec<(Option<Time>, Option<Time>)>,
 }
 
-impl Dataflow {
+impl Graph {
     pub fn new() -> Self {
-        Dataflow::default()
+        Graph::default()
     }
 
     /// Adds a node reading the outputs of `inputs` (earlier nodes that no other node reads)
@@ -105,11 +105,11 @@ impl Dataflow {
     }
 
     /// The query's output changes at the instants [lo, hi] (lo = hi instant by instant; a span
-    /// only if [`Dataflow::span_capable`]), given the source changes of the step in `ctx`.
+    /// only if [`Graph::span_capable`]), given the source changes of the step in `ctx`.
     pub fn eval(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
         let n = self.nodes.len();
         if n == 0 {
-            return Err(WeirError::internal("an empty dataflow evaluated"));
+            return Err(WeirError::internal("an empty graph evaluated"));
         }
         // Wake-ups before the step: a node's changes as it evaluates.
         self.wakeups.clear();
@@ -142,7 +142,7 @@ impl Dataflow {
             stack.extend(self.nodes[i].inputs.iter().rev());
         }
         if order.len() != n {
-            return Err(WeirError::internal("a dataflow node is not below the root"));
+            return Err(WeirError::internal("a graph node is not below the root"));
         }
         Ok(order)
     }
@@ -156,7 +156,7 @@ impl Dataflow {
         Ok(())
     }
 
-    /// Restores what [`Dataflow::save_state`] wrote, into a dataflow freshly compiled from the
+    /// Restores what [`Graph::save_state`] wrote, into a graph freshly compiled from the
     /// same plan.
     pub fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
         for i in self.state_order()? {
@@ -214,7 +214,7 @@ mod tests {
         //    a@5      b
         //     |       |
         //     l      m@3
-        let mut flow = Dataflow::new();
+        let mut flow = Graph::new();
         let l = flow.add(probe("l", None), vec![]).unwrap();
         let a = flow.add(probe("a", Some(5)), vec![l]).unwrap();
         let m = flow.add(probe("m", Some(3)), vec![]).unwrap();
@@ -255,7 +255,7 @@ mod tests {
     fn state_is_saved_root_first_then_each_input_in_order() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let probe = |name| Box::new(Probe { name, wakeup: None, log: log.clone() });
-        let mut flow = Dataflow::new();
+        let mut flow = Graph::new();
         let l = flow.add(probe("l"), vec![]).unwrap();
         let a = flow.add(probe("a"), vec![l]).unwrap();
         let m = flow.add(probe("m"), vec![]).unwrap();
@@ -276,12 +276,12 @@ mod tests {
     #[test]
     fn a_node_not_below_the_root_is_an_error() {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let mut flow = Dataflow::new();
+        let mut flow = Graph::new();
         for name in ["l", "m"] {
             flow.add(Box::new(Probe { name, wakeup: None, log: log.clone() }), vec![]).unwrap();
         }
         let err = flow.save_state(&mut StateWriter::new()).expect_err("two roots");
         assert!(err.to_string().contains("not below the root"), "{err}");
-        assert!(Dataflow::new().eval(0, 0, &EvalCtx::default()).is_err());
+        assert!(Graph::new().eval(0, 0, &EvalCtx::default()).is_err());
     }
 }
