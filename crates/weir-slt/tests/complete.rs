@@ -1,6 +1,6 @@
 //! `weir-slt --complete`: a file with wrong expectations is completed (in a copy, in a temporary
 //! directory) into exactly `tests/data/completed.slt`, which then passes; a file that passes
-//! is left byte for byte, whether it is that result or any file of `grammar-tests/`.
+//! is left byte for byte, whether it is that result or any passing file of `grammar-tests/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,14 +56,18 @@ fn a_passing_file_is_left_byte_for_byte() {
 }
 
 #[test]
-fn every_grammar_test_is_left_as_it_is() {
+fn every_passing_grammar_test_is_left_as_it_is() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../grammar-tests");
     let mut files = Vec::new();
     collect_files(&root, &mut files).expect("grammar-tests/ is readable");
     assert!(!files.is_empty());
     for f in files {
         let text = std::fs::read_to_string(&f).expect("readable");
-        let done = complete::complete_text(&f, &text, &runner::Options::default()).expect("parses");
+        let opts = runner::Options::default();
+        if runner::run_text(&f, &text, &opts).counts.failed > 0 {
+            continue; // not correct now: tests/grammar.rs says so
+        }
+        let done = complete::complete_text(&f, &text, &opts).expect("parses");
         assert!(done.rewritten.is_empty(), "{}: {:?}", f.display(), done.rewritten);
         assert_eq!(done.text, text, "{}", f.display());
     }
