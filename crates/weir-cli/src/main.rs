@@ -73,6 +73,7 @@ fn main() -> ExitCode {
             report(&msg);
             ExitCode::FAILURE
         }
+        Err(Failure::Reported(_)) => ExitCode::FAILURE,
     }
 }
 

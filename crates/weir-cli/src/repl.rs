@@ -385,6 +385,7 @@ impl Shell {
                 let msg = match f {
                     Failure::Statement(m) => m,
                     Failure::Output(e) => e.to_string(),
+                    Failure::Reported(n) => format!("{n} failure(s), reported above"),
                 };
                 match source {
                     Some(p) => out.push_str(&format!("error: {}: {msg}\n", p.display())),
@@ -590,7 +591,7 @@ impl Shell {
             Err(Failure::Statement(msg)) => {
                 self.printer.print(format!("{}: {msg}\n", path.display()));
             }
-            Err(Failure::Output(_)) => {}
+            Err(Failure::Output(_) | Failure::Reported(_)) => {}
         }
     }
 }

@@ -29,6 +29,9 @@ pub enum Failure {
     Statement(String),
     /// Writing the output failed (e.g. a closed pipe).
     Output(io::Error),
+    /// Continuous queries, sources or sinks failed while the run went on; each was reported
+    /// on standard error when it happened. The run's exit status says so.
+    Reported(usize),
 }
 
 impl From<io::Error> for Failure {
@@ -70,6 +73,9 @@ pub struct Session<W: Write> {
     out: W,
     /// REPL: statement tags are shown, errors are not followed by the statement's line.
     interactive: bool,
+    /// Not interactive: the failures reported on standard error so far (query, source and
+    /// sink errors, each once), by message.
+    reported: Vec<String>,
 }
 
 impl<W: Write> Session<W> {
@@ -79,7 +85,15 @@ impl<W: Write> Session<W> {
 
     /// A session over an engine built elsewhere (restored from a checkpoint).
     pub fn with_engine(engine: Engine, format: Format, out: W, interactive: bool) -> Self {
-        Session { engine, queries: Vec::new(), started: 0, format, out, interactive }
+        Session {
+            engine,
+            queries: Vec::new(),
+            started: 0,
+            format,
+            out,
+            interactive,
+            reported: Vec::new(),
+        }
     }
 
     /// Takes over the continuous queries a checkpoint restored (they print from the instant
@@ -168,14 +182,42 @@ impl<W: Write> Session<W> {
             self.engine.checkpoint().map_err(|e| Failure::Statement(e.to_string()))?;
         }
         self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
-        self.print_new_output()
+        self.print_new_output()?;
+        for (name, e) in self.engine.failures() {
+            self.report(&format!("{name} failed: "), &e.to_string())?;
+        }
+        match self.reported.len() {
+            0 => Ok(()),
+            n => Err(Failure::Reported(n)),
+        }
+    }
+
+    /// Reports a failure on standard error (`error: {what}{message}`) unless the same message
+    /// was reported already (a source's error reaches every query reading it). Interactive
+    /// sessions report through their results instead.
+    fn report(&mut self, what: &str, message: &str) -> Result<(), Failure> {
+        if self.interactive || self.reported.iter().any(|m| m == message) {
+            return Ok(());
+        }
+        self.reported.push(message.to_string());
+        self.out.flush()?;
+        let _ = writeln!(io::stderr(), "error: {what}{message}");
+        Ok(())
     }
 
     /// Reads every source to its end (a followed file or stdin: until it ends or the process
-    /// is interrupted), printing output as it comes.
+    /// is interrupted), printing output as it comes. A source that fails is reported and the
+    /// others go on.
     fn read_sources(&mut self, bar: &mut Option<crate::progress::LoadBar>) -> Result<(), Failure> {
         loop {
             let polled = self.engine.poll_sources(1 << 20);
+            if let Err(e) = &polled {
+                if self.interactive {
+                    return Err(Failure::Statement(e.to_string()));
+                }
+                // Reported before the queries it fails, so their message is not repeated.
+                self.report("", &e.to_string())?;
+            }
             match bar {
                 Some(b) => {
                     let printed = b.suspend(|| self.print_new_output());
@@ -184,7 +226,7 @@ impl<W: Write> Session<W> {
                 }
                 None => self.print_new_output()?,
             }
-            let p = polled.map_err(|e| Failure::Statement(e.to_string()))?;
+            let Ok(p) = polled else { continue };
             if p.live == 0 {
                 return Ok(());
             }
@@ -221,7 +263,7 @@ impl<W: Write> Session<W> {
     /// Prints every change produced since the last call, query by query in start order. A
     /// query that failed is dropped; the first failure is returned after the others print.
     pub fn print_new_output(&mut self) -> Result<(), Failure> {
-        let mut failure = None;
+        let mut failures: Vec<(String, String)> = Vec::new();
         let format = self.format;
         let mut i = 0;
         while i < self.queries.len() {
@@ -230,33 +272,45 @@ impl<W: Write> Session<W> {
                 Ok(batches) => {
                     let text = q.output.changes(format, &q.sub, &batches)?;
                     self.out.write_all(text.as_bytes())?;
-                    if q.sub.is_closed() {
-                        // A stream or table it read was dropped: it has ended for good.
-                        if self.interactive {
+                    if !q.sub.is_closed() {
+                        i += 1;
+                        continue;
+                    }
+                    // Ended: failed after this output (the error comes with the next poll),
+                    // or a stream or table it read was dropped.
+                    match q.sub.poll() {
+                        Err(e) => failures
+                            .push((format!("query {} failed: ", q.output.number), e.to_string())),
+                        Ok(_) if self.interactive => {
                             let n = q.output.number;
                             writeln!(
                                 self.out,
                                 "[{n}] ended: a stream or table it read was dropped"
                             )?;
                         }
-                        self.queries.remove(i);
-                    } else {
-                        i += 1;
+                        Ok(_) => {}
                     }
+                    self.queries.remove(i);
                 }
                 Err(e) => {
-                    if failure.is_none() {
-                        failure = Some(format!("query {} failed: {e}", q.output.number));
-                    }
+                    failures.push((format!("query {} failed: ", q.output.number), e.to_string()));
                     self.queries.remove(i);
                 }
             }
         }
         self.out.flush()?;
-        match failure {
-            Some(msg) => Err(Failure::Statement(msg)),
-            None => Ok(()),
+        if self.interactive {
+            // The REPL shows the first failure as the result of what it was running.
+            return match failures.into_iter().next() {
+                Some((what, msg)) => Err(Failure::Statement(format!("{what}{msg}"))),
+                None => Ok(()),
+            };
         }
+        // A script goes on: the failure is reported and the other queries keep running.
+        for (what, msg) in failures {
+            self.report(&what, &msg)?;
+        }
+        Ok(())
     }
 }
 
@@ -420,6 +474,7 @@ mod tests {
             Ok(()) => None,
             Err(Failure::Statement(m)) => Some(m),
             Err(Failure::Output(e)) => Some(e.to_string()),
+            Err(Failure::Reported(_)) => Some(s.reported.join("\n")),
         };
         (String::from_utf8(s.out).unwrap(), err)
     }

@@ -490,3 +490,36 @@ fn a_sink_cannot_overwrite_its_script() {
     assert!(run.stderr.contains("at line 2, column 1"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
+
+/// A source that fails under `bad_rows = 'fail'` and a sink whose query fails do not stop
+/// the run: what the rows before the failure complete is printed (the failed stream ends at
+/// its bad row), the other streams and queries go on, each failure is reported once on
+/// standard error, and the exit status says that something failed.
+#[test]
+fn failures_are_reported_and_the_rest_goes_on() {
+    let path = script_file(
+        "failures",
+        "CREATE STREAM good (v BIGINT, t BIGINT, WATERMARK FOR t AS t)\n\
+           WITH (source = 'file', path = 'good.csv');\n\
+         CREATE STREAM bad (v BIGINT, t BIGINT, WATERMARK FOR t AS t)\n\
+           WITH (source = 'file', path = 'bad.csv');\n\
+         SELECT v FROM good;\n\
+         SELECT v FROM bad;\n\
+         CREATE SINK k WITH (path = 'k.csv') AS SELECT ISTREAM 12 / (v - 3) AS x FROM good;\n",
+    );
+    let dir = path.parent().unwrap();
+    std::fs::write(dir.join("good.csv"), "v,t\n1,1\n3,2\n5,3\n").unwrap();
+    std::fs::write(dir.join("bad.csv"), "v,t\n7,1\nx,2\n8,3\n").unwrap();
+    let run = weir(&["--format=csv", "run", path.to_str().unwrap()], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let rows: Vec<&str> = run.stdout.lines().filter(|l| !l.starts_with("_query")).collect();
+    assert_eq!(rows, ["1,1,1", "1,2,3", "2,1,7", "1,3,5"], "{}", run.stdout);
+    let errors: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(errors.len(), 2, "{}", run.stderr);
+    assert_eq!(
+        errors[0],
+        "error: bad input: stream 'bad' source 'bad.csv' line 3, field 'v': cannot read 'x' as BIGINT"
+    );
+    assert!(errors[1].starts_with("error: sink 'k' failed: "), "{}", run.stderr);
+    assert!(errors[1].contains("Divide by zero"), "{}", run.stderr);
+}

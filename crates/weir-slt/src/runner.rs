@@ -485,10 +485,18 @@ fn run_record(state: &mut State, rec: &Record) -> Result<(), Failure> {
             let sub = state.subs.get(name).ok_or_else(|| {
                 fail(rec, &label, "a subscription", "no such subscription", "no such subscription")
             })?;
-            let actual: Vec<String> = match sub.poll_changes() {
-                Ok(c) => c.iter().map(|c| c.to_string()).collect(),
-                Err(e) => vec![format!("error: {e}")],
-            };
+            // Every change so far, then the error if the query failed after them.
+            let mut actual: Vec<String> = Vec::new();
+            loop {
+                match sub.poll_changes() {
+                    Ok(c) if c.is_empty() => break,
+                    Ok(c) => actual.extend(c.iter().map(|c| c.to_string())),
+                    Err(e) => {
+                        actual.push(format!("error: {e}"));
+                        break;
+                    }
+                }
+            }
             if &actual != expected {
                 let f = fail(
                     rec,

@@ -427,7 +427,8 @@ fn followed_glob_picks_up_newer_files() {
 }
 
 /// A source starts when a query reads its stream, so every query started before reading sees
-/// every row; a source that fails leaves the engine serving everything else.
+/// every row; a source that fails ends its stream there and leaves the engine serving
+/// everything else.
 #[test]
 fn sources_start_with_their_first_query_and_fail_alone() {
     let dir = tempdir();
@@ -452,6 +453,8 @@ fn sources_start_with_their_first_query_and_fail_alone() {
         err,
         "bad input: stream 'broken' source 'bad.csv' line 3, field 'v': cannot read 'x' as BIGINT"
     );
+    // The broken stream ends at its bad row: the row before it is delivered, then the error.
+    assert_eq!(b.poll_changes().unwrap().len(), 1);
     assert!(b.poll_changes().is_err());
     assert_eq!(g1.poll_changes().unwrap().len(), 2);
     assert_eq!(g2.poll_changes().unwrap().len(), 3, "+1 @1, then -1/+1 @2");

@@ -155,10 +155,14 @@ impl Engine {
         }
     }
 
-    /// A source stopped: it records why, and the queries reading its stream fail.
+    /// A source stopped: it records why, and its stream ends at the failing record, so the
+    /// queries reading it deliver everything the records before it complete, then fail.
     fn fail_source(&mut self, name: &str, e: &WeirError) {
         if let Some(s) = self.intake.source_mut(name) {
             s.failed = Some(e.to_string());
+        }
+        if self.intake.close(name, name).is_ok() {
+            self.run_queries();
         }
         self.dataflow.fail_readers(name, e);
     }
