@@ -147,9 +147,11 @@ impl RowDecoder {
                 bad: vec![],
             };
         }
-        if let Ok(batch) = self.decode_fast(&recs.bytes, recs.len()) {
-            if batch.num_rows() == recs.len() {
-                return Decoded { batch, rows_from: (0..recs.len()).collect(), bad: vec![] };
+        if !recs.any_malformed() {
+            if let Ok(batch) = self.decode_fast(&recs.bytes, recs.len()) {
+                if batch.num_rows() == recs.len() {
+                    return Decoded { batch, rows_from: (0..recs.len()).collect(), bad: vec![] };
+                }
             }
         }
         self.decode_slow(recs)
@@ -164,6 +166,10 @@ impl RowDecoder {
         };
         let mut splitter = CsvSplitter::new(delimiter);
         for i in 0..recs.len() {
+            if let Some(reason) = recs.malformed[i] {
+                bad.push((i, self.bad_row(recs, i, String::new(), reason.to_string())));
+                continue;
+            }
             match self.check(recs.record(i), &mut splitter) {
                 Ok(()) => good.push(i),
                 Err((field, reason)) => bad.push((i, self.bad_row(recs, i, field, reason))),
@@ -513,7 +519,7 @@ pub(crate) fn parse_timestamp(s: &str, scale: i64, unit: &str) -> Result<i64, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::framing::Framer;
+    use crate::source::framing::{Framer, Framing};
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -524,7 +530,9 @@ mod tests {
     }
 
     fn frame(text: &str, csv: bool) -> Records {
-        Framer::new(csv.then_some(b'"')).feed(text.as_bytes(), true)
+        let framing =
+            if csv { Framing::Csv { quote: b'"', delimiter: b',' } } else { Framing::Lines };
+        Framer::new(framing).feed(text.as_bytes(), true)
     }
 
     fn show(d: &Decoded) -> (Vec<String>, Vec<String>) {
@@ -594,13 +602,15 @@ mod tests {
         let d = RowDecoder::new(schema(), 2, Format::Csv { header: false, delimiter: b';' }, "ms")
             .unwrap();
         let mut recs = frame("1;x;1000\n", true);
-        let bad = Framer::new(Some(b'"')).feed(b"2;\xff\xfe;2000\n3;z;3000\n", true);
+        let bad = Framer::new(Framing::Csv { quote: b'"', delimiter: b';' })
+            .feed(b"2;\xff\xfe;2000\n3;z;3000\n", true);
         recs = {
             let mut all = recs.split_off(0);
             for i in 0..bad.len() {
                 all.starts.push(all.bytes.len());
                 all.lines.push(bad.lines[i]);
                 all.offsets.push(bad.offsets[i]);
+                all.malformed.push(bad.malformed[i]);
                 all.bytes.extend_from_slice(bad.record(i));
             }
             all

@@ -4,11 +4,43 @@
 //! needs whole records, and error messages need each record's line and byte offset. The
 //! [`Framer`] buffers the incomplete tail of the input and hands out runs of complete records.
 //!
-//! A record ends at a newline outside quotes. For CSV, a newline inside a quoted field does not
-//! end the record: since an escaped quote is written twice (`""`), a newline is inside quotes
-//! exactly when an odd number of quote characters precede it in the record. JSON lines never
-//! contain raw newlines, so a JSON record is a line. Blank lines are not records (both arrow
-//! readers skip them too, which keeps record and row numbering aligned).
+//! A JSON record is a line (JSON lines never contain raw newlines). A CSV record ends at a
+//! newline outside a quoted field, read as CSV readers read it (and as the decoder will): a
+//! quote opens a quoted field only at the start of a field; inside one, a doubled quote is a
+//! quote and a single one closes it; a quote anywhere else is an ordinary character. So a
+//! stray quote inside an unquoted field costs nothing. A quoted field that is never closed
+//! would swallow the rest of the input: once it holds more than [`MAX_QUOTED_BYTES`], or at
+//! the end of the input, its record is cut at the first newline inside it and marked
+//! malformed (one bad record, with its line), and framing starts again on the next line. The
+//! buffered tail is bounded by that limit plus one read. Blank lines are not records (both
+//! arrow readers skip them too, which keeps record and row numbering aligned).
+
+/// The most a quoted CSV field may span across lines before the framer takes its opening
+/// quote for an unterminated one.
+pub(crate) const MAX_QUOTED_BYTES: usize = 1 << 20;
+
+/// How a source's bytes are cut into records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// One record per line.
+    Lines,
+    /// CSV records: newlines inside quoted fields do not end them.
+    Csv { quote: u8, delimiter: u8 },
+}
+
+/// Where the CSV scan is within a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// At the start of a field: a quote here opens a quoted field.
+    FieldStart,
+    /// Inside an unquoted field: quotes are ordinary characters.
+    Unquoted,
+    /// Inside a quoted field.
+    Quoted,
+    /// Just after a quote inside a quoted field: a second quote is an escaped one, anything
+    /// else means the field was closed.
+    QuoteInQuoted,
+}
 
 /// Complete records, contiguous in `bytes`, each ending with `\n`.
 #[derive(Debug, Default)]
@@ -20,6 +52,8 @@ pub(crate) struct Records {
     pub lines: Vec<u64>,
     /// Byte offset of each record in its file.
     pub offsets: Vec<u64>,
+    /// Why a record is malformed, if the framer found it so (an unterminated quote).
+    pub malformed: Vec<Option<&'static str>>,
 }
 
 impl Records {
@@ -45,10 +79,20 @@ impl Records {
         String::from_utf8_lossy(r).into_owned()
     }
 
+    /// Whether any record is malformed.
+    pub fn any_malformed(&self) -> bool {
+        self.malformed.iter().any(Option::is_some)
+    }
+
     fn push(&mut self, record: &[u8], line: u64, offset: u64) {
+        self.push_marked(record, line, offset, None);
+    }
+
+    fn push_marked(&mut self, record: &[u8], line: u64, offset: u64, bad: Option<&'static str>) {
         self.starts.push(self.bytes.len());
         self.lines.push(line);
         self.offsets.push(offset);
+        self.malformed.push(bad);
         self.bytes.extend_from_slice(record);
         if !record.ends_with(b"\n") {
             self.bytes.push(b'\n');
@@ -59,7 +103,7 @@ impl Records {
     pub fn split_off(&self, from: usize) -> Records {
         let mut out = Records::default();
         for i in from..self.len() {
-            out.push(self.record(i), self.lines[i], self.offsets[i]);
+            out.push_marked(self.record(i), self.lines[i], self.offsets[i], self.malformed[i]);
         }
         out
     }
@@ -68,7 +112,7 @@ impl Records {
     pub fn filtered(&self, keep: impl Fn(usize) -> bool) -> Records {
         let mut out = Records::default();
         for i in (0..self.len()).filter(|&i| keep(i)) {
-            out.push(self.record(i), self.lines[i], self.offsets[i]);
+            out.push_marked(self.record(i), self.lines[i], self.offsets[i], self.malformed[i]);
         }
         out
     }
@@ -77,28 +121,41 @@ impl Records {
 /// Buffers input bytes of one file and cuts them into records. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Framer {
-    /// Quote character whose parity decides if a newline ends a record (`None` for JSON).
-    quote: Option<u8>,
+    framing: Framing,
     buf: Vec<u8>,
     /// Line number and byte offset of `buf[0]` in the file.
     line: u64,
     offset: u64,
-    /// Scan state over `buf[..scanned]`: quotes seen in the current record and newlines inside
-    /// it, so a long record split across reads is not rescanned from its start.
+    /// Scan state over `buf[..scanned]`, so a long record split across reads is not rescanned
+    /// from its start: where the scan is, the newlines inside the current record, and the
+    /// first of them (an index into `buf`), where an unterminated quote is cut.
     scanned: usize,
-    quotes: usize,
+    scan: Scan,
     inner_newlines: u64,
+    first_inner_newline: Option<usize>,
 }
 
+/// The malformed record's reason when an opening quote is never closed.
+const UNTERMINATED: &str = "unterminated quoted field (its quote is not closed)";
+
 impl Framer {
-    pub fn new(quote: Option<u8>) -> Self {
-        Framer::at(quote, 0, 1)
+    pub fn new(framing: Framing) -> Self {
+        Framer::at(framing, 0, 1)
     }
 
     /// A framer for input that starts at byte `offset`, line `line` of its file (a source
     /// restored from a checkpoint reads on from a record boundary).
-    pub fn at(quote: Option<u8>, offset: u64, line: u64) -> Self {
-        Framer { quote, buf: Vec::new(), line, offset, scanned: 0, quotes: 0, inner_newlines: 0 }
+    pub fn at(framing: Framing, offset: u64, line: u64) -> Self {
+        Framer {
+            framing,
+            buf: Vec::new(),
+            line,
+            offset,
+            scanned: 0,
+            scan: Scan::FieldStart,
+            inner_newlines: 0,
+            first_inner_newline: None,
+        }
     }
 
     /// Bytes buffered but not yet part of a complete record.
@@ -125,40 +182,96 @@ impl Framer {
         let mut start = 0;
         let mut line = self.line;
         let mut i = self.scanned;
-        while i < self.buf.len() {
-            let b = self.buf[i];
-            if Some(b) == self.quote {
-                self.quotes += 1;
-            } else if b == b'\n' {
-                if self.quotes % 2 == 1 {
-                    self.inner_newlines += 1;
-                } else {
+        loop {
+            while i < self.buf.len() {
+                let b = self.buf[i];
+                let ends_record = match self.framing {
+                    Framing::Lines => b == b'\n',
+                    Framing::Csv { quote, delimiter } => self.step_csv(b, i, quote, delimiter),
+                };
+                if ends_record {
                     let rec = &self.buf[start..=i];
                     if !is_blank(rec) {
                         out.push(rec, line, self.offset + start as u64);
                     }
                     line += 1 + self.inner_newlines;
-                    self.inner_newlines = 0;
-                    self.quotes = 0;
+                    self.reset_scan();
                     start = i + 1;
+                } else if self.scan == Scan::Quoted && i - start > MAX_QUOTED_BYTES {
+                    if let Some(cut) = self.cut_unterminated(&mut out, start, line) {
+                        (start, i, line) = (cut + 1, cut + 1, line + 1);
+                        continue;
+                    }
+                }
+                i += 1;
+            }
+            if !eof || start >= self.buf.len() {
+                break;
+            }
+            // At the end of the input, a quoted field still open was never closed.
+            if matches!(self.scan, Scan::Quoted) {
+                if let Some(cut) = self.cut_unterminated(&mut out, start, line) {
+                    (start, i, line) = (cut + 1, cut + 1, line + 1);
+                    continue;
                 }
             }
-            i += 1;
-        }
-        if eof && start < self.buf.len() {
             let rec = &self.buf[start..];
             if !is_blank(rec) {
-                out.push(rec, line, self.offset + start as u64);
+                let bad = matches!(self.scan, Scan::Quoted).then_some(UNTERMINATED);
+                out.push_marked(rec, line, self.offset + start as u64, bad);
             }
             start = self.buf.len();
-            self.quotes = 0;
-            self.inner_newlines = 0;
+            self.reset_scan();
+            break;
         }
         self.buf.drain(..start);
+        if let Some(first) = &mut self.first_inner_newline {
+            *first -= start;
+        }
         self.offset += start as u64;
         self.line = line;
         self.scanned = self.buf.len();
         out
+    }
+
+    /// One byte of CSV at `buf[i]`: moves the scan on; whether the byte ends the record.
+    fn step_csv(&mut self, b: u8, i: usize, quote: u8, delimiter: u8) -> bool {
+        self.scan = match (self.scan, b) {
+            (Scan::FieldStart, b) if b == quote => Scan::Quoted,
+            (Scan::Quoted, b) if b == quote => Scan::QuoteInQuoted,
+            (Scan::QuoteInQuoted, b) if b == quote => Scan::Quoted,
+            (Scan::Quoted, b'\n') => {
+                self.inner_newlines += 1;
+                self.first_inner_newline.get_or_insert(i);
+                Scan::Quoted
+            }
+            (Scan::Quoted, _) => Scan::Quoted,
+            (_, b'\n') => return true,
+            (_, b) if b == delimiter => Scan::FieldStart,
+            _ => Scan::Unquoted,
+        };
+        false
+    }
+
+    /// Cuts the record that starts at `buf[start]` at the first newline inside its open
+    /// quoted field, hands it out as malformed, and returns that newline's index (None if the
+    /// field holds no newline: then it is the record's last field, left to the caller).
+    fn cut_unterminated(&mut self, out: &mut Records, start: usize, line: u64) -> Option<usize> {
+        let cut = self.first_inner_newline?;
+        out.push_marked(
+            &self.buf[start..=cut],
+            line,
+            self.offset + start as u64,
+            Some(UNTERMINATED),
+        );
+        self.reset_scan();
+        Some(cut)
+    }
+
+    fn reset_scan(&mut self) {
+        self.scan = Scan::FieldStart;
+        self.inner_newlines = 0;
+        self.first_inner_newline = None;
     }
 }
 
@@ -169,6 +282,8 @@ fn is_blank(rec: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const CSV: Framing = Framing::Csv { quote: b'"', delimiter: b',' };
 
     fn texts(r: &Records) -> Vec<(String, u64, u64)> {
         (0..r.len()).map(|i| (r.text(i), r.lines[i], r.offsets[i])).collect()
@@ -184,7 +299,7 @@ mod tests {
             ("3,z".to_string(), 6, 22),
         ];
         for chunk in 1..input.len() + 1 {
-            let mut f = Framer::new(Some(b'"'));
+            let mut f = Framer::new(CSV);
             let mut got = Vec::new();
             for c in input.chunks(chunk) {
                 got.extend(texts(&f.feed(c, false)));
@@ -197,7 +312,7 @@ mod tests {
 
     #[test]
     fn json_lines_ignore_quotes_and_keep_the_unterminated_tail_until_eof() {
-        let mut f = Framer::new(None);
+        let mut f = Framer::new(Framing::Lines);
         let r = f.feed(b"{\"a\":\"\\\"\"}\n{\"a\":", false);
         assert_eq!(texts(&r), vec![("{\"a\":\"\\\"\"}".to_string(), 1, 0)]);
         assert_eq!(f.pending(), 5);
@@ -206,5 +321,86 @@ mod tests {
         let r = f.feed(b"", true);
         assert_eq!(texts(&r), vec![("{\"a\":2}".to_string(), 2, 11)]);
         assert_eq!(r.bytes, b"{\"a\":2}\n");
+    }
+}
+
+#[cfg(test)]
+mod quoting_tests {
+    use super::*;
+
+    const CSV: Framing = Framing::Csv { quote: b'"', delimiter: b',' };
+
+    /// (text, line, malformed) of every record, the input fed in chunks of `chunk` bytes.
+    fn frame(input: &[u8], chunk: usize) -> Vec<(String, u64, bool)> {
+        let mut f = Framer::new(CSV);
+        let mut got = Vec::new();
+        let mut take = |r: Records| {
+            for i in 0..r.len() {
+                got.push((r.text(i), r.lines[i], r.malformed[i].is_some()));
+            }
+        };
+        for c in input.chunks(chunk.max(1)) {
+            take(f.feed(c, false));
+        }
+        take(f.feed(&[], true));
+        got
+    }
+
+    /// A quote inside an unquoted field is an ordinary character, as CSV readers take it.
+    #[test]
+    fn a_stray_quote_inside_a_field_costs_nothing() {
+        let input = b"k,v\na\"b,1\nc,2 \"inches\"\nd,3\n";
+        for chunk in 1..input.len() {
+            let got = frame(input, chunk);
+            let texts: Vec<&str> = got.iter().map(|g| g.0.as_str()).collect();
+            assert_eq!(texts, ["k,v", "a\"b,1", "c,2 \"inches\"", "d,3"], "chunk {chunk}");
+            assert!(got.iter().all(|g| !g.2));
+        }
+    }
+
+    /// An opening quote never closed is one malformed record, cut at its first newline; the
+    /// next line is framed again, whatever the chunking. (A later quote would close it: `"a
+    /// ,b" c` is one quoted field, as every CSV reader reads it.)
+    #[test]
+    fn an_unterminated_quote_costs_one_record() {
+        let input = b"k,v\n1,\"open\n2,x\n3,y\n";
+        for chunk in 1..input.len() {
+            let got = frame(input, chunk);
+            assert_eq!(
+                got,
+                [
+                    ("k,v".to_string(), 1, false),
+                    ("1,\"open".to_string(), 2, true),
+                    ("2,x".to_string(), 3, false),
+                    ("3,y".to_string(), 4, false),
+                ],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    /// A quoted field running past the limit is taken for an unterminated one without waiting
+    /// for the end of the input: the buffer stays bounded.
+    #[test]
+    fn an_open_quote_is_cut_once_it_passes_the_limit() {
+        let mut input = b"1,\"x\n".to_vec();
+        let row = b"2,yyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\n";
+        while input.len() < MAX_QUOTED_BYTES + 4096 {
+            input.extend_from_slice(row);
+        }
+        let mut f = Framer::new(CSV);
+        let mut first = Records::default();
+        let mut peak = 0;
+        for c in input.chunks(64 * 1024) {
+            let r = f.feed(c, false);
+            peak = peak.max(f.pending());
+            if first.is_empty() {
+                first = r;
+            }
+        }
+        assert!(first.any_malformed(), "cut before the end of the input");
+        assert_eq!(first.text(0), "1,\"x");
+        assert_eq!(first.lines[1], 2, "framing starts again on the next line");
+        assert!(peak <= MAX_QUOTED_BYTES + 64 * 1024 + row.len(), "buffered {peak}");
     }
 }

@@ -22,7 +22,7 @@ use arrow::datatypes::SchemaRef;
 
 pub use decode::Format;
 pub(crate) use decode::{BadRow, Decoded, RowDecoder};
-use framing::{Framer, Records};
+use framing::{Framer, Framing, Records};
 
 /// Whether a path names JSON lines by its extension (`.json`, `.jsonl`, `.ndjson`): the
 /// default format of sources and sinks that do not say.
@@ -277,7 +277,7 @@ impl SourceReader {
                     .map_err(|e| format!("cannot read standard input: {e}"))?;
                 self.stdin = Some(StdinInput {
                     rx,
-                    framer: Framer::new(self.quote()),
+                    framer: Framer::new(self.framing()),
                     header_pending: self.decoder.wants_header(),
                 });
             }
@@ -285,8 +285,11 @@ impl SourceReader {
         Ok(())
     }
 
-    fn quote(&self) -> Option<u8> {
-        matches!(self.spec.format, Format::Csv { .. }).then_some(b'"')
+    fn framing(&self) -> Framing {
+        match self.spec.format {
+            Format::Csv { delimiter, .. } => Framing::Csv { quote: b'"', delimiter },
+            Format::JsonLines => Framing::Lines,
+        }
     }
 
     /// Reads up to about `max_bytes` and decodes the complete records among them.
@@ -395,7 +398,7 @@ impl SourceReader {
         Ok(OpenFile {
             name: shown,
             file,
-            framer: Framer::at(self.quote(), offset, line),
+            framer: Framer::at(self.framing(), offset, line),
             header_pending: self.decoder.wants_header() && header.is_none(),
             header,
         })
