@@ -157,10 +157,9 @@ impl FileSink {
     }
 
     fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
-        self.writer
-            .write_all(bytes)
-            .and_then(|_| self.writer.flush())
-            .map_err(|e| WeirError::exec(format!("sink '{}': {e}", self.spec.path)))?;
+        self.writer.write_all(bytes).and_then(|_| self.writer.flush()).map_err(|e| {
+            WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
+        })?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -216,7 +215,7 @@ impl FileSink {
         self.writer
             .flush()
             .and_then(|_| self.writer.get_ref().sync_data())
-            .map_err(|e| WeirError::exec(format!("sink '{}': {e}", self.spec.path)))?;
+            .map_err(|e| WeirError::exec(format!("sink '{}': cannot sync: {e}", self.spec.path)))?;
         Ok(self.written)
     }
 }

@@ -116,3 +116,27 @@ fn sinks_never_overwrite_what_weir_reads_or_writes() {
     e.execute("CREATE SINK k WITH (path = 'out/other.csv') AS SELECT v FROM b").unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A full disk is the environment's failure, not Weir's: the sink fails with the system's
+/// message (never "internal error"), the other sinks go on, and `Engine::failures` says so.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_fails_the_sink_with_the_system_s_message() {
+    let dir = tempdir("full");
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t);
+         CREATE SINK full WITH (path = '/dev/full', format = 'json') AS SELECT v FROM s;
+         CREATE SINK fine WITH (path = 'fine.csv') AS SELECT v FROM s;
+         INSERT INTO s VALUES (1, 1), (2, 2); CLOSE s",
+    )
+    .unwrap();
+    let failures: Vec<String> = e.failures().iter().map(|(n, e)| format!("{n}: {e}")).collect();
+    assert_eq!(
+        failures,
+        ["sink 'full': sink '/dev/full': cannot write: No space left on device (os error 28)"]
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("fine.csv")).unwrap(), "_time,v\n1,1\n2,2\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
