@@ -1,14 +1,19 @@
 //! Scalar expressions: DataFusion `Expr` trees (already type-coerced by the binder) compiled to
 //! physical expressions and evaluated on whole Arrow batches, never row by row.
+//!
+//! Integer `+`, `-` and `*` that overflow are errors, as in PostgreSQL (DataFusion's kernels
+//! wrap by default: `9223372036854775807 + 1` would be a large negative number).
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow::datatypes::DataType;
+use datafusion_common::tree_node::{Transformed, TreeNode};
 use datafusion_common::DFSchema;
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion_expr::Expr;
+use datafusion_physical_expr::expressions::BinaryExpr;
 use datafusion_physical_expr::{create_physical_expr, PhysicalExpr};
 use weir_common::{Result, WeirError};
 
@@ -24,6 +29,7 @@ impl ScalarExpr {
     pub fn compile(expr: &Expr, schema: &DFSchema) -> Result<Self> {
         let props = ExecutionProps::new();
         let phys = create_physical_expr(expr, schema, &props, &PhysicalPlanningContext::default())
+            .and_then(checked_arithmetic)
             .map_err(|e| {
                 WeirError::plan(format!("cannot evaluate {expr}: {}", e.strip_backtrace()))
             })?;
@@ -63,4 +69,19 @@ impl ScalarExpr {
     fn error(&self, e: datafusion_common::DataFusionError) -> WeirError {
         WeirError::exec(format!("evaluating {}: {}", self.text, e.strip_backtrace()))
     }
+}
+
+/// Every binary operator of a physical expression, with overflow an error instead of a wrap.
+fn checked_arithmetic(
+    phys: Arc<dyn PhysicalExpr>,
+) -> datafusion_common::Result<Arc<dyn PhysicalExpr>> {
+    phys.transform_up(|e| {
+        let Some(b) = e.downcast_ref::<BinaryExpr>() else {
+            return Ok(Transformed::no(e));
+        };
+        let checked = BinaryExpr::new(b.left().clone(), *b.op(), b.right().clone())
+            .with_fail_on_overflow(true);
+        Ok(Transformed::yes(Arc::new(checked) as Arc<dyn PhysicalExpr>))
+    })
+    .map(|t| t.data)
 }

@@ -15,9 +15,11 @@
 //! - [`join_order`]: binder rewrite: reorders inner and comma joins so each join has a key.
 //! - [`in_subquery`]: binder rewrite: nested `x [NOT] IN (subquery)` -> exact EXISTS tests.
 //! - [`mixed_types`]: binder rewrite: `IN` between a text literal and numbers, as SQLite answers.
+//! - [`checked_literals`]: binder rewrite: integer literal arithmetic folded with overflow checks.
 
 pub mod binder;
 pub mod catalog;
+pub mod checked_literals;
 pub mod ddl;
 pub mod in_subquery;
 pub mod join_order;
