@@ -17,7 +17,7 @@ use datafusion_expr::{BinaryExpr, Expr, Operator};
 /// Folds integer literal arithmetic in `plan` and its subqueries. See the module docs.
 pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
     Ok(plan
-        .transform_up_with_subqueries(|node| node.map_expressions(|e| e.transform_up(|x| fold(x))))?
+        .transform_up_with_subqueries(|node| node.map_expressions(|e| e.transform_up(fold)))?
         .data)
 }
 
