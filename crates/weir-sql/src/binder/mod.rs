@@ -44,7 +44,7 @@ pub mod names;
 
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
-use names::name_duplicate_columns;
+use names::{name_duplicate_columns, timestamps_in_micros};
 
 /// Binds queries against a catalog.
 pub struct Binder<'a> {
@@ -248,6 +248,8 @@ impl<'a> Binder<'a> {
             ..ParserOptions::default()
         };
         let planner = SqlToRel::new_with_options(&provider, parser_options);
+        let mut query = query.clone();
+        timestamps_in_micros(&mut query);
         let plan =
             match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
                 Err(e) if e.to_string().contains("Projections require unique expression names") => {

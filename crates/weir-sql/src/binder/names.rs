@@ -1,5 +1,6 @@
 //! Walks over the parsed query before it is planned: naming repeated output columns (which
-//! DataFusion's planner refuses) and collecting the names a query reads (for dependencies).
+//! DataFusion's planner refuses), collecting the names a query reads (for dependencies), and
+//! giving `TIMESTAMP` literals and casts Weir's unit.
 
 use std::collections::HashMap;
 
@@ -140,4 +141,24 @@ fn collect_factor(f: &sql::TableFactor, ctes: &[String], out: &mut Vec<String>) 
         }
         _ => {}
     }
+}
+
+/// `TIMESTAMP '...'` and `CAST(x AS TIMESTAMP)` without a precision mean microseconds, the
+/// unit of Weir's TIMESTAMP columns and instants (DataFusion would read nanoseconds, which
+/// cannot hold years after 2262): they are given precision 6 before planning.
+pub(super) fn timestamps_in_micros(q: &mut sql::Query) {
+    use sqlparser::ast::{visit_expressions_mut, DataType as T};
+    let micros = |t: &mut T| {
+        if let T::Timestamp(precision @ None, _) = t {
+            *precision = Some(6);
+        }
+    };
+    let _ = visit_expressions_mut(q, |e| {
+        match e {
+            sql::Expr::TypedString(ts) => micros(&mut ts.data_type),
+            sql::Expr::Cast { data_type, .. } => micros(data_type),
+            _ => {}
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }

@@ -19,9 +19,13 @@ pub(super) fn parse_time_lit(c: &mut Cursor) -> Result<TimeLit> {
     c.integer("an instant (an integer tick or TIMESTAMP '...')").map(TimeLit::Ticks)
 }
 
+/// A TIMESTAMP literal in microseconds, the unit of Weir's instants (years 1 to 9999, as
+/// streams read them; not nanoseconds, which end in 2262).
 fn timestamp_micros(s: &str, c: &Cursor) -> Result<i64> {
-    arrow::compute::kernels::cast_utils::string_to_timestamp_nanos(s)
-        .map(|ns| ns.div_euclid(1000))
+    let utc: arrow::array::timezone::Tz =
+        "+00:00".parse().map_err(|e| WeirError::internal(format!("the UTC zone: {e}")))?;
+    arrow::compute::kernels::cast_utils::string_to_datetime(&utc, s)
+        .map(|d| d.timestamp_micros())
         .map_err(|e| {
             let span = c.toks.get(c.pos.saturating_sub(1)).and_then(tok_span);
             WeirError::syntax_at(format!("bad timestamp '{s}': {e}"), span)

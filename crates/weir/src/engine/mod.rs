@@ -318,10 +318,17 @@ impl Engine {
     }
 
     /// Heartbeat: instant `t` of `stream` is complete (its watermark moves past `t`) and is an
-    /// instant of every query reading it.
+    /// instant of every query reading it. Watermarks never move back: a heartbeat at or below
+    /// what is already complete changes nothing. The largest instant cannot be completed this
+    /// way (nothing, not even a late element, could be stamped after it): `CLOSE` ends a stream.
     pub fn advance(&mut self, stream: &str, t: Time) -> Result<()> {
         let name = stream.to_ascii_lowercase();
         self.intake.writable(&name, stream)?;
+        if t == Time::MAX {
+            return Err(WeirError::exec(format!(
+                "cannot ADVANCE '{name}' to {t}, the largest instant: CLOSE {name} ends the stream"
+            )));
+        }
         self.intake.advance(&name, t)?;
         self.clock = self.clock.max(t);
         self.dataflow.heartbeat(&name, t);
