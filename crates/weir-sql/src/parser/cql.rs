@@ -308,7 +308,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
         out.push(t.clone());
         i += 1;
     }
-    let mut p = sub_parser(&out);
+    let mut p = sub_parser(&out)?;
     let query = p.parse_query().map_err(|e| sql_err(e, &out))?;
     if let Err(e) = p.expect_token(&Token::EOF) {
         return Err(sql_err(e, &out));

@@ -138,7 +138,7 @@ pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> 
 fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
     let mut c = Cursor::new(elem);
     let (name, span) = c.ident("a column name")?;
-    let mut p = sub_parser(c.rest());
+    let mut p = sub_parser(c.rest())?;
     let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
     // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced.
     Ok(ColumnAst { name, data_type, span })
@@ -167,7 +167,7 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
 }
 
 pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
-    let mut p = sub_parser(toks);
+    let mut p = sub_parser(toks)?;
     let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
     if let Err(e) = p.expect_token(&Token::EOF) {
         return Err(sql_err(e, toks));

@@ -12,7 +12,7 @@ use super::tokens::{object_name, sql_err, sub_parser, word_is, Cursor};
 /// INSERT and DELETE, with an optional trailing `AT τ`.
 pub(super) fn parse_dml(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
     let (toks, at) = split_at_clause(toks)?;
-    let mut p = sub_parser(toks);
+    let mut p = sub_parser(toks)?;
     let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
     if let Err(e) = p.expect_token(&Token::EOF) {
         return Err(sql_err(e, toks));

@@ -261,9 +261,45 @@ impl<'a> Cursor<'a> {
     }
 }
 
-pub(super) fn sub_parser(toks: &[TokenWithSpan]) -> Parser<'static> {
+/// A sqlparser parser over `toks`, once they pass [`check_prefix_runs`].
+pub(super) fn sub_parser(toks: &[TokenWithSpan]) -> Result<Parser<'static>> {
     static DIALECT: GenericDialect = GenericDialect {};
-    Parser::new(&DIALECT).with_tokens_with_locations(toks.to_vec())
+    check_prefix_runs(toks)?;
+    Ok(Parser::new(&DIALECT).with_tokens_with_locations(toks.to_vec()))
+}
+
+/// The most prefix operators (`NOT`, `-`, `+`) in a row a statement may hold. Each is a level
+/// of nesting: sqlparser stops at 50 levels with an error that does not say why ("expected end
+/// of statement, found NOT"), and planning a deeply nested expression recurses through
+/// DataFusion's rewrites, which in a debug build overflow a 2 MiB thread's stack at about 35.
+const MAX_PREFIX_RUN: usize = 20;
+
+/// Refuses a run of more than [`MAX_PREFIX_RUN`] prefix operators, naming it.
+fn check_prefix_runs(toks: &[TokenWithSpan]) -> Result<()> {
+    let mut run: Option<(usize, &TokenWithSpan)> = None;
+    for t in toks {
+        let prefix = match &t.token {
+            Token::Word(w) => w.keyword == Keyword::NOT && w.quote_style.is_none(),
+            Token::Minus | Token::Plus => true,
+            Token::Whitespace(_) => continue,
+            _ => false,
+        };
+        run = match (prefix, run) {
+            (false, _) => None,
+            (true, None) => Some((1, t)),
+            (true, Some((n, first))) => Some((n + 1, first)),
+        };
+        if let Some((_, first)) = run.filter(|(n, _)| *n > MAX_PREFIX_RUN) {
+            return Err(WeirError::syntax_at(
+                format!(
+                    "statement nests too deeply: more than {MAX_PREFIX_RUN} operators in a row \
+                     (NOT, - or +)"
+                ),
+                tok_span(first),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn ident_of(id: &sql::Ident) -> String {
