@@ -44,7 +44,7 @@ pub mod names;
 
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
-use names::{name_duplicate_columns, timestamps_in_micros};
+use names::{check_number_literals, name_duplicate_columns, timestamps_in_micros};
 
 /// Binds queries against a catalog.
 pub struct Binder<'a> {
@@ -248,6 +248,7 @@ impl<'a> Binder<'a> {
             ..ParserOptions::default()
         };
         let planner = SqlToRel::new_with_options(&provider, parser_options);
+        check_number_literals(query)?;
         let mut query = query.clone();
         timestamps_in_micros(&mut query);
         let plan =

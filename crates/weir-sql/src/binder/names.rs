@@ -162,3 +162,25 @@ pub(super) fn timestamps_in_micros(q: &mut sql::Query) {
         std::ops::ControlFlow::<()>::Continue(())
     });
 }
+
+/// A number literal too large for a DOUBLE (`1e400`) is an error where it is written, not an
+/// infinity.
+pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
+    use sqlparser::ast::{visit_expressions, Value};
+    let found = visit_expressions(q, |e| match e {
+        sql::Expr::Value(v) => match &v.value {
+            Value::Number(n, _) if n.parse::<f64>().is_ok_and(f64::is_infinite) => {
+                std::ops::ControlFlow::Break((n.clone(), v.span))
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        },
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break((n, span)) => Err(weir_common::WeirError::plan_at(
+            format!("number out of range: {n} is beyond what a DOUBLE holds"),
+            weir_common::Span::from_sql(span),
+        )),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}
