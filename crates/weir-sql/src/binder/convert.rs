@@ -16,6 +16,10 @@ use super::df_error;
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{Duration, WindowAst, WindowKind};
 
+/// The most windows a `HOP` may put each element in: its output repeats every element once per
+/// window, so a size/slide of a million would multiply the input a million times.
+const MAX_HOP_WINDOWS: i128 = 10_000;
+
 /// DataFusion plan -> Weir plan.
 pub(super) struct Converter<'a> {
     pub catalog: &'a dyn Catalog,
@@ -342,7 +346,18 @@ impl Converter<'_> {
             }
             WindowKind::Hop { column, slide, size } => {
                 self.check_descriptor(w, source, column)?;
-                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*slide)? }
+                let (range, slide) = (ticks(*size)?, ticks(*slide)?);
+                let windows = (range as i128 + slide as i128 - 1) / slide as i128;
+                if windows > MAX_HOP_WINDOWS {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "HOP puts each element in {windows} windows (size / slide); at most \
+                             {MAX_HOP_WINDOWS} are allowed: choose a larger slide"
+                        ),
+                        w.span,
+                    ));
+                }
+                WindowSpec::RangeSlide { range, slide }
             }
             WindowKind::PartitionRows(cols, n) => {
                 let schema = source.schema();
