@@ -265,7 +265,59 @@ impl<'a> Cursor<'a> {
 pub(super) fn sub_parser(toks: &[TokenWithSpan]) -> Result<Parser<'static>> {
     static DIALECT: GenericDialect = GenericDialect {};
     check_prefix_runs(toks)?;
+    check_size(toks)?;
     Ok(Parser::new(&DIALECT).with_tokens_with_locations(toks.to_vec()))
+}
+
+/// The most chaining operators (`AND`, `OR`, `+`, `-`, `*`, `/`, `%`, `||`; comparisons do not
+/// chain) one statement may hold. A chain of them is
+/// a tree as deep as it is long, and its syntax tree is cloned, visited and dropped by
+/// recursive code (sqlparser's, Weir's, parts of DataFusion's): much deeper than this
+/// overflows a 2 MiB thread's stack in a debug build (about 400 `OR`s). Far beyond any
+/// hand-written query; generated SQL should use `IN (...)` lists, which are flat.
+pub(super) const MAX_OPERATORS: usize = 256;
+
+/// The most set operations (`UNION`, `INTERSECT`, `EXCEPT`) one statement may hold, for the
+/// same reason: each nests the plan a level deeper.
+pub(super) const MAX_SET_OPERATIONS: usize = 64;
+
+/// Refuses a statement with more operators or set operations than the limits above, naming
+/// the limit, at the first one past it.
+fn check_size(toks: &[TokenWithSpan]) -> Result<()> {
+    let (mut operators, mut sets) = (0usize, 0usize);
+    for t in toks {
+        let (operator, set) = match &t.token {
+            Token::Word(w) if w.quote_style.is_none() => (
+                matches!(w.keyword, Keyword::AND | Keyword::OR),
+                matches!(w.keyword, Keyword::UNION | Keyword::INTERSECT | Keyword::EXCEPT),
+            ),
+            Token::Plus
+            | Token::Minus
+            | Token::Mul
+            | Token::Div
+            | Token::Mod
+            | Token::StringConcat => (true, false),
+            _ => (false, false),
+        };
+        operators += operator as usize;
+        sets += set as usize;
+        if operators > MAX_OPERATORS {
+            return Err(WeirError::syntax_at(
+                format!("statement too large: more than {MAX_OPERATORS} operators"),
+                tok_span(t),
+            ));
+        }
+        if sets > MAX_SET_OPERATIONS {
+            return Err(WeirError::syntax_at(
+                format!(
+                    "statement too large: more than {MAX_SET_OPERATIONS} UNION, INTERSECT or \
+                     EXCEPT"
+                ),
+                tok_span(t),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The most prefix operators (`NOT`, `-`, `+`) in a row a statement may hold. Each is a level
