@@ -68,25 +68,44 @@ pub(super) fn parse_duration(c: &mut Cursor, then: &[&str]) -> Result<Duration> 
     if c.eat_word("INTERVAL") {
         let s = c.string("a quoted interval, e.g. INTERVAL '10' SECOND")?;
         let string_span = c.toks.get(c.pos - 1).and_then(tok_span);
-        let mut parts = s.split_whitespace();
-        let n: i64 = parts
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or_else(|| WeirError::syntax_at(format!("bad interval '{s}'"), string_span))?;
-        let (unit, unit_span) = match parts.next() {
-            Some(u) => (u.to_string(), string_span),
-            None => match c.next() {
-                Some(t @ TokenWithSpan { token: Token::Word(w), .. }) => {
-                    (w.value.clone(), tok_span(t))
+        let bad = || WeirError::syntax_at(format!("bad interval '{s}'"), string_span);
+        let number = |p: &str| p.parse::<i64>().map_err(|_| bad());
+        let out_of_range =
+            || WeirError::syntax_at(format!("interval '{s}' is out of range"), string_span);
+        let words: Vec<&str> = s.split_whitespace().collect();
+        let total = match words.as_slice() {
+            // `INTERVAL '10' SECOND`: the unit follows the string.
+            [n] => {
+                let n = number(n)?;
+                let (unit, unit_span) = match c.next() {
+                    Some(t @ TokenWithSpan { token: Token::Word(w), .. }) => {
+                        (w.value.clone(), tok_span(t))
+                    }
+                    _ => {
+                        c.pos -= 1;
+                        return Err(c.err(&format!("an interval unit ({UNIT_NAMES})")));
+                    }
+                };
+                let scale = unit_micros(&unit).ok_or_else(|| unit_error(&unit, unit_span))?;
+                n.checked_mul(scale).ok_or_else(out_of_range)?
+            }
+            // `INTERVAL '1 minute 30 seconds'`: every number with its unit, summed.
+            pairs if !pairs.is_empty() && pairs.len() % 2 == 0 => {
+                let mut total: i64 = 0;
+                for pair in pairs.chunks(2) {
+                    let n = number(pair[0])?;
+                    let scale =
+                        unit_micros(pair[1]).ok_or_else(|| unit_error(pair[1], string_span))?;
+                    total = n
+                        .checked_mul(scale)
+                        .and_then(|us| total.checked_add(us))
+                        .ok_or_else(out_of_range)?;
                 }
-                _ => {
-                    c.pos -= 1;
-                    return Err(c.err(&format!("an interval unit ({UNIT_NAMES})")));
-                }
-            },
+                total
+            }
+            _ => return Err(bad()),
         };
-        let scale = unit_micros(&unit).ok_or_else(|| unit_error(&unit, unit_span))?;
-        return Ok(Duration::Micros(n.saturating_mul(scale)));
+        return Ok(Duration::Micros(total));
     }
     let n = c.integer("a duration (e.g. 10, 10 SECONDS, INTERVAL '10' SECOND)")?;
     if let Some(t @ TokenWithSpan { token: Token::Word(w), .. }) = c.peek() {
@@ -163,6 +182,28 @@ mod tests {
             range("SELECT * FROM s [RANGE 10 SLIDE 5]"),
             WindowKind::RangeSlide(Duration::Ticks(10), Duration::Ticks(5))
         );
+    }
+
+    /// An interval string of several parts is their sum, never its first part alone; what
+    /// does not read as numbers with units is an error, as is a sum out of range.
+    #[test]
+    fn interval_strings_with_several_parts_add_up() {
+        let range = |sql: &str| query(sql).windows[0].kind.clone();
+        assert_eq!(
+            range("SELECT * FROM e [RANGE INTERVAL '1 minute 30 seconds']"),
+            WindowKind::Range(Duration::Micros(90_000_000))
+        );
+        assert_eq!(
+            range("SELECT * FROM e [RANGE INTERVAL '1 hour 2 min 3 sec']"),
+            WindowKind::Range(Duration::Micros(3_723_000_000))
+        );
+        let err = |sql: &str| parse_script(sql).unwrap_err().to_string();
+        assert!(err("SELECT * FROM e [RANGE INTERVAL '1 minute 30']").contains("bad interval"));
+        assert!(err("SELECT * FROM e [RANGE INTERVAL 'soon']").contains("bad interval"));
+        assert!(err("SELECT * FROM e [RANGE INTERVAL '1 minute 2 fortnights']")
+            .contains("unknown duration unit 'fortnights'"));
+        assert!(err("SELECT * FROM e [RANGE INTERVAL '9223372036854775807 days']")
+            .contains("out of range"));
     }
 
     #[test]
