@@ -53,12 +53,18 @@ impl Output for Subscriber {
 impl Output for Shared<Maintained> {
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
         let mut view = self.lock();
-        match changes.iter().try_for_each(|b| view.contents.apply(b)).and(outcome) {
-            Ok(()) => true,
-            Err(e) => {
-                view.failed = Some(e);
-                false
-            }
+        let result = changes.iter().try_for_each(|b| view.contents.apply(b)).and(outcome);
+        goes_on(&mut view.failed, result)
+    }
+}
+
+/// Whether an output that keeps its failure goes on after `result`; a failure is kept.
+fn goes_on(failed: &mut Option<WeirError>, result: Result<()>) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            *failed = Some(e);
+            false
         }
     }
 }
@@ -75,13 +81,8 @@ pub(crate) struct SinkFile {
 impl Output for Shared<SinkFile> {
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
         let mut sink = self.lock();
-        match changes.iter().try_for_each(|b| sink.file.write(b)).and(outcome) {
-            Ok(()) => true,
-            Err(e) => {
-                sink.failed = Some(e);
-                false
-            }
-        }
+        let result = changes.iter().try_for_each(|b| sink.file.write(b)).and(outcome);
+        goes_on(&mut sink.failed, result)
     }
 }
 

@@ -30,12 +30,10 @@ impl Engine {
         span: Option<Span>,
         text: &str,
     ) -> Result<ExecResult> {
-        if self.catalog.exists(name) {
-            if if_not_exists {
-                return Ok(ExecResult::Done("CREATE STREAM".into()));
-            }
-            return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+        if if_not_exists && self.catalog.exists(name) {
+            return Ok(ExecResult::Done("CREATE STREAM".into()));
         }
+        self.catalog.check_free(name, span)?;
         let def = stream_def(name, columns, watermark, span)?;
         let (policy, source) = parse_options(&def, options)?;
         self.catalog.add_stream(def.clone(), Intake::companion_defs(&def)?)?;
@@ -55,12 +53,10 @@ impl Engine {
         span: Option<Span>,
         text: &str,
     ) -> Result<ExecResult> {
-        if self.catalog.exists(name) {
-            if if_not_exists {
-                return Ok(ExecResult::Done("CREATE TABLE".into()));
-            }
-            return Err(WeirError::plan_at(format!("'{name}' already exists"), span));
+        if if_not_exists && self.catalog.exists(name) {
+            return Ok(ExecResult::Done("CREATE TABLE".into()));
         }
+        self.catalog.check_free(name, span)?;
         let def = table_def(name, columns)?;
         self.tables.add_table(name, def.schema.clone())?;
         self.catalog.add_table(def);
