@@ -13,6 +13,8 @@ Usage:
   weir -c \"SQL\" [--format F]       run the statements given
   weir [--format F]                a REPL on a terminal; otherwise runs standard input
   weir demo [--format F]           the REPL with a live stream of auction bids to query
+  weir serve [--listen ADDR]       a PostgreSQL-protocol server: connect with psql or any
+                                   PostgreSQL driver (docs/server.md)
 
 After each statement Weir prints the new output of every running continuous query; at the
 end of a script every stream is closed, so all pending instants are emitted. In the REPL,
@@ -25,6 +27,11 @@ Options:
   --checkpoint-interval T
                   with --data-dir, checkpoint every T while sources are read (e.g. 500ms,
                   2s, 1m); CHECKPOINT takes one at any time (docs/recovery.md)
+  --listen ADDR   with serve: the address to listen on (default 127.0.0.1:6875; loopback
+                  only)
+  --subscriber-buffer N
+                  with serve: rows that may wait for one slow subscriber before its
+                  subscription is ended (default 1000000)
   -c SQL          run SQL instead of a file
   -h, --help      this help
   -V, --version   the version
@@ -41,6 +48,8 @@ pub enum Command {
     Default,
     /// The REPL with a generated stream of bids flowing.
     Demo,
+    /// A PostgreSQL-protocol server.
+    Serve,
     Help,
     Version,
 }
@@ -51,6 +60,10 @@ pub struct Args {
     pub format: Format,
     pub data_dir: Option<PathBuf>,
     pub checkpoint_interval: Option<std::time::Duration>,
+    /// `serve --listen`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `serve --subscriber-buffer`.
+    pub subscriber_buffer: Option<usize>,
 }
 
 /// Parses the arguments after the program name.
@@ -59,6 +72,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut format = Format::Table;
     let mut data_dir = None;
     let mut checkpoint_interval = None;
+    let mut listen = None;
+    let mut subscriber_buffer = None;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -72,16 +87,35 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
             return Err(format!("unexpected argument '{}'", arg.to_string_lossy()));
         };
         match s {
-            "-h" | "--help" => {
-                return Ok(Args { command: Command::Help, format, data_dir, checkpoint_interval })
-            }
-            "-V" | "--version" => {
+            "-h" | "--help" | "-V" | "--version" => {
+                let command = if s.starts_with("-h") || s == "--help" {
+                    Command::Help
+                } else {
+                    Command::Version
+                };
                 return Ok(Args {
-                    command: Command::Version,
+                    command,
                     format,
                     data_dir,
                     checkpoint_interval,
-                })
+                    listen,
+                    subscriber_buffer,
+                });
+            }
+            "--listen" => {
+                let v = args.next().ok_or("--listen needs an address, e.g. 127.0.0.1:6875")?;
+                let v = v.to_string_lossy();
+                listen = Some(v.parse().map_err(|_| {
+                    format!("--listen: '{v}' is not an address with a port, e.g. 127.0.0.1:6875")
+                })?);
+            }
+            "--subscriber-buffer" => {
+                let v = args.next().ok_or("--subscriber-buffer needs a number of rows")?;
+                let v = v.to_string_lossy();
+                subscriber_buffer =
+                    Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        format!("--subscriber-buffer: '{v}' is not a positive number")
+                    })?);
             }
             "--data-dir" => {
                 let v = args.next().ok_or("--data-dir needs a directory")?;
@@ -107,6 +141,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                 set(&mut command, Command::Inline(sql))?;
             }
             "demo" if command == Command::Default => set(&mut command, Command::Demo)?,
+            "serve" if command == Command::Default => set(&mut command, Command::Serve)?,
             "run" if command == Command::Default => {
                 let file = args.next().ok_or("run needs a file: weir run FILE.sql")?;
                 set(&mut command, Command::Run(PathBuf::from(file)))?;
@@ -118,7 +153,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     if checkpoint_interval.is_some() && data_dir.is_none() {
         return Err("--checkpoint-interval needs --data-dir".into());
     }
-    Ok(Args { command, format, data_dir, checkpoint_interval })
+    if (listen.is_some() || subscriber_buffer.is_some()) && command != Command::Serve {
+        return Err("--listen and --subscriber-buffer are options of 'weir serve'".into());
+    }
+    Ok(Args { command, format, data_dir, checkpoint_interval, listen, subscriber_buffer })
 }
 
 #[cfg(test)]
@@ -131,8 +169,14 @@ mod tests {
 
     #[test]
     fn parses_commands_and_format_anywhere() {
-        let args =
-            |command, format| Args { command, format, data_dir: None, checkpoint_interval: None };
+        let args = |command, format| Args {
+            command,
+            format,
+            data_dir: None,
+            checkpoint_interval: None,
+            listen: None,
+            subscriber_buffer: None,
+        };
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(
             p(&["run", "a.sql", "--format", "csv"]).unwrap(),
@@ -151,6 +195,10 @@ mod tests {
         assert_eq!(p(&["--version"]).unwrap().command, Command::Version);
         assert_eq!(p(&["demo"]).unwrap().command, Command::Demo);
         assert_eq!(p(&["demo", "--format", "csv"]).unwrap().format, Format::Csv);
+        let a = p(&["serve", "--listen", "127.0.0.1:7000", "--subscriber-buffer", "10"]).unwrap();
+        assert_eq!(a.command, Command::Serve);
+        assert_eq!(a.listen, Some("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(a.subscriber_buffer, Some(10));
     }
 
     #[test]
@@ -166,6 +214,9 @@ mod tests {
         assert!(p(&["demo", "demo"]).is_err());
         assert!(p(&["run", "f", "demo"]).is_err());
         assert!(p(&["--checkpoint-interval", "2s"]).unwrap_err().contains("needs --data-dir"));
+        assert!(p(&["--listen", "127.0.0.1:1"]).unwrap_err().contains("options of 'weir serve'"));
+        assert!(p(&["serve", "--listen", "localhost"]).unwrap_err().contains("not an address"));
+        assert!(p(&["serve", "--subscriber-buffer", "0"]).unwrap_err().contains("not a positive"));
         assert!(p(&["--data-dir", "d", "--checkpoint-interval", "2x"])
             .unwrap_err()
             .contains("--checkpoint-interval: bad duration '2x'"));

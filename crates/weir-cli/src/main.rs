@@ -60,6 +60,7 @@ fn main() -> ExitCode {
                 .into(),
         )),
         Command::Default => run_input(io::stdin().lock(), None, None, &args),
+        Command::Serve => serve(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,6 +76,33 @@ fn main() -> ExitCode {
         }
         Err(Failure::Reported(_)) => ExitCode::FAILURE,
     }
+}
+
+/// `weir serve`: runs the PostgreSQL-protocol server until it fails or is interrupted.
+fn serve(args: &Args) -> Result<(), Failure> {
+    let mut config = weir_server::Config {
+        data_dir: args.data_dir.clone(),
+        checkpoint_interval: args.checkpoint_interval,
+        ..Default::default()
+    };
+    if let Some(addr) = args.listen {
+        config.listen = addr;
+    }
+    if let Some(n) = args.subscriber_buffer {
+        config.subscriber_buffer = n;
+    }
+    weir_server::serve(config, |addr, notes| {
+        for n in notes {
+            let _ = writeln!(io::stderr(), "weir: {n}");
+        }
+        let _ = writeln!(
+            io::stderr(),
+            "weir: listening on {addr} (PostgreSQL protocol): psql -h {} -p {} -U weir",
+            addr.ip(),
+            addr.port()
+        );
+    })
+    .map_err(|e| Failure::Statement(e.to_string()))
 }
 
 fn write_stdout(text: &str) -> Result<(), Failure> {

@@ -42,7 +42,9 @@ pub mod source;
 pub mod subscription;
 
 pub use datafusion_common::ScalarValue as Value;
-pub use engine::{CatalogObject, Engine, ExecResult, Recovery, SourcePoll};
+pub use engine::{
+    CatalogObject, CopyIn, CopyReport, Engine, ExecResult, QueryShape, Recovery, SourcePoll,
+};
 pub use intake::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
 pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};

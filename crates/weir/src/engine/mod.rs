@@ -22,6 +22,7 @@
 //! clock, the largest instant seen so far).
 
 pub(crate) mod catalog;
+mod copy;
 pub(crate) mod dataflow;
 mod ddl;
 mod dml;
@@ -43,7 +44,9 @@ use weir_sql::parser::{ObjectKind, ParsedStatement, Statement};
 use weir_sql::{bind_query, parse_script, CqlQuery};
 
 use catalog::Catalog;
+pub use copy::{CopyIn, CopyReport};
 use dataflow::{subscription, Dataflow, SinkFile, Subscriber, Target};
+
 pub use recovery::Recovery;
 pub use sources::SourcePoll;
 use tables::{expand, Shared, Tables};
@@ -63,6 +66,19 @@ pub enum ExecResult {
     Explain(String),
     /// A continuous query was started; its output arrives through the subscription.
     Subscribed(Subscription),
+}
+
+/// What a query returns, as [`Engine::describe`] tells it without running the query.
+#[derive(Debug, Clone)]
+pub struct QueryShape {
+    /// The output columns.
+    pub schema: SchemaRef,
+    /// Whether it runs continuously (its output arrives through a subscription) or once.
+    pub continuous: bool,
+    /// Stream elements or relation changes (continuous queries).
+    pub kind: weir_plan::PlanKind,
+    /// How instants read (continuous queries).
+    pub domain: TimeDomain,
 }
 
 /// One object of the catalog, as [`Engine::catalog`] lists it.
@@ -196,6 +212,41 @@ impl Engine {
         }
     }
 
+    /// What the statement in `sql` returns, without running it: the shape of a query's
+    /// output, `None` for a statement that returns no rows (DDL, INSERT, ADVANCE...) or one
+    /// whose rows are not a query's (SHOW, DESCRIBE, EXPLAIN). Errors are the ones running it
+    /// would give in planning: unknown names, types.
+    pub fn describe(&self, sql: &str) -> Result<Option<QueryShape>> {
+        let mut stmts = parse_script(sql)?;
+        if stmts.len() != 1 {
+            return Err(WeirError::plan("expected exactly one statement"));
+        }
+        let Some(ParsedStatement { statement: Statement::Query(q), .. }) = stmts.pop() else {
+            return Ok(None);
+        };
+        let continuous = self.catalog.is_continuous(&q);
+        let plan =
+            bind_query(&self.catalog.binder(!continuous), &q).map_err(|e| e.with_source(sql))?;
+        Ok(Some(QueryShape {
+            schema: weir_exec::compile::exec_schema(&plan.schema()),
+            continuous,
+            kind: plan.kind(),
+            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+        }))
+    }
+
+    /// The shape of what `subscribe(query_or_name)` would stream.
+    pub fn describe_subscription(&self, query_or_name: &str) -> Result<QueryShape> {
+        let trimmed = query_or_name.trim().trim_end_matches(';').trim();
+        let plan = self.subscription_plan(trimmed)?;
+        Ok(QueryShape {
+            schema: weir_exec::compile::exec_schema(&plan.schema()),
+            continuous: true,
+            kind: plan.kind(),
+            domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+        })
+    }
+
     /// Starts a continuous query (or subscribes to a view or stream given by name).
     pub fn subscribe(&mut self, query_or_name: &str) -> Result<Subscription> {
         let trimmed = query_or_name.trim().trim_end_matches(';').trim();
@@ -256,6 +307,17 @@ impl Engine {
     /// Stops a continuous query.
     pub fn unsubscribe(&mut self, id: u64) {
         self.dataflow.stop_where(|q| q.id == id);
+    }
+
+    /// Whether a running query is complete: it reads only streams, every one of them is
+    /// closed, so its output is all delivered and nothing can change it (a query reading a
+    /// table or view never is: they can change). False for an unknown id.
+    pub fn is_complete(&self, id: u64) -> bool {
+        self.dataflow.queries().iter().find(|q| q.id == id).is_some_and(|q| {
+            q.runner.sources().iter().all(|s| {
+                self.intake.input_time(s).is_some_and(|(w, _)| w == weir_common::WATERMARK_CLOSED)
+            })
+        })
     }
 
     /// Number of running continuous queries.

@@ -69,7 +69,9 @@ impl Arrival {
 
     /// Where record `record` came from, for messages.
     fn locate_record(&self, record: usize) -> String {
-        if self.lines.is_some() {
+        if self.lines.is_some() && self.origin == "COPY" {
+            format!("COPY line {}", self.line_of(record))
+        } else if self.lines.is_some() {
             format!("source '{}' line {}", self.origin, self.line_of(record))
         } else {
             format!("row {}", self.line_of(record))
@@ -319,10 +321,13 @@ impl EventTimes {
     }
 }
 
-/// Where a bad row came from, for messages: `row 3` (a push) or `source 'data/b.csv' line 7`.
+/// Where a bad row came from, for messages: `row 3` (a push), `COPY line 4` (`COPY FROM
+/// STDIN`) or `source 'data/b.csv' line 7`.
 pub(crate) fn locate(origin: &str, bad: &BadRow) -> String {
     if origin == "push" || origin == "INSERT" {
         format!("row {}", bad.line)
+    } else if origin == "COPY" {
+        format!("COPY line {}", bad.line)
     } else {
         format!("source '{origin}' line {}", bad.line)
     }

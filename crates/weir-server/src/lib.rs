@@ -1,0 +1,186 @@
+//! # `weir serve`: Weir over PostgreSQL's wire protocol
+//!
+//! One [`weir::Engine`] shared by every connection, so `psql` and PostgreSQL drivers (libpq,
+//! tokio-postgres, psycopg, JDBC) can create streams, push events and watch continuous queries.
+//! The protocol itself is the `pgwire` crate's, on `tokio`; this crate maps it onto Weir:
+//!
+//! - [`core`]: the engine thread, which owns the engine and answers requests in arrival order,
+//!   reads sources, and feeds each subscription (bounded per subscriber);
+//! - [`session`]: one connection's handlers (simple queries, COPY, cancel);
+//! - [`extended`]: prepared statements with parameters (the extended query protocol);
+//! - [`command`]: the statements the server answers itself (SUBSCRIBE, COPY, cursors,
+//!   transactions, settings) and how a query string splits into statements;
+//! - [`encode`]: Arrow values as PostgreSQL types and text or binary values;
+//! - [`sqlstate`]: Weir's errors as PostgreSQL error responses.
+//!
+//! See docs/server.md for what a client can do and how.
+
+mod command;
+mod core;
+mod encode;
+mod extended;
+mod session;
+mod sqlstate;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::ConnectionManager;
+use tokio::net::TcpListener;
+
+use crate::core::{CoreConfig, CoreHandle};
+use crate::session::{Handlers, Session, Shared};
+
+/// The default address: PostgreSQL's protocol on Materialize's port, loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:6875";
+
+/// The default bound of rows waiting for one subscriber.
+pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1_000_000;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen. Only loopback addresses are accepted (no authentication yet).
+    pub listen: SocketAddr,
+    /// Checkpoints go here, and the server resumes from the newest one.
+    pub data_dir: Option<PathBuf>,
+    /// With `data_dir`: how often to checkpoint while sources are read.
+    pub checkpoint_interval: Option<Duration>,
+    /// Relative source and sink paths are resolved here.
+    pub base_dir: Option<PathBuf>,
+    /// Rows that may wait for one subscriber before its subscription is ended.
+    pub subscriber_buffer: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 6875))),
+            data_dir: None,
+            checkpoint_interval: None,
+            base_dir: None,
+            subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
+        }
+    }
+}
+
+/// Why a server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "refusing to listen on {0}: Weir has no authentication yet, so it listens on loopback \
+         only (127.0.0.1 or ::1)"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("{0}")]
+    Engine(#[from] weir::WeirError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A server bound to its address, ready to [`Server::run`].
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    shared: Shared,
+    /// Messages about the start (checkpoint resumed, damaged checkpoints skipped).
+    pub notes: Vec<String>,
+}
+
+impl Server {
+    /// Opens the engine (resuming from `data_dir` if it holds a checkpoint), starts the engine
+    /// thread and binds the address. Must be called inside a tokio runtime.
+    pub async fn bind(config: Config) -> Result<Server, ServerError> {
+        if !config.listen.ip().is_loopback() {
+            return Err(ServerError::NotLoopback(config.listen));
+        }
+        let mut notes = Vec::new();
+        let mut engine = match &config.data_dir {
+            Some(dir) => {
+                let (mut engine, recovery) = weir::Engine::open(dir)?;
+                notes.extend(recovery.warnings.iter().map(|w| format!("warning: {w}")));
+                if let Some(n) = recovery.checkpoint {
+                    notes.push(format!("resumed from checkpoint {n} in {}", dir.display()));
+                }
+                // Subscriptions belong to connections, which do not survive a restart: their
+                // queries are dropped; views and sinks go on.
+                for sql in &recovery.parked {
+                    drop(engine.resume(sql)?);
+                }
+                engine.set_checkpoint_interval(config.checkpoint_interval);
+                engine
+            }
+            None => weir::Engine::new(),
+        };
+        if let Some(dir) = &config.base_dir {
+            engine.set_base_dir(dir);
+        }
+        let core: CoreHandle =
+            core::start(engine, CoreConfig { subscriber_buffer: config.subscriber_buffer })?;
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+        let shared = Shared { core, connections: Arc::new(ConnectionManager::new()) };
+        Ok(Server { listener, shared, notes })
+    }
+
+    /// The address bound (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections until the listener fails; each connection runs as its own task.
+    pub async fn run(self) -> Result<(), ServerError> {
+        let cancel = Arc::new(DefaultCancelHandler::new(self.shared.connections.clone()));
+        loop {
+            let (socket, _peer) = self.listener.accept().await?;
+            let _ = socket.set_nodelay(true);
+            let (socket, probe) = with_probe(socket)?;
+            let handlers = Handlers {
+                session: Arc::new(Session::new(self.shared.clone(), probe)),
+                cancel: cancel.clone(),
+            };
+            tokio::spawn(async move {
+                let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
+            });
+        }
+    }
+}
+
+/// The socket, and a second handle on it that a session peeks at to notice a client that
+/// went away while it streamed (None if the handle cannot be had: then it is noticed at the
+/// next write).
+fn with_probe(
+    socket: tokio::net::TcpStream,
+) -> std::io::Result<(tokio::net::TcpStream, Option<tokio::net::TcpStream>)> {
+    let std_socket = socket.into_std()?;
+    let probe = std_socket
+        .try_clone()
+        .and_then(|p| {
+            p.set_nonblocking(true)?;
+            tokio::net::TcpStream::from_std(p)
+        })
+        .ok();
+    Ok((tokio::net::TcpStream::from_std(std_socket)?, probe))
+}
+
+/// Runs a server until it fails: `weir serve`. Builds its own tokio runtime; calls `started`
+/// with the address once it listens.
+pub fn serve(
+    config: Config,
+    started: impl FnOnce(SocketAddr, &[String]),
+) -> Result<(), ServerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let server = Server::bind(config).await?;
+        started(server.local_addr()?, &server.notes);
+        server.run().await
+    })
+}

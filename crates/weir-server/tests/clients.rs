@@ -1,0 +1,298 @@
+//! `weir serve` from a real PostgreSQL client: tokio-postgres, over TCP on loopback.
+//!
+//! Each test starts a server on a free port in its own runtime and talks to it as an
+//! application would: simple queries, error responses with SQLSTATE and position, COPY into a
+//! stream, a subscription streamed with `COPY (SUBSCRIBE ...) TO STDOUT`, cursors, cancel,
+//! disconnect, a slow subscriber, and two clients at once.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use weir_server::{Config, Server};
+
+async fn start(config: Config) -> std::net::SocketAddr {
+    let server =
+        Server::bind(Config { listen: "127.0.0.1:0".parse().unwrap(), ..config }).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.run());
+    addr
+}
+
+async fn connect(addr: std::net::SocketAddr) -> Client {
+    connect_with_handle(addr).await.0
+}
+
+/// A client and its connection task (aborting the task drops the socket, as a client
+/// process that dies would).
+async fn connect_with_handle(addr: std::net::SocketAddr) -> (Client, tokio::task::JoinHandle<()>) {
+    let conn = format!("host={} port={} user=weir", addr.ip(), addr.port());
+    let (client, connection) = tokio_postgres::connect(&conn, NoTls).await.unwrap();
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (client, task)
+}
+
+/// The rows of a simple query, as text (NULL as "NULL"), each row's values joined by ' '.
+async fn rows(client: &Client, sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in client.simple_query(sql).await.unwrap() {
+        if let SimpleQueryMessage::Row(r) = m {
+            let values: Vec<&str> = (0..r.len()).map(|i| r.get(i).unwrap_or("NULL")).collect();
+            out.push(values.join(" "));
+        }
+    }
+    out
+}
+
+/// The next `n` lines of a COPY TO STDOUT stream.
+async fn lines(
+    stream: &mut std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+    n: usize,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("a line within 20 s")
+            .expect("the copy goes on")
+            .unwrap();
+        let text = String::from_utf8(chunk.to_vec()).unwrap();
+        out.extend(text.lines().map(str::to_string));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_rows_and_errors() {
+    let addr = start(Config::default()).await;
+    let c = connect(addr).await;
+    c.batch_execute("CREATE TABLE t (a BIGINT, b VARCHAR, c DOUBLE, d BOOLEAN, e TIMESTAMP)")
+        .await
+        .unwrap();
+    // Prepared statements with parameters, as drivers send them (binary values).
+    let ts = |s: &str| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").unwrap();
+    let insert = c.prepare("INSERT INTO t VALUES ($1, $2, $3, $4, $5)").await.unwrap();
+    let n = c
+        .execute(&insert, &[&1i64, &"x", &1.5f64, &true, &ts("2024-01-01 00:00:01.5")])
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let none: Option<&str> = None;
+    c.execute(&insert, &[&2i64, &none, &-0.25f64, &false, &ts("2024-01-02 00:00:00")])
+        .await
+        .unwrap();
+    // A value can never become SQL: a quote is part of the string.
+    c.execute(
+        &insert,
+        &[&3i64, &"it's'); DROP TABLE t; --", &0.0f64, &true, &ts("2024-01-03 00:00:00")],
+    )
+    .await
+    .unwrap();
+    let typed =
+        c.query("SELECT a, b, c, d, e FROM t WHERE a < $1 ORDER BY a", &[&3i64]).await.unwrap();
+    assert_eq!(typed.len(), 2);
+    assert_eq!(typed[0].get::<_, i64>(0), 1);
+    assert_eq!(typed[0].get::<_, &str>(1), "x");
+    assert_eq!(typed[0].get::<_, f64>(2), 1.5);
+    assert!(typed[0].get::<_, bool>(3));
+    assert_eq!(typed[0].get::<_, chrono::NaiveDateTime>(4), ts("2024-01-01 00:00:01.5"));
+    assert_eq!(typed[1].get::<_, Option<&str>>(1), None);
+    let quoted = c.query_one("SELECT b FROM t WHERE a = $1", &[&3i64]).await.unwrap();
+    assert_eq!(quoted.get::<_, &str>(0), "it's'); DROP TABLE t; --");
+    c.batch_execute("DELETE FROM t WHERE a = 3").await.unwrap();
+    assert_eq!(
+        rows(&c, "SELECT * FROM t ORDER BY a").await,
+        ["1 x 1.5 t 2024-01-01 00:00:01.5", "2 NULL -0.25 f 2024-01-02 00:00:00"]
+    );
+    // Several statements in one query string: every result, in order.
+    assert_eq!(rows(&c, "SELECT 1; SELECT 'two'").await, ["1", "two"]);
+    // DESCRIBE and SHOW answer with rows.
+    let described = rows(&c, "DESCRIBE t").await;
+    assert_eq!(described.len(), 5, "{described:?}");
+    assert!(described[0].starts_with("a BIGINT"), "{described:?}");
+    assert_eq!(rows(&c, "SHOW TABLES").await.len(), 1);
+    // Errors: SQLSTATE and the position of the offending text in the query string.
+    let e = c.simple_query("SELECT 1; SELECT nope FROM t").await.unwrap_err();
+    let db = e.as_db_error().expect("an error response");
+    assert_eq!(db.code().code(), "42703");
+    assert_eq!(db.message(), "column 'nope' not found");
+    assert!(matches!(db.position(), Some(tokio_postgres::error::ErrorPosition::Original(18))));
+    let e = c.simple_query("SELEC 1").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "42601");
+    let e = c.simple_query("SELECT * FROM nowhere").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "42P01");
+    // The session goes on after errors; settings and transactions as drivers use them.
+    c.batch_execute("SET application_name = 'test'; BEGIN; COMMIT").await.unwrap();
+    assert_eq!(rows(&c, "SHOW application_name").await, ["test"]);
+    let e = c.simple_query("SHOW no_such_setting").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "42704");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_in_feeds_a_subscription_streamed_to_another_client() {
+    let addr = start(Config::default()).await;
+    let writer = connect(addr).await;
+    let watcher = connect(addr).await;
+    writer
+        .batch_execute(
+            "CREATE STREAM bids (item VARCHAR, price BIGINT, t BIGINT, WATERMARK FOR t AS t) \
+             WITH (bad_rows = 'skip')",
+        )
+        .await
+        .unwrap();
+    let mut changes = Box::pin(
+        watcher
+            .copy_out(
+                "COPY (SUBSCRIBE (SELECT ISTREAM item, SUM(price) AS total \
+                 FROM bids [RANGE 10] GROUP BY item)) TO STDOUT",
+            )
+            .await
+            .unwrap(),
+    );
+    let sink = writer.copy_in("COPY bids FROM STDIN WITH (FORMAT csv, HEADER true)").await.unwrap();
+    let mut sink = Box::pin(sink);
+    // Records split across chunks, a bad one skipped into bids$errors.
+    for chunk in ["item,price,t\na,", "10,1\nb,5,2\n", "a,oops,3\nb,7", ",4\n"] {
+        sink.send(bytes::Bytes::from(chunk)).await.unwrap();
+    }
+    let copied = sink.as_mut().finish().await.unwrap();
+    assert_eq!(copied, 4);
+    writer.batch_execute("ADVANCE bids TO 5").await.unwrap();
+    // Each change: instant, diff, then the query's columns, tab-separated.
+    assert_eq!(lines(&mut changes, 3).await, ["1\t1\ta\t10", "2\t1\tb\t5", "4\t1\tb\t12"]);
+    let stats = rows(&writer, "SHOW STREAM STATS").await;
+    assert!(stats[0].starts_with("bids 3 0 1"), "{stats:?}");
+    // Closing the stream ends the subscription: the copy completes.
+    writer.batch_execute("CLOSE bids").await.unwrap();
+    let rest: Vec<_> =
+        tokio::time::timeout(Duration::from_secs(20), changes.collect()).await.unwrap();
+    assert!(rest.iter().all(|r| r.is_ok()), "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursors_fetch_what_has_arrived() {
+    let addr = start(Config::default()).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t); \
+         DECLARE cur CURSOR FOR SUBSCRIBE (SELECT k FROM s); \
+         INSERT INTO s VALUES ('a', 1), ('b', 2), ('c', 3)",
+    )
+    .await
+    .unwrap();
+    // Instants 1 and 2 are complete (the watermark is 3).
+    assert_eq!(rows(&c, "FETCH 1 cur").await, ["1 1 a"]);
+    assert_eq!(rows(&c, "FETCH ALL cur").await, ["2 1 b"]);
+    // Nothing more yet: a FETCH with a timeout returns no rows when it expires.
+    assert!(rows(&c, "FETCH ALL cur WITH (timeout = '100ms')").await.is_empty());
+    c.batch_execute("CLOSE s").await.unwrap();
+    assert_eq!(rows(&c, "FETCH ALL cur").await, ["3 1 c"]);
+    c.batch_execute("CLOSE cur").await.unwrap();
+    let e = c.simple_query("FETCH 1 cur").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().code().code(), "34000");
+}
+
+async fn running_queries(c: &Client) -> usize {
+    rows(c, "SHOW weir_running_queries").await[0].parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_disconnect_stop_the_subscription() {
+    let addr = start(Config::default()).await;
+    let admin = connect(addr).await;
+    admin
+        .batch_execute("CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t)")
+        .await
+        .unwrap();
+
+    // Cancel: the subscription ends with 57014 and the connection stays usable.
+    let c = connect(addr).await;
+    let token = c.cancel_token();
+    let mut changes =
+        Box::pin(c.copy_out("COPY (SUBSCRIBE (SELECT k FROM s)) TO STDOUT").await.unwrap());
+    admin.batch_execute("INSERT INTO s VALUES ('a', 1), ('b', 2)").await.unwrap();
+    assert_eq!(lines(&mut changes, 1).await, ["1\t1\ta"]);
+    assert_eq!(running_queries(&admin).await, 1);
+    token.cancel_query(NoTls).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match changes.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Some(e),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .expect("the cancel is honoured");
+    let e = end.expect("an error ends a cancelled subscription");
+    assert_eq!(e.as_db_error().unwrap().code().code(), "57014");
+    assert_eq!(rows(&c, "SELECT 1").await, ["1"]);
+    assert_eq!(running_queries(&admin).await, 0);
+
+    // Disconnect while the subscription is quiet: the server notices and stops the query.
+    let (d, connection) = connect_with_handle(addr).await;
+    let quiet = Box::pin(d.copy_out("COPY (SUBSCRIBE (SELECT k FROM s)) TO STDOUT").await.unwrap());
+    assert_eq!(running_queries(&admin).await, 1);
+    connection.abort();
+    drop(quiet);
+    drop(d);
+    let mut stopped = false;
+    for _ in 0..200 {
+        if running_queries(&admin).await == 0 {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(stopped, "the subscription of a client that disconnected is stopped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_cut_off_without_stalling_anyone() {
+    let addr = start(Config { subscriber_buffer: 1000, ..Config::default() }).await;
+    let writer = connect(addr).await;
+    let slow = connect(addr).await;
+    writer
+        .batch_execute("CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t)")
+        .await
+        .unwrap();
+    // The slow client subscribes and then reads nothing.
+    let mut changes =
+        Box::pin(slow.copy_out("COPY (SUBSCRIBE (SELECT k FROM s)) TO STDOUT").await.unwrap());
+    // 60 chunks, each its own batch of output: more than the socket buffers hold.
+    let sink = writer.copy_in("COPY s FROM STDIN").await.unwrap();
+    let mut sink = Box::pin(sink);
+    for chunk in 0..60 {
+        let mut text = String::new();
+        for i in 0..10_000 {
+            let t = chunk * 10_000 + i;
+            text.push_str(&format!("some-longer-key-{t},{t}\n"));
+        }
+        sink.send(bytes::Bytes::from(text)).await.unwrap();
+    }
+    assert_eq!(sink.as_mut().finish().await.unwrap(), 600_000);
+    writer.batch_execute("CLOSE s").await.unwrap();
+    // The writer was never held up, and can go on.
+    assert_eq!(rows(&writer, "SELECT 1").await, ["1"]);
+    // The slow client gets what was buffered for it, then the error that cut it off.
+    let end = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match changes.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Some(e),
+                None => return None,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let e = end.expect("the slow subscriber's copy ends in an error");
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "53400");
+    assert!(db.message().starts_with("the subscription fell behind"), "{}", db.message());
+}

@@ -1,0 +1,92 @@
+//! `weir serve` driven by psql itself (Debian's postgresql-client; `.ci/run` installs it):
+//! a script that creates a stream and a view, copies CSV into the stream with `COPY ... FROM
+//! STDIN`, reads the view, watches a continuous query with `COPY (SUBSCRIBE ...) TO STDOUT`
+//! and makes an error, compared line by line with what psql prints.
+//!
+//! The continuous query is CQL's: `ISTREAM` of a count per key over the last 2 instants of
+//! `x@1 y@1 x@2 x@5` inserts (x,1) and (y,1) at 1, (x,2) at 2, (x,1) at 3 (x@1 left the window,
+//! so the count changed back), nothing at 4 (the window is empty) and (x,1) at 5. Each line is
+//! instant, diff, then the query's columns; psql prints no status after `COPY ... TO STDOUT`.
+
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+
+use std::process::Command;
+
+use weir_server::{Config, Server};
+
+const SCRIPT: &str = "\
+CREATE STREAM bids (item VARCHAR, price BIGINT, t BIGINT, WATERMARK FOR t AS t);
+CREATE VIEW totals AS SELECT item, SUM(price) AS total FROM bids [UNBOUNDED] GROUP BY item;
+COPY bids FROM STDIN (FORMAT csv);
+a,10,1
+b,5,2
+a,7,3
+\\.
+CLOSE bids;
+SELECT * FROM totals ORDER BY item;
+CREATE STREAM more (k VARCHAR, t BIGINT, WATERMARK FOR t AS t) WITH (source = 'file', path = 'more.csv');
+COPY (SUBSCRIBE (SELECT ISTREAM k, COUNT(*) AS n FROM more [RANGE 2] GROUP BY k)) TO STDOUT;
+SELECT nope FROM totals;
+SELECT 'still here' AS status;
+";
+
+#[test]
+fn psql_runs_a_script_with_copy_and_a_continuous_query() {
+    if Command::new("psql").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("WEIR_SKIP_PSQL").is_some(),
+            "psql is not installed (Debian: apt-get install postgresql-client); \
+             set WEIR_SKIP_PSQL=1 to skip this test"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("more.csv"), "k,t\nx,1\ny,1\nx,2\nx,5\n").unwrap();
+    std::fs::write(dir.path().join("script.sql"), SCRIPT).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        base_dir: Some(dir.path().to_path_buf()),
+        ..Config::default()
+    };
+    let server = runtime.block_on(Server::bind(config)).unwrap();
+    let addr = server.local_addr().unwrap();
+    runtime.spawn(server.run());
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-F", ",", "-h", &addr.ip().to_string(), "-p"])
+        .arg(addr.port().to_string())
+        .args(["-U", "weir", "-d", "weir", "-f", "script.sql"])
+        .current_dir(dir.path())
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stdout,
+        "CREATE STREAM\n\
+         CREATE VIEW\n\
+         COPY 3\n\
+         CLOSE\n\
+         item,total\n\
+         a,17\n\
+         b,5\n\
+         (2 rows)\n\
+         CREATE STREAM\n\
+         1\t1\tx\t1\n\
+         1\t1\ty\t1\n\
+         2\t1\tx\t2\n\
+         3\t1\tx\t1\n\
+         5\t1\tx\t1\n\
+         status\n\
+         still here\n\
+         (1 row)\n",
+        "stderr: {stderr}"
+    );
+    assert_eq!(
+        stderr,
+        "psql:script.sql:12: ERROR:  column 'nope' not found\n\
+         LINE 1: SELECT nope FROM totals;\n\
+         \x20              ^\n"
+    );
+}
