@@ -27,8 +27,10 @@ Options:
   --checkpoint-interval T
                   with --data-dir, checkpoint every T while sources are read (e.g. 500ms,
                   2s, 1m); CHECKPOINT takes one at any time (docs/recovery.md)
-  --listen ADDR   with serve: the address to listen on (default 127.0.0.1:6875; loopback
-                  only)
+  --listen ADDR   with serve: the address to listen on (default 127.0.0.1:6875); beyond
+                  loopback only with a password: set WEIR_PASSWORD, and every client then
+                  authenticates with SCRAM-SHA-256 as --user (default weir)
+  --user NAME     with serve and WEIR_PASSWORD: the user clients log in as
   --subscriber-buffer N
                   with serve: rows that may wait for one slow subscriber before its
                   subscription is ended (default 1000000)
@@ -64,6 +66,8 @@ pub struct Args {
     pub listen: Option<std::net::SocketAddr>,
     /// `serve --subscriber-buffer`.
     pub subscriber_buffer: Option<usize>,
+    /// `serve --user`.
+    pub user: Option<String>,
 }
 
 /// Parses the arguments after the program name.
@@ -74,6 +78,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut checkpoint_interval = None;
     let mut listen = None;
     let mut subscriber_buffer = None;
+    let mut user = None;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -100,6 +105,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                     checkpoint_interval,
                     listen,
                     subscriber_buffer,
+                    user,
                 });
             }
             "--listen" => {
@@ -108,6 +114,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                 listen = Some(v.parse().map_err(|_| {
                     format!("--listen: '{v}' is not an address with a port, e.g. 127.0.0.1:6875")
                 })?);
+            }
+            "--user" => {
+                let v = args.next().ok_or("--user needs a user name")?;
+                user = Some(v.to_string_lossy().into_owned());
             }
             "--subscriber-buffer" => {
                 let v = args.next().ok_or("--subscriber-buffer needs a number of rows")?;
@@ -153,10 +163,12 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     if checkpoint_interval.is_some() && data_dir.is_none() {
         return Err("--checkpoint-interval needs --data-dir".into());
     }
-    if (listen.is_some() || subscriber_buffer.is_some()) && command != Command::Serve {
-        return Err("--listen and --subscriber-buffer are options of 'weir serve'".into());
+    if (listen.is_some() || subscriber_buffer.is_some() || user.is_some())
+        && command != Command::Serve
+    {
+        return Err("--listen, --user and --subscriber-buffer are options of 'weir serve'".into());
     }
-    Ok(Args { command, format, data_dir, checkpoint_interval, listen, subscriber_buffer })
+    Ok(Args { command, format, data_dir, checkpoint_interval, listen, subscriber_buffer, user })
 }
 
 #[cfg(test)]
@@ -176,6 +188,7 @@ mod tests {
             checkpoint_interval: None,
             listen: None,
             subscriber_buffer: None,
+            user: None,
         };
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(

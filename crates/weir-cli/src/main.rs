@@ -91,13 +91,19 @@ fn serve(args: &Args) -> Result<(), Failure> {
     if let Some(n) = args.subscriber_buffer {
         config.subscriber_buffer = n;
     }
+    if let Some(u) = &args.user {
+        config.user = u.clone();
+    }
+    // From the environment, not the command line, where other users' `ps` would show it.
+    config.password = std::env::var("WEIR_PASSWORD").ok().filter(|p| !p.is_empty());
+    let user = config.user.clone();
     weir_server::serve(config, |addr, notes| {
         for n in notes {
             let _ = writeln!(io::stderr(), "weir: {n}");
         }
         let _ = writeln!(
             io::stderr(),
-            "weir: listening on {addr} (PostgreSQL protocol): psql -h {} -p {} -U weir",
+            "weir: listening on {addr} (PostgreSQL protocol): psql -h {} -p {} -U {user}",
             addr.ip(),
             addr.port()
         );

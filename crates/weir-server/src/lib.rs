@@ -6,6 +6,7 @@
 //!
 //! - [`core`]: the engine thread, which owns the engine and answers requests in arrival order,
 //!   reads sources, and feeds each subscription (bounded per subscriber);
+//! - [`auth`]: who may connect (SCRAM-SHA-256 when a password is set);
 //! - [`session`]: one connection's handlers (simple queries, COPY, cancel);
 //! - [`extended`]: prepared statements with parameters (the extended query protocol);
 //! - [`command`]: the statements the server answers itself (SUBSCRIBE, COPY, cursors,
@@ -15,6 +16,7 @@
 //!
 //! See docs/server.md for what a client can do and how.
 
+mod auth;
 mod command;
 mod core;
 mod encode;
@@ -43,8 +45,12 @@ pub const DEFAULT_SUBSCRIBER_BUFFER: usize = 1_000_000;
 /// How a server runs.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Where to listen. Only loopback addresses are accepted (no authentication yet).
+    /// Where to listen. Beyond loopback only with a password.
     pub listen: SocketAddr,
+    /// With a password, every connection authenticates with SCRAM-SHA-256 as this user.
+    pub user: String,
+    /// The password of `user`; None: no authentication (loopback only).
+    pub password: Option<String>,
     /// Checkpoints go here, and the server resumes from the newest one.
     pub data_dir: Option<PathBuf>,
     /// With `data_dir`: how often to checkpoint while sources are read.
@@ -61,6 +67,8 @@ impl Default for Config {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 6875))),
+            user: "weir".into(),
+            password: None,
             data_dir: None,
             checkpoint_interval: None,
             base_dir: None,
@@ -75,8 +83,8 @@ pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
     #[error(
-        "refusing to listen on {0}: Weir has no authentication yet, so it listens on loopback \
-         only (127.0.0.1 or ::1)"
+        "refusing to listen on {0} without authentication: set a password (WEIR_PASSWORD) or \
+         listen on loopback (127.0.0.1 or ::1)"
     )]
     NotLoopback(SocketAddr),
     #[error("{0}")]
@@ -90,6 +98,7 @@ pub enum ServerError {
 pub struct Server {
     listener: TcpListener,
     shared: Shared,
+    credentials: Option<Arc<auth::Credentials>>,
     /// Messages about the start (checkpoint resumed, damaged checkpoints skipped).
     pub notes: Vec<String>,
 }
@@ -98,7 +107,7 @@ impl Server {
     /// Opens the engine (resuming from `data_dir` if it holds a checkpoint), starts the engine
     /// thread and binds the address. Must be called inside a tokio runtime.
     pub async fn bind(config: Config) -> Result<Server, ServerError> {
-        if !config.listen.ip().is_loopback() {
+        if !config.listen.ip().is_loopback() && config.password.is_none() {
             return Err(ServerError::NotLoopback(config.listen));
         }
         let mut notes = Vec::new();
@@ -128,7 +137,9 @@ impl Server {
             .await
             .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
         let shared = Shared { core, connections: Arc::new(ConnectionManager::new()) };
-        Ok(Server { listener, shared, notes })
+        let credentials =
+            config.password.as_deref().map(|p| Arc::new(auth::Credentials::new(&config.user, p)));
+        Ok(Server { listener, shared, credentials, notes })
     }
 
     /// The address bound (useful with port 0).
@@ -143,10 +154,13 @@ impl Server {
             let (socket, _peer) = self.listener.accept().await?;
             let _ = socket.set_nodelay(true);
             let (socket, probe) = with_probe(socket)?;
-            let handlers = Handlers {
-                session: Arc::new(Session::new(self.shared.clone(), probe)),
-                cancel: cancel.clone(),
-            };
+            let session = Arc::new(Session::new(self.shared.clone(), probe));
+            let startup = Arc::new(auth::Startup::new(
+                session.clone(),
+                self.credentials.clone(),
+                self.shared.connections.clone(),
+            ));
+            let handlers = Handlers { session, startup, cancel: cancel.clone() };
             tokio::spawn(async move {
                 let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
             });

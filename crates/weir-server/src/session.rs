@@ -127,6 +127,7 @@ impl Session {
 #[derive(Debug)]
 pub(crate) struct Handlers {
     pub session: Arc<Session>,
+    pub startup: Arc<crate::auth::Startup>,
     pub cancel: Arc<DefaultCancelHandler>,
 }
 
@@ -140,7 +141,7 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        self.session.clone()
+        self.startup.clone()
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {

@@ -73,7 +73,17 @@ pub(crate) fn error_info(e: &WeirError, query: &str, offset: usize) -> ErrorInfo
         }
         other => (other.to_string(), None),
     };
-    let mut info = ErrorInfo::new("ERROR".into(), code(e).into(), message);
+    let code = code(e);
+    let lower = query.to_ascii_lowercase();
+    let catalog = lower.contains("pg_catalog.") || lower.contains("information_schema.");
+    let mut info = ErrorInfo::new("ERROR".into(), code.into(), message);
+    if code == "42P01" && (catalog || lower.contains(" pg_")) {
+        info.hint = Some(
+            "Weir has no PostgreSQL system catalog: SHOW STREAMS, SHOW TABLES, SHOW VIEWS, \
+             SHOW SINKS and DESCRIBE name tell what exists"
+                .into(),
+        );
+    }
     // 1-based, in characters of the whole query string, as PostgreSQL counts.
     info.position =
         position.filter(|p| *p < query.chars().count() + 1).map(|p| (p + 1).to_string());
@@ -128,5 +138,15 @@ mod tests {
         assert_eq!(code_of(&mut e, "SELECT nosuchfn(a) FROM t"), "42883");
         assert_eq!(code_of(&mut e, "CREATE TABLE t (a BIGINT)"), "42P07");
         assert_eq!(code_of(&mut e, "CLOSE nowhere"), "42P01");
+    }
+
+    /// psql's `\d` asks PostgreSQL's catalog: the error says where to look instead.
+    #[test]
+    fn catalog_queries_get_a_hint() {
+        let q = "SELECT c.relname FROM pg_catalog.pg_class c";
+        let e = weir::Engine::new().execute(q).unwrap_err();
+        let info = error_info(&e, q, 0);
+        assert_eq!(info.code, "42P01");
+        assert!(info.hint.unwrap().starts_with("Weir has no PostgreSQL system catalog"));
     }
 }

@@ -296,3 +296,36 @@ async fn a_slow_subscriber_is_cut_off_without_stalling_anyone() {
     assert_eq!(db.code().code(), "53400");
     assert!(db.message().starts_with("the subscription fell behind"), "{}", db.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_is_checked_with_scram_and_opens_other_addresses() {
+    // Without a password, only loopback.
+    let open = Config { listen: "0.0.0.0:0".parse().unwrap(), ..Config::default() };
+    let e = Server::bind(open).await.unwrap_err();
+    assert!(e.to_string().starts_with("refusing to listen on 0.0.0.0:0 without authentication"));
+
+    let config = Config {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        user: "alice".into(),
+        password: Some("s3cret pass".into()),
+        ..Config::default()
+    };
+    let server = Server::bind(config).await.unwrap();
+    let port = server.local_addr().unwrap().port();
+    tokio::spawn(server.run());
+    let try_connect = |user: &'static str, password: &'static str| async move {
+        let conn = format!("host=127.0.0.1 port={port} user={user} password='{password}'");
+        tokio_postgres::connect(&conn, NoTls).await
+    };
+    let (c, connection) = try_connect("alice", "s3cret pass").await.unwrap();
+    tokio::spawn(connection);
+    assert_eq!(rows(&c, "SELECT 1").await, ["1"]);
+    for (user, password) in [("alice", "wrong"), ("bob", "s3cret pass"), ("alice", "")] {
+        let e = try_connect(user, password).await.err().expect("refused");
+        let code = e.as_db_error().map(|d| d.code().code().to_string());
+        assert!(
+            code.as_deref() == Some("28P01") || e.to_string().contains("password"),
+            "{user}/{password}: {e}"
+        );
+    }
+}
