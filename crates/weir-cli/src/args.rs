@@ -31,6 +31,8 @@ Options:
                   loopback only with a password: set WEIR_PASSWORD, and every client then
                   authenticates with SCRAM-SHA-256 as --user (default weir)
   --user NAME     with serve and WEIR_PASSWORD: the user clients log in as
+  --file-dir DIR  with serve: streams read and sinks write only files inside DIR (relative
+                  paths are read from it), and no stream reads the server's standard input
   --subscriber-buffer N
                   with serve: rows that may wait for one slow subscriber before its
                   subscription is ended (default 1000000)
@@ -68,6 +70,8 @@ pub struct Args {
     pub subscriber_buffer: Option<usize>,
     /// `serve --user`.
     pub user: Option<String>,
+    /// `serve --file-dir`.
+    pub file_dir: Option<PathBuf>,
 }
 
 /// Parses the arguments after the program name.
@@ -79,6 +83,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut listen = None;
     let mut subscriber_buffer = None;
     let mut user = None;
+    let mut file_dir = None;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -106,6 +111,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                     listen,
                     subscriber_buffer,
                     user,
+                    file_dir,
                 });
             }
             "--listen" => {
@@ -114,6 +120,10 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                 listen = Some(v.parse().map_err(|_| {
                     format!("--listen: '{v}' is not an address with a port, e.g. 127.0.0.1:6875")
                 })?);
+            }
+            "--file-dir" => {
+                let v = args.next().ok_or("--file-dir needs a directory")?;
+                file_dir = Some(PathBuf::from(v));
             }
             "--user" => {
                 let v = args.next().ok_or("--user needs a user name")?;
@@ -163,12 +173,24 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     if checkpoint_interval.is_some() && data_dir.is_none() {
         return Err("--checkpoint-interval needs --data-dir".into());
     }
-    if (listen.is_some() || subscriber_buffer.is_some() || user.is_some())
+    if (listen.is_some() || subscriber_buffer.is_some() || user.is_some() || file_dir.is_some())
         && command != Command::Serve
     {
-        return Err("--listen, --user and --subscriber-buffer are options of 'weir serve'".into());
+        return Err(
+            "--listen, --user, --file-dir and --subscriber-buffer are options of 'weir serve'"
+                .into(),
+        );
     }
-    Ok(Args { command, format, data_dir, checkpoint_interval, listen, subscriber_buffer, user })
+    Ok(Args {
+        command,
+        format,
+        data_dir,
+        checkpoint_interval,
+        listen,
+        subscriber_buffer,
+        user,
+        file_dir,
+    })
 }
 
 #[cfg(test)]
@@ -189,6 +211,7 @@ mod tests {
             listen: None,
             subscriber_buffer: None,
             user: None,
+            file_dir: None,
         };
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(

@@ -83,6 +83,7 @@ fn serve(args: &Args) -> Result<(), Failure> {
     let mut config = weir_server::Config {
         data_dir: args.data_dir.clone(),
         checkpoint_interval: args.checkpoint_interval,
+        file_dir: args.file_dir.clone(),
         ..Default::default()
     };
     if let Some(addr) = args.listen {

@@ -57,6 +57,9 @@ pub struct Config {
     pub checkpoint_interval: Option<Duration>,
     /// Relative source and sink paths are resolved here.
     pub base_dir: Option<PathBuf>,
+    /// If set, clients' streams read and sinks write only files inside this directory
+    /// (relative paths are read from it), and no stream reads the server's standard input.
+    pub file_dir: Option<PathBuf>,
     /// Rows that may wait for one subscriber before its subscription is ended.
     pub subscriber_buffer: usize,
 }
@@ -72,6 +75,7 @@ impl Default for Config {
             data_dir: None,
             checkpoint_interval: None,
             base_dir: None,
+            file_dir: None,
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
         }
     }
@@ -130,6 +134,9 @@ impl Server {
         };
         if let Some(dir) = &config.base_dir {
             engine.set_base_dir(dir);
+        }
+        if let Some(dir) = &config.file_dir {
+            engine.confine_paths(dir)?;
         }
         let core: CoreHandle =
             core::start(engine, CoreConfig { subscriber_buffer: config.subscriber_buffer })?;

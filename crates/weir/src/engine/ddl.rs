@@ -36,6 +36,9 @@ impl Engine {
         self.catalog.check_free(name, span)?;
         let def = stream_def(name, columns, watermark, span)?;
         let (policy, source) = parse_options(&def, options)?;
+        if let Some(spec) = &source {
+            self.check_confined(&format!("stream '{name}'"), "read", &spec.input, span)?;
+        }
         self.catalog.add_stream(def.clone(), Intake::companion_defs(&def)?)?;
         if let Err(e) = self.intake.add_stream(def, policy, source) {
             self.catalog.remove(ObjectKind::Stream, name);
@@ -115,6 +118,8 @@ impl Engine {
         let schema = weir_exec::compile::exec_schema(&plan.schema());
         let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);
         let file_path = absolute(&self.base_dir.join(&spec.path));
+        let input = crate::source::Input::Files { path: spec.path.clone(), follow: false };
+        self.check_confined(&format!("sink '{name}'"), "write", &input, span)?;
         self.check_sink_path(name, &spec.path, &file_path, span)?;
         let resume_at = self.checkpoints.sink_resume_position(name);
         let file =
@@ -129,6 +134,39 @@ impl Engine {
         }
         self.catalog.record_created(name, text);
         Ok(ExecResult::Done("CREATE SINK".into()))
+    }
+
+    /// With paths confined (see [`Engine::confine_paths`]): a file, or every file a glob can
+    /// match, must be inside the directory once symbolic links are resolved; standard input
+    /// is not a file of it.
+    pub(super) fn check_confined(
+        &self,
+        who: &str,
+        verb: &str,
+        input: &crate::source::Input,
+        span: Option<Span>,
+    ) -> Result<()> {
+        let Some(dir) = &self.confined else { return Ok(()) };
+        let refuse = |what: &str| {
+            Err(WeirError::plan_at(
+                format!("{who} cannot {verb} {what}: files are confined to '{}'", dir.display()),
+                span,
+            ))
+        };
+        let path = match input {
+            crate::source::Input::Stdin => return refuse("standard input"),
+            crate::source::Input::Files { path, .. } => path,
+        };
+        // A glob is judged by the directory its fixed part names.
+        let fixed = match path.find(['*', '?', '[']) {
+            Some(i) => path[..i].rsplit_once('/').map_or("", |(d, _)| d),
+            None => path.as_str(),
+        };
+        if resolved(&absolute(&self.base_dir.join(fixed))).starts_with(dir) {
+            Ok(())
+        } else {
+            refuse(&format!("'{path}'"))
+        }
     }
 
     /// A sink truncates its file: refuse one that would destroy data Weir reads or writes, a
@@ -234,6 +272,25 @@ pub(super) fn absolute(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// An absolute, clean path with the symbolic links of its longest existing ancestor resolved
+/// (so a link inside a directory cannot point out of it).
+pub(super) fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Whether two absolute paths name the same file: the same once symbolic links are resolved,

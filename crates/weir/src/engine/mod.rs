@@ -117,6 +117,8 @@ pub struct Engine {
     base_dir: std::path::PathBuf,
     /// Files no sink may write (absolute), with what they are: the script being run.
     protected: Vec<(std::path::PathBuf, String)>,
+    /// If set, every source and sink file must be inside this directory (resolved).
+    confined: Option<std::path::PathBuf>,
 }
 
 impl Engine {
@@ -431,6 +433,7 @@ impl Engine {
     /// Attaches a source to a stream (replacing one not yet started). It starts reading when
     /// a query reads the stream; see [`Engine::poll_sources`].
     pub fn set_source(&mut self, stream: &str, spec: SourceSpec) -> Result<()> {
+        self.check_confined(&format!("stream '{stream}'"), "read", &spec.input, None)?;
         self.intake.set_source(&stream.to_ascii_lowercase(), stream, spec)
     }
 
@@ -448,6 +451,20 @@ impl Engine {
     /// being run"). Sinks already refuse each other's files and their streams' sources.
     pub fn protect_path(&mut self, path: impl AsRef<std::path::Path>, what: &str) {
         self.protected.push((ddl::absolute(path.as_ref()), what.to_string()));
+    }
+
+    /// Confines sources and sinks to `dir` (a server's data for its clients): a stream may
+    /// read and a sink write only files inside it, symbolic links resolved, and no stream
+    /// reads standard input; relative paths are then read from `dir`. Streams and sinks that
+    /// exist already are not checked.
+    pub fn confine_paths(&mut self, dir: impl AsRef<std::path::Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        let real = dir.canonicalize().map_err(|e| {
+            WeirError::exec(format!("cannot confine files to '{}': {e}", dir.display()))
+        })?;
+        self.base_dir = real.clone();
+        self.confined = Some(real);
+        Ok(())
     }
 
     /// Idle timeouts then follow [`Engine::advance_processing_time`] instead of the wall clock
@@ -570,5 +587,45 @@ mod tests {
             ]
         );
         assert_eq!(e.stream_stats()[0].accepted, 4);
+    }
+
+    /// Confined to a directory, streams read and sinks write only inside it: not through
+    /// `..`, an absolute path, a glob rooted elsewhere or a symbolic link that points out;
+    /// standard input is refused.
+    #[test]
+    fn confined_paths_stay_inside_their_directory() {
+        let root = std::env::temp_dir().join(format!("weir-confine-{}", std::process::id()));
+        let dir = root.join("data");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("in.csv"), "1,1\n").unwrap();
+        std::fs::write(root.join("secret.csv"), "1,1\n").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(root.join("secret.csv"), dir.join("link.csv")).unwrap();
+        let mut e = Engine::new();
+        e.confine_paths(&dir).unwrap();
+        let stream = |e: &mut Engine, n: usize, path: &str| {
+            e.execute(&format!(
+                "CREATE STREAM s{n} (a BIGINT, t BIGINT, WATERMARK FOR t AS t) \
+                 WITH (source = 'file', path = '{path}')"
+            ))
+            .map(|_| ())
+        };
+        stream(&mut e, 1, "in.csv").unwrap();
+        stream(&mut e, 2, "sub/*.csv").unwrap();
+        let outside = root.join("secret.csv").display().to_string();
+        for (n, bad) in [(3, "../secret.csv"), (4, outside.as_str()), (5, "../*.csv")] {
+            let err = stream(&mut e, n, bad).unwrap_err().to_string();
+            assert!(err.contains("files are confined to"), "{bad}: {err}");
+        }
+        #[cfg(unix)]
+        assert!(stream(&mut e, 6, "link.csv").is_err());
+        let stdin = e
+            .execute("CREATE STREAM s7 (a BIGINT, t BIGINT, WATERMARK FOR t AS t) WITH (source = 'stdin')")
+            .unwrap_err();
+        assert!(stdin.to_string().contains("cannot read standard input"), "{stdin}");
+        e.execute("CREATE SINK k1 WITH (path = 'out.csv') AS SELECT a FROM s1").unwrap();
+        let sink = e.execute("CREATE SINK k2 WITH (path = '../out.csv') AS SELECT a FROM s1");
+        assert!(sink.unwrap_err().to_string().contains("sink 'k2' cannot write '../out.csv'"));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
