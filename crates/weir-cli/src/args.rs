@@ -31,6 +31,9 @@ Options:
                   loopback only with a password: set WEIR_PASSWORD, and every client then
                   authenticates with SCRAM-SHA-256 as --user (default weir)
   --user NAME     with serve and WEIR_PASSWORD: the user clients log in as
+  --tls-cert FILE, --tls-key FILE
+                  with serve: a PEM certificate chain and its private key; clients may then
+                  connect with TLS (sslmode=require)
   --file-dir DIR  with serve: streams read and sinks write only files inside DIR (relative
                   paths are read from it), and no stream reads the server's standard input
   --subscriber-buffer N
@@ -72,6 +75,9 @@ pub struct Args {
     pub user: Option<String>,
     /// `serve --file-dir`.
     pub file_dir: Option<PathBuf>,
+    /// `serve --tls-cert` and `--tls-key`.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Parses the arguments after the program name.
@@ -84,6 +90,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut subscriber_buffer = None;
     let mut user = None;
     let mut file_dir = None;
+    let mut tls_cert = None;
+    let mut tls_key = None;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -112,6 +120,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                     subscriber_buffer,
                     user,
                     file_dir,
+                    tls_cert,
+                    tls_key,
                 });
             }
             "--listen" => {
@@ -120,6 +130,14 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                 listen = Some(v.parse().map_err(|_| {
                     format!("--listen: '{v}' is not an address with a port, e.g. 127.0.0.1:6875")
                 })?);
+            }
+            "--tls-cert" => {
+                let v = args.next().ok_or("--tls-cert needs a PEM file")?;
+                tls_cert = Some(PathBuf::from(v));
+            }
+            "--tls-key" => {
+                let v = args.next().ok_or("--tls-key needs a PEM file")?;
+                tls_key = Some(PathBuf::from(v));
             }
             "--file-dir" => {
                 let v = args.next().ok_or("--file-dir needs a directory")?;
@@ -173,13 +191,19 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     if checkpoint_interval.is_some() && data_dir.is_none() {
         return Err("--checkpoint-interval needs --data-dir".into());
     }
-    if (listen.is_some() || subscriber_buffer.is_some() || user.is_some() || file_dir.is_some())
-        && command != Command::Serve
-    {
-        return Err(
-            "--listen, --user, --file-dir and --subscriber-buffer are options of 'weir serve'"
-                .into(),
-        );
+    let serve_only = listen.is_some()
+        || subscriber_buffer.is_some()
+        || user.is_some()
+        || file_dir.is_some()
+        || tls_cert.is_some()
+        || tls_key.is_some();
+    if serve_only && command != Command::Serve {
+        return Err("--listen, --user, --file-dir, --tls-cert, --tls-key and \
+                    --subscriber-buffer are options of 'weir serve'"
+            .into());
+    }
+    if tls_cert.is_some() != tls_key.is_some() {
+        return Err("--tls-cert and --tls-key go together".into());
     }
     Ok(Args {
         command,
@@ -190,6 +214,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
         subscriber_buffer,
         user,
         file_dir,
+        tls_cert,
+        tls_key,
     })
 }
 
@@ -212,6 +238,8 @@ mod tests {
             subscriber_buffer: None,
             user: None,
             file_dir: None,
+            tls_cert: None,
+            tls_key: None,
         };
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(
@@ -253,6 +281,7 @@ mod tests {
         assert!(p(&["--listen", "127.0.0.1:1"]).unwrap_err().contains("options of 'weir serve'"));
         assert!(p(&["serve", "--listen", "localhost"]).unwrap_err().contains("not an address"));
         assert!(p(&["serve", "--subscriber-buffer", "0"]).unwrap_err().contains("not a positive"));
+        assert!(p(&["serve", "--tls-cert", "c.pem"]).unwrap_err().contains("go together"));
         assert!(p(&["--data-dir", "d", "--checkpoint-interval", "2x"])
             .unwrap_err()
             .contains("--checkpoint-interval: bad duration '2x'"));

@@ -84,6 +84,7 @@ fn serve(args: &Args) -> Result<(), Failure> {
         data_dir: args.data_dir.clone(),
         checkpoint_interval: args.checkpoint_interval,
         file_dir: args.file_dir.clone(),
+        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         ..Default::default()
     };
     if let Some(addr) = args.listen {

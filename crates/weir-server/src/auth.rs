@@ -88,12 +88,17 @@ impl Startup {
         session: Arc<Session>,
         credentials: Option<Arc<Credentials>>,
         connections: Arc<ConnectionManager>,
+        certificate: Option<&[u8]>,
     ) -> Self {
         match credentials {
             None => Startup::Open(session),
             Some(c) => {
                 let mut scram = ScramAuth::new(c);
                 scram.set_iterations(ITERATIONS);
+                // Over TLS, SCRAM-SHA-256-PLUS binds the login to the server's certificate.
+                if let Some(pem) = certificate {
+                    let _ = scram.configure_certificate(pem);
+                }
                 let handler = SASLAuthStartupHandler::new(Arc::new(
                     DefaultServerParameterProvider::default(),
                 ))

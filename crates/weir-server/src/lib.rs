@@ -62,6 +62,9 @@ pub struct Config {
     pub file_dir: Option<PathBuf>,
     /// Rows that may wait for one subscriber before its subscription is ended.
     pub subscriber_buffer: usize,
+    /// A PEM certificate chain and private key: clients may then connect with TLS
+    /// (`sslmode=require`).
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Config {
@@ -77,6 +80,7 @@ impl Default for Config {
             base_dir: None,
             file_dir: None,
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
+            tls: None,
         }
     }
 }
@@ -91,6 +95,8 @@ pub enum ServerError {
          listen on loopback (127.0.0.1 or ::1)"
     )]
     NotLoopback(SocketAddr),
+    #[error("TLS: {0}")]
+    Tls(String),
     #[error("{0}")]
     Engine(#[from] weir::WeirError),
     #[error("{0}")]
@@ -98,13 +104,25 @@ pub enum ServerError {
 }
 
 /// A server bound to its address, ready to [`Server::run`].
-#[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
     shared: Shared,
     credentials: Option<Arc<auth::Credentials>>,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    /// The certificate chain (PEM), for SCRAM's channel binding over TLS.
+    certificate: Option<Vec<u8>>,
     /// Messages about the start (checkpoint resumed, damaged checkpoints skipped).
     pub notes: Vec<String>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listener", &self.listener)
+            .field("password", &self.credentials.is_some())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Server {
@@ -146,7 +164,14 @@ impl Server {
         let shared = Shared { core, connections: Arc::new(ConnectionManager::new()) };
         let credentials =
             config.password.as_deref().map(|p| Arc::new(auth::Credentials::new(&config.user, p)));
-        Ok(Server { listener, shared, credentials, notes })
+        let (tls, certificate) = match &config.tls {
+            Some((cert, key)) => {
+                let (acceptor, pem) = tls_acceptor(cert, key)?;
+                (Some(acceptor), Some(pem))
+            }
+            None => (None, None),
+        };
+        Ok(Server { listener, shared, credentials, tls, certificate, notes })
     }
 
     /// The address bound (useful with port 0).
@@ -166,13 +191,40 @@ impl Server {
                 session.clone(),
                 self.credentials.clone(),
                 self.shared.connections.clone(),
+                self.certificate.as_deref(),
             ));
             let handlers = Handlers { session, startup, cancel: cancel.clone() };
+            let tls = self.tls.clone();
             tokio::spawn(async move {
-                let _ = pgwire::tokio::process_socket(socket, None, handlers).await;
+                let _ = pgwire::tokio::process_socket(socket, tls, handlers).await;
             });
         }
     }
+}
+
+/// A TLS acceptor for a PEM certificate chain and private key, and the chain's PEM text.
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<(pgwire::tokio::TlsAcceptor, Vec<u8>), ServerError> {
+    use pgwire::tokio::tokio_rustls::rustls::ServerConfig;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let pem = std::fs::read(cert)
+        .map_err(|e| ServerError::Tls(format!("cannot read '{}': {e}", cert.display())))?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ServerError::Tls(format!("'{}': {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(ServerError::Tls(format!("'{}' holds no certificate", cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| ServerError::Tls(format!("'{}': {e}", key.display())))?;
+    let config = ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| ServerError::Tls(e.to_string()))?;
+    Ok((pgwire::tokio::TlsAcceptor::from(Arc::new(config)), pem))
 }
 
 /// The socket, and a second handle on it that a session peeks at to notice a client that

@@ -90,3 +90,57 @@ fn psql_runs_a_script_with_copy_and_a_continuous_query() {
          \x20              ^\n"
     );
 }
+
+/// With a certificate and a password, psql connects over TLS and logs in with SCRAM.
+#[test]
+fn psql_connects_over_tls_with_a_password() {
+    if Command::new("psql").arg("--version").output().is_err()
+        || Command::new("openssl").arg("version").output().is_err()
+    {
+        assert!(
+            std::env::var_os("WEIR_SKIP_PSQL").is_some(),
+            "psql and openssl are needed (Debian: postgresql-client, openssl); \
+             set WEIR_SKIP_PSQL=1 to skip this test"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args(["-nodes", "-keyout", "key.pem", "-out", "cert.pem", "-days", "2"])
+        .args(["-subj", "/CN=localhost"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        user: "alice".into(),
+        password: Some("pencil".into()),
+        tls: Some((dir.path().join("cert.pem"), dir.path().join("key.pem"))),
+        ..Config::default()
+    };
+    let server = runtime.block_on(Server::bind(config)).unwrap();
+    let port = server.local_addr().unwrap().port();
+    runtime.spawn(server.run());
+    let psql = |password: &str| {
+        Command::new("psql")
+            .arg(format!("host=127.0.0.1 port={port} user=alice dbname=weir sslmode=require"))
+            .args(["-X", "-A", "-t", "-c", "\\conninfo", "-c", "SELECT 40 + 2"])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .unwrap()
+    };
+    let ok = psql("pencil");
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(stdout.contains("SSL connection"), "{stdout}");
+    assert!(stdout.ends_with("42\n"), "{stdout}");
+    let refused = psql("wrong");
+    assert!(!refused.status.success());
+    // pgwire's own message for a wrong proof ("Password authentication failed for user").
+    let stderr = String::from_utf8_lossy(&refused.stderr).to_ascii_lowercase();
+    assert!(stderr.contains("fatal:  password authentication failed"), "{stderr}");
+}
