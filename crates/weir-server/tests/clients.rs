@@ -329,3 +329,59 @@ async fn a_password_is_checked_with_scram_and_opens_other_addresses() {
         );
     }
 }
+
+/// Every Weir type through a driver that asks for binary results, and back as parameters,
+/// and the same values as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_type_in_binary_and_in_text() {
+    let addr = start(Config::default()).await;
+    let c = connect(addr).await;
+    c.batch_execute(
+        "CREATE TABLE v (i BIGINT, s SMALLINT, r REAL, d DOUBLE, n DECIMAL(10,2), b BOOLEAN, \
+         x VARCHAR, ts TIMESTAMP, dt DATE); \
+         INSERT INTO v VALUES (-9007199254740993, -7, 1.5, 0.1, 12345.67, false, 'ü', \
+         TIMESTAMP '1999-12-31 23:59:59.999999', DATE '2024-02-29')",
+    )
+    .await
+    .unwrap();
+    let row = c.query_one("SELECT * FROM v", &[]).await.unwrap();
+    let types: Vec<&str> = row.columns().iter().map(|c| c.type_().name()).collect();
+    assert_eq!(
+        types,
+        ["int8", "int2", "float4", "float8", "numeric", "bool", "text", "timestamp", "date"]
+    );
+    assert_eq!(row.get::<_, i64>(0), -9007199254740993);
+    assert_eq!(row.get::<_, i16>(1), -7);
+    assert_eq!(row.get::<_, f32>(2), 1.5);
+    assert_eq!(row.get::<_, f64>(3), 0.1);
+    assert!(!row.get::<_, bool>(5));
+    assert_eq!(row.get::<_, &str>(6), "ü");
+    let ts =
+        chrono::NaiveDateTime::parse_from_str("1999-12-31 23:59:59.999999", "%Y-%m-%d %H:%M:%S%.f");
+    assert_eq!(row.get::<_, chrono::NaiveDateTime>(7), ts.unwrap());
+    assert_eq!(
+        row.get::<_, chrono::NaiveDate>(8),
+        chrono::NaiveDate::from_ymd_opt(2024, 2, 29).unwrap()
+    );
+    // The same values as text, PostgreSQL's spellings.
+    assert_eq!(
+        rows(&c, "SELECT * FROM v").await,
+        ["-9007199254740993 -7 1.5 0.1 12345.67 f ü 1999-12-31 23:59:59.999999 2024-02-29"]
+    );
+    // Parameters of each type select the row back.
+    let back = c
+        .query(
+            "SELECT i FROM v WHERE s = $1 AND d = $2 AND b = $3 AND x = $4 AND ts = $5 AND dt = $6",
+            &[
+                &-7i16,
+                &0.1f64,
+                &false,
+                &"ü",
+                &ts.unwrap(),
+                &chrono::NaiveDate::from_ymd_opt(2024, 2, 29).unwrap(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(back.len(), 1);
+}
