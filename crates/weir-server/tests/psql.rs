@@ -7,6 +7,8 @@
 //! `x@1 y@1 x@2 x@5` inserts (x,1) and (y,1) at 1, (x,2) at 2, (x,1) at 3 (x@1 left the window,
 //! so the count changed back), nothing at 4 (the window is empty) and (x,1) at 5. Each line is
 //! instant, diff, then the query's columns; psql prints no status after `COPY ... TO STDOUT`.
+//! `SUBSCRIBE totals` of the maintained view gives its contents as of its latest change (3),
+//! and ends at once: the stream it reads is closed.
 
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 
@@ -24,6 +26,7 @@ a,7,3
 \\.
 CLOSE bids;
 SELECT * FROM totals ORDER BY item;
+COPY (SUBSCRIBE totals) TO STDOUT;
 CREATE STREAM more (k VARCHAR, t BIGINT, WATERMARK FOR t AS t) WITH (source = 'file', path = 'more.csv');
 COPY (SUBSCRIBE (SELECT ISTREAM k, COUNT(*) AS n FROM more [RANGE 2] GROUP BY k)) TO STDOUT;
 SELECT nope FROM totals;
@@ -72,6 +75,8 @@ fn psql_runs_a_script_with_copy_and_a_continuous_query() {
          a,17\n\
          b,5\n\
          (2 rows)\n\
+         3\t1\ta\t17\n\
+         3\t1\tb\t5\n\
          CREATE STREAM\n\
          1\t1\tx\t1\n\
          1\t1\ty\t1\n\
@@ -85,7 +90,7 @@ fn psql_runs_a_script_with_copy_and_a_continuous_query() {
     );
     assert_eq!(
         stderr,
-        "psql:script.sql:12: ERROR:  column 'nope' not found\n\
+        "psql:script.sql:13: ERROR:  column 'nope' not found\n\
          LINE 1: SELECT nope FROM totals;\n\
          \x20              ^\n"
     );

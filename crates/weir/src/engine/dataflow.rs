@@ -51,9 +51,22 @@ impl Output for Subscriber {
 }
 
 impl Output for Shared<Maintained> {
+    /// Applies the changes to the contents and hands them to the view's own subscribers;
+    /// a failure reaches them too, and ends them.
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
         let mut view = self.lock();
         let result = changes.iter().try_for_each(|b| view.contents.apply(b)).and(outcome);
+        if let Some(t) = changes.iter().filter_map(|b| b.times.iter().max()).max() {
+            view.changed_at = Some(view.changed_at.map_or(*t, |c| c.max(*t)));
+        }
+        let failure = result.as_ref().err().cloned();
+        view.taps.retain(|(_, tx)| {
+            changes.iter().all(|b| b.is_empty() || tx.send(Ok(b.clone())).is_ok())
+                && failure.as_ref().is_none_or(|e| {
+                    let _ = tx.send(Err(e.clone()));
+                    false
+                })
+        });
         goes_on(&mut view.failed, result)
     }
 }
@@ -137,6 +150,13 @@ impl Dataflow {
     ) -> Result<u64> {
         let runner = self.runner(plan)?;
         self.add(runner, plan, target, output, initial)
+    }
+
+    /// A new query or subscription id.
+    pub fn allocate_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
     }
 
     /// A fresh runner for a plan a continuous query may run.
@@ -372,11 +392,7 @@ mod tests {
     #[test]
     fn a_view_keeps_what_it_was_given_and_its_failure() {
         let schema = batch(&[]).schema();
-        let mut view = Shared::new(Maintained {
-            contents: super::super::tables::Contents::new(&schema).unwrap(),
-            schema,
-            failed: None,
-        });
+        let mut view = Shared::new(Maintained::new(schema).unwrap());
         assert!(view.deliver(vec![batch(&[1, 2])], Ok(())));
         assert!(!view.deliver(vec![], Err(WeirError::exec("cast failed"))));
         let v = view.lock();

@@ -119,6 +119,8 @@ pub struct Engine {
     protected: Vec<(std::path::PathBuf, String)>,
     /// If set, every source and sink file must be inside this directory (resolved).
     confined: Option<std::path::PathBuf>,
+    /// Subscriptions to a maintained view itself, by id: the view they tap.
+    taps: BTreeMap<u64, String>,
 }
 
 impl Engine {
@@ -249,11 +251,44 @@ impl Engine {
         })
     }
 
-    /// Starts a continuous query (or subscribes to a view or stream given by name).
+    /// Starts a continuous query, or subscribes to a view or stream given by name. A
+    /// maintained (relation) view's subscription is the view itself: its current contents,
+    /// as insertions at the instant of its latest change, then every change it goes through,
+    /// exactly what one-shot queries over it see; it ends when the view is dropped or fails.
     pub fn subscribe(&mut self, query_or_name: &str) -> Result<Subscription> {
         let trimmed = query_or_name.trim().trim_end_matches(';').trim();
+        if let Some(sub) = self.tap_view(trimmed)? {
+            return Ok(sub);
+        }
         let plan = self.subscription_plan(trimmed)?;
         self.start_query(plan, Some(trimmed.to_string()))
+    }
+
+    /// A subscription to maintained view `name`, if it is one.
+    fn tap_view(&mut self, name: &str) -> Result<Option<Subscription>> {
+        let name = name.to_ascii_lowercase();
+        let (Some(def), Some(view)) = (self.catalog.view(&name), self.tables.view(&name)) else {
+            return Ok(None);
+        };
+        let plan = def.def.plan.clone();
+        let view = view.clone();
+        let id = self.dataflow.allocate_id();
+        let (tx, rx) = channel();
+        {
+            let mut v = view.lock();
+            if let Some(e) = &v.failed {
+                return Err(e.clone());
+            }
+            if !v.contents.is_empty() {
+                // Restored from a checkpoint, a view's latest change is not known: the clock.
+                let at = v.changed_at.unwrap_or(self.clock);
+                let snapshot = v.contents.snapshot(&v.schema, at)?;
+                let _ = tx.send(Ok(snapshot));
+            }
+            v.taps.push((id, tx));
+        }
+        self.taps.insert(id, name);
+        Ok(Some(subscription(id, &plan, rx)))
     }
 
     /// The plan of a query, or of `SELECT * FROM name` for a view or stream's name.
@@ -306,8 +341,14 @@ impl Engine {
         Ok(id)
     }
 
-    /// Stops a continuous query.
+    /// Stops a continuous query (or ends a subscription to a view).
     pub fn unsubscribe(&mut self, id: u64) {
+        if let Some(view) = self.taps.remove(&id) {
+            if let Some(v) = self.tables.view(&view) {
+                v.lock().taps.retain(|(tap, _)| *tap != id);
+            }
+            return;
+        }
         self.dataflow.stop_where(|q| q.id == id);
     }
 
@@ -315,7 +356,12 @@ impl Engine {
     /// closed, so its output is all delivered and nothing can change it (a query reading a
     /// table or view never is: they can change). False for an unknown id.
     pub fn is_complete(&self, id: u64) -> bool {
-        self.dataflow.queries().iter().find(|q| q.id == id).is_some_and(|q| {
+        let view = self.taps.get(&id).map(|v| dataflow::Target::View(v.clone()));
+        let found = match &view {
+            Some(target) => self.dataflow.queries().iter().find(|q| q.target == *target),
+            None => self.dataflow.queries().iter().find(|q| q.id == id),
+        };
+        found.is_some_and(|q| {
             q.runner.sources().iter().all(|s| {
                 self.intake.input_time(s).is_some_and(|(w, _)| w == weir_common::WATERMARK_CLOSED)
             })
@@ -627,5 +673,34 @@ mod tests {
         let sink = e.execute("CREATE SINK k2 WITH (path = '../out.csv') AS SELECT a FROM s1");
         assert!(sink.unwrap_err().to_string().contains("sink 'k2' cannot write '../out.csv'"));
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Subscribing to a maintained view by name gives the view's own contents, then its
+    /// changes: the same numbers as one-shot queries over it, not a fresh run of its
+    /// definition over the elements that arrive from now on.
+    #[test]
+    fn a_view_subscription_starts_from_the_views_contents() {
+        let mut e = Engine::new();
+        e.execute(
+            "CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t); \
+             CREATE VIEW c AS SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k; \
+             INSERT INTO s VALUES ('a', 1), ('a', 2), ('b', 3), ('a', 4)",
+        )
+        .unwrap();
+        let sub = e.subscribe("c").unwrap();
+        e.execute("INSERT INTO s VALUES ('b', 5); CLOSE s").unwrap();
+        let got: Vec<String> = sub.poll_changes().unwrap().iter().map(|c| c.to_string()).collect();
+        // Instants 1..3 were complete (a: 2, b: 1, last changed at 3); then 4 and 5.
+        assert_eq!(
+            got,
+            ["@3 +1 a 2", "@3 +1 b 1", "@4 -1 a 2", "@4 +1 a 3", "@5 -1 b 1", "@5 +1 b 2"]
+        );
+        // Its view reads only a closed stream: nothing more can come.
+        assert!(e.is_complete(sub.id));
+        let id = sub.id;
+        drop(sub);
+        e.unsubscribe(id);
+        // The view goes on.
+        assert_eq!(e.running_queries(), 1);
     }
 }

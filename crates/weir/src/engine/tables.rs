@@ -88,6 +88,18 @@ pub(crate) struct Maintained {
     pub contents: Contents,
     /// Set if the view's query failed; one-shot queries over it then report this.
     pub failed: Option<WeirError>,
+    /// The latest instant at which the contents changed.
+    pub changed_at: Option<Time>,
+    /// Subscribers to the view itself (`Engine::subscribe("v")`), by subscription id: each
+    /// got the contents when it subscribed and gets every change after.
+    pub taps: Vec<(u64, std::sync::mpsc::Sender<Result<ChangeBatch>>)>,
+}
+
+impl Maintained {
+    pub fn new(schema: SchemaRef) -> Result<Self> {
+        let contents = Contents::new(&schema)?;
+        Ok(Maintained { schema, contents, failed: None, changed_at: None, taps: Vec::new() })
+    }
 }
 
 #[derive(Debug)]
@@ -124,14 +136,17 @@ impl Tables {
 
     /// Starts maintaining view `name`'s relation; returns the handle its query writes.
     pub fn add_view(&mut self, name: &str, schema: SchemaRef) -> Result<Shared<Maintained>> {
-        let contents = Contents::new(&schema)?;
-        let shared = Shared::new(Maintained { schema, contents, failed: None });
+        let shared = Shared::new(Maintained::new(schema)?);
         self.views.insert(name.to_string(), shared.clone());
         Ok(shared)
     }
 
     pub fn remove_view(&mut self, name: &str) {
         self.views.remove(name);
+    }
+
+    pub fn view(&self, name: &str) -> Option<&Shared<Maintained>> {
+        self.views.get(name)
     }
 
     pub fn views(&self) -> impl Iterator<Item = (&String, &Shared<Maintained>)> {
