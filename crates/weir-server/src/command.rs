@@ -211,36 +211,12 @@ fn refused(code: &'static str, message: impl Into<String>) -> Command {
     Command::Refused { code, message: message.into() }
 }
 
-/// `(x)` as `x`.
+/// `(x)` as `x` (when the parentheses enclose all of it).
 fn unparen(s: &str) -> &str {
-    let t = s.trim();
-    if t.starts_with('(') && t.ends_with(')') && balanced(&t[1..t.len() - 1]) {
-        t[1..t.len() - 1].trim()
-    } else {
-        t
+    match leading_parens(s) {
+        Some((inner, rest)) if rest.trim().is_empty() => inner.trim(),
+        _ => s.trim(),
     }
-}
-
-/// Whether the parentheses of `s` balance (outside strings).
-fn balanced(s: &str) -> bool {
-    let mut depth = 0i64;
-    let mut quote = None;
-    for c in s.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"') => quote = Some(c),
-            (None, '(') => depth += 1,
-            (None, ')') => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => {}
-        }
-    }
-    depth == 0
 }
 
 /// The text of a parenthesized part at the start of `s`, and what follows it.

@@ -329,24 +329,8 @@ where
         client.send(PgWireBackendMessage::RowDescription(row_description(&fields))).await?;
     }
     let mut enc = DataRowEncoder::new(fields.clone());
-    let mut total = 0;
-    loop {
-        let Some(item) = next_or_gone(session, &mut feed).await? else { return Ok(total) };
-        match item {
-            FeedItem::Changes(b) => {
-                let mut rows = Vec::new();
-                total += encode_changes(&b, feed.kind, feed.domain, &mut enc, |e| {
-                    rows.push(e.take_row())
-                })?;
-                for r in rows {
-                    client.feed(PgWireBackendMessage::DataRow(r)).await?;
-                }
-                client.flush().await?;
-            }
-            FeedItem::Failed(e) => return Err(pg_error(&e, "", 0)),
-            FeedItem::Ended => return Ok(total),
-        }
-    }
+    pump(session, client, &mut feed, &mut enc, |e| PgWireBackendMessage::DataRow(e.take_row()))
+        .await
 }
 
 /// A subscription's feed as `COPY TO STDOUT` data (text or CSV lines) until it ends.
@@ -372,26 +356,46 @@ where
         )))
         .await?;
     let mut enc = copy_encoder(fields, csv);
+    let total = pump(session, client, &mut feed, &mut enc, |e| {
+        PgWireBackendMessage::CopyData(e.take_copy())
+    })
+    .await?;
+    client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
+    Ok(total)
+}
+
+/// Writes a feed's changes to the client as they come, each batch flushed, until the query
+/// ends (`Ok(rows written)`) or fails; `take` turns the values encoded into one message.
+async fn pump<C, E>(
+    session: &Session,
+    client: &mut C,
+    feed: &mut Feed,
+    enc: &mut E,
+    take: impl Fn(&mut E) -> PgWireBackendMessage + Send,
+) -> PgWireResult<usize>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    E: FieldOut + Send,
+{
     let mut total = 0;
     loop {
-        let Some(item) = next_or_gone(session, &mut feed).await? else { break };
+        let Some(item) = next_or_gone(session, feed).await? else { return Ok(total) };
         match item {
             FeedItem::Changes(b) => {
-                let mut lines = Vec::new();
-                total += encode_changes(&b, feed.kind, feed.domain, &mut enc, |e| {
-                    lines.push(e.take_copy())
-                })?;
-                for l in lines {
-                    client.feed(PgWireBackendMessage::CopyData(l)).await?;
+                let mut messages = Vec::new();
+                total +=
+                    encode_changes(&b, feed.kind, feed.domain, enc, |e| messages.push(take(e)))?;
+                for m in messages {
+                    client.feed(m).await?;
                 }
                 client.flush().await?;
             }
             FeedItem::Failed(e) => return Err(pg_error(&e, "", 0)),
-            FeedItem::Ended => break,
+            FeedItem::Ended => return Ok(total),
         }
     }
-    client.send(PgWireBackendMessage::CopyDone(CopyDone::new())).await?;
-    Ok(total)
 }
 
 /// The feed's next item, or an error once the client has gone (which ends the statement and

@@ -196,6 +196,19 @@ async fn cursors_fetch_what_has_arrived() {
     assert_eq!(e.as_db_error().unwrap().code().code(), "34000");
 }
 
+/// Reads a COPY TO STDOUT stream to its end: the error that ended it, if one did.
+async fn first_error(
+    stream: &mut std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+) -> Option<tokio_postgres::Error> {
+    loop {
+        match stream.next().await {
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Some(e),
+            None => return None,
+        }
+    }
+}
+
 async fn running_queries(c: &Client) -> usize {
     rows(c, "SHOW weir_running_queries").await[0].parse().unwrap()
 }
@@ -218,17 +231,9 @@ async fn cancel_and_disconnect_stop_the_subscription() {
     assert_eq!(lines(&mut changes, 1).await, ["1\t1\ta"]);
     assert_eq!(running_queries(&admin).await, 1);
     token.cancel_query(NoTls).await.unwrap();
-    let end = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            match changes.next().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Some(e),
-                None => return None,
-            }
-        }
-    })
-    .await
-    .expect("the cancel is honoured");
+    let end = tokio::time::timeout(Duration::from_secs(20), first_error(&mut changes))
+        .await
+        .expect("the cancel is honoured");
     let e = end.expect("an error ends a cancelled subscription");
     assert_eq!(e.as_db_error().unwrap().code().code(), "57014");
     assert_eq!(rows(&c, "SELECT 1").await, ["1"]);
@@ -280,17 +285,8 @@ async fn a_slow_subscriber_is_cut_off_without_stalling_anyone() {
     // The writer was never held up, and can go on.
     assert_eq!(rows(&writer, "SELECT 1").await, ["1"]);
     // The slow client gets what was buffered for it, then the error that cut it off.
-    let end = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            match changes.next().await {
-                Some(Ok(_)) => continue,
-                Some(Err(e)) => return Some(e),
-                None => return None,
-            }
-        }
-    })
-    .await
-    .unwrap();
+    let end =
+        tokio::time::timeout(Duration::from_secs(60), first_error(&mut changes)).await.unwrap();
     let e = end.expect("the slow subscriber's copy ends in an error");
     let db = e.as_db_error().unwrap();
     assert_eq!(db.code().code(), "53400");
