@@ -45,6 +45,8 @@ pub(crate) struct Prepared {
 #[derive(Debug)]
 pub(crate) struct Preparer {
     pub core: CoreHandle,
+    /// The columns of the session's open cursors, by name, for FETCH.
+    pub cursors: Arc<std::sync::Mutex<std::collections::HashMap<String, SchemaRef>>>,
 }
 
 /// Where each `$n` placeholder is in `sql` (outside strings, quoted names and comments):
@@ -296,43 +298,50 @@ impl QueryParser for Preparer {
             let t = params.get(n - 1).map_or("VARCHAR", sql_type);
             format!("CAST(NULL AS {t})")
         });
-        let columns =
-            match classify(&text) {
-                Command::Weir => {
-                    let sql = probe.clone();
-                    let shape = self
-                        .core
-                        .call(|reply| Request::Describe { sql, reply })
-                        .await
-                        .and_then(|r| r)
-                        .map_err(|e| pg_error(&e, sql_of(&text), 0))?;
-                    shape.map(|s| {
-                        if s.continuous {
-                            subscription_columns(&s.schema, s.domain)
-                        } else {
-                            s.schema
-                        }
-                    })
+        let columns = match classify(&text) {
+            Command::Weir => {
+                let sql = probe.clone();
+                let shape = self
+                    .core
+                    .call(|reply| Request::Describe { sql, reply })
+                    .await
+                    .and_then(|r| r)
+                    .map_err(|e| pg_error(&e, sql_of(&text), 0))?;
+                shape.map(|s| {
+                    if s.continuous {
+                        subscription_columns(&s.schema, s.domain)
+                    } else {
+                        s.schema
+                    }
+                })
+            }
+            Command::Subscribe { query } => {
+                let query = substitute(&query, |_| "NULL".into());
+                let shape = self
+                    .core
+                    .call(|reply| Request::DescribeSubscription { query, reply })
+                    .await
+                    .and_then(|r| r)
+                    .map_err(|e| pg_error(&e, "", 0))?;
+                Some(subscription_columns(&shape.schema, shape.domain))
+            }
+            Command::ShowSetting { name } => {
+                Some(Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)])))
+            }
+            Command::Fetch { cursor, .. } => {
+                let cursors = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+                match cursors.get(&cursor) {
+                    Some(schema) => Some(schema.clone()),
+                    None => {
+                        return Err(server_error(
+                            "34000",
+                            format!("cursor \"{cursor}\" does not exist"),
+                        ))
+                    }
                 }
-                Command::Subscribe { query } => {
-                    let query = substitute(&query, |_| "NULL".into());
-                    let shape = self
-                        .core
-                        .call(|reply| Request::DescribeSubscription { query, reply })
-                        .await
-                        .and_then(|r| r)
-                        .map_err(|e| pg_error(&e, "", 0))?;
-                    Some(subscription_columns(&shape.schema, shape.domain))
-                }
-                Command::ShowSetting { name } => {
-                    Some(Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)])))
-                }
-                Command::Fetch { .. } => return Err(server_error(
-                    "0A000",
-                    "FETCH is not served as a prepared statement yet: send it as a simple query",
-                )),
-                _ => None,
-            };
+            }
+            _ => None,
+        };
         Ok(Some(Prepared { sql: text, params, columns }))
     }
 

@@ -77,21 +77,32 @@ struct State {
 #[derive(Debug)]
 struct Cursor {
     feed: Feed,
-    /// Rows received and not fetched yet.
-    pending: VecDeque<DataRow>,
-    fields: Arc<Vec<FieldInfo>>,
+    /// Rows received and not fetched yet: a batch, a row of it and the row's diff (a
+    /// stream's element of multiplicity n is n entries), encoded when fetched, in the format
+    /// that FETCH asks for.
+    pending: VecDeque<(Arc<ChangeBatch>, usize, i64)>,
+    /// The rows' columns (instant, diff, the query's).
+    schema: SchemaRef,
     /// The query ended (or failed: the error is returned by the next FETCH).
     ended: Option<Option<WeirError>>,
 }
 
 impl Session {
     pub fn new(shared: Shared, probe: Option<tokio::net::TcpStream>) -> Self {
-        let preparer = Arc::new(crate::extended::Preparer { core: shared.core.clone() });
+        let preparer = Arc::new(crate::extended::Preparer {
+            core: shared.core.clone(),
+            cursors: Arc::default(),
+        });
         Session { shared, state: Mutex::new(State::default()), probe, preparer }
     }
 
     pub fn preparer(&self) -> Arc<crate::extended::Preparer> {
         self.preparer.clone()
+    }
+
+    /// The columns of this session's cursors, which FETCH statements are prepared with.
+    fn shared_cursors(&self) -> std::sync::MutexGuard<'_, HashMap<String, SchemaRef>> {
+        self.preparer.cursors.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Resolves once the client has closed its connection (or sent Terminate) while the
@@ -191,23 +202,41 @@ fn encode_changes<O: FieldOut>(
     let options = FormatOptions::default();
     let columns = Columns::new(&b.data, &options)?;
     let mut rows = 0;
-    for row in 0..b.data.num_rows() {
+    for (row, diff) in change_rows(b, kind) {
+        encode_change(b, row, diff, domain, &columns, out)?;
+        emit(out);
+        rows += 1;
+    }
+    Ok(rows)
+}
+
+/// The rows of a batch as subscription rows: (row, diff), a stream's element of
+/// multiplicity n as n rows of diff 1.
+fn change_rows(b: &ChangeBatch, kind: PlanKind) -> impl Iterator<Item = (usize, i64)> + '_ {
+    (0..b.data.num_rows()).flat_map(move |row| {
         let (diff, repeat) = match kind {
             PlanKind::Stream => (1, b.diffs[row].max(0) as usize),
             PlanKind::Relation => (b.diffs[row], 1),
         };
-        for _ in 0..repeat {
-            match domain {
-                TimeDomain::Micros => out.put(&Timestamp(timestamp(b.times[row])?))?,
-                TimeDomain::Ticks => out.put(&b.times[row])?,
-            }
-            out.put(&diff)?;
-            columns.encode(row, out)?;
-            emit(out);
-            rows += 1;
-        }
+        std::iter::repeat_n((row, diff), repeat)
+    })
+}
+
+/// One subscription row: the instant, the diff, then the values.
+fn encode_change<O: FieldOut>(
+    b: &ChangeBatch,
+    row: usize,
+    diff: i64,
+    domain: TimeDomain,
+    columns: &Columns<'_>,
+    out: &mut O,
+) -> PgWireResult<()> {
+    match domain {
+        TimeDomain::Micros => out.put(&Timestamp(timestamp(b.times[row])?))?,
+        TimeDomain::Ticks => out.put(&b.times[row])?,
     }
-    Ok(rows)
+    out.put(&diff)?;
+    columns.encode(row, out)
 }
 
 fn row_description(fields: &[FieldInfo]) -> RowDescription {
@@ -441,44 +470,66 @@ impl Session {
         name: &str,
         count: Option<usize>,
         timeout: Option<Duration>,
+        mode: Mode<'_>,
     ) -> PgWireResult<QueryResponse> {
         let mut cursor =
             self.state().cursors.remove(name).ok_or_else(|| {
                 server_error("34000", format!("cursor \"{name}\" does not exist"))
             })?;
         let result = fetch_rows(&mut cursor, count, timeout).await;
-        let fields = cursor.fields.clone();
+        let fields = Arc::new(fields(&cursor.schema, |i| mode.format(i)));
+        let domain = cursor.feed.domain;
         self.state().cursors.insert(name.to_string(), cursor);
-        let rows = result?;
+        let rows = encode_fetched(&result?, domain, &fields)?;
         let mut r = QueryResponse::new(fields, stream::iter(rows.into_iter().map(Ok)));
         r.set_command_tag("FETCH");
         Ok(r)
     }
 }
 
+/// Fetched changes as data rows of `fields`.
+fn encode_fetched(
+    rows: &[(Arc<ChangeBatch>, usize, i64)],
+    domain: TimeDomain,
+    fields: &Arc<Vec<FieldInfo>>,
+) -> PgWireResult<Vec<DataRow>> {
+    let options = FormatOptions::default();
+    let mut enc = DataRowEncoder::new(fields.clone());
+    let mut out = Vec::with_capacity(rows.len());
+    let mut i = 0;
+    while i < rows.len() {
+        // The run of rows from one batch shares its columns.
+        let batch = &rows[i].0;
+        let columns = Columns::new(&batch.data, &options)?;
+        while i < rows.len() && Arc::ptr_eq(&rows[i].0, batch) {
+            encode_change(batch, rows[i].1, rows[i].2, domain, &columns, &mut enc)?;
+            out.push(enc.take_row());
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// Takes what a cursor's feed has ready into its pending rows.
-fn take_ready(cursor: &mut Cursor, item: FeedItem) -> PgWireResult<()> {
+fn take_ready(cursor: &mut Cursor, item: FeedItem) {
     match item {
         FeedItem::Changes(b) => {
-            let mut enc = DataRowEncoder::new(cursor.fields.clone());
-            let pending = &mut cursor.pending;
-            encode_changes(&b, cursor.feed.kind, cursor.feed.domain, &mut enc, |e| {
-                pending.push_back(e.take_row())
-            })?;
+            let b = Arc::new(b);
+            let kind = cursor.feed.kind;
+            cursor.pending.extend(change_rows(&b, kind).map(|(row, diff)| (b.clone(), row, diff)));
         }
         FeedItem::Failed(e) => cursor.ended = Some(Some(e)),
         FeedItem::Ended => cursor.ended = Some(None),
     }
-    Ok(())
 }
 
 async fn fetch_rows(
     cursor: &mut Cursor,
     count: Option<usize>,
     timeout: Option<Duration>,
-) -> PgWireResult<Vec<DataRow>> {
+) -> PgWireResult<Vec<(Arc<ChangeBatch>, usize, i64)>> {
     while let Some(item) = cursor.feed.try_next() {
-        take_ready(cursor, item)?;
+        take_ready(cursor, item);
     }
     if cursor.pending.is_empty() && cursor.ended.is_none() {
         let next = match timeout {
@@ -486,10 +537,10 @@ async fn fetch_rows(
             None => cursor.feed.next().await.or(Some(FeedItem::Ended)),
         };
         if let Some(item) = next {
-            take_ready(cursor, item)?;
+            take_ready(cursor, item);
         }
         while let Some(item) = cursor.feed.try_next() {
-            take_ready(cursor, item)?;
+            take_ready(cursor, item);
         }
     }
     if cursor.pending.is_empty() {
@@ -605,17 +656,19 @@ impl Session {
             Command::Declare { cursor, query: q } => {
                 let feed = self.subscribe(&q).await.map_err(|e| pg_error(&e, "", 0))?;
                 let schema = subscription_schema(&feed);
-                let fields = Arc::new(fields(&schema, |_| FieldFormat::Text));
-                let c = Cursor { feed, pending: VecDeque::new(), fields, ended: None };
+                self.shared_cursors().insert(cursor.clone(), schema.clone());
+                let c = Cursor { feed, pending: VecDeque::new(), schema, ended: None };
                 self.state().cursors.insert(cursor, c);
                 out.push(Response::Execution(Tag::new("DECLARE CURSOR")));
             }
             Command::Fetch { cursor, count, timeout_ms } => {
-                let r = self.fetch(&cursor, count, timeout_ms.map(Duration::from_millis)).await?;
+                let timeout = timeout_ms.map(Duration::from_millis);
+                let r = self.fetch(&cursor, count, timeout, mode).await?;
                 out.push(Response::Query(r));
             }
             Command::Close { name } => {
                 if self.state().cursors.remove(&name).is_some() {
+                    self.shared_cursors().remove(&name);
                     out.push(Response::Execution(Tag::new("CLOSE CURSOR")));
                 } else {
                     // Not a cursor: Weir's `CLOSE stream`.

@@ -186,7 +186,15 @@ async fn cursors_fetch_what_has_arrived() {
     .unwrap();
     // Instants 1 and 2 are complete (the watermark is 3).
     assert_eq!(rows(&c, "FETCH 1 cur").await, ["1 1 a"]);
-    assert_eq!(rows(&c, "FETCH ALL cur").await, ["2 1 b"]);
+    // The same through a prepared statement, values in binary.
+    let typed = c.query("FETCH ALL cur", &[]).await.unwrap();
+    assert_eq!(typed.len(), 1);
+    assert_eq!(
+        (typed[0].get::<_, i64>(0), typed[0].get::<_, i64>(1), typed[0].get::<_, &str>(2)),
+        (2, 1, "b")
+    );
+    let names: Vec<&str> = typed[0].columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, ["weir_instant", "weir_diff", "k"]);
     // Nothing more yet: a FETCH with a timeout returns no rows when it expires.
     assert!(rows(&c, "FETCH ALL cur WITH (timeout = '100ms')").await.is_empty());
     c.batch_execute("CLOSE s").await.unwrap();
