@@ -26,6 +26,8 @@ use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
 use crate::ops::linear::Linear;
+use crate::ops::over::rank::Ranking;
+use crate::ops::over::OverKeys;
 use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
@@ -202,6 +204,26 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 })
                 .collect::<Result<_>>()?;
             Box::new(TopK::new(keys, *skip, *fetch, schema)?)
+        }
+        LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {
+            let in_schema = input.schema();
+            let partition = partition_by
+                .iter()
+                .map(|e| Ok((ScalarExpr::compile(e, &in_schema)?, expr_type(e, &in_schema)?)))
+                .collect::<Result<_>>()?;
+            let order = order_by
+                .iter()
+                .map(|o| {
+                    Ok(SortKey {
+                        expr: ScalarExpr::compile(&o.expr, &in_schema)?,
+                        data_type: expr_type(&o.expr, &in_schema)?,
+                        descending: !o.asc,
+                        nulls_first: o.nulls_first,
+                    })
+                })
+                .collect::<Result<_>>()?;
+            let keys = OverKeys::new(partition, order, exec_schema(&in_schema))?;
+            Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
         }
     })
 }

@@ -82,6 +82,17 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             s
         }
+        LogicalPlan::Ranking { partition_by, order_by, funcs, .. } => {
+            let mut s = format!("Ranking: [{}]", list(funcs.iter().map(|f| format!("{f}()"))));
+            if !partition_by.is_empty() {
+                let _ =
+                    write!(s, " partition=[{}]", list(partition_by.iter().map(|e| e.to_string())));
+            }
+            if !order_by.is_empty() {
+                let _ = write!(s, " order=[{}]", list(order_by.iter().map(|o| o.to_string())));
+            }
+            s
+        }
         LogicalPlan::Rename { schema, .. } => {
             let q: Vec<String> = schema
                 .iter()

@@ -181,6 +181,34 @@ pub struct AggCall {
     pub distinct: bool,
 }
 
+/// A ranking window function (`f() OVER (PARTITION BY ... ORDER BY ...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankFunc {
+    /// `ROW_NUMBER()`: 1, 2, 3, ... in the partition's order, ties broken by the row's value.
+    RowNumber,
+    /// `RANK()`: 1 + the number of rows whose ORDER BY key sorts strictly before this row's.
+    Rank,
+    /// `DENSE_RANK()`: 1 + the number of distinct ORDER BY keys that sort before this row's.
+    DenseRank,
+}
+
+impl fmt::Display for RankFunc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RankFunc::RowNumber => "row_number",
+            RankFunc::Rank => "rank",
+            RankFunc::DenseRank => "dense_rank",
+        })
+    }
+}
+
+/// How a [`LogicalPlan::Ranking`] is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankMode {
+    /// Every row of the input with its values.
+    Full,
+}
+
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
 #[derive(Debug, Clone)]
 pub enum ApplyKind {
@@ -245,6 +273,18 @@ pub enum LogicalPlan {
     /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
     /// whose changes and one-shot results come out in this order.
     TopK { order: Vec<SortExpr>, skip: usize, fetch: Option<usize>, input: Arc<LogicalPlan> },
+    /// Ranking window functions over a relation: the input's columns, then one Int64 column
+    /// per function, computed per partition (equal `partition_by` values, NULLs equal) in
+    /// `order_by` order, ties in the order broken by the input row's value (ascending, NULL
+    /// first), so ROW_NUMBER is deterministic. `mode` says which rows are output.
+    Ranking {
+        partition_by: Vec<Expr>,
+        order_by: Vec<SortExpr>,
+        funcs: Vec<RankFunc>,
+        mode: RankMode,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
 }
 
 impl LogicalPlan {
@@ -260,6 +300,7 @@ impl LogicalPlan {
             | LogicalPlan::UnionAll { schema, .. }
             | LogicalPlan::Values { schema, .. }
             | LogicalPlan::Apply { schema, .. }
+            | LogicalPlan::Ranking { schema, .. }
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
@@ -291,6 +332,7 @@ impl LogicalPlan {
             | LogicalPlan::ToStream { input, .. }
             | LogicalPlan::TopK { input, .. }
             | LogicalPlan::Apply { input, .. }
+            | LogicalPlan::Ranking { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -448,6 +490,23 @@ impl LogicalPlan {
                 fetch: *fetch,
                 input: m(input),
             },
+            LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema } => {
+                LogicalPlan::Ranking {
+                    partition_by: partition_by.iter().map(f).collect(),
+                    order_by: order_by
+                        .iter()
+                        .map(|o| SortExpr {
+                            expr: f(&o.expr),
+                            asc: o.asc,
+                            nulls_first: o.nulls_first,
+                        })
+                        .collect(),
+                    funcs: funcs.clone(),
+                    mode: *mode,
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
         }
     }
 

@@ -1482,6 +1482,94 @@ fn q_top_group(w: Win, skip: usize, fetch: usize) -> Case {
     )
 }
 
+// --- window functions: ROW_NUMBER / RANK / DENSE_RANK OVER (PARTITION BY k ORDER BY ...) ---
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RankF {
+    RowNumber,
+    Rank,
+    DenseRank,
+}
+
+const RANK_FS: [RankF; 3] = [RankF::RowNumber, RankF::Rank, RankF::DenseRank];
+
+impl RankF {
+    fn sql(self) -> &'static str {
+        match self {
+            RankF::RowNumber => "ROW_NUMBER()",
+            RankF::Rank => "RANK()",
+            RankF::DenseRank => "DENSE_RANK()",
+        }
+    }
+}
+
+/// The rows of the bag `rows`, each with its value of `f` over `PARTITION BY k ORDER BY v`
+/// (or `t` when `by_t`) `[DESC]`, by SQL's definitions: ORDER BY v puts NULL after every value
+/// for ASC and before for DESC (PostgreSQL); rows tied on the ORDER BY key are numbered in the
+/// order of the whole row (k, v, t), ascending, NULL first (Weir's stated ROW_NUMBER rule);
+/// RANK = 1 + rows with a key strictly before; DENSE_RANK = 1 + distinct keys before.
+fn ranked(rows: Vec<El>, by_t: bool, desc: bool, f: RankF) -> Vec<(El, i64)> {
+    let key = |a: &El, b: &El| {
+        let c = if by_t {
+            a.t.cmp(&b.t)
+        } else {
+            match (a.v, b.v) {
+                (None, None) => std::cmp::Ordering::Equal,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (Some(x), Some(y)) => x.cmp(&y),
+            }
+        };
+        if desc {
+            c.reverse()
+        } else {
+            c
+        }
+    };
+    let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+    for e in rows {
+        parts.entry(e.k).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for (_, mut part) in parts {
+        part.sort_by(|a, b| key(a, b).then((a.k, a.v, a.t).cmp(&(b.k, b.v, b.t))));
+        let (mut rank, mut dense) = (0i64, 0i64);
+        for (i, e) in part.iter().enumerate() {
+            if i == 0 || key(&part[i - 1], e) != std::cmp::Ordering::Equal {
+                rank = i as i64 + 1;
+                dense += 1;
+            }
+            let value = match f {
+                RankF::RowNumber => i as i64 + 1,
+                RankF::Rank => rank,
+                RankF::DenseRank => dense,
+            };
+            out.push((*e, value));
+        }
+    }
+    out
+}
+
+fn ranked_bag(rows: Vec<(El, i64)>) -> Bag {
+    bag(rows.into_iter().map(|(e, r)| vec![int(e.k), txt(e.v), int(e.t), int(r)]))
+}
+
+/// `SELECT k, v, t, F() OVER (PARTITION BY k ORDER BY v [DESC]) FROM s [w]`: the full ranking.
+fn q_rank(w: Win, f: RankF, desc: bool) -> Case {
+    let dir = if desc { " DESC" } else { "" };
+    let sql = format!(
+        "SELECT k, v, t, {} OVER (PARTITION BY k ORDER BY v{dir}) AS r FROM s {}",
+        f.sql(),
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| ranked_bag(ranked(s_at(w, i, tau), false, desc, f))),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2322,4 +2410,29 @@ fn intersect_all_keeps_the_smaller_multiplicity() {
     let q = "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]";
     let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
     assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn ranking_matches_oracle(
+        s in elements(),
+        w in window(),
+        f in prop::sample::select(&RANK_FS[..]),
+        desc in any::<bool>(),
+    ) {
+        let input = Input::single(s);
+        check(&q_rank(w, f, desc), &input)?;
+        check(&q_rank(w, f, desc).with_mode(Mode::Istream), &input)?;
+    }
+
+    #[test]
+    fn ranking_out_of_order_arrival_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&RANK_FS[..]),
+        last in any::<bool>(),
+    ) {
+        check(&q_rank(Win::Range(3), f, last), &input)?;
+    }
 }

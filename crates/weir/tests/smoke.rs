@@ -168,7 +168,7 @@ fn unimplemented_forms_are_refused() {
     .unwrap();
     let q = "SELECT v, SUM(v) OVER (ORDER BY t) FROM s";
     let err = e.subscribe(q).unwrap_err().to_string();
-    assert!(err.contains("not supported in Weir yet"), "{q}: {err}");
+    assert!(err.contains("window function SUM over a relation is not supported yet"), "{q}: {err}");
 }
 
 /// A pushed row whose values do not fit is a bad row: refused with the batch under the default

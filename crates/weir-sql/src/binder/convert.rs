@@ -9,7 +9,8 @@ use datafusion_common::{DFSchema, TableReference};
 use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, RankFunc,
+    RankMode, WindowSpec,
 };
 
 use super::df_error;
@@ -193,7 +194,7 @@ impl Converter<'_> {
                     },
                 }
             }
-            DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
+            DfPlan::Window(w) => return self.window(w),
             other => return Err(unsupported(&format!("'{}'", other.display()))),
         }))
     }
@@ -379,6 +380,81 @@ impl Converter<'_> {
 }
 
 impl Converter<'_> {
+    /// `f() OVER (...)`: the ranking functions Weir evaluates become a
+    /// [`LogicalPlan::Ranking`]; any other window function is refused by name and shape.
+    fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
+        let input = self.convert(&w.input)?;
+        let shape = match input.kind() {
+            PlanKind::Stream => "a stream",
+            PlanKind::Relation => "a relation",
+        };
+        let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+        let mut funcs = Vec::new();
+        for e in &w.window_expr {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            let Expr::WindowFunction(wf) = e else {
+                return Err(WeirError::internal(format!("window expression expected, got {e}")));
+            };
+            let name = wf.fun.name().to_ascii_uppercase();
+            let func = match (&wf.fun, name.as_str()) {
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "ROW_NUMBER") => {
+                    RankFunc::RowNumber
+                }
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "RANK") => RankFunc::Rank,
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "DENSE_RANK") => {
+                    RankFunc::DenseRank
+                }
+                (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
+                    return Err(WeirError::plan(format!(
+                        "window function {name} over {shape} is not supported yet (aggregates \
+                         with OVER; ROW_NUMBER, RANK and DENSE_RANK are)"
+                    )))
+                }
+                _ => {
+                    return Err(WeirError::plan(format!(
+                        "window function {name} over {shape} is not supported yet (ROW_NUMBER, \
+                         RANK and DENSE_RANK are)"
+                    )))
+                }
+            };
+            let p = &wf.params;
+            if p.filter.is_some() {
+                return Err(unsupported(&format!("FILTER on window function {name}")));
+            }
+            if p.distinct {
+                return Err(unsupported(&format!("DISTINCT in window function {name}")));
+            }
+            if !p.args.is_empty() {
+                return Err(WeirError::plan(format!("{name}() takes no arguments")));
+            }
+            let this = (p.partition_by.clone(), p.order_by.clone());
+            match &spec {
+                None => spec = Some(this),
+                Some(s) if *s == this => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "window functions with different PARTITION BY or ORDER BY over the \
+                         same sort order",
+                    ))
+                }
+            }
+            funcs.push(func);
+        }
+        let (partition_by, order_by) =
+            spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+        Ok(Arc::new(LogicalPlan::Ranking {
+            partition_by,
+            order_by,
+            funcs,
+            mode: RankMode::Full,
+            input,
+            schema: w.schema.clone(),
+        }))
+    }
+
     /// TUMBLE/HOP's DESCRIPTOR names the stream's event-time column: windows run on event time.
     fn check_descriptor(&self, w: &WindowAst, source: &LogicalPlan, column: &str) -> Result<()> {
         match source {
