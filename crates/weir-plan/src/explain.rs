@@ -82,7 +82,7 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             s
         }
-        LogicalPlan::Ranking { partition_by, order_by, funcs, .. } => {
+        LogicalPlan::Ranking { partition_by, order_by, funcs, mode, .. } => {
             let mut s = format!("Ranking: [{}]", list(funcs.iter().map(|f| format!("{f}()"))));
             if !partition_by.is_empty() {
                 let _ =
@@ -90,6 +90,13 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             if !order_by.is_empty() {
                 let _ = write!(s, " order=[{}]", list(order_by.iter().map(|o| o.to_string())));
+            }
+            match mode {
+                crate::plan::RankMode::Full => {}
+                crate::plan::RankMode::Top { func, lo, hi } => {
+                    let name = funcs.get(*func).map(|f| f.to_string()).unwrap_or_default();
+                    let _ = write!(s, " top={name} in {lo}..={hi}");
+                }
             }
             s
         }

@@ -207,6 +207,9 @@ impl fmt::Display for RankFunc {
 pub enum RankMode {
     /// Every row of the input with its values.
     Full,
+    /// Top-N: only the rows whose value of function `func` lies in `lo ..= hi` (the enclosing
+    /// filter on the rank, folded in); rows below the top are kept in state, not output.
+    Top { func: usize, lo: i64, hi: i64 },
 }
 
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.

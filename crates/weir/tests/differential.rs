@@ -1570,6 +1570,47 @@ fn q_rank(w: Win, f: RankF, desc: bool) -> Case {
     )
 }
 
+/// The rank bound in one of its spellings: 0 `r <= hi`, 1 `r < hi + 1`, 2 `r = lo`,
+/// 3 `r BETWEEN lo AND hi`, 4 `r >= lo AND r <= hi`; returns the SQL and the bounds it means.
+fn rank_filter(form: usize, lo: i64, hi: i64) -> (String, i64, i64) {
+    match form {
+        0 => (format!("r <= {hi}"), 1, hi),
+        1 => (format!("r < {}", hi + 1), 1, hi),
+        2 => (format!("r = {lo}"), lo, lo),
+        3 => (format!("r BETWEEN {lo} AND {hi}"), lo, hi),
+        _ => (format!("r >= {lo} AND r <= {hi}"), lo, hi),
+    }
+}
+
+/// Top-N: the ranking filtered on its rank in the enclosing query (planned as a top-N per
+/// partition), with the rank in the output or not; the oracle filters the full ranking.
+fn q_rank_top(w: Win, f: RankF, desc: bool, form: usize, lo: i64, hi: i64, with_r: bool) -> Case {
+    let dir = if desc { " DESC" } else { "" };
+    let (cond, lo, hi) = rank_filter(form, lo, hi);
+    let cols = if with_r { "k, v, t, r" } else { "k, v, t" };
+    let sql = format!(
+        "SELECT {cols} FROM (SELECT k, v, t, {} OVER (PARTITION BY k ORDER BY v{dir}) AS r \
+         FROM s {}) WHERE {cond}",
+        f.sql(),
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let top = ranked(s_at(w, i, tau), false, desc, f)
+                .into_iter()
+                .filter(|(_, r)| (lo..=hi).contains(r));
+            if with_r {
+                ranked_bag(top.collect())
+            } else {
+                bag(top.map(|(e, _)| vec![int(e.k), txt(e.v), int(e.t)]))
+            }
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2428,11 +2469,26 @@ proptest! {
     }
 
     #[test]
+    fn rank_top_n_matches_oracle(
+        s in elements(),
+        w in window(),
+        f in prop::sample::select(&RANK_FS[..]),
+        desc in any::<bool>(),
+        form in 0usize..5,
+        lo in 1i64..4,
+        hi in 0i64..5,
+        with_r in any::<bool>(),
+    ) {
+        check(&q_rank_top(w, f, desc, form, lo, hi, with_r), &Input::single(s))?;
+    }
+
+    #[test]
     fn ranking_out_of_order_arrival_matches_oracle(
         input in out_of_order(),
         f in prop::sample::select(&RANK_FS[..]),
         last in any::<bool>(),
     ) {
         check(&q_rank(Win::Range(3), f, last), &input)?;
+        check(&q_rank_top(Win::Range(3), f, last, 0, 1, 2, true), &input)?;
     }
 }

@@ -50,6 +50,12 @@ impl Converter<'_> {
                 let (mut exprs, input) = self.apply_subqueries(vec![f.predicate.clone()], input)?;
                 let predicate =
                     exprs.pop().ok_or_else(|| WeirError::internal("filter predicate"))?;
+                if !matches!(input.as_ref(), LogicalPlan::Apply { .. }) {
+                    // A bound on a rank computed below: plan a top-N (or a deduplication).
+                    if let Some(ranked) = fold_rank_filter(&predicate, &input)? {
+                        return Ok(Arc::new(LogicalPlan::Filter { predicate, input: ranked }));
+                    }
+                }
                 let filter = LogicalPlan::Filter { predicate, input: input.clone() };
                 // Drop the subquery columns again: a filter keeps its input's schema.
                 if let LogicalPlan::Apply { input: below, .. } = input.as_ref() {
@@ -498,6 +504,150 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
     fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));
     fields.push(Arc::new(arrow::datatypes::Field::new("window_end", ty, true)));
     Some(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+/// Bounds `lo ..= hi` that `predicate`'s conjuncts put on column `col` of its input, if they
+/// bound it from above: `c <= n`, `c < n`, `c = n`, `c >= n`, `c > n`, `c BETWEEN a AND b`,
+/// either side of the comparison.
+fn rank_bounds(predicate: &Expr, col: &datafusion_common::Column) -> Option<(i64, i64)> {
+    use datafusion_expr::Operator as Op;
+    let lit = |e: &Expr| -> Option<i64> {
+        let Expr::Literal(v, _) = e else { return None };
+        match v.cast_to(&DataType::Int64).ok()? {
+            datafusion_common::ScalarValue::Int64(Some(n)) => Some(n),
+            _ => None,
+        }
+    };
+    let is_col = |e: &Expr| matches!(e, Expr::Column(c) if c == col);
+    let (mut lo, mut hi) = (i64::MIN, None::<i64>);
+    let mut upper = |n: i64| hi = Some(hi.map_or(n, |h| h.min(n)));
+    for c in datafusion_expr::utils::split_conjunction(predicate) {
+        match c {
+            Expr::BinaryExpr(b) => {
+                let (op, n) = if is_col(&b.left) {
+                    (b.op, lit(&b.right))
+                } else if is_col(&b.right) {
+                    match b.op.swap() {
+                        Some(op) => (op, lit(&b.left)),
+                        None => continue,
+                    }
+                } else {
+                    continue;
+                };
+                let Some(n) = n else { continue };
+                match op {
+                    Op::LtEq => upper(n),
+                    Op::Lt => upper(n.saturating_sub(1)),
+                    Op::Eq => {
+                        upper(n);
+                        lo = lo.max(n);
+                    }
+                    Op::GtEq => lo = lo.max(n),
+                    Op::Gt => lo = lo.max(n.saturating_add(1)),
+                    _ => {}
+                }
+            }
+            Expr::Between(b) if !b.negated && is_col(&b.expr) => {
+                if let (Some(l), Some(h)) = (lit(&b.low), lit(&b.high)) {
+                    lo = lo.max(l);
+                    upper(h);
+                }
+            }
+            _ => {}
+        }
+    }
+    hi.map(|h| (lo.max(1), h))
+}
+
+/// A filter over a full ranking (seen through renames, filters and projections of columns)
+/// whose predicate bounds a rank from above: the same plan with the ranking in top-N mode.
+/// The filter stays above it, so the result is the same rows.
+fn fold_rank_filter(
+    predicate: &Expr,
+    input: &Arc<LogicalPlan>,
+) -> Result<Option<Arc<LogicalPlan>>> {
+    let schema = input.schema();
+    let mut cols = Vec::new();
+    predicate
+        .apply(|e| {
+            if let Expr::Column(c) = e {
+                if !cols.contains(c) {
+                    cols.push(c.clone());
+                }
+            }
+            Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .map_err(super::df_error)?;
+    for c in cols {
+        let Some((lo, hi)) = rank_bounds(predicate, &c) else { continue };
+        let Ok(idx) = schema.index_of_column(&c) else { continue };
+        if let Some(p) = with_rank_bound(input, idx, lo, hi) {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// `plan` with the full ranking that computes its column `col` put in top-N mode
+/// for `lo ..= hi`; `None` if `col` is not a rank of such a ranking.
+fn with_rank_bound(
+    plan: &Arc<LogicalPlan>,
+    col: usize,
+    lo: i64,
+    hi: i64,
+) -> Option<Arc<LogicalPlan>> {
+    let rebuilt = match plan.as_ref() {
+        LogicalPlan::Ranking {
+            partition_by,
+            order_by,
+            funcs,
+            mode: RankMode::Full,
+            input,
+            schema,
+        } => {
+            let func = col.checked_sub(input.schema().fields().len())?;
+            funcs.get(func)?;
+            let mode = RankMode::Top { func, lo, hi };
+            LogicalPlan::Ranking {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                funcs: funcs.clone(),
+                mode,
+                input: input.clone(),
+                schema: schema.clone(),
+            }
+        }
+        LogicalPlan::Rename { input, schema } => LogicalPlan::Rename {
+            input: with_rank_bound(input, col, lo, hi)?,
+            schema: schema.clone(),
+        },
+        LogicalPlan::Filter { predicate, input } => LogicalPlan::Filter {
+            predicate: predicate.clone(),
+            input: with_rank_bound(input, col, lo, hi)?,
+        },
+        LogicalPlan::Project { exprs, input, schema } => {
+            let idx = column_index(exprs.get(col)?, input)?;
+            LogicalPlan::Project {
+                exprs: exprs.clone(),
+                input: with_rank_bound(input, idx, lo, hi)?,
+                schema: schema.clone(),
+            }
+        }
+        _ => return None,
+    };
+    Some(Arc::new(rebuilt))
+}
+
+/// The input position of a projection's plain column reference.
+fn column_index(e: &Expr, input: &LogicalPlan) -> Option<usize> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    match e {
+        Expr::Column(c) => input.schema().index_of_column(c).ok(),
+        _ => None,
+    }
 }
 
 fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {

@@ -1,6 +1,7 @@
 //! Window functions (`f() OVER (PARTITION BY ... ORDER BY ...)`) over relations.
 //!
-//! - [`rank`]: `ROW_NUMBER`, `RANK`, `DENSE_RANK` maintained incrementally per partition.
+//! - [`rank`]: `ROW_NUMBER`, `RANK`, `DENSE_RANK` maintained incrementally per partition, and
+//!   the top-N form (the rank filtered by the enclosing query).
 //!
 //! It orders a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
 //! direction and NULL placement, then the whole input row encoded in Arrow's row format

@@ -1,12 +1,13 @@
 //! Ranking: `ROW_NUMBER()`, `RANK()`, `DENSE_RANK()` `OVER (PARTITION BY p ORDER BY o)` over
-//! a relation.
+//! a relation, and its top-N form.
 //!
 //! Output: every input row followed by one Int64 per function. Within a partition (rows with
 //! equal p, NULLs equal) rows are ordered by (o, row): o with each term's direction and NULL
 //! placement, ties in o broken by the whole input row's value, ascending, NULL first (see
 //! [`super`]). ROW_NUMBER numbers that order 1, 2, 3, ...; each copy of a duplicated row gets
 //! its own number. RANK is 1 + the number of rows whose o sorts strictly before; DENSE_RANK is
-//! 1 + the number of distinct o values before.
+//! 1 + the number of distinct o values before. In top-N mode (`Top { func, lo, hi }`) the
+//! output is only the rows whose value of function `func` is in lo..=hi.
 //!
 //! Delta semantics: at each instant τ, for each partition that ΔR touches (and only those),
 //! let m be the smallest (o, row) that changes. Every row that sorts before m keeps its values
@@ -15,8 +16,10 @@
 //! values) and +(row, new values) exactly for the rows whose values changed, plus the rows that
 //! entered or left. A row entering at position i of a partition of n rows shifts the
 //! ROW_NUMBER of the n − i rows after it (RANK: those with a larger o; DENSE_RANK: those with a
-//! larger o, only if o is new). Work per touched partition: O(n) to walk it. Other
-//! partitions cost nothing.
+//! larger o, only if o is new). Work per touched partition: O(n) to walk it in full mode, but
+//! O(hi + log n) in top-N mode, where the walk stops at the first row ranked past hi; rows
+//! below the top are kept in state (not output), so when a top row leaves, the next one is
+//! refilled from there. Other partitions cost nothing.
 //!
 //! State: every input row, per partition, ordered by (o, row), with its multiplicity;
 //! checkpointed as section `ranking` (`part`, `key`, `row` Binary, `count` Int64), sorted by
@@ -43,6 +46,8 @@ type Partition = BTreeMap<(RowBytes, RowBytes), i64>;
 pub struct Ranking {
     keys: OverKeys,
     funcs: Vec<RankFunc>,
+    /// `None`: every row; `Some((func, lo, hi))`: top-N on function `func`.
+    top: Option<(usize, i64, i64)>,
     schema: SchemaRef,
     parts: HashMap<RowBytes, Partition>,
 }
@@ -54,12 +59,20 @@ impl Ranking {
         mode: RankMode,
         schema: SchemaRef,
     ) -> Result<Self> {
-        let RankMode::Full = mode;
-        Ok(Ranking { keys, funcs, schema, parts: HashMap::new() })
+        let top = match mode {
+            RankMode::Full => None,
+            RankMode::Top { func, lo, hi } => {
+                if func >= funcs.len() {
+                    return Err(WeirError::internal("top-N on a function that is not computed"));
+                }
+                Some((func, lo, hi))
+            }
+        };
+        Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new() })
     }
 
     fn signature(&self) -> String {
-        signature("ranking", &self.schema, (self.keys.params(), &self.funcs))
+        signature("ranking", &self.schema, (self.keys.params(), &self.funcs, self.top))
     }
 
     /// The output rows of `part` at or after `from` ((order key, row)), with their values and
@@ -94,11 +107,19 @@ impl Ranking {
             let started = entry >= from;
             let copies = if numbered { c } else { 1 };
             for j in 0..copies {
+                let v = values(pos + 1 + j, rank, dense);
+                if let Some((f, lo, hi)) = self.top {
+                    if v[f] > hi {
+                        return;
+                    }
+                    if v[f] < lo {
+                        continue;
+                    }
+                }
                 if !started {
-                    // Values before `from` do not change.
+                    // Values before `from` do not change: skip the copies, not the stop test.
                     break;
                 }
-                let v = values(pos + 1 + j, rank, dense);
                 *out.entry((&row[..], v)).or_insert(0) += sign * if numbered { 1 } else { c };
             }
             pos += c;
@@ -241,7 +262,7 @@ mod tests {
     use super::*;
     use crate::expr::ScalarExpr;
     use crate::ops::topk::SortKey;
-    use crate::testing::{fed, kv, kv_schema, run, Tick};
+    use crate::testing::{fed, kv, kv_schema, run, run_spans, Tick};
 
     /// (k, v, f...) output schema.
     fn out_schema(funcs: &[RankFunc]) -> SchemaRef {
@@ -306,5 +327,26 @@ mod tests {
                 "@5 -1 a 5 2 1",
             ]
         );
+    }
+
+    #[test]
+    fn top_one_refills_from_state_and_spans_equal_instants() {
+        let op = || ranking(vec![RankFunc::RowNumber], RankMode::Top { func: 0, lo: 1, hi: 1 });
+        let out = run(&mut fed(op(), [input()]));
+        assert_eq!(
+            out,
+            [
+                "@1 +1 a 5 1",
+                "@1 +1 b 1 1",
+                "@2 +1 a 9 1",
+                "@2 -1 a 5 1",
+                // a9 leaves: the next row of the partition refills the top.
+                "@4 +1 a 5 1",
+                "@4 -1 a 9 1",
+                "@5 +1 a _ 1",
+                "@5 -1 a 5 1",
+            ]
+        );
+        assert_eq!(run_spans(&mut fed(op(), [input()]), 3), out);
     }
 }
