@@ -14,7 +14,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::ExprSchemable;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::{LogicalPlan, WindowSpec};
+use weir_plan::{LogicalPlan, RankMode, WindowSpec};
 
 use crate::consolidate::consolidate;
 use crate::expr::ScalarExpr;
@@ -26,6 +26,7 @@ use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
 use crate::ops::linear::Linear;
+use crate::ops::over::dedup::Dedup;
 use crate::ops::over::rank::Ranking;
 use crate::ops::over::OverKeys;
 use crate::ops::project::Project;
@@ -223,7 +224,13 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 })
                 .collect::<Result<_>>()?;
             let keys = OverKeys::new(partition, order, exec_schema(&in_schema))?;
-            Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
+            match mode {
+                RankMode::KeepFirst => Box::new(Dedup::new(keys, false, schema)),
+                RankMode::KeepLast => Box::new(Dedup::new(keys, true, schema)),
+                RankMode::Full | RankMode::Top { .. } => {
+                    Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
+                }
+            }
         }
     })
 }

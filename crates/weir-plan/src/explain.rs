@@ -97,6 +97,8 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
                     let name = funcs.get(*func).map(|f| f.to_string()).unwrap_or_default();
                     let _ = write!(s, " top={name} in {lo}..={hi}");
                 }
+                crate::plan::RankMode::KeepFirst => s.push_str(" dedup=keep first"),
+                crate::plan::RankMode::KeepLast => s.push_str(" dedup=keep last"),
             }
             s
         }

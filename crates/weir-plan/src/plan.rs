@@ -210,6 +210,12 @@ pub enum RankMode {
     /// Top-N: only the rows whose value of function `func` lies in `lo ..= hi` (the enclosing
     /// filter on the rank, folded in); rows below the top are kept in state, not output.
     Top { func: usize, lo: i64, hi: i64 },
+    /// Deduplication on an append-only stream ordered by its event time ascending, rank 1:
+    /// the first row of each partition; state is the partition key only.
+    KeepFirst,
+    /// The same ordered by event time descending: the last row of each partition; state is
+    /// one row per partition.
+    KeepLast,
 }
 
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
@@ -360,6 +366,8 @@ impl LogicalPlan {
                     && right.is_monotonic()
             }
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().all(|i| i.is_monotonic()),
+            // The first row of each key never leaves, and rows only enter.
+            LogicalPlan::Ranking { mode: RankMode::KeepFirst, input, .. } => input.is_monotonic(),
             _ => false,
         }
     }

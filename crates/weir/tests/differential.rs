@@ -1611,6 +1611,29 @@ fn q_rank_top(w: Win, f: RankF, desc: bool, form: usize, lo: i64, hi: i64, with_
     )
 }
 
+/// Deduplication: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY t [DESC]) = 1`. Over
+/// `[UNBOUNDED]` it is planned as keep-first (a stream: monotonic) or keep-last; over other
+/// windows it is the top-1 of the window's relation. The oracle is the same in every case.
+fn q_dedup(w: Win, last: bool) -> Case {
+    let dir = if last { " DESC" } else { "" };
+    let sql = format!(
+        "SELECT k, v, t FROM (SELECT k, v, t, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t{dir}) \
+         AS rn FROM s {}) WHERE rn = 1",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        !last,
+        Box::new(move |i, tau| {
+            bag(ranked(s_at(w, i, tau), true, last, RankF::RowNumber)
+                .into_iter()
+                .filter(|(_, r)| *r == 1)
+                .map(|(e, _)| vec![int(e.k), txt(e.v), int(e.t)]))
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2483,6 +2506,14 @@ proptest! {
     }
 
     #[test]
+    fn dedup_matches_oracle(s in elements(), last in any::<bool>()) {
+        let input = Input::single(s);
+        for &w in WINDOWS {
+            check(&q_dedup(w, last), &input)?;
+        }
+    }
+
+    #[test]
     fn ranking_out_of_order_arrival_matches_oracle(
         input in out_of_order(),
         f in prop::sample::select(&RANK_FS[..]),
@@ -2490,5 +2521,6 @@ proptest! {
     ) {
         check(&q_rank(Win::Range(3), f, last), &input)?;
         check(&q_rank_top(Win::Range(3), f, last, 0, 1, 2, true), &input)?;
+        check(&q_dedup(Win::Unbounded, last), &input)?;
     }
 }

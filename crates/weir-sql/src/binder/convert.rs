@@ -560,8 +560,9 @@ fn rank_bounds(predicate: &Expr, col: &datafusion_common::Column) -> Option<(i64
 }
 
 /// A filter over a full ranking (seen through renames, filters and projections of columns)
-/// whose predicate bounds a rank from above: the same plan with the ranking in top-N mode.
-/// The filter stays above it, so the result is the same rows.
+/// whose predicate bounds a rank from above: the same plan with the ranking in top-N mode,
+/// or, for `ROW_NUMBER() ... = 1` (or `<= 1`) ordered by the event time of an append-only
+/// stream, in deduplication mode. The filter stays above it, so the result is the same rows.
 fn fold_rank_filter(
     predicate: &Expr,
     input: &Arc<LogicalPlan>,
@@ -588,7 +589,7 @@ fn fold_rank_filter(
     Ok(None)
 }
 
-/// `plan` with the full ranking that computes its column `col` put in top-N mode
+/// `plan` with the full ranking that computes its column `col` put in top-N (or dedup) mode
 /// for `lo ..= hi`; `None` if `col` is not a rank of such a ranking.
 fn with_rank_bound(
     plan: &Arc<LogicalPlan>,
@@ -606,8 +607,18 @@ fn with_rank_bound(
             schema,
         } => {
             let func = col.checked_sub(input.schema().fields().len())?;
-            funcs.get(func)?;
-            let mode = RankMode::Top { func, lo, hi };
+            let f = *funcs.get(func)?;
+            let dedup = f == RankFunc::RowNumber && funcs.len() == 1 && lo <= 1 && hi == 1;
+            let mode = match order_by.as_slice() {
+                [o] if dedup && ordered_by_event_time(input, &o.expr) => {
+                    if o.asc {
+                        RankMode::KeepFirst
+                    } else {
+                        RankMode::KeepLast
+                    }
+                }
+                _ => RankMode::Top { func, lo, hi },
+            };
             LogicalPlan::Ranking {
                 partition_by: partition_by.clone(),
                 order_by: order_by.clone(),
@@ -647,6 +658,36 @@ fn column_index(e: &Expr, input: &LogicalPlan) -> Option<usize> {
     match e {
         Expr::Column(c) => input.schema().index_of_column(c).ok(),
         _ => None,
+    }
+}
+
+/// Whether `e` is the event-time column of a base stream seen whole (`[UNBOUNDED]`, through
+/// filters, renames and projections), so that the rows of `plan` only ever arrive, each at
+/// the instant this column holds.
+fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
+    fn time_col(plan: &LogicalPlan, idx: usize) -> bool {
+        match plan {
+            LogicalPlan::Window {
+                spec: WindowSpec::Unbounded,
+                bounds_columns: false,
+                input,
+                ..
+            } => {
+                matches!(input.as_ref(), LogicalPlan::StreamScan { time_column, .. } if *time_column == idx)
+            }
+            LogicalPlan::Rename { input, .. } | LogicalPlan::Filter { input, .. } => {
+                time_col(input, idx)
+            }
+            LogicalPlan::Project { exprs, input, .. } => match exprs.get(idx) {
+                Some(e) => column_index(e, input).is_some_and(|i| time_col(input, i)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+    match e {
+        Expr::Column(c) => plan.schema().index_of_column(c).is_ok_and(|i| time_col(plan, i)),
+        _ => false,
     }
 }
 

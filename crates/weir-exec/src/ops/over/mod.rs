@@ -1,15 +1,18 @@
 //! Window functions (`f() OVER (PARTITION BY ... ORDER BY ...)`) over relations.
 //!
 //! - [`rank`]: `ROW_NUMBER`, `RANK`, `DENSE_RANK` maintained incrementally per partition, and
-//!   the top-N form (the rank filtered by the enclosing query).
+//!   the top-N form (the rank filtered by the enclosing query);
+//! - [`dedup`]: `ROW_NUMBER() ... = 1` over an append-only stream ordered by its event time:
+//!   keep the first or the last row of each partition, with constant state per partition.
 //!
-//! It orders a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
+//! Both order a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
 //! direction and NULL placement, then the whole input row encoded in Arrow's row format
 //! (ascending, column by column, NULL before any value). That second part is the tiebreak that
 //! makes ROW_NUMBER among ORDER BY ties deterministic: among tied rows, the row whose values
 //! sort first gets the smallest number, so replays give byte-identical output. PARTITION BY
 //! values are encoded the same way, so NULLs form one partition, as in SQL.
 
+pub mod dedup;
 pub mod rank;
 
 use arrow::array::{ArrayRef, Int64Array};

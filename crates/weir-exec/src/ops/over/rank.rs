@@ -67,6 +67,9 @@ impl Ranking {
                 }
                 Some((func, lo, hi))
             }
+            RankMode::KeepFirst | RankMode::KeepLast => {
+                return Err(WeirError::internal("deduplication planned as a ranking"))
+            }
         };
         Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new() })
     }
