@@ -82,6 +82,19 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             s
         }
+        LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, .. } => {
+            let aggs = aggs.iter().map(|a| match &a.arg {
+                None => "count(*)".to_string(),
+                Some(e) => format!("{}({e})", a.func),
+            });
+            let mut s = format!("OverAggregate: [{}]", list(aggs));
+            if !partition_by.is_empty() {
+                let _ =
+                    write!(s, " partition=[{}]", list(partition_by.iter().map(|e| e.to_string())));
+            }
+            let _ = write!(s, " order=[{}] {frame}", list(order_by.iter().map(|o| o.to_string())));
+            s
+        }
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, .. } => {
             let mut s = format!("Ranking: [{}]", list(funcs.iter().map(|f| format!("{f}()"))));
             if !partition_by.is_empty() {

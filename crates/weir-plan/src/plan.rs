@@ -218,6 +218,28 @@ pub enum RankMode {
     KeepLast,
 }
 
+/// The frame of a [`LogicalPlan::OverAggregate`]: the rows before the current one (which ends
+/// it) that each row's aggregates see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverFrame {
+    /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW`; `None`: `UNBOUNDED PRECEDING`.
+    Rows(Option<u64>),
+    /// `RANGE BETWEEN d PRECEDING AND CURRENT ROW` (d in ticks, or microseconds for TIMESTAMP
+    /// streams): rows stamped in [t − d, t], peers (equal t) included; `None`: `UNBOUNDED`.
+    Range(Option<Time>),
+}
+
+impl fmt::Display for OverFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverFrame::Rows(Some(n)) => write!(f, "ROWS {n} PRECEDING"),
+            OverFrame::Rows(None) => f.write_str("ROWS UNBOUNDED PRECEDING"),
+            OverFrame::Range(Some(d)) => write!(f, "RANGE {d} PRECEDING"),
+            OverFrame::Range(None) => f.write_str("RANGE UNBOUNDED PRECEDING"),
+        }
+    }
+}
+
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
 #[derive(Debug, Clone)]
 pub enum ApplyKind {
@@ -286,6 +308,19 @@ pub enum LogicalPlan {
     /// per function, computed per partition (equal `partition_by` values, NULLs equal) in
     /// `order_by` order, ties in the order broken by the input row's value (ascending, NULL
     /// first), so ROW_NUMBER is deterministic. `mode` says which rows are output.
+    /// Aggregates over a window of each row of an append-only stream ordered by its event
+    /// time (Flink's OVER aggregation): the input's columns, then one column per aggregate,
+    /// computed over the row's frame in its partition. Each row's values are final when it
+    /// arrives (later rows are later in the order), so the result only grows.
+    OverAggregate {
+        partition_by: Vec<Expr>,
+        /// One term: the event-time column, ascending (a Vec keeps the node small).
+        order_by: Vec<SortExpr>,
+        frame: OverFrame,
+        aggs: Vec<AggCall>,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
     Ranking {
         partition_by: Vec<Expr>,
         order_by: Vec<SortExpr>,
@@ -310,6 +345,7 @@ impl LogicalPlan {
             | LogicalPlan::Values { schema, .. }
             | LogicalPlan::Apply { schema, .. }
             | LogicalPlan::Ranking { schema, .. }
+            | LogicalPlan::OverAggregate { schema, .. }
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
@@ -342,6 +378,7 @@ impl LogicalPlan {
             | LogicalPlan::TopK { input, .. }
             | LogicalPlan::Apply { input, .. }
             | LogicalPlan::Ranking { input, .. }
+            | LogicalPlan::OverAggregate { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -368,6 +405,7 @@ impl LogicalPlan {
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().all(|i| i.is_monotonic()),
             // The first row of each key never leaves, and rows only enter.
             LogicalPlan::Ranking { mode: RankMode::KeepFirst, input, .. } => input.is_monotonic(),
+            LogicalPlan::OverAggregate { input, .. } => input.is_monotonic(),
             _ => false,
         }
     }
@@ -501,6 +539,30 @@ impl LogicalPlan {
                 fetch: *fetch,
                 input: m(input),
             },
+            LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema } => {
+                LogicalPlan::OverAggregate {
+                    partition_by: partition_by.iter().map(f).collect(),
+                    order_by: order_by
+                        .iter()
+                        .map(|o| SortExpr {
+                            expr: f(&o.expr),
+                            asc: o.asc,
+                            nulls_first: o.nulls_first,
+                        })
+                        .collect(),
+                    frame: *frame,
+                    aggs: aggs
+                        .iter()
+                        .map(|a| AggCall {
+                            func: a.func,
+                            arg: a.arg.as_ref().map(f),
+                            distinct: a.distinct,
+                        })
+                        .collect(),
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
             LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema } => {
                 LogicalPlan::Ranking {
                     partition_by: partition_by.iter().map(f).collect(),

@@ -101,6 +101,16 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
+        LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema: s } => {
+            unchanged(LogicalPlan::OverAggregate {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                frame: *frame,
+                aggs: aggs.clone(),
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::UnionAll { inputs, schema: s } => unchanged(LogicalPlan::UnionAll {
             inputs: inputs.iter().map(whole).collect::<Result<_>>()?,
             schema: s.clone(),

@@ -1634,6 +1634,87 @@ fn q_dedup(w: Win, last: bool) -> Case {
     )
 }
 
+// --- OVER aggregation on a stream: agg(v) OVER (PARTITION BY k ORDER BY t frame) ---
+
+/// A frame of an OVER aggregation: `ROWS n PRECEDING` / `RANGE d PRECEDING` (`None`:
+/// UNBOUNDED; `Range(None)` is written as SQL's default frame, no frame clause).
+#[derive(Clone, Copy, Debug)]
+enum OverWin {
+    Rows(Option<usize>),
+    Range(Option<i64>),
+}
+
+const OVER_WINS: [OverWin; 8] = [
+    OverWin::Rows(Some(0)),
+    OverWin::Rows(Some(1)),
+    OverWin::Rows(Some(3)),
+    OverWin::Rows(None),
+    OverWin::Range(Some(0)),
+    OverWin::Range(Some(1)),
+    OverWin::Range(Some(3)),
+    OverWin::Range(None),
+];
+
+impl OverWin {
+    fn sql(self) -> String {
+        match self {
+            OverWin::Rows(Some(n)) => format!(" ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
+            OverWin::Rows(None) => " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW".into(),
+            OverWin::Range(Some(d)) => format!(" RANGE BETWEEN {d} PRECEDING AND CURRENT ROW"),
+            OverWin::Range(None) => String::new(),
+        }
+    }
+}
+
+/// `SELECT k, v, t, SUM(v), COUNT(v), MAX(v), COUNT(*) OVER (PARTITION BY k ORDER BY t frame)
+/// FROM s`: every element once, with the aggregates over its frame: the rows of its k ordered
+/// by (t, row) (the ranking's tiebreak), the element and the n before it (ROWS), or those
+/// stamped in [t − d, t], its peers included (RANGE). The result only grows: a stream.
+fn q_over(f: OverWin) -> Case {
+    let over = format!("OVER (PARTITION BY k ORDER BY t{})", f.sql());
+    let sql = format!(
+        "SELECT k, v, t, SUM(v) {over}, COUNT(v) {over}, MAX(v) {over}, COUNT(*) {over} FROM s"
+    );
+    Case::single(
+        sql,
+        Win::Unbounded,
+        true,
+        Box::new(move |i, tau| {
+            let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+            for e in Win::Unbounded.contents(&i.s, tau) {
+                parts.entry(e.k).or_default().push(e);
+            }
+            let mut rows = Vec::new();
+            for (_, mut part) in parts {
+                part.sort_by_key(|e| (e.t, e.k, e.v));
+                for (j, e) in part.iter().enumerate() {
+                    let frame: Vec<Option<i64>> = match f {
+                        OverWin::Rows(n) => {
+                            let from = n.map_or(0, |n| j.saturating_sub(n));
+                            part[from..=j].iter().map(|x| x.v).collect()
+                        }
+                        OverWin::Range(d) => part
+                            .iter()
+                            .filter(|x| x.t <= e.t && d.is_none_or(|d| x.t >= e.t - d))
+                            .map(|x| x.v)
+                            .collect(),
+                    };
+                    rows.push(vec![
+                        int(e.k),
+                        txt(e.v),
+                        int(e.t),
+                        sum(&frame),
+                        count(&frame),
+                        max(&frame),
+                        int(frame.len() as i64),
+                    ]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2522,5 +2603,22 @@ proptest! {
         check(&q_rank(Win::Range(3), f, last), &input)?;
         check(&q_rank_top(Win::Range(3), f, last, 0, 1, 2, true), &input)?;
         check(&q_dedup(Win::Unbounded, last), &input)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn over_aggregation_matches_oracle(s in elements(), f in prop::sample::select(&OVER_WINS[..])) {
+        check(&q_over(f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn over_aggregation_out_of_order_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&OVER_WINS[..]),
+    ) {
+        check(&q_over(f), &input)?;
     }
 }

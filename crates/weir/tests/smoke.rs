@@ -166,7 +166,7 @@ fn unimplemented_forms_are_refused() {
          CREATE STREAM s2 (k BIGINT, w BIGINT, t BIGINT, WATERMARK FOR t AS t)",
     )
     .unwrap();
-    let q = "SELECT v, SUM(v) OVER (ORDER BY t) FROM s";
+    let q = "SELECT v, SUM(v) OVER (ORDER BY t) FROM s [RANGE 3]";
     let err = e.subscribe(q).unwrap_err().to_string();
     assert!(err.contains("window function SUM over a relation is not supported yet"), "{q}: {err}");
 }

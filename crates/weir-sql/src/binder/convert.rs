@@ -9,8 +9,8 @@ use datafusion_common::{DFSchema, TableReference};
 use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, RankFunc,
-    RankMode, WindowSpec,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, OverFrame, PlanKind,
+    RankFunc, RankMode, WindowSpec,
 };
 
 use super::df_error;
@@ -390,6 +390,17 @@ impl Converter<'_> {
     /// [`LogicalPlan::Ranking`]; any other window function is refused by name and shape.
     fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
         let input = self.convert(&w.input)?;
+        let is_agg = |e: &Expr| {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            matches!(e, Expr::WindowFunction(wf)
+                if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_)))
+        };
+        if w.window_expr.iter().any(is_agg) {
+            return over_aggregate(w, input);
+        }
         let shape = match input.kind() {
             PlanKind::Stream => "a stream",
             PlanKind::Relation => "a relation",
@@ -504,6 +515,153 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
     fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));
     fields.push(Arc::new(arrow::datatypes::Field::new("window_end", ty, true)));
     Some(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+/// Aggregates with `OVER` (Flink's OVER aggregation): over a stream read whole, ordered by its
+/// event-time column ascending, with a frame that ends at the current row.
+fn over_aggregate(
+    w: &datafusion_expr::logical_plan::Window,
+    input: Arc<LogicalPlan>,
+) -> Result<Arc<LogicalPlan>> {
+    use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>, OverFrame)> = None;
+    let mut aggs = Vec::new();
+    let domain = input.time_domain().unwrap_or(TimeDomain::Ticks);
+    for e in &w.window_expr {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else {
+            return Err(WeirError::internal(format!("window expression expected, got {e}")));
+        };
+        let name = wf.fun.name().to_ascii_uppercase();
+        let datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) = &wf.fun else {
+            return Err(unsupported(&format!(
+                "window function {name} together with aggregates over the same window"
+            )));
+        };
+        let p = &wf.params;
+        let [order] = p.order_by.as_slice() else {
+            return Err(over_shape(&name, "it needs ORDER BY the stream's event-time column"));
+        };
+        if !order.asc || !ordered_by_event_time(&input, &order.expr) {
+            return Err(over_shape(
+                &name,
+                "it needs ORDER BY the event-time column (ascending) of a stream read whole, \
+                 without a window",
+            ));
+        }
+        let frame = &p.window_frame;
+        if frame.end_bound != WindowFrameBound::CurrentRow {
+            return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
+        }
+        let WindowFrameBound::Preceding(start) = &frame.start_bound else {
+            return Err(over_shape(&name, "its frame must start before the current row"));
+        };
+        let frame = match frame.units {
+            WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
+            WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
+                Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
+                _ => return Err(over_shape(&name, "ROWS needs an integer count")),
+            },
+            WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
+            WindowFrameUnits::Range => OverFrame::Range(Some(range_ticks(start, domain, &name)?)),
+            WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
+        };
+        if p.filter.is_some() || p.distinct {
+            return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
+        }
+        let this = (p.partition_by.clone(), p.order_by.clone(), frame);
+        match &spec {
+            None => spec = Some(this),
+            Some(s) if *s == this => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "aggregates with OVER of different frames, PARTITION BY or ORDER BY in one \
+                     window",
+                ))
+            }
+        }
+        aggs.push(over_agg_call(&name, &p.args)?);
+    }
+    let (partition_by, order_by, frame) =
+        spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+    Ok(Arc::new(LogicalPlan::OverAggregate {
+        partition_by,
+        order_by,
+        frame,
+        aggs,
+        input,
+        schema: w.schema.clone(),
+    }))
+}
+
+fn over_shape(name: &str, why: &str) -> WeirError {
+    WeirError::plan(format!(
+        "window function {name} over a relation is not supported yet: aggregates with OVER are \
+         evaluated on a stream, and {why}"
+    ))
+}
+
+/// A RANGE frame's offset in the stream's ticks (microseconds for a TIMESTAMP stream).
+fn range_ticks(v: &datafusion_common::ScalarValue, domain: TimeDomain, name: &str) -> Result<i64> {
+    use datafusion_common::ScalarValue as V;
+    let micros = match v {
+        V::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Some(i64::from(i.days) * 86_400_000_000 + i.nanoseconds / 1000)
+        }
+        V::IntervalDayTime(Some(i)) => {
+            Some(i64::from(i.days) * 86_400_000_000 + i64::from(i.milliseconds) * 1000)
+        }
+        V::DurationMicrosecond(Some(d)) => Some(*d),
+        _ => None,
+    };
+    let ticks = match (domain, micros) {
+        (TimeDomain::Micros, Some(m)) => m,
+        (TimeDomain::Ticks, None) => match v.cast_to(&DataType::Int64) {
+            Ok(V::Int64(Some(n))) => n,
+            _ => return Err(over_shape(name, "RANGE needs an integer offset on a tick stream")),
+        },
+        (TimeDomain::Micros, None) => {
+            return Err(over_shape(name, "RANGE on a TIMESTAMP stream needs an INTERVAL offset"))
+        }
+        (TimeDomain::Ticks, Some(_)) => {
+            return Err(over_shape(name, "RANGE on a tick stream needs an integer offset"))
+        }
+    };
+    if ticks < 0 {
+        return Err(WeirError::plan(format!("{name}: a RANGE offset must not be negative")));
+    }
+    Ok(ticks)
+}
+
+/// The aggregate of an `agg(x) OVER (...)`.
+fn over_agg_call(name: &str, args: &[Expr]) -> Result<AggCall> {
+    let arg = match args {
+        [] => None,
+        [a] => Some(a.clone()),
+        _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
+    };
+    let func = match name {
+        "COUNT" => match &arg {
+            None => AggFunc::CountStar,
+            Some(Expr::Literal(v, _)) if !v.is_null() => AggFunc::CountStar,
+            #[allow(deprecated)]
+            Some(Expr::Wildcard { .. }) => AggFunc::CountStar,
+            Some(_) => AggFunc::Count,
+        },
+        "SUM" => AggFunc::Sum,
+        "AVG" | "MEAN" => AggFunc::Avg,
+        "MIN" => AggFunc::Min,
+        "MAX" => AggFunc::Max,
+        other => return Err(unsupported(&format!("aggregate function {other} with OVER"))),
+    };
+    let arg = if func == AggFunc::CountStar { None } else { arg };
+    if func != AggFunc::CountStar && arg.is_none() {
+        return Err(WeirError::plan(format!("{name} needs an argument")));
+    }
+    Ok(AggCall { func, arg, distinct: false })
 }
 
 /// Bounds `lo ..= hi` that `predicate`'s conjuncts put on column `col` of its input, if they

@@ -3,7 +3,8 @@
 //! - [`rank`]: `ROW_NUMBER`, `RANK`, `DENSE_RANK` maintained incrementally per partition, and
 //!   the top-N form (the rank filtered by the enclosing query);
 //! - [`dedup`]: `ROW_NUMBER() ... = 1` over an append-only stream ordered by its event time:
-//!   keep the first or the last row of each partition, with constant state per partition.
+//!   keep the first or the last row of each partition, with constant state per partition;
+//! - [`agg`]: aggregates with `OVER` on such a stream (Flink's OVER aggregation).
 //!
 //! Both order a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
 //! direction and NULL placement, then the whole input row encoded in Arrow's row format
@@ -12,6 +13,7 @@
 //! sort first gets the smallest number, so replays give byte-identical output. PARTITION BY
 //! values are encoded the same way, so NULLs form one partition, as in SQL.
 
+pub mod agg;
 pub mod dedup;
 pub mod rank;
 
@@ -106,6 +108,14 @@ impl OverKeys {
                 (RowBytes::from(parts.get(i)), (key, RowBytes::from(rows.get(i))), d.diffs[i])
             })
             .collect())
+    }
+
+    /// Decodes encoded input rows into the input's columns.
+    pub fn decode_rows<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Vec<ArrayRef>> {
+        self.codec.decode(rows)
     }
 
     /// Output changes at `times`: each input row followed by its function values.
