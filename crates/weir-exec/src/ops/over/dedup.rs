@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use super::OverKeys;
+use super::{Encoded, OverKeys};
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, invalid, signature, StateReader, StateWriter};
@@ -47,15 +47,10 @@ impl Dedup {
         signature("dedup", &self.schema, (self.keys.params(), self.keep_last))
     }
 
-    fn eval_run(
-        &mut self,
-        d: &ChangeBatch,
-        start: usize,
-        end: usize,
-        t: Time,
-    ) -> Result<Option<ChangeBatch>> {
+    /// The output changes (row, diff) of one run of changes at one instant.
+    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<(RowBytes, i64)>> {
         let mut best: BTreeMap<RowBytes, (RowBytes, RowBytes)> = BTreeMap::new();
-        for (p, e, n) in self.keys.encode(d, start, end)? {
+        for (p, e, n) in run {
             if n < 0 {
                 return Err(WeirError::exec(
                     "deduplication: its input retracted a row, but it was planned over an \
@@ -92,33 +87,29 @@ impl Dedup {
                 },
             }
         }
-        if rows.is_empty() {
-            return Ok(None);
-        }
         rows.sort_by(|a, b| (a.1 > 0, &a.0).cmp(&(b.1 > 0, &b.0)));
-        let refs: Vec<(&[u8], Vec<i64>, i64)> =
-            rows.iter().map(|(r, n)| (&r[..], vec![1], *n)).collect();
-        let times = vec![t; refs.len()];
-        Ok(Some(self.keys.output(&self.schema, &refs, times, 1)?))
+        Ok(rows)
     }
 }
 
 impl Operator for Dedup {
     fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
         let [d] = take_inputs::<1>(inputs)?;
-        let mut outs = Vec::new();
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let (mut rows, mut times) = (Vec::new(), Vec::new());
         let mut start = 0;
         for end in time_runs(&d.times) {
-            if let Some(o) = self.eval_run(&d, start, end, d.times[start])? {
-                outs.push(o);
-            }
+            let out = self.eval_run(encoded.by_ref().take(end - start))?;
+            times.extend(std::iter::repeat_n(d.times[start], out.len()));
+            rows.extend(out);
             start = end;
         }
-        match outs.len() {
-            0 => Ok(ChangeBatch::empty(self.schema.clone())),
-            1 => Ok(outs.pop().unwrap_or_else(|| ChangeBatch::empty(self.schema.clone()))),
-            _ => ChangeBatch::concat(&self.schema, &outs),
-        }
+        let refs: Vec<(&[u8], Vec<i64>, i64)> =
+            rows.iter().map(|(r, n)| (&r[..], vec![1], *n)).collect();
+        self.keys.output(&self.schema, &refs, times, 1)
     }
 
     fn span_capable(&self) -> bool {

@@ -25,19 +25,23 @@
 //! checkpointed as section `ranking` (`part`, `key`, `row` Binary, `count` Int64), sorted by
 //! (part, key, row).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
-use super::OverKeys;
+use super::{Encoded, OverKeys};
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
+
+/// An output change: row, function values, diff.
+type OutRow = (RowBytes, Vec<i64>, i64);
 
 /// One partition: (order key, row) -> multiplicity, in rank order.
 type Partition = BTreeMap<(RowBytes, RowBytes), i64>;
@@ -129,17 +133,11 @@ impl Ranking {
         }
     }
 
-    /// The output change of one run of changes at `t`.
-    fn eval_run(
-        &mut self,
-        d: &ChangeBatch,
-        start: usize,
-        end: usize,
-        t: Time,
-    ) -> Result<Option<ChangeBatch>> {
+    /// The output changes (row, values, diff) of one run of changes at one instant.
+    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
         // Net the run's changes per partition and entry.
         let mut by_part: BTreeMap<RowBytes, BTreeMap<(RowBytes, RowBytes), i64>> = BTreeMap::new();
-        for (p, e, n) in self.keys.encode(d, start, end)? {
+        for (p, e, n) in run {
             *by_part.entry(p).or_default().entry(e).or_insert(0) += n;
         }
         let mut rows: Vec<(RowBytes, Vec<i64>, i64)> = Vec::new();
@@ -152,15 +150,24 @@ impl Ranking {
             let before: Vec<((RowBytes, Vec<i64>), i64)> =
                 before.into_iter().map(|((r, v), n)| ((RowBytes::from(r), v), n)).collect();
             for (e, n) in changes {
-                let c = part.entry(e).or_insert(0);
-                *c += n;
-                if *c < 0 {
+                // Entry by entry (never a pass over the partition: that would cost O(n)).
+                let c = match part.entry(e) {
+                    Entry::Occupied(mut o) => {
+                        *o.get_mut() += n;
+                        let c = *o.get();
+                        if c == 0 {
+                            o.remove();
+                        }
+                        c
+                    }
+                    Entry::Vacant(v) => *v.insert(n),
+                };
+                if c < 0 {
                     return Err(WeirError::exec(
                         "window function: a row was retracted more often than it was inserted",
                     ));
                 }
             }
-            part.retain(|_, c| *c != 0);
             let mut net: BTreeMap<(&[u8], Vec<i64>), i64> = BTreeMap::new();
             for ((r, v), n) in &before {
                 *net.entry((&r[..], v.clone())).or_insert(0) += n;
@@ -175,34 +182,31 @@ impl Ranking {
                 self.parts.insert(p, part);
             }
         }
-        if rows.is_empty() {
-            return Ok(None);
-        }
         // Deletions first, then insertions, each in value order.
         rows.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
-        let refs: Vec<(&[u8], Vec<i64>, i64)> =
-            rows.iter().map(|(r, v, n)| (&r[..], v.clone(), *n)).collect();
-        let times = vec![t; refs.len()];
-        Ok(Some(self.keys.output(&self.schema, &refs, times, self.funcs.len())?))
+        Ok(rows)
     }
 }
 
 impl Operator for Ranking {
     fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
         let [d] = take_inputs::<1>(inputs)?;
-        let mut outs = Vec::new();
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        // Encoded once for the whole step, then walked run by run (one run per instant).
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let (mut rows, mut times) = (Vec::new(), Vec::new());
         let mut start = 0;
         for end in time_runs(&d.times) {
-            if let Some(o) = self.eval_run(&d, start, end, d.times[start])? {
-                outs.push(o);
-            }
+            let out = self.eval_run(encoded.by_ref().take(end - start))?;
+            times.extend(std::iter::repeat_n(d.times[start], out.len()));
+            rows.extend(out);
             start = end;
         }
-        match outs.len() {
-            0 => Ok(ChangeBatch::empty(self.schema.clone())),
-            1 => Ok(outs.pop().unwrap_or_else(|| ChangeBatch::empty(self.schema.clone()))),
-            _ => ChangeBatch::concat(&self.schema, &outs),
-        }
+        let refs: Vec<(&[u8], Vec<i64>, i64)> =
+            rows.iter().map(|(r, v, n)| (&r[..], v.clone(), *n)).collect();
+        self.keys.output(&self.schema, &refs, times, self.funcs.len())
     }
 
     fn span_capable(&self) -> bool {
