@@ -18,7 +18,7 @@
 //! append-only input. Checkpointed as section `dedup` (`part`, `key`, `row` Binary; `key`
 //! and `row` empty when keeping the first), sorted by `part`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
@@ -48,26 +48,24 @@ impl Dedup {
     }
 
     /// The output changes (row, diff) of one run of changes at one instant.
-    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<(RowBytes, i64)>> {
-        let mut best: BTreeMap<RowBytes, (RowBytes, RowBytes)> = BTreeMap::new();
-        for (p, e, n) in run {
+    fn eval_run(&mut self, encoded: impl Iterator<Item = Encoded>) -> Result<Vec<(RowBytes, i64)>> {
+        // The run sorted by (partition, order key, row): each partition's first is its
+        // candidate. (A sorted Vec, not a map: most runs hold one row.)
+        let mut run: Vec<(RowBytes, (RowBytes, RowBytes))> = Vec::new();
+        for (p, e, n) in encoded {
             if n < 0 {
                 return Err(WeirError::exec(
                     "deduplication: its input retracted a row, but it was planned over an \
                      append-only stream",
                 ));
             }
-            if n == 0 {
-                continue;
-            }
-            match best.get_mut(&p) {
-                Some(b) if e < *b => *b = e,
-                Some(_) => {}
-                None => {
-                    best.insert(p, e);
-                }
+            if n > 0 {
+                run.push((p, e));
             }
         }
+        run.sort_unstable();
+        run.dedup_by(|later, first| later.0 == first.0);
+        let best = run;
         let mut rows: Vec<(RowBytes, i64)> = Vec::new();
         for (p, cand) in best {
             match self.seen.get_mut(&p) {

@@ -40,6 +40,9 @@ use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
 
+/// One partition's netted changes in a run: partition key, ((order key, row), diff).
+type PartChanges = (RowBytes, Vec<((RowBytes, RowBytes), i64)>);
+
 /// An output change: row, function values, diff.
 type OutRow = (RowBytes, Vec<i64>, i64);
 
@@ -135,10 +138,19 @@ impl Ranking {
 
     /// The output changes (row, values, diff) of one run of changes at one instant.
     fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
-        // Net the run's changes per partition and entry.
-        let mut by_part: BTreeMap<RowBytes, BTreeMap<(RowBytes, RowBytes), i64>> = BTreeMap::new();
-        for (p, e, n) in run {
-            *by_part.entry(p).or_default().entry(e).or_insert(0) += n;
+        // The run's changes sorted by (partition, entry) and netted per entry (a sorted Vec,
+        // not a map: most runs hold a row or two).
+        let mut sorted: Vec<Encoded> = run.collect();
+        sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let mut by_part: Vec<PartChanges> = Vec::new();
+        for (p, e, n) in sorted {
+            match by_part.last_mut() {
+                Some((lp, changes)) if *lp == p => match changes.last_mut() {
+                    Some((le, ln)) if *le == e => *ln += n,
+                    _ => changes.push((e, n)),
+                },
+                _ => by_part.push((p, vec![(e, n)])),
+            }
         }
         let mut rows: Vec<(RowBytes, Vec<i64>, i64)> = Vec::new();
         for (p, changes) in by_part {
