@@ -14,7 +14,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::ExprSchemable;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::{LogicalPlan, WindowSpec};
+use weir_plan::{LogicalPlan, RankMode, WindowSpec};
 
 use crate::consolidate::consolidate;
 use crate::expr::ScalarExpr;
@@ -26,6 +26,10 @@ use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
 use crate::ops::join::{Join, JoinSide};
 use crate::ops::linear::Linear;
+use crate::ops::over::agg::{OverAgg, OverAggSpec};
+use crate::ops::over::dedup::Dedup;
+use crate::ops::over::rank::Ranking;
+use crate::ops::over::OverKeys;
 use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
@@ -203,7 +207,82 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 .collect::<Result<_>>()?;
             Box::new(TopK::new(keys, *skip, *fetch, schema)?)
         }
+        LogicalPlan::OverAggregate { .. } => build_over_aggregate(plan, schema)?,
+        LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {
+            let in_schema = input.schema();
+            let partition = partition_by
+                .iter()
+                .map(|e| Ok((ScalarExpr::compile(e, &in_schema)?, expr_type(e, &in_schema)?)))
+                .collect::<Result<_>>()?;
+            let order = order_by
+                .iter()
+                .map(|o| {
+                    Ok(SortKey {
+                        expr: ScalarExpr::compile(&o.expr, &in_schema)?,
+                        data_type: expr_type(&o.expr, &in_schema)?,
+                        descending: !o.asc,
+                        nulls_first: o.nulls_first,
+                    })
+                })
+                .collect::<Result<_>>()?;
+            let keys = OverKeys::new(partition, order, exec_schema(&in_schema))?;
+            match mode {
+                RankMode::KeepFirst => Box::new(Dedup::new(keys, false, schema)),
+                RankMode::KeepLast => Box::new(Dedup::new(keys, true, schema)),
+                RankMode::Full | RankMode::Top { .. } => {
+                    Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
+                }
+            }
+        }
     })
+}
+
+/// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame
+/// must stay small, see `add`).
+#[inline(never)]
+fn build_over_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    let LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, .. } = plan else {
+        return Err(WeirError::internal("OVER aggregate expected"));
+    };
+    let [order_by] = order_by.as_slice() else {
+        return Err(WeirError::internal("OVER aggregate with one ORDER BY term expected"));
+    };
+
+    let in_schema = input.schema();
+    let partition = partition_by
+        .iter()
+        .map(|e| Ok((ScalarExpr::compile(e, &in_schema)?, expr_type(e, &in_schema)?)))
+        .collect::<Result<_>>()?;
+    let ts = ScalarExpr::compile(&order_by.expr, &in_schema)?;
+    let order = vec![SortKey {
+        expr: ts.clone(),
+        data_type: expr_type(&order_by.expr, &in_schema)?,
+        descending: !order_by.asc,
+        nulls_first: order_by.nulls_first,
+    }];
+    let nin = in_schema.fields().len();
+    let specs = aggs
+        .iter()
+        .enumerate()
+        .map(|(j, a)| {
+            let out_type = schema
+                .fields()
+                .get(nin + j)
+                .map(|f| f.data_type().clone())
+                .ok_or_else(|| WeirError::internal("OVER aggregate without a column"))?;
+            Ok(OverAggSpec {
+                func: a.func,
+                arg: a.arg.as_ref().map(|e| ScalarExpr::compile(e, &in_schema)).transpose()?,
+                arg_type: match &a.arg {
+                    Some(e) => expr_type(e, &in_schema)?,
+                    None => DataType::Int64,
+                },
+                out_type,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let keys = OverKeys::new(partition, order, exec_schema(&in_schema))?;
+    Ok(Box::new(OverAgg::new(keys, ts, *frame, specs, schema)?))
 }
 
 /// Evaluates the constant rows of a VALUES node.

@@ -82,6 +82,39 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             s
         }
+        LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, .. } => {
+            let aggs = aggs.iter().map(|a| match &a.arg {
+                None => "count(*)".to_string(),
+                Some(e) => format!("{}({e})", a.func),
+            });
+            let mut s = format!("OverAggregate: [{}]", list(aggs));
+            if !partition_by.is_empty() {
+                let _ =
+                    write!(s, " partition=[{}]", list(partition_by.iter().map(|e| e.to_string())));
+            }
+            let _ = write!(s, " order=[{}] {frame}", list(order_by.iter().map(|o| o.to_string())));
+            s
+        }
+        LogicalPlan::Ranking { partition_by, order_by, funcs, mode, .. } => {
+            let mut s = format!("Ranking: [{}]", list(funcs.iter().map(|f| format!("{f}()"))));
+            if !partition_by.is_empty() {
+                let _ =
+                    write!(s, " partition=[{}]", list(partition_by.iter().map(|e| e.to_string())));
+            }
+            if !order_by.is_empty() {
+                let _ = write!(s, " order=[{}]", list(order_by.iter().map(|o| o.to_string())));
+            }
+            match mode {
+                crate::plan::RankMode::Full => {}
+                crate::plan::RankMode::Top { func, lo, hi } => {
+                    let name = funcs.get(*func).map(|f| f.to_string()).unwrap_or_default();
+                    let _ = write!(s, " top={name} in {lo}..={hi}");
+                }
+                crate::plan::RankMode::KeepFirst => s.push_str(" dedup=keep first"),
+                crate::plan::RankMode::KeepLast => s.push_str(" dedup=keep last"),
+            }
+            s
+        }
         LogicalPlan::Rename { schema, .. } => {
             let q: Vec<String> = schema
                 .iter()

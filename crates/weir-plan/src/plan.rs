@@ -181,6 +181,65 @@ pub struct AggCall {
     pub distinct: bool,
 }
 
+/// A ranking window function (`f() OVER (PARTITION BY ... ORDER BY ...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankFunc {
+    /// `ROW_NUMBER()`: 1, 2, 3, ... in the partition's order, ties broken by the row's value.
+    RowNumber,
+    /// `RANK()`: 1 + the number of rows whose ORDER BY key sorts strictly before this row's.
+    Rank,
+    /// `DENSE_RANK()`: 1 + the number of distinct ORDER BY keys that sort before this row's.
+    DenseRank,
+}
+
+impl fmt::Display for RankFunc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RankFunc::RowNumber => "row_number",
+            RankFunc::Rank => "rank",
+            RankFunc::DenseRank => "dense_rank",
+        })
+    }
+}
+
+/// How a [`LogicalPlan::Ranking`] is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankMode {
+    /// Every row of the input with its values.
+    Full,
+    /// Top-N: only the rows whose value of function `func` lies in `lo ..= hi` (the enclosing
+    /// filter on the rank, folded in); rows below the top are kept in state, not output.
+    Top { func: usize, lo: i64, hi: i64 },
+    /// Deduplication on an append-only stream ordered by its event time ascending, rank 1:
+    /// the first row of each partition; state is the partition key only.
+    KeepFirst,
+    /// The same ordered by event time descending: the last row of each partition; state is
+    /// one row per partition.
+    KeepLast,
+}
+
+/// The frame of a [`LogicalPlan::OverAggregate`]: the rows before the current one (which ends
+/// it) that each row's aggregates see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverFrame {
+    /// `ROWS BETWEEN n PRECEDING AND CURRENT ROW`; `None`: `UNBOUNDED PRECEDING`.
+    Rows(Option<u64>),
+    /// `RANGE BETWEEN d PRECEDING AND CURRENT ROW` (d in ticks, or microseconds for TIMESTAMP
+    /// streams): rows stamped in [t − d, t], peers (equal t) included; `None`: `UNBOUNDED`.
+    Range(Option<Time>),
+}
+
+impl fmt::Display for OverFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverFrame::Rows(Some(n)) => write!(f, "ROWS {n} PRECEDING"),
+            OverFrame::Rows(None) => f.write_str("ROWS UNBOUNDED PRECEDING"),
+            OverFrame::Range(Some(d)) => write!(f, "RANGE {d} PRECEDING"),
+            OverFrame::Range(None) => f.write_str("RANGE UNBOUNDED PRECEDING"),
+        }
+    }
+}
+
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
 #[derive(Debug, Clone)]
 pub enum ApplyKind {
@@ -245,6 +304,31 @@ pub enum LogicalPlan {
     /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
     /// whose changes and one-shot results come out in this order.
     TopK { order: Vec<SortExpr>, skip: usize, fetch: Option<usize>, input: Arc<LogicalPlan> },
+    /// Ranking window functions over a relation: the input's columns, then one Int64 column
+    /// per function, computed per partition (equal `partition_by` values, NULLs equal) in
+    /// `order_by` order, ties in the order broken by the input row's value (ascending, NULL
+    /// first), so ROW_NUMBER is deterministic. `mode` says which rows are output.
+    /// Aggregates over a window of each row of an append-only stream ordered by its event
+    /// time (Flink's OVER aggregation): the input's columns, then one column per aggregate,
+    /// computed over the row's frame in its partition. Each row's values are final when it
+    /// arrives (later rows are later in the order), so the result only grows.
+    OverAggregate {
+        partition_by: Vec<Expr>,
+        /// One term: the event-time column, ascending (a Vec keeps the node small).
+        order_by: Vec<SortExpr>,
+        frame: OverFrame,
+        aggs: Vec<AggCall>,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
+    Ranking {
+        partition_by: Vec<Expr>,
+        order_by: Vec<SortExpr>,
+        funcs: Vec<RankFunc>,
+        mode: RankMode,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
 }
 
 impl LogicalPlan {
@@ -260,6 +344,8 @@ impl LogicalPlan {
             | LogicalPlan::UnionAll { schema, .. }
             | LogicalPlan::Values { schema, .. }
             | LogicalPlan::Apply { schema, .. }
+            | LogicalPlan::Ranking { schema, .. }
+            | LogicalPlan::OverAggregate { schema, .. }
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
@@ -291,6 +377,8 @@ impl LogicalPlan {
             | LogicalPlan::ToStream { input, .. }
             | LogicalPlan::TopK { input, .. }
             | LogicalPlan::Apply { input, .. }
+            | LogicalPlan::Ranking { input, .. }
+            | LogicalPlan::OverAggregate { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -315,6 +403,9 @@ impl LogicalPlan {
                     && right.is_monotonic()
             }
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().all(|i| i.is_monotonic()),
+            // The first row of each key never leaves, and rows only enter.
+            LogicalPlan::Ranking { mode: RankMode::KeepFirst, input, .. } => input.is_monotonic(),
+            LogicalPlan::OverAggregate { input, .. } => input.is_monotonic(),
             _ => false,
         }
     }
@@ -448,6 +539,47 @@ impl LogicalPlan {
                 fetch: *fetch,
                 input: m(input),
             },
+            LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema } => {
+                LogicalPlan::OverAggregate {
+                    partition_by: partition_by.iter().map(f).collect(),
+                    order_by: order_by
+                        .iter()
+                        .map(|o| SortExpr {
+                            expr: f(&o.expr),
+                            asc: o.asc,
+                            nulls_first: o.nulls_first,
+                        })
+                        .collect(),
+                    frame: *frame,
+                    aggs: aggs
+                        .iter()
+                        .map(|a| AggCall {
+                            func: a.func,
+                            arg: a.arg.as_ref().map(f),
+                            distinct: a.distinct,
+                        })
+                        .collect(),
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
+            LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema } => {
+                LogicalPlan::Ranking {
+                    partition_by: partition_by.iter().map(f).collect(),
+                    order_by: order_by
+                        .iter()
+                        .map(|o| SortExpr {
+                            expr: f(&o.expr),
+                            asc: o.asc,
+                            nulls_first: o.nulls_first,
+                        })
+                        .collect(),
+                    funcs: funcs.clone(),
+                    mode: *mode,
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
         }
     }
 

@@ -16,7 +16,7 @@
 //!   same multiplicities, over the narrowed inputs; a side that needs no column at all keeps
 //!   one (its cheapest), so its rows are still counted;
 //! - nodes that compare or order whole rows keep every input column: `Distinct`, the bag set
-//!   operations (`IntersectAll`, `ExceptAll`), `UnionAll`, `TopK` (ties are broken by value),
+//!   operations (`IntersectAll`, `ExceptAll`), `UnionAll`, `TopK` and `Ranking` (ties are broken by value),
 //!   relation-to-stream operators, and [`LogicalPlan::Apply`] (its subqueries see the row);
 //! - a `Window` keeps its input whole and in place (its input stays a stream, `PARTITION BY`
 //!   and the event-time column keep their positions): narrowing happens above it;
@@ -91,6 +91,26 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
             fetch: *fetch,
             input: whole(input)?,
         }),
+        LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema: s } => {
+            unchanged(LogicalPlan::Ranking {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                funcs: funcs.clone(),
+                mode: *mode,
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
+        LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema: s } => {
+            unchanged(LogicalPlan::OverAggregate {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                frame: *frame,
+                aggs: aggs.clone(),
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::UnionAll { inputs, schema: s } => unchanged(LogicalPlan::UnionAll {
             inputs: inputs.iter().map(whole).collect::<Result<_>>()?,
             schema: s.clone(),

@@ -1482,6 +1482,239 @@ fn q_top_group(w: Win, skip: usize, fetch: usize) -> Case {
     )
 }
 
+// --- window functions: ROW_NUMBER / RANK / DENSE_RANK OVER (PARTITION BY k ORDER BY ...) ---
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RankF {
+    RowNumber,
+    Rank,
+    DenseRank,
+}
+
+const RANK_FS: [RankF; 3] = [RankF::RowNumber, RankF::Rank, RankF::DenseRank];
+
+impl RankF {
+    fn sql(self) -> &'static str {
+        match self {
+            RankF::RowNumber => "ROW_NUMBER()",
+            RankF::Rank => "RANK()",
+            RankF::DenseRank => "DENSE_RANK()",
+        }
+    }
+}
+
+/// The rows of the bag `rows`, each with its value of `f` over `PARTITION BY k ORDER BY v`
+/// (or `t` when `by_t`) `[DESC]`, by SQL's definitions: ORDER BY v puts NULL after every value
+/// for ASC and before for DESC (PostgreSQL); rows tied on the ORDER BY key are numbered in the
+/// order of the whole row (k, v, t), ascending, NULL first (Weir's stated ROW_NUMBER rule);
+/// RANK = 1 + rows with a key strictly before; DENSE_RANK = 1 + distinct keys before.
+fn ranked(rows: Vec<El>, by_t: bool, desc: bool, f: RankF) -> Vec<(El, i64)> {
+    let key = |a: &El, b: &El| {
+        let c = if by_t {
+            a.t.cmp(&b.t)
+        } else {
+            match (a.v, b.v) {
+                (None, None) => std::cmp::Ordering::Equal,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (Some(x), Some(y)) => x.cmp(&y),
+            }
+        };
+        if desc {
+            c.reverse()
+        } else {
+            c
+        }
+    };
+    let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+    for e in rows {
+        parts.entry(e.k).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for (_, mut part) in parts {
+        part.sort_by(|a, b| key(a, b).then((a.k, a.v, a.t).cmp(&(b.k, b.v, b.t))));
+        let (mut rank, mut dense) = (0i64, 0i64);
+        for (i, e) in part.iter().enumerate() {
+            if i == 0 || key(&part[i - 1], e) != std::cmp::Ordering::Equal {
+                rank = i as i64 + 1;
+                dense += 1;
+            }
+            let value = match f {
+                RankF::RowNumber => i as i64 + 1,
+                RankF::Rank => rank,
+                RankF::DenseRank => dense,
+            };
+            out.push((*e, value));
+        }
+    }
+    out
+}
+
+fn ranked_bag(rows: Vec<(El, i64)>) -> Bag {
+    bag(rows.into_iter().map(|(e, r)| vec![int(e.k), txt(e.v), int(e.t), int(r)]))
+}
+
+/// `SELECT k, v, t, F() OVER (PARTITION BY k ORDER BY v [DESC]) FROM s [w]`: the full ranking.
+fn q_rank(w: Win, f: RankF, desc: bool) -> Case {
+    let dir = if desc { " DESC" } else { "" };
+    let sql = format!(
+        "SELECT k, v, t, {} OVER (PARTITION BY k ORDER BY v{dir}) AS r FROM s {}",
+        f.sql(),
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| ranked_bag(ranked(s_at(w, i, tau), false, desc, f))),
+    )
+}
+
+/// The rank bound in one of its spellings: 0 `r <= hi`, 1 `r < hi + 1`, 2 `r = lo`,
+/// 3 `r BETWEEN lo AND hi`, 4 `r >= lo AND r <= hi`; returns the SQL and the bounds it means.
+fn rank_filter(form: usize, lo: i64, hi: i64) -> (String, i64, i64) {
+    match form {
+        0 => (format!("r <= {hi}"), 1, hi),
+        1 => (format!("r < {}", hi + 1), 1, hi),
+        2 => (format!("r = {lo}"), lo, lo),
+        3 => (format!("r BETWEEN {lo} AND {hi}"), lo, hi),
+        _ => (format!("r >= {lo} AND r <= {hi}"), lo, hi),
+    }
+}
+
+/// Top-N: the ranking filtered on its rank in the enclosing query (planned as a top-N per
+/// partition), with the rank in the output or not; the oracle filters the full ranking.
+fn q_rank_top(w: Win, f: RankF, desc: bool, form: usize, lo: i64, hi: i64, with_r: bool) -> Case {
+    let dir = if desc { " DESC" } else { "" };
+    let (cond, lo, hi) = rank_filter(form, lo, hi);
+    let cols = if with_r { "k, v, t, r" } else { "k, v, t" };
+    let sql = format!(
+        "SELECT {cols} FROM (SELECT k, v, t, {} OVER (PARTITION BY k ORDER BY v{dir}) AS r \
+         FROM s {}) WHERE {cond}",
+        f.sql(),
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let top = ranked(s_at(w, i, tau), false, desc, f)
+                .into_iter()
+                .filter(|(_, r)| (lo..=hi).contains(r));
+            if with_r {
+                ranked_bag(top.collect())
+            } else {
+                bag(top.map(|(e, _)| vec![int(e.k), txt(e.v), int(e.t)]))
+            }
+        }),
+    )
+}
+
+/// Deduplication: `ROW_NUMBER() OVER (PARTITION BY k ORDER BY t [DESC]) = 1`. Over
+/// `[UNBOUNDED]` it is planned as keep-first (a stream: monotonic) or keep-last; over other
+/// windows it is the top-1 of the window's relation. The oracle is the same in every case.
+fn q_dedup(w: Win, last: bool) -> Case {
+    let dir = if last { " DESC" } else { "" };
+    let sql = format!(
+        "SELECT k, v, t FROM (SELECT k, v, t, ROW_NUMBER() OVER (PARTITION BY k ORDER BY t{dir}) \
+         AS rn FROM s {}) WHERE rn = 1",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        !last,
+        Box::new(move |i, tau| {
+            bag(ranked(s_at(w, i, tau), true, last, RankF::RowNumber)
+                .into_iter()
+                .filter(|(_, r)| *r == 1)
+                .map(|(e, _)| vec![int(e.k), txt(e.v), int(e.t)]))
+        }),
+    )
+}
+
+// --- OVER aggregation on a stream: agg(v) OVER (PARTITION BY k ORDER BY t frame) ---
+
+/// A frame of an OVER aggregation: `ROWS n PRECEDING` / `RANGE d PRECEDING` (`None`:
+/// UNBOUNDED; `Range(None)` is written as SQL's default frame, no frame clause).
+#[derive(Clone, Copy, Debug)]
+enum OverWin {
+    Rows(Option<usize>),
+    Range(Option<i64>),
+}
+
+const OVER_WINS: [OverWin; 8] = [
+    OverWin::Rows(Some(0)),
+    OverWin::Rows(Some(1)),
+    OverWin::Rows(Some(3)),
+    OverWin::Rows(None),
+    OverWin::Range(Some(0)),
+    OverWin::Range(Some(1)),
+    OverWin::Range(Some(3)),
+    OverWin::Range(None),
+];
+
+impl OverWin {
+    fn sql(self) -> String {
+        match self {
+            OverWin::Rows(Some(n)) => format!(" ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
+            OverWin::Rows(None) => " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW".into(),
+            OverWin::Range(Some(d)) => format!(" RANGE BETWEEN {d} PRECEDING AND CURRENT ROW"),
+            OverWin::Range(None) => String::new(),
+        }
+    }
+}
+
+/// `SELECT k, v, t, SUM(v), COUNT(v), MAX(v), COUNT(*) OVER (PARTITION BY k ORDER BY t frame)
+/// FROM s`: every element once, with the aggregates over its frame: the rows of its k ordered
+/// by (t, row) (the ranking's tiebreak), the element and the n before it (ROWS), or those
+/// stamped in [t − d, t], its peers included (RANGE). The result only grows: a stream.
+fn q_over(f: OverWin) -> Case {
+    let over = format!("OVER (PARTITION BY k ORDER BY t{})", f.sql());
+    let sql = format!(
+        "SELECT k, v, t, SUM(v) {over}, COUNT(v) {over}, MAX(v) {over}, COUNT(*) {over} FROM s"
+    );
+    Case::single(
+        sql,
+        Win::Unbounded,
+        true,
+        Box::new(move |i, tau| {
+            let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+            for e in Win::Unbounded.contents(&i.s, tau) {
+                parts.entry(e.k).or_default().push(e);
+            }
+            let mut rows = Vec::new();
+            for (_, mut part) in parts {
+                part.sort_by_key(|e| (e.t, e.k, e.v));
+                for (j, e) in part.iter().enumerate() {
+                    let frame: Vec<Option<i64>> = match f {
+                        OverWin::Rows(n) => {
+                            let from = n.map_or(0, |n| j.saturating_sub(n));
+                            part[from..=j].iter().map(|x| x.v).collect()
+                        }
+                        OverWin::Range(d) => part
+                            .iter()
+                            .filter(|x| x.t <= e.t && d.is_none_or(|d| x.t >= e.t - d))
+                            .map(|x| x.v)
+                            .collect(),
+                    };
+                    rows.push(vec![
+                        int(e.k),
+                        txt(e.v),
+                        int(e.t),
+                        sum(&frame),
+                        count(&frame),
+                        max(&frame),
+                        int(frame.len() as i64),
+                    ]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2322,4 +2555,70 @@ fn intersect_all_keeps_the_smaller_multiplicity() {
     let q = "SELECT v FROM s [RANGE 5] INTERSECT ALL SELECT w FROM s2 [RANGE 5]";
     let got = engine_lines2(q, &[el(0, Some(1), 1), el(0, Some(1), 1)], &[el(0, Some(1), 1)]);
     assert_eq!(got, Ok(vec!["@1 +1 1".into(), "@6 -1 1".into()]));
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn ranking_matches_oracle(
+        s in elements(),
+        w in window(),
+        f in prop::sample::select(&RANK_FS[..]),
+        desc in any::<bool>(),
+    ) {
+        let input = Input::single(s);
+        check(&q_rank(w, f, desc), &input)?;
+        check(&q_rank(w, f, desc).with_mode(Mode::Istream), &input)?;
+    }
+
+    #[test]
+    fn rank_top_n_matches_oracle(
+        s in elements(),
+        w in window(),
+        f in prop::sample::select(&RANK_FS[..]),
+        desc in any::<bool>(),
+        form in 0usize..5,
+        lo in 1i64..4,
+        hi in 0i64..5,
+        with_r in any::<bool>(),
+    ) {
+        check(&q_rank_top(w, f, desc, form, lo, hi, with_r), &Input::single(s))?;
+    }
+
+    #[test]
+    fn dedup_matches_oracle(s in elements(), last in any::<bool>()) {
+        let input = Input::single(s);
+        for &w in WINDOWS {
+            check(&q_dedup(w, last), &input)?;
+        }
+    }
+
+    #[test]
+    fn ranking_out_of_order_arrival_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&RANK_FS[..]),
+        last in any::<bool>(),
+    ) {
+        check(&q_rank(Win::Range(3), f, last), &input)?;
+        check(&q_rank_top(Win::Range(3), f, last, 0, 1, 2, true), &input)?;
+        check(&q_dedup(Win::Unbounded, last), &input)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn over_aggregation_matches_oracle(s in elements(), f in prop::sample::select(&OVER_WINS[..])) {
+        check(&q_over(f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn over_aggregation_out_of_order_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&OVER_WINS[..]),
+    ) {
+        check(&q_over(f), &input)?;
+    }
 }

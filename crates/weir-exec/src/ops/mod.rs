@@ -9,6 +9,7 @@ pub mod distinct;
 pub mod filter;
 pub mod join;
 pub mod linear;
+pub mod over;
 pub mod project;
 pub mod r2s;
 pub mod rename;

@@ -9,7 +9,8 @@ use datafusion_common::{DFSchema, TableReference};
 use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, PlanKind, WindowSpec,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, OverFrame, PlanKind,
+    RankFunc, RankMode, WindowSpec,
 };
 
 use super::df_error;
@@ -49,6 +50,12 @@ impl Converter<'_> {
                 let (mut exprs, input) = self.apply_subqueries(vec![f.predicate.clone()], input)?;
                 let predicate =
                     exprs.pop().ok_or_else(|| WeirError::internal("filter predicate"))?;
+                if !matches!(input.as_ref(), LogicalPlan::Apply { .. }) {
+                    // A bound on a rank computed below: plan a top-N (or a deduplication).
+                    if let Some(ranked) = fold_rank_filter(&predicate, &input)? {
+                        return Ok(Arc::new(LogicalPlan::Filter { predicate, input: ranked }));
+                    }
+                }
                 let filter = LogicalPlan::Filter { predicate, input: input.clone() };
                 // Drop the subquery columns again: a filter keeps its input's schema.
                 if let LogicalPlan::Apply { input: below, .. } = input.as_ref() {
@@ -193,7 +200,7 @@ impl Converter<'_> {
                     },
                 }
             }
-            DfPlan::Window(_) => return Err(unsupported("window functions (OVER)")),
+            DfPlan::Window(w) => return self.window(w),
             other => return Err(unsupported(&format!("'{}'", other.display()))),
         }))
     }
@@ -379,6 +386,92 @@ impl Converter<'_> {
 }
 
 impl Converter<'_> {
+    /// `f() OVER (...)`: the ranking functions Weir evaluates become a
+    /// [`LogicalPlan::Ranking`]; any other window function is refused by name and shape.
+    fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
+        let input = self.convert(&w.input)?;
+        let is_agg = |e: &Expr| {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            matches!(e, Expr::WindowFunction(wf)
+                if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_)))
+        };
+        if w.window_expr.iter().any(is_agg) {
+            return over_aggregate(w, input);
+        }
+        let shape = match input.kind() {
+            PlanKind::Stream => "a stream",
+            PlanKind::Relation => "a relation",
+        };
+        let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+        let mut funcs = Vec::new();
+        for e in &w.window_expr {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            let Expr::WindowFunction(wf) = e else {
+                return Err(WeirError::internal(format!("window expression expected, got {e}")));
+            };
+            let name = wf.fun.name().to_ascii_uppercase();
+            let func = match (&wf.fun, name.as_str()) {
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "ROW_NUMBER") => {
+                    RankFunc::RowNumber
+                }
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "RANK") => RankFunc::Rank,
+                (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "DENSE_RANK") => {
+                    RankFunc::DenseRank
+                }
+                (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
+                    return Err(WeirError::plan(format!(
+                        "window function {name} over {shape} is not supported yet (aggregates \
+                         with OVER; ROW_NUMBER, RANK and DENSE_RANK are)"
+                    )))
+                }
+                _ => {
+                    return Err(WeirError::plan(format!(
+                        "window function {name} over {shape} is not supported yet (ROW_NUMBER, \
+                         RANK and DENSE_RANK are)"
+                    )))
+                }
+            };
+            let p = &wf.params;
+            if p.filter.is_some() {
+                return Err(unsupported(&format!("FILTER on window function {name}")));
+            }
+            if p.distinct {
+                return Err(unsupported(&format!("DISTINCT in window function {name}")));
+            }
+            if !p.args.is_empty() {
+                return Err(WeirError::plan(format!("{name}() takes no arguments")));
+            }
+            let this = (p.partition_by.clone(), p.order_by.clone());
+            match &spec {
+                None => spec = Some(this),
+                Some(s) if *s == this => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "window functions with different PARTITION BY or ORDER BY over the \
+                         same sort order",
+                    ))
+                }
+            }
+            funcs.push(func);
+        }
+        let (partition_by, order_by) =
+            spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+        Ok(Arc::new(LogicalPlan::Ranking {
+            partition_by,
+            order_by,
+            funcs,
+            mode: RankMode::Full,
+            input,
+            schema: w.schema.clone(),
+        }))
+    }
+
     /// TUMBLE/HOP's DESCRIPTOR names the stream's event-time column: windows run on event time.
     fn check_descriptor(&self, w: &WindowAst, source: &LogicalPlan, column: &str) -> Result<()> {
         match source {
@@ -422,6 +515,338 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
     fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));
     fields.push(Arc::new(arrow::datatypes::Field::new("window_end", ty, true)));
     Some(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+/// Aggregates with `OVER` (Flink's OVER aggregation): over a stream read whole, ordered by its
+/// event-time column ascending, with a frame that ends at the current row.
+fn over_aggregate(
+    w: &datafusion_expr::logical_plan::Window,
+    input: Arc<LogicalPlan>,
+) -> Result<Arc<LogicalPlan>> {
+    use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>, OverFrame)> = None;
+    let mut aggs = Vec::new();
+    let domain = input.time_domain().unwrap_or(TimeDomain::Ticks);
+    for e in &w.window_expr {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else {
+            return Err(WeirError::internal(format!("window expression expected, got {e}")));
+        };
+        let name = wf.fun.name().to_ascii_uppercase();
+        let datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) = &wf.fun else {
+            return Err(unsupported(&format!(
+                "window function {name} together with aggregates over the same window"
+            )));
+        };
+        let p = &wf.params;
+        let [order] = p.order_by.as_slice() else {
+            return Err(over_shape(&name, "it needs ORDER BY the stream's event-time column"));
+        };
+        if !order.asc || !ordered_by_event_time(&input, &order.expr) {
+            return Err(over_shape(
+                &name,
+                "it needs ORDER BY the event-time column (ascending) of a stream read whole, \
+                 without a window",
+            ));
+        }
+        let frame = &p.window_frame;
+        if frame.end_bound != WindowFrameBound::CurrentRow {
+            return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
+        }
+        let WindowFrameBound::Preceding(start) = &frame.start_bound else {
+            return Err(over_shape(&name, "its frame must start before the current row"));
+        };
+        let frame = match frame.units {
+            WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
+            WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
+                Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
+                _ => return Err(over_shape(&name, "ROWS needs an integer count")),
+            },
+            WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
+            WindowFrameUnits::Range => OverFrame::Range(Some(range_ticks(start, domain, &name)?)),
+            WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
+        };
+        if p.filter.is_some() || p.distinct {
+            return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
+        }
+        let this = (p.partition_by.clone(), p.order_by.clone(), frame);
+        match &spec {
+            None => spec = Some(this),
+            Some(s) if *s == this => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "aggregates with OVER of different frames, PARTITION BY or ORDER BY in one \
+                     window",
+                ))
+            }
+        }
+        aggs.push(over_agg_call(&name, &p.args)?);
+    }
+    let (partition_by, order_by, frame) =
+        spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+    Ok(Arc::new(LogicalPlan::OverAggregate {
+        partition_by,
+        order_by,
+        frame,
+        aggs,
+        input,
+        schema: w.schema.clone(),
+    }))
+}
+
+fn over_shape(name: &str, why: &str) -> WeirError {
+    WeirError::plan(format!(
+        "window function {name} over a relation is not supported yet: aggregates with OVER are \
+         evaluated on a stream, and {why}"
+    ))
+}
+
+/// A RANGE frame's offset in the stream's ticks (microseconds for a TIMESTAMP stream).
+fn range_ticks(v: &datafusion_common::ScalarValue, domain: TimeDomain, name: &str) -> Result<i64> {
+    use datafusion_common::ScalarValue as V;
+    let micros = match v {
+        V::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Some(i64::from(i.days) * 86_400_000_000 + i.nanoseconds / 1000)
+        }
+        V::IntervalDayTime(Some(i)) => {
+            Some(i64::from(i.days) * 86_400_000_000 + i64::from(i.milliseconds) * 1000)
+        }
+        V::DurationMicrosecond(Some(d)) => Some(*d),
+        _ => None,
+    };
+    let ticks = match (domain, micros) {
+        (TimeDomain::Micros, Some(m)) => m,
+        (TimeDomain::Ticks, None) => match v.cast_to(&DataType::Int64) {
+            Ok(V::Int64(Some(n))) => n,
+            _ => return Err(over_shape(name, "RANGE needs an integer offset on a tick stream")),
+        },
+        (TimeDomain::Micros, None) => {
+            return Err(over_shape(name, "RANGE on a TIMESTAMP stream needs an INTERVAL offset"))
+        }
+        (TimeDomain::Ticks, Some(_)) => {
+            return Err(over_shape(name, "RANGE on a tick stream needs an integer offset"))
+        }
+    };
+    if ticks < 0 {
+        return Err(WeirError::plan(format!("{name}: a RANGE offset must not be negative")));
+    }
+    Ok(ticks)
+}
+
+/// The aggregate of an `agg(x) OVER (...)`.
+fn over_agg_call(name: &str, args: &[Expr]) -> Result<AggCall> {
+    let arg = match args {
+        [] => None,
+        [a] => Some(a.clone()),
+        _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
+    };
+    let func = match name {
+        "COUNT" => match &arg {
+            None => AggFunc::CountStar,
+            Some(Expr::Literal(v, _)) if !v.is_null() => AggFunc::CountStar,
+            #[allow(deprecated)]
+            Some(Expr::Wildcard { .. }) => AggFunc::CountStar,
+            Some(_) => AggFunc::Count,
+        },
+        "SUM" => AggFunc::Sum,
+        "AVG" | "MEAN" => AggFunc::Avg,
+        "MIN" => AggFunc::Min,
+        "MAX" => AggFunc::Max,
+        other => return Err(unsupported(&format!("aggregate function {other} with OVER"))),
+    };
+    let arg = if func == AggFunc::CountStar { None } else { arg };
+    if func != AggFunc::CountStar && arg.is_none() {
+        return Err(WeirError::plan(format!("{name} needs an argument")));
+    }
+    Ok(AggCall { func, arg, distinct: false })
+}
+
+/// Bounds `lo ..= hi` that `predicate`'s conjuncts put on column `col` of its input, if they
+/// bound it from above: `c <= n`, `c < n`, `c = n`, `c >= n`, `c > n`, `c BETWEEN a AND b`,
+/// either side of the comparison.
+fn rank_bounds(predicate: &Expr, col: &datafusion_common::Column) -> Option<(i64, i64)> {
+    use datafusion_expr::Operator as Op;
+    let lit = |e: &Expr| -> Option<i64> {
+        let Expr::Literal(v, _) = e else { return None };
+        match v.cast_to(&DataType::Int64).ok()? {
+            datafusion_common::ScalarValue::Int64(Some(n)) => Some(n),
+            _ => None,
+        }
+    };
+    let is_col = |e: &Expr| matches!(e, Expr::Column(c) if c == col);
+    let (mut lo, mut hi) = (i64::MIN, None::<i64>);
+    let mut upper = |n: i64| hi = Some(hi.map_or(n, |h| h.min(n)));
+    for c in datafusion_expr::utils::split_conjunction(predicate) {
+        match c {
+            Expr::BinaryExpr(b) => {
+                let (op, n) = if is_col(&b.left) {
+                    (b.op, lit(&b.right))
+                } else if is_col(&b.right) {
+                    match b.op.swap() {
+                        Some(op) => (op, lit(&b.left)),
+                        None => continue,
+                    }
+                } else {
+                    continue;
+                };
+                let Some(n) = n else { continue };
+                match op {
+                    Op::LtEq => upper(n),
+                    Op::Lt => upper(n.saturating_sub(1)),
+                    Op::Eq => {
+                        upper(n);
+                        lo = lo.max(n);
+                    }
+                    Op::GtEq => lo = lo.max(n),
+                    Op::Gt => lo = lo.max(n.saturating_add(1)),
+                    _ => {}
+                }
+            }
+            Expr::Between(b) if !b.negated && is_col(&b.expr) => {
+                if let (Some(l), Some(h)) = (lit(&b.low), lit(&b.high)) {
+                    lo = lo.max(l);
+                    upper(h);
+                }
+            }
+            _ => {}
+        }
+    }
+    hi.map(|h| (lo.max(1), h))
+}
+
+/// A filter over a full ranking (seen through renames, filters and projections of columns)
+/// whose predicate bounds a rank from above: the same plan with the ranking in top-N mode,
+/// or, for `ROW_NUMBER() ... = 1` (or `<= 1`) ordered by the event time of an append-only
+/// stream, in deduplication mode. The filter stays above it, so the result is the same rows.
+fn fold_rank_filter(
+    predicate: &Expr,
+    input: &Arc<LogicalPlan>,
+) -> Result<Option<Arc<LogicalPlan>>> {
+    let schema = input.schema();
+    let mut cols = Vec::new();
+    predicate
+        .apply(|e| {
+            if let Expr::Column(c) = e {
+                if !cols.contains(c) {
+                    cols.push(c.clone());
+                }
+            }
+            Ok(datafusion_common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .map_err(super::df_error)?;
+    for c in cols {
+        let Some((lo, hi)) = rank_bounds(predicate, &c) else { continue };
+        let Ok(idx) = schema.index_of_column(&c) else { continue };
+        if let Some(p) = with_rank_bound(input, idx, lo, hi) {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// `plan` with the full ranking that computes its column `col` put in top-N (or dedup) mode
+/// for `lo ..= hi`; `None` if `col` is not a rank of such a ranking.
+fn with_rank_bound(
+    plan: &Arc<LogicalPlan>,
+    col: usize,
+    lo: i64,
+    hi: i64,
+) -> Option<Arc<LogicalPlan>> {
+    let rebuilt = match plan.as_ref() {
+        LogicalPlan::Ranking {
+            partition_by,
+            order_by,
+            funcs,
+            mode: RankMode::Full,
+            input,
+            schema,
+        } => {
+            let func = col.checked_sub(input.schema().fields().len())?;
+            let f = *funcs.get(func)?;
+            let dedup = f == RankFunc::RowNumber && funcs.len() == 1 && lo <= 1 && hi == 1;
+            let mode = match order_by.as_slice() {
+                [o] if dedup && ordered_by_event_time(input, &o.expr) => {
+                    if o.asc {
+                        RankMode::KeepFirst
+                    } else {
+                        RankMode::KeepLast
+                    }
+                }
+                _ => RankMode::Top { func, lo, hi },
+            };
+            LogicalPlan::Ranking {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                funcs: funcs.clone(),
+                mode,
+                input: input.clone(),
+                schema: schema.clone(),
+            }
+        }
+        LogicalPlan::Rename { input, schema } => LogicalPlan::Rename {
+            input: with_rank_bound(input, col, lo, hi)?,
+            schema: schema.clone(),
+        },
+        LogicalPlan::Filter { predicate, input } => LogicalPlan::Filter {
+            predicate: predicate.clone(),
+            input: with_rank_bound(input, col, lo, hi)?,
+        },
+        LogicalPlan::Project { exprs, input, schema } => {
+            let idx = column_index(exprs.get(col)?, input)?;
+            LogicalPlan::Project {
+                exprs: exprs.clone(),
+                input: with_rank_bound(input, idx, lo, hi)?,
+                schema: schema.clone(),
+            }
+        }
+        _ => return None,
+    };
+    Some(Arc::new(rebuilt))
+}
+
+/// The input position of a projection's plain column reference.
+fn column_index(e: &Expr, input: &LogicalPlan) -> Option<usize> {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    match e {
+        Expr::Column(c) => input.schema().index_of_column(c).ok(),
+        _ => None,
+    }
+}
+
+/// Whether `e` is the event-time column of a base stream seen whole (`[UNBOUNDED]`, through
+/// filters, renames and projections), so that the rows of `plan` only ever arrive, each at
+/// the instant this column holds.
+fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
+    fn time_col(plan: &LogicalPlan, idx: usize) -> bool {
+        match plan {
+            LogicalPlan::Window {
+                spec: WindowSpec::Unbounded,
+                bounds_columns: false,
+                input,
+                ..
+            } => {
+                matches!(input.as_ref(), LogicalPlan::StreamScan { time_column, .. } if *time_column == idx)
+            }
+            LogicalPlan::Rename { input, .. } | LogicalPlan::Filter { input, .. } => {
+                time_col(input, idx)
+            }
+            LogicalPlan::Project { exprs, input, .. } => match exprs.get(idx) {
+                Some(e) => column_index(e, input).is_some_and(|i| time_col(input, i)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+    match e {
+        Expr::Column(c) => plan.schema().index_of_column(c).is_ok_and(|i| time_col(plan, i)),
+        _ => false,
+    }
 }
 
 fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {

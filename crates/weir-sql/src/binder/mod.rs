@@ -18,7 +18,7 @@
 //! [`convert`] turns DataFusion's plan into Weir's; [`names`] walks the parsed query before
 //! planning (repeated column names, the names a query reads).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{DataType, SchemaRef};
@@ -41,10 +41,14 @@ use crate::parser::{object_name, CqlQuery, WindowAst, WINDOW_PREFIX};
 
 pub mod convert;
 pub mod names;
+mod window_udf;
 
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
-use names::{check_number_literals, name_duplicate_columns, timestamps_in_micros};
+use names::{
+    check_number_literals, check_window_calls, name_duplicate_columns, timestamps_in_micros,
+    window_null_order,
+};
 
 /// Binds queries against a catalog.
 pub struct Binder<'a> {
@@ -56,23 +60,27 @@ pub fn bind_query(catalog: &dyn Catalog, query: &CqlQuery) -> Result<Arc<Logical
     Binder::new(catalog).bind(query)
 }
 
+/// The functions `SqlToRel` can call, by name and alias. Ordered maps: DataFusion suggests
+/// the first name closest to an unknown one, so the names must come in a fixed order for
+/// the hint ("Did you mean ...?") to be the same on every run.
 struct Functions {
-    scalar: HashMap<String, Arc<ScalarUDF>>,
-    aggregate: HashMap<String, Arc<AggregateUDF>>,
+    scalar: BTreeMap<String, Arc<ScalarUDF>>,
+    aggregate: BTreeMap<String, Arc<AggregateUDF>>,
+    window: BTreeMap<String, Arc<WindowUDF>>,
     planners: Vec<Arc<dyn ExprPlanner>>,
 }
 
 fn functions() -> &'static Functions {
     static F: OnceLock<Functions> = OnceLock::new();
     F.get_or_init(|| {
-        let mut scalar = HashMap::new();
+        let mut scalar = BTreeMap::new();
         for f in datafusion_functions::all_default_functions() {
             for alias in f.aliases() {
                 scalar.insert(alias.clone(), f.clone());
             }
             scalar.insert(f.name().to_string(), f);
         }
-        let mut aggregate = HashMap::new();
+        let mut aggregate = BTreeMap::new();
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
             for alias in f.aliases() {
                 aggregate.insert(alias.clone(), f.clone());
@@ -84,7 +92,11 @@ fn functions() -> &'static Functions {
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
         ];
-        Functions { scalar, aggregate, planners }
+        let window = window_udf::known_window_functions()
+            .into_iter()
+            .map(|f| (f.name().to_string(), f))
+            .collect();
+        Functions { scalar, aggregate, window, planners }
     })
 }
 
@@ -135,8 +147,8 @@ impl ContextProvider for Provider<'_> {
         functions().aggregate.get(name).cloned()
     }
 
-    fn get_window_meta(&self, _name: &str) -> Option<Arc<WindowUDF>> {
-        None
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        functions().window.get(name).cloned()
     }
 
     fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
@@ -164,7 +176,7 @@ impl ContextProvider for Provider<'_> {
     }
 
     fn udwf_names(&self) -> Vec<String> {
-        vec![]
+        functions().window.keys().cloned().collect()
     }
 }
 
@@ -249,8 +261,10 @@ impl<'a> Binder<'a> {
         };
         let planner = SqlToRel::new_with_options(&provider, parser_options);
         check_number_literals(query)?;
+        check_window_calls(query)?;
         let mut query = query.clone();
         timestamps_in_micros(&mut query);
+        window_null_order(&mut query);
         let plan =
             match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
                 Err(e) if e.to_string().contains("Projections require unique expression names") => {

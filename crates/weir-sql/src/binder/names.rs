@@ -163,6 +163,85 @@ pub(super) fn timestamps_in_micros(q: &mut sql::Query) {
     });
 }
 
+/// A window's `ORDER BY` term without `NULLS FIRST`/`NULLS LAST` gets SQL's (PostgreSQL's)
+/// default before planning: NULL sorts as the largest value, so `NULLS LAST` for `ASC` and
+/// `NULLS FIRST` for `DESC`. (The planner's own default, NULL smallest as in SQLite, stays for
+/// a query's `ORDER BY`.) Applies to inline windows and to named ones (`WINDOW w AS (...)`).
+pub(super) fn window_null_order(q: &mut sql::Query) {
+    use sqlparser::ast::{NamedWindowExpr, VisitMut, VisitorMut, WindowType};
+    fn fix(order_by: &mut [sql::OrderByExpr]) {
+        for o in order_by {
+            if o.options.nulls_first.is_none() {
+                let asc = o.options.asc.unwrap_or(true);
+                o.options.nulls_first = Some(!asc);
+            }
+        }
+    }
+    struct V;
+    impl VisitorMut for V {
+        type Break = ();
+        fn pre_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
+            for w in &mut s.named_window {
+                if let NamedWindowExpr::WindowSpec(spec) = &mut w.1 {
+                    fix(&mut spec.order_by);
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &mut sql::Expr) -> std::ops::ControlFlow<()> {
+            if let sql::Expr::Function(f) = e {
+                if let Some(WindowType::WindowSpec(spec)) = &mut f.over {
+                    fix(&mut spec.order_by);
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = q.visit(&mut V);
+}
+
+/// A window function called without `OVER` is an error that says so (DataFusion would call
+/// it an invalid function, as it looks for it among scalar functions).
+pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
+    use sqlparser::ast::visit_expressions;
+    const WINDOW_ONLY: [&str; 11] = [
+        "row_number",
+        "rank",
+        "dense_rank",
+        "percent_rank",
+        "cume_dist",
+        "ntile",
+        "lag",
+        "lead",
+        "first_value",
+        "last_value",
+        "nth_value",
+    ];
+    let found = visit_expressions(q, |e| match e {
+        sql::Expr::Function(f) if f.over.is_none() => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if WINDOW_ONLY.contains(&name.as_str()) {
+                std::ops::ControlFlow::Break((name, sql::Spanned::span(&f.name)))
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break((name, span)) => Err(weir_common::WeirError::plan_at(
+            format!(
+                "{} is a window function: it needs an OVER clause, e.g. {}() OVER (PARTITION BY \
+                 ... ORDER BY ...)",
+                name.to_ascii_uppercase(),
+                name.to_ascii_uppercase()
+            ),
+            weir_common::Span::from_sql(span),
+        )),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
 /// A number literal too large for a DOUBLE (`1e400`) is an error where it is written, not an
 /// infinity.
 pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {

@@ -1,0 +1,157 @@
+//! Deduplication: `ROW_NUMBER() OVER (PARTITION BY p ORDER BY ts ASC|DESC) = 1` over an
+//! append-only stream (a stream under `[UNBOUNDED]`) ordered by its event-time column `ts`.
+//!
+//! Output: the relation of the rank-1 row of each partition (the input row, then its
+//! ROW_NUMBER, always 1), the same relation as the full ranking filtered on `= 1`: rows stamped
+//! τ arrive at instant τ, instants are evaluated in time order, so a row arriving later never
+//! sorts before (ASC) the rows already seen, and always sorts before (DESC) them.
+//!
+//! Delta semantics, per instant τ and partition with new rows: the candidate is the smallest
+//! new row by (order key, row), the ranking's tiebreak among rows stamped with the same τ.
+//! - keep first (ASC): if the partition has never been seen, +(candidate, 1); otherwise
+//!   nothing (later rows are dropped). The output only grows (append-only: a plan with it is
+//!   monotonic). State: the partition key only, a constant per key.
+//! - keep last (DESC): +(candidate, 1), and −(previous, 1) if there was one. State: the
+//!   current row of each partition (with its order key).
+//!
+//! A retraction in the input is an error: the planner chooses this operator only over
+//! append-only input. Checkpointed as section `dedup` (`part`, `key`, `row` Binary; `key`
+//! and `row` empty when keeping the first), sorted by `part`.
+
+use std::collections::HashMap;
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use super::{Encoded, OverKeys};
+use crate::operator::{take_inputs, time_runs, Operator, Step};
+use crate::row::RowBytes;
+use crate::state::{binary_col, invalid, signature, StateReader, StateWriter};
+
+#[derive(Debug)]
+pub struct Dedup {
+    keys: OverKeys,
+    keep_last: bool,
+    schema: SchemaRef,
+    /// Per partition: nothing when keeping the first row; the current (order key, row) when
+    /// keeping the last.
+    seen: HashMap<RowBytes, Option<(RowBytes, RowBytes)>>,
+}
+
+impl Dedup {
+    pub fn new(keys: OverKeys, keep_last: bool, schema: SchemaRef) -> Self {
+        Dedup { keys, keep_last, schema, seen: HashMap::new() }
+    }
+
+    fn signature(&self) -> String {
+        signature("dedup", &self.schema, (self.keys.params(), self.keep_last))
+    }
+
+    /// The output changes (row, diff) of one run of changes at one instant.
+    fn eval_run(&mut self, encoded: impl Iterator<Item = Encoded>) -> Result<Vec<(RowBytes, i64)>> {
+        // The run sorted by (partition, order key, row): each partition's first is its
+        // candidate. (A sorted Vec, not a map: most runs hold one row.)
+        let mut run: Vec<(RowBytes, (RowBytes, RowBytes))> = Vec::new();
+        for (p, e, n) in encoded {
+            if n < 0 {
+                return Err(WeirError::exec(
+                    "deduplication: its input retracted a row, but it was planned over an \
+                     append-only stream",
+                ));
+            }
+            if n > 0 {
+                run.push((p, e));
+            }
+        }
+        run.sort_unstable();
+        run.dedup_by(|later, first| later.0 == first.0);
+        let best = run;
+        let mut rows: Vec<(RowBytes, i64)> = Vec::new();
+        for (p, cand) in best {
+            match self.seen.get_mut(&p) {
+                None => {
+                    rows.push((cand.1.clone(), 1));
+                    self.seen.insert(p, self.keep_last.then_some(cand));
+                }
+                Some(_) if !self.keep_last => {}
+                Some(cur) => match cur {
+                    Some(old) if cand < *old => {
+                        rows.push((old.1.clone(), -1));
+                        rows.push((cand.1.clone(), 1));
+                        *old = cand;
+                    }
+                    Some(_) => {}
+                    None => return Err(WeirError::internal("keep-last dedup without a row")),
+                },
+            }
+        }
+        rows.sort_by(|a, b| (a.1 > 0, &a.0).cmp(&(b.1 > 0, &b.0)));
+        Ok(rows)
+    }
+}
+
+impl Operator for Dedup {
+    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let (mut rows, mut times) = (Vec::new(), Vec::new());
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            let out = self.eval_run(encoded.by_ref().take(end - start))?;
+            times.extend(std::iter::repeat_n(d.times[start], out.len()));
+            rows.extend(out);
+            start = end;
+        }
+        let refs: Vec<(&[u8], Vec<i64>, i64)> =
+            rows.iter().map(|(r, n)| (&r[..], vec![1], *n)).collect();
+        self.keys.output(&self.schema, &refs, times, 1)
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        None
+    }
+
+    /// State: section `dedup`, one row per partition (`part`, `key`, `row`), sorted by `part`.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let mut parts: Vec<(&RowBytes, &Option<(RowBytes, RowBytes)>)> = self.seen.iter().collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let empty: &[u8] = &[];
+        let kr = |e: &Option<(RowBytes, RowBytes)>| -> (Vec<u8>, Vec<u8>) {
+            match e {
+                Some((k, r)) => (k.to_vec(), r.to_vec()),
+                None => (empty.to_vec(), empty.to_vec()),
+            }
+        };
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = parts.iter().map(|(_, e)| kr(e)).collect();
+        w.put(
+            "dedup",
+            &self.signature(),
+            parts.len(),
+            vec![
+                ("part", binary_col(parts.iter().map(|(p, _)| &p[..]))),
+                ("key", binary_col(pairs.iter().map(|(k, _)| &k[..]))),
+                ("row", binary_col(pairs.iter().map(|(_, r)| &r[..]))),
+            ],
+        )
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("dedup", &self.signature())?;
+        let (parts, keys, rows) = (s.binary("part")?, s.binary("key")?, s.binary("row")?);
+        self.seen.clear();
+        for ((p, k), row) in parts.into_iter().zip(keys).zip(rows) {
+            let e = self.keep_last.then(|| (RowBytes::from(k), RowBytes::from(row)));
+            if self.seen.insert(RowBytes::from(p), e).is_some() {
+                return Err(invalid("section 'dedup': a partition appears twice"));
+            }
+        }
+        Ok(())
+    }
+}

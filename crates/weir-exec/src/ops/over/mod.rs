@@ -1,0 +1,137 @@
+//! Window functions (`f() OVER (PARTITION BY ... ORDER BY ...)`) over relations.
+//!
+//! - [`rank`]: `ROW_NUMBER`, `RANK`, `DENSE_RANK` maintained incrementally per partition, and
+//!   the top-N form (the rank filtered by the enclosing query);
+//! - [`dedup`]: `ROW_NUMBER() ... = 1` over an append-only stream ordered by its event time:
+//!   keep the first or the last row of each partition, with constant state per partition;
+//! - [`agg`]: aggregates with `OVER` on such a stream (Flink's OVER aggregation).
+//!
+//! Both order a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
+//! direction and NULL placement, then the whole input row encoded in Arrow's row format
+//! (ascending, column by column, NULL before any value). That second part is the tiebreak that
+//! makes ROW_NUMBER among ORDER BY ties deterministic: among tied rows, the row whose values
+//! sort first gets the smallest number, so replays give byte-identical output. PARTITION BY
+//! values are encoded the same way, so NULLs form one partition, as in SQL.
+
+pub mod agg;
+pub mod dedup;
+pub mod rank;
+
+use arrow::array::{ArrayRef, Int64Array};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use std::sync::Arc;
+use weir_common::{ChangeBatch, Result};
+
+use crate::expr::ScalarExpr;
+use crate::ops::topk::SortKey;
+use crate::row::{RowBytes, RowCodec};
+
+/// The encodings shared by the window-function operators: partition key, order key, row.
+#[derive(Debug)]
+pub struct OverKeys {
+    partition: Vec<ScalarExpr>,
+    part_types: Vec<DataType>,
+    part_codec: RowCodec,
+    order: Vec<ScalarExpr>,
+    order_types: Vec<DataType>,
+    order_dirs: Vec<(bool, bool)>,
+    order_conv: Option<RowConverter>,
+    /// The input's rows.
+    codec: RowCodec,
+}
+
+/// One encoded change: partition key, (order key, row), diff.
+pub type Encoded = (RowBytes, (RowBytes, RowBytes), i64);
+
+impl OverKeys {
+    pub fn new(
+        partition: Vec<(ScalarExpr, DataType)>,
+        order: Vec<SortKey>,
+        in_schema: SchemaRef,
+    ) -> Result<Self> {
+        let part_types: Vec<DataType> = partition.iter().map(|(_, t)| t.clone()).collect();
+        let order_types: Vec<DataType> = order.iter().map(|k| k.data_type.clone()).collect();
+        let order_dirs: Vec<(bool, bool)> =
+            order.iter().map(|k| (k.descending, k.nulls_first)).collect();
+        let order_conv = if order.is_empty() {
+            None
+        } else {
+            let fields = order
+                .iter()
+                .map(|k| {
+                    SortField::new_with_options(
+                        k.data_type.clone(),
+                        SortOptions { descending: k.descending, nulls_first: k.nulls_first },
+                    )
+                })
+                .collect();
+            Some(RowConverter::new(fields)?)
+        };
+        Ok(OverKeys {
+            part_codec: RowCodec::new(part_types.clone())?,
+            partition: partition.into_iter().map(|(e, _)| e).collect(),
+            part_types,
+            order: order.into_iter().map(|k| k.expr).collect(),
+            order_types,
+            order_dirs,
+            order_conv,
+            codec: RowCodec::for_schema(&in_schema)?,
+        })
+    }
+
+    /// What a checkpoint signature must pin: the key types and directions.
+    pub fn params(&self) -> String {
+        format!("{:?} {:?} {:?}", self.part_types, self.order_types, self.order_dirs)
+    }
+
+    /// Every change of `d[start..end]` encoded, in input order.
+    pub fn encode(&self, d: &ChangeBatch, start: usize, end: usize) -> Result<Vec<Encoded>> {
+        let d = d.slice(start, end - start);
+        let n = d.len();
+        let eval = |exprs: &[ScalarExpr], types: &[DataType]| -> Result<Vec<ArrayRef>> {
+            exprs.iter().zip(types).map(|(e, t)| e.eval_as(&d.data, t)).collect()
+        };
+        let parts = self.part_codec.encode(&eval(&self.partition, &self.part_types)?, n)?;
+        let rows = self.codec.encode(d.data.columns(), n)?;
+        let keys = match &self.order_conv {
+            None => None,
+            Some(conv) => Some(conv.convert_columns(&eval(&self.order, &self.order_types)?)?),
+        };
+        Ok((0..n)
+            .map(|i| {
+                let key: RowBytes = match &keys {
+                    Some(k) => k.row(i).data().into(),
+                    None => RowBytes::from(&[][..]),
+                };
+                (RowBytes::from(parts.get(i)), (key, RowBytes::from(rows.get(i))), d.diffs[i])
+            })
+            .collect())
+    }
+
+    /// Decodes encoded input rows into the input's columns.
+    pub fn decode_rows<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<Vec<ArrayRef>> {
+        self.codec.decode(rows)
+    }
+
+    /// Output changes at `times`: each input row followed by its function values.
+    pub fn output(
+        &self,
+        schema: &SchemaRef,
+        rows: &[(&[u8], Vec<i64>, i64)],
+        times: Vec<weir_common::Time>,
+        nfuncs: usize,
+    ) -> Result<ChangeBatch> {
+        let mut cols = self.codec.decode(rows.iter().map(|(r, _, _)| *r))?;
+        for f in 0..nfuncs {
+            let vals: Int64Array = rows.iter().map(|(_, v, _)| Some(v[f])).collect();
+            cols.push(Arc::new(vals) as ArrayRef);
+        }
+        let data = crate::ops::batch_of(schema, cols, rows.len())?;
+        Ok(ChangeBatch::new(data, times, rows.iter().map(|(_, _, d)| *d).collect()))
+    }
+}

@@ -1,0 +1,371 @@
+//! Ranking: `ROW_NUMBER()`, `RANK()`, `DENSE_RANK()` `OVER (PARTITION BY p ORDER BY o)` over
+//! a relation, and its top-N form.
+//!
+//! Output: every input row followed by one Int64 per function. Within a partition (rows with
+//! equal p, NULLs equal) rows are ordered by (o, row): o with each term's direction and NULL
+//! placement, ties in o broken by the whole input row's value, ascending, NULL first (see
+//! [`super`]). ROW_NUMBER numbers that order 1, 2, 3, ...; each copy of a duplicated row gets
+//! its own number. RANK is 1 + the number of rows whose o sorts strictly before; DENSE_RANK is
+//! 1 + the number of distinct o values before. In top-N mode (`Top { func, lo, hi }`) the
+//! output is only the rows whose value of function `func` is in lo..=hi.
+//!
+//! Delta semantics: at each instant τ, for each partition that ΔR touches (and only those),
+//! let m be the smallest (o, row) that changes. Every row that sorts before m keeps its values
+//! (each value depends only on the rows at or before it), so the operator computes the output
+//! rows at or after m before and after applying ΔR, and emits the bag difference: −(row, old
+//! values) and +(row, new values) exactly for the rows whose values changed, plus the rows that
+//! entered or left. A row entering at position i of a partition of n rows shifts the
+//! ROW_NUMBER of the n − i rows after it (RANK: those with a larger o; DENSE_RANK: those with a
+//! larger o, only if o is new). Work per touched partition: O(n) to walk it in full mode, but
+//! O(hi + log n) in top-N mode, where the walk stops at the first row ranked past hi; rows
+//! below the top are kept in state (not output), so when a top row leaves, the next one is
+//! refilled from there. Other partitions cost nothing.
+//!
+//! State: every input row, per partition, ordered by (o, row), with its multiplicity;
+//! checkpointed as section `ranking` (`part`, `key`, `row` Binary, `count` Int64), sorted by
+//! (part, key, row).
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_plan::{RankFunc, RankMode};
+
+use super::{Encoded, OverKeys};
+use crate::operator::{take_inputs, time_runs, Operator, Step};
+use crate::row::RowBytes;
+use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
+
+/// A saved entry: partition key, order key, row, count.
+type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
+
+/// One partition's netted changes in a run: partition key, ((order key, row), diff).
+type PartChanges = (RowBytes, Vec<((RowBytes, RowBytes), i64)>);
+
+/// An output change: row, function values, diff.
+type OutRow = (RowBytes, Vec<i64>, i64);
+
+/// One partition: (order key, row) -> multiplicity, in rank order.
+type Partition = BTreeMap<(RowBytes, RowBytes), i64>;
+
+#[derive(Debug)]
+pub struct Ranking {
+    keys: OverKeys,
+    funcs: Vec<RankFunc>,
+    /// `None`: every row; `Some((func, lo, hi))`: top-N on function `func`.
+    top: Option<(usize, i64, i64)>,
+    schema: SchemaRef,
+    parts: HashMap<RowBytes, Partition>,
+}
+
+impl Ranking {
+    pub fn new(
+        keys: OverKeys,
+        funcs: Vec<RankFunc>,
+        mode: RankMode,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let top = match mode {
+            RankMode::Full => None,
+            RankMode::Top { func, lo, hi } => {
+                if func >= funcs.len() {
+                    return Err(WeirError::internal("top-N on a function that is not computed"));
+                }
+                Some((func, lo, hi))
+            }
+            RankMode::KeepFirst | RankMode::KeepLast => {
+                return Err(WeirError::internal("deduplication planned as a ranking"))
+            }
+        };
+        Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new() })
+    }
+
+    fn signature(&self) -> String {
+        signature("ranking", &self.schema, (self.keys.params(), &self.funcs, self.top))
+    }
+
+    /// The output rows of `part` at or after `from` ((order key, row)), with their values and
+    /// multiplicities, walking from the partition's first row (see the module docs).
+    fn walk<'a>(
+        &self,
+        part: &'a Partition,
+        from: &(RowBytes, RowBytes),
+        out: &mut BTreeMap<(&'a [u8], Vec<i64>), i64>,
+        sign: i64,
+    ) {
+        let numbered = self.funcs.contains(&RankFunc::RowNumber);
+        let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
+        let mut prev: Option<&[u8]> = None;
+        let values = |rn: i64, rank: i64, dense: i64| -> Vec<i64> {
+            self.funcs
+                .iter()
+                .map(|f| match f {
+                    RankFunc::RowNumber => rn,
+                    RankFunc::Rank => rank,
+                    RankFunc::DenseRank => dense,
+                })
+                .collect()
+        };
+        for (entry, &c) in part {
+            let (key, row) = entry;
+            if prev != Some(&key[..]) {
+                rank = pos + 1;
+                dense += 1;
+                prev = Some(&key[..]);
+            }
+            let started = entry >= from;
+            let copies = if numbered { c } else { 1 };
+            for j in 0..copies {
+                let v = values(pos + 1 + j, rank, dense);
+                if let Some((f, lo, hi)) = self.top {
+                    if v[f] > hi {
+                        return;
+                    }
+                    if v[f] < lo {
+                        continue;
+                    }
+                }
+                if !started {
+                    // Values before `from` do not change: skip the copies, not the stop test.
+                    break;
+                }
+                *out.entry((&row[..], v)).or_insert(0) += sign * if numbered { 1 } else { c };
+            }
+            pos += c;
+        }
+    }
+
+    /// The output changes (row, values, diff) of one run of changes at one instant.
+    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
+        // The run's changes sorted by (partition, entry) and netted per entry (a sorted Vec,
+        // not a map: most runs hold a row or two).
+        let mut sorted: Vec<Encoded> = run.collect();
+        sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let mut by_part: Vec<PartChanges> = Vec::new();
+        for (p, e, n) in sorted {
+            match by_part.last_mut() {
+                Some((lp, changes)) if *lp == p => match changes.last_mut() {
+                    Some((le, ln)) if *le == e => *ln += n,
+                    _ => changes.push((e, n)),
+                },
+                _ => by_part.push((p, vec![(e, n)])),
+            }
+        }
+        let mut rows: Vec<(RowBytes, Vec<i64>, i64)> = Vec::new();
+        for (p, changes) in by_part {
+            let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
+            let Some(from) = changes.first().map(|(e, _)| e.clone()) else { continue };
+            let mut part = self.parts.remove(&p).unwrap_or_default();
+            let mut before = BTreeMap::new();
+            self.walk(&part, &from, &mut before, -1);
+            let before: Vec<((RowBytes, Vec<i64>), i64)> =
+                before.into_iter().map(|((r, v), n)| ((RowBytes::from(r), v), n)).collect();
+            for (e, n) in changes {
+                // Entry by entry (never a pass over the partition: that would cost O(n)).
+                let c = match part.entry(e) {
+                    Entry::Occupied(mut o) => {
+                        *o.get_mut() += n;
+                        let c = *o.get();
+                        if c == 0 {
+                            o.remove();
+                        }
+                        c
+                    }
+                    Entry::Vacant(v) => *v.insert(n),
+                };
+                if c < 0 {
+                    return Err(WeirError::exec(
+                        "window function: a row was retracted more often than it was inserted",
+                    ));
+                }
+            }
+            let mut net: BTreeMap<(&[u8], Vec<i64>), i64> = BTreeMap::new();
+            for ((r, v), n) in &before {
+                *net.entry((&r[..], v.clone())).or_insert(0) += n;
+            }
+            self.walk(&part, &from, &mut net, 1);
+            for ((r, v), n) in net {
+                if n != 0 {
+                    rows.push((RowBytes::from(r), v, n));
+                }
+            }
+            if !part.is_empty() {
+                self.parts.insert(p, part);
+            }
+        }
+        // Deletions first, then insertions, each in value order.
+        rows.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
+        Ok(rows)
+    }
+}
+
+impl Operator for Ranking {
+    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        // Encoded once for the whole step, then walked run by run (one run per instant).
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let (mut rows, mut times) = (Vec::new(), Vec::new());
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            let out = self.eval_run(encoded.by_ref().take(end - start))?;
+            times.extend(std::iter::repeat_n(d.times[start], out.len()));
+            rows.extend(out);
+            start = end;
+        }
+        let refs: Vec<(&[u8], Vec<i64>, i64)> =
+            rows.iter().map(|(r, v, n)| (&r[..], v.clone(), *n)).collect();
+        self.keys.output(&self.schema, &refs, times, self.funcs.len())
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        None
+    }
+
+    /// State: section `ranking`, every row with its partition and order keys (`part`, `key`,
+    /// `row` Binary, `count` Int64), sorted.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let mut parts: Vec<(&RowBytes, &Partition)> = self.parts.iter().collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let entries: Vec<StateEntry<'_>> = parts
+            .iter()
+            .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], &k[..], &r[..], *c)))
+            .collect();
+        w.put(
+            "ranking",
+            &self.signature(),
+            entries.len(),
+            vec![
+                ("part", binary_col(entries.iter().map(|e| e.0))),
+                ("key", binary_col(entries.iter().map(|e| e.1))),
+                ("row", binary_col(entries.iter().map(|e| e.2))),
+                ("count", i64_col(entries.iter().map(|e| e.3))),
+            ],
+        )
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("ranking", &self.signature())?;
+        let (parts, keys, rows, counts) =
+            (s.binary("part")?, s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+        self.parts.clear();
+        for (((p, k), row), c) in parts.into_iter().zip(keys).zip(rows).zip(counts) {
+            let c = nonzero("ranking", c)?;
+            if c < 0 {
+                return Err(invalid("section 'ranking': a negative count"));
+            }
+            let part = self.parts.entry(RowBytes::from(p)).or_default();
+            if part.insert((RowBytes::from(k), RowBytes::from(row)), c).is_some() {
+                return Err(invalid("section 'ranking': a row appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::expr::ScalarExpr;
+    use crate::ops::topk::SortKey;
+    use crate::testing::{fed, kv, kv_schema, run, run_spans, Tick};
+
+    /// (k, v, f...) output schema.
+    fn out_schema(funcs: &[RankFunc]) -> SchemaRef {
+        let mut fields: Vec<Field> = kv_schema().fields().iter().map(|f| (**f).clone()).collect();
+        for (i, _) in funcs.iter().enumerate() {
+            fields.push(Field::new(format!("f{i}"), DataType::Int64, true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+
+    /// PARTITION BY k ORDER BY v DESC (NULLS FIRST).
+    fn ranking(funcs: Vec<RankFunc>, mode: RankMode) -> Ranking {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let part = vec![(ScalarExpr::compile(&col("k"), &df).unwrap(), DataType::Utf8)];
+        let order = vec![SortKey {
+            expr: ScalarExpr::compile(&col("v"), &df).unwrap(),
+            data_type: DataType::Int64,
+            descending: true,
+            nulls_first: true,
+        }];
+        let keys = OverKeys::new(part, order, kv_schema()).unwrap();
+        Ranking::new(keys, funcs.clone(), mode, out_schema(&funcs)).unwrap()
+    }
+
+    fn input() -> Vec<Tick> {
+        vec![
+            kv(1, "+1 a 5, +1 b 1"),
+            kv(2, "+1 a 9"),
+            kv(3, "+1 a 5"),
+            kv(4, "-1 a 9"),
+            kv(5, "+1 a _"),
+        ]
+    }
+
+    #[test]
+    fn an_insertion_shifts_only_the_rows_below_it_in_its_partition() {
+        let op = ranking(vec![RankFunc::RowNumber, RankFunc::Rank], RankMode::Full);
+        let out = run(&mut fed(op, [input()]));
+        // Within an instant the harness sorts lines as text (+1 before -1).
+        assert_eq!(
+            out,
+            [
+                "@1 +1 a 5 1 1",
+                "@1 +1 b 1 1 1",
+                // a9 enters above a5: only a5 moves; b is not touched.
+                "@2 +1 a 5 2 2",
+                "@2 +1 a 9 1 1",
+                "@2 -1 a 5 1 1",
+                // A second a5: a tie, rank 2 for both, row numbers 2 and 3.
+                "@3 +1 a 5 3 2",
+                // a9 leaves: both a5 move up.
+                "@4 +1 a 5 1 1",
+                "@4 +1 a 5 2 1",
+                "@4 -1 a 5 2 2",
+                "@4 -1 a 5 3 2",
+                "@4 -1 a 9 1 1",
+                // NULL sorts first under DESC (NULLS FIRST) and pushes both a5 down.
+                "@5 +1 a 5 2 2",
+                "@5 +1 a 5 3 2",
+                "@5 +1 a _ 1 1",
+                "@5 -1 a 5 1 1",
+                "@5 -1 a 5 2 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn top_one_refills_from_state_and_spans_equal_instants() {
+        let op = || ranking(vec![RankFunc::RowNumber], RankMode::Top { func: 0, lo: 1, hi: 1 });
+        let out = run(&mut fed(op(), [input()]));
+        assert_eq!(
+            out,
+            [
+                "@1 +1 a 5 1",
+                "@1 +1 b 1 1",
+                "@2 +1 a 9 1",
+                "@2 -1 a 5 1",
+                // a9 leaves: the next row of the partition refills the top.
+                "@4 +1 a 5 1",
+                "@4 -1 a 9 1",
+                "@5 +1 a _ 1",
+                "@5 -1 a 5 1",
+            ]
+        );
+        assert_eq!(run_spans(&mut fed(op(), [input()]), 3), out);
+    }
+}
