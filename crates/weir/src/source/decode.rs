@@ -148,7 +148,7 @@ impl RowDecoder {
             };
         }
         if !recs.any_malformed() {
-            if let Ok(batch) = self.decode_fast(&recs.bytes, recs.len()) {
+            if let Ok(batch) = self.decode_fast(&recs.bytes, recs.len(), true) {
                 if batch.num_rows() == recs.len() {
                     return Decoded { batch, rows_from: (0..recs.len()).collect(), bad: vec![] };
                 }
@@ -177,7 +177,7 @@ impl RowDecoder {
         }
         let keep: std::collections::HashSet<usize> = good.iter().copied().collect();
         let subset = recs.filtered(|i| keep.contains(&i));
-        if let Ok(batch) = self.decode_fast(&subset.bytes, subset.len()) {
+        if let Ok(batch) = self.decode_fast(&subset.bytes, subset.len(), false) {
             if batch.num_rows() == good.len() {
                 return Decoded { batch, rows_from: good, bad };
             }
@@ -186,7 +186,7 @@ impl RowDecoder {
         let mut batches = Vec::new();
         let mut rows_from = Vec::new();
         for &i in &good {
-            match self.decode_fast(recs.record(i), 1) {
+            match self.decode_fast(recs.record(i), 1, false) {
                 Ok(b) if b.num_rows() == 1 => {
                     batches.push(b);
                     rows_from.push(i);
@@ -219,8 +219,15 @@ impl RowDecoder {
     }
 
     /// Arrow's decoder over whole records, then the TIMESTAMP conversion and the event-time
-    /// check.
-    fn decode_fast(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
+    /// check. Arrow reads a number too large for its type (`1e400`) as infinity; with
+    /// `no_infinity`, any infinite float sends the run to the slow path, whose checks tell a
+    /// written infinity (`inf`, `-Infinity`) from an out-of-range number.
+    fn decode_fast(
+        &self,
+        bytes: &[u8],
+        records: usize,
+        no_infinity: bool,
+    ) -> Result<RecordBatch, String> {
         let batch_size = records.max(1);
         let raw = match &self.format {
             Format::Csv { delimiter, .. } => {
@@ -258,7 +265,11 @@ impl RowDecoder {
                 run_json_decoder(decoder, bytes)?
             }
         };
-        self.finish(raw).map_err(|(_, _, e)| e)
+        let batch = self.finish(raw).map_err(|(_, _, e)| e)?;
+        if no_infinity && has_infinity(&batch) {
+            return Err("an infinite float".into());
+        }
+        Ok(batch)
     }
 
     /// Converts text TIMESTAMP columns and checks every row has an event time.
@@ -365,7 +376,21 @@ impl RowDecoder {
             DataType::Int16 => return v.parse::<i16>().map(|_| ()).map_err(|_| bad()),
             DataType::Int8 => return v.parse::<i8>().map(|_| ()).map_err(|_| bad()),
             DataType::Float64 | DataType::Float32 => {
-                return v.parse::<f64>().map(|_| ()).map_err(|_| bad())
+                let x = v.parse::<f64>().map_err(|_| bad())?;
+                let written_infinity = matches!(
+                    v.trim_start_matches(['+', '-']).to_ascii_lowercase().as_str(),
+                    "inf" | "infinity"
+                );
+                let too_large = x.is_infinite()
+                    || (*t == DataType::Float32 && x.is_finite() && x.abs() > f64::from(f32::MAX));
+                if too_large && !written_infinity {
+                    return Err(format!(
+                        "{} is out of range for {}",
+                        quoted(text),
+                        sql_type_name(t)
+                    ));
+                }
+                return Ok(());
             }
             _ => {}
         }
@@ -375,6 +400,17 @@ impl RowDecoder {
             .map(|_| ())
             .map_err(|_| format!("cannot read {} as {}", quoted(text), sql_type_name(t)))
     }
+}
+
+/// Whether a float column of the batch holds an infinity.
+fn has_infinity(batch: &RecordBatch) -> bool {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float32Type, Float64Type};
+    batch.columns().iter().any(|c| match c.data_type() {
+        DataType::Float64 => c.as_primitive::<Float64Type>().iter().flatten().any(f64::is_infinite),
+        DataType::Float32 => c.as_primitive::<Float32Type>().iter().flatten().any(f32::is_infinite),
+        _ => false,
+    })
 }
 
 fn run_decoder(mut d: arrow::csv::reader::Decoder, bytes: &[u8]) -> Result<RecordBatch, String> {
@@ -595,6 +631,36 @@ mod tests {
             d2.set_header(b"id,ts\n"),
             Err("the header has no column 'name' (it has: id, ts)".into())
         );
+    }
+
+    /// A number too large for its float type is a bad row, as a literal is in SQL; a written
+    /// infinity is a value (PostgreSQL reads `inf` and `Infinity` too). JSON likewise.
+    #[test]
+    fn floats_out_of_range_are_bad_rows_and_written_infinities_are_values() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Float64, true),
+            Field::new("y", DataType::Float32, true),
+            Field::new("t", DataType::Int64, true),
+        ]));
+        let d =
+            RowDecoder::new(schema.clone(), 2, Format::Csv { header: false, delimiter: b',' }, "s")
+                .unwrap();
+        let got =
+            show(&d.decode(&frame("1e400,1,1\n2.5,1e39,2\n-Infinity,inf,3\n1.5,2.5,4\n", true)));
+        assert_eq!(got.0, vec!["-inf,inf,3", "1.5,2.5,4"]);
+        assert_eq!(
+            got.1,
+            vec![
+                "#0 line 1 @0 [x] '1e400' is out of range for DOUBLE | 1e400,1,1",
+                "#1 line 2 @10 [y] '1e39' is out of range for REAL | 2.5,1e39,2",
+            ]
+        );
+        let j = RowDecoder::new(schema, 2, Format::JsonLines, "s").unwrap();
+        let got =
+            show(&j.decode(&frame("{\"x\": 1e400, \"t\": 1}\n{\"x\": 2, \"t\": 2}\n", false)));
+        assert_eq!(got.0, vec!["2.0,NULL,2"]);
+        assert_eq!(got.1.len(), 1, "{:?}", got.1);
+        assert!(got.1[0].starts_with("#0 line 1 @0 [] invalid JSON"), "{:?}", got.1);
     }
 
     #[test]
