@@ -61,6 +61,9 @@ pub(super) struct Checkpoints {
     sequence: u64,
     /// Processing time of the last checkpoint.
     last: WallDuration,
+    /// A hash of the last checkpoint's contents (its sequence number left out): a periodic
+    /// checkpoint that would write the same is not written.
+    last_contents: Option<u64>,
     /// During recovery: each sink's committed position, to reopen its file at.
     resume_sinks: BTreeMap<String, u64>,
 }
@@ -201,7 +204,7 @@ impl Engine {
             return Ok(());
         };
         if self.intake.now().saturating_sub(self.checkpoints.last) >= interval {
-            self.checkpoint()?;
+            self.write_checkpoint(true)?;
         }
         Ok(())
     }
@@ -209,6 +212,13 @@ impl Engine {
     /// Writes a checkpoint of the whole engine to its data directory; returns its sequence
     /// number. See the module docs for what it holds.
     pub fn checkpoint(&mut self) -> Result<u64> {
+        self.write_checkpoint(false).map(|n| n.unwrap_or(self.checkpoints.sequence))
+    }
+
+    /// Writes a checkpoint, unless `unless_unchanged` and it would hold exactly what the last
+    /// one holds (nothing was taken in, evaluated, written or declared since: an idle server
+    /// or a followed file with nothing new); returns the sequence number written.
+    fn write_checkpoint(&mut self, unless_unchanged: bool) -> Result<Option<u64>> {
         let dir = self.checkpoints.data_dir.clone().ok_or_else(|| {
             WeirError::exec(
                 "no data directory: start Weir with --data-dir (or Engine::open) to checkpoint",
@@ -267,8 +277,8 @@ impl Engine {
             queries.push(key);
         }
         let sequence = self.checkpoints.sequence + 1;
-        let manifest = Manifest {
-            sequence,
+        let mut manifest = Manifest {
+            sequence: 0,
             clock: self.clock,
             base_dir: absolute(&self.base_dir),
             statements: self.catalog.statements().map(str::to_string).collect(),
@@ -277,13 +287,25 @@ impl Engine {
             queries,
             failed,
         };
+        let contents = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?.hash(&mut h);
+            sections.hash(&mut h);
+            h.finish()
+        };
+        self.checkpoints.last = self.intake.now();
+        if unless_unchanged && self.checkpoints.last_contents == Some(contents) {
+            return Ok(None);
+        }
+        manifest.sequence = sequence;
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         sections.insert(0, ("manifest".into(), manifest));
         store::write(&dir, sequence, &sections)?;
         store::prune(&dir, KEEP);
         self.checkpoints.sequence = sequence;
-        self.checkpoints.last = self.intake.now();
-        Ok(sequence)
+        self.checkpoints.last_contents = Some(contents);
+        Ok(Some(sequence))
     }
 
     /// Puts a stored checkpoint into this fresh engine; returns the parked subscribers' texts.
@@ -400,6 +422,43 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Periodic checkpoints are written while something changes and not while the engine is
+    /// idle; an explicit CHECKPOINT is always written.
+    #[test]
+    fn an_idle_engine_writes_no_periodic_checkpoints() {
+        let dir = std::env::temp_dir().join(format!("weir-ckpt-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (mut e, _) = Engine::open(&dir).unwrap();
+        e.use_manual_processing_time();
+        e.set_checkpoint_interval(Some(WallDuration::from_secs(1)));
+        e.execute(
+            "CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t); \
+             CREATE VIEW c AS SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k",
+        )
+        .unwrap();
+        let newest = || store::latest(&dir).unwrap().0.map(|s| s.sequence);
+        let tick = |e: &mut Engine| {
+            e.advance_processing_time(WallDuration::from_secs(2));
+            e.poll_sources(1 << 20).unwrap();
+        };
+        tick(&mut e);
+        assert_eq!(newest(), Some(1));
+        for _ in 0..3 {
+            tick(&mut e);
+        }
+        assert_eq!(newest(), Some(1), "nothing changed: no new checkpoint");
+        e.execute("INSERT INTO s VALUES ('a', 1), ('a', 2)").unwrap();
+        tick(&mut e);
+        assert_eq!(newest(), Some(2));
+        tick(&mut e);
+        assert_eq!(newest(), Some(2));
+        e.execute("ADVANCE s TO 5").unwrap();
+        tick(&mut e);
+        assert_eq!(newest(), Some(3), "a watermark that moved is a change");
+        assert_eq!(e.checkpoint().unwrap(), 4, "CHECKPOINT always writes");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A checkpoint taken with a relative base directory stores absolute paths (the base and
     /// the source's files), so a restart from another working directory finds them.
