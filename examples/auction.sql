@@ -21,7 +21,7 @@ CREATE TABLE auctions (id BIGINT, item VARCHAR, reserve BIGINT);
 INSERT INTO auctions VALUES (1, 'bicycle', 150), (2, 'camera', 300), (3, 'guitar', 200);
 
 -- [1] Activity: bids and top price per auction over the last 20 seconds, every 10 seconds.
---     A sliding window [t-10s, t) becomes current at its last instant, t minus 1 microsecond.
+--     A sliding window [t-20s, t) becomes current at its last instant, t minus 1 microsecond.
 SELECT auction, COUNT(*) AS bids, MAX(price) AS top
 FROM bids [RANGE 20 SECONDS SLIDE 10 SECONDS]
 GROUP BY auction;

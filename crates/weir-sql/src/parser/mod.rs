@@ -208,10 +208,12 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
     {
         return Ok(Statement::Query(Box::new(parse_cql_query(toks)?)));
     }
-    Err(c.err(
-        "a statement (SELECT, CREATE, INSERT, DELETE, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE)",
-    ))
+    Err(c.err(STATEMENTS))
 }
+
+/// What a statement can begin with, as the error for anything else lists it.
+const STATEMENTS: &str = "a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, DROP, SHOW, \
+                          DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT)";
 
 fn object_kind(c: &mut Cursor) -> Result<ObjectKind> {
     if c.eat_word("STREAM") {
@@ -249,6 +251,36 @@ mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The list of statements an unknown word is told about names every statement there is:
+    /// each word in it begins one the parser takes.
+    #[test]
+    fn the_statement_list_is_complete_and_every_word_in_it_parses() {
+        let examples = [
+            ("SELECT", "SELECT 1"),
+            ("WITH", "WITH x AS (SELECT 1 AS a) SELECT a FROM x"),
+            ("VALUES", "VALUES (1)"),
+            ("CREATE", "CREATE TABLE t (a BIGINT)"),
+            ("INSERT", "INSERT INTO t VALUES (1)"),
+            ("DELETE", "DELETE FROM t"),
+            ("DROP", "DROP TABLE t"),
+            ("SHOW", "SHOW TABLES"),
+            ("DESCRIBE", "DESCRIBE t"),
+            ("EXPLAIN", "EXPLAIN SELECT 1"),
+            ("ADVANCE", "ADVANCE s TO 1"),
+            ("CLOSE", "CLOSE s"),
+            ("CHECKPOINT", "CHECKPOINT"),
+        ];
+        let listed: Vec<&str> = STATEMENTS
+            .trim_start_matches("a statement (")
+            .trim_end_matches(')')
+            .split(", ")
+            .collect();
+        assert_eq!(listed, examples.map(|(w, _)| w));
+        for (_, sql) in examples {
+            assert!(parse_script(sql).is_ok(), "{sql}: {:?}", parse_script(sql).err());
+        }
+    }
 
     #[test]
     fn script_splitting_and_heartbeats() {
