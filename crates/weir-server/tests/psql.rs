@@ -149,3 +149,49 @@ fn psql_connects_over_tls_with_a_password() {
     let stderr = String::from_utf8_lossy(&refused.stderr).to_ascii_lowercase();
     assert!(stderr.contains("fatal:  password authentication failed"), "{stderr}");
 }
+
+/// With `--data-dir`, a server restarted after a checkpoint has its streams and views back.
+#[test]
+fn a_restarted_server_resumes_from_its_checkpoint() {
+    if Command::new("psql").arg("--version").output().is_err() {
+        assert!(std::env::var_os("WEIR_SKIP_PSQL").is_some(), "psql is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |sql: &[&str]| {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: Some(dir.path().join("state")),
+            ..Config::default()
+        };
+        let server = runtime.block_on(Server::bind(config)).unwrap();
+        let notes = server.notes.clone();
+        let port = server.local_addr().unwrap().port();
+        runtime.spawn(server.run());
+        let mut psql = Command::new("psql");
+        psql.args(["-X", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "weir"]);
+        for s in sql {
+            psql.args(["-c", s]);
+        }
+        let out = psql.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // Dropping the runtime ends the server, as a crash would (the engine thread stops
+        // when its last connection handle goes).
+        drop(runtime);
+        (notes, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (notes, _) = run(&[
+        "CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t)",
+        "CREATE VIEW c AS SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k",
+        "INSERT INTO s VALUES ('a', 1), ('a', 2), ('b', 3)",
+        "CHECKPOINT",
+    ]);
+    assert!(notes.is_empty(), "{notes:?}");
+    let (notes, out) =
+        run(&["SELECT * FROM c ORDER BY k", "CLOSE s", "SELECT * FROM c ORDER BY k"]);
+    assert_eq!(notes.len(), 1);
+    assert!(notes[0].starts_with("resumed from checkpoint 1 in "), "{notes:?}");
+    // Instants 1 and 2 were complete at the checkpoint; closing the stream completes 3.
+    assert_eq!(out, "a|2\nCLOSE\na|2\nb|1\n");
+}
