@@ -31,6 +31,24 @@ pub struct SortKey {
     pub nulls_first: bool,
 }
 
+/// A row converter whose byte order is `keys`' sort order (directions and NULL placement),
+/// or None for no keys.
+pub(crate) fn sort_key_converter(keys: &[SortKey]) -> Result<Option<RowConverter>> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let fields = keys
+        .iter()
+        .map(|k| {
+            SortField::new_with_options(
+                k.data_type.clone(),
+                SortOptions { descending: k.descending, nulls_first: k.nulls_first },
+            )
+        })
+        .collect();
+    Ok(Some(RowConverter::new(fields)?))
+}
+
 #[derive(Debug)]
 pub struct TopK {
     keys: Vec<ScalarExpr>,
@@ -51,20 +69,7 @@ impl TopK {
         schema: SchemaRef,
     ) -> Result<Self> {
         let key_types: Vec<DataType> = keys.iter().map(|k| k.data_type.clone()).collect();
-        let key_converter = if keys.is_empty() {
-            None
-        } else {
-            let fields = keys
-                .iter()
-                .map(|k| {
-                    SortField::new_with_options(
-                        k.data_type.clone(),
-                        SortOptions { descending: k.descending, nulls_first: k.nulls_first },
-                    )
-                })
-                .collect();
-            Some(RowConverter::new(fields)?)
-        };
+        let key_converter = sort_key_converter(&keys)?;
         Ok(TopK {
             keys: keys.into_iter().map(|k| k.expr).collect(),
             key_converter,

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use super::{Encoded, OverKeys};
-use crate::operator::{take_inputs, time_runs, Operator, Step};
+use super::{eval_by_instant, Encoded, OverKeys};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, invalid, signature, StateReader, StateWriter};
 
@@ -96,15 +96,8 @@ impl Operator for Dedup {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
-        let (mut rows, mut times) = (Vec::new(), Vec::new());
-        let mut start = 0;
-        for end in time_runs(&d.times) {
-            let out = self.eval_run(encoded.by_ref().take(end - start))?;
-            times.extend(std::iter::repeat_n(d.times[start], out.len()));
-            rows.extend(out);
-            start = end;
-        }
+        let encoded = self.keys.encode(&d, 0, d.len())?;
+        let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
         let refs: Vec<(&[u8], Vec<i64>, i64)> =
             rows.iter().map(|(r, n)| (&r[..], vec![1], *n)).collect();
         self.keys.output(&self.schema, &refs, times, 1)

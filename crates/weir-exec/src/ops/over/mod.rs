@@ -18,14 +18,13 @@ pub mod dedup;
 pub mod rank;
 
 use arrow::array::{ArrayRef, Int64Array};
-use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use std::sync::Arc;
-use weir_common::{ChangeBatch, Result};
+use weir_common::{ChangeBatch, Result, Time};
 
 use crate::expr::ScalarExpr;
-use crate::ops::topk::SortKey;
+use crate::ops::topk::{sort_key_converter, SortKey};
 use crate::row::{RowBytes, RowCodec};
 
 /// The encodings shared by the window-function operators: partition key, order key, row.
@@ -55,20 +54,7 @@ impl OverKeys {
         let order_types: Vec<DataType> = order.iter().map(|k| k.data_type.clone()).collect();
         let order_dirs: Vec<(bool, bool)> =
             order.iter().map(|k| (k.descending, k.nulls_first)).collect();
-        let order_conv = if order.is_empty() {
-            None
-        } else {
-            let fields = order
-                .iter()
-                .map(|k| {
-                    SortField::new_with_options(
-                        k.data_type.clone(),
-                        SortOptions { descending: k.descending, nulls_first: k.nulls_first },
-                    )
-                })
-                .collect();
-            Some(RowConverter::new(fields)?)
-        };
+        let order_conv = sort_key_converter(&order)?;
         Ok(OverKeys {
             part_codec: RowCodec::new(part_types.clone())?,
             partition: partition.into_iter().map(|(e, _)| e).collect(),
@@ -134,4 +120,25 @@ impl OverKeys {
         let data = crate::ops::batch_of(schema, cols, rows.len())?;
         Ok(ChangeBatch::new(data, times, rows.iter().map(|(_, _, d)| *d).collect()))
     }
+}
+
+/// Hands `run` the rows of a step's input (encoded once for the whole step) one instant at a
+/// time, in time order (`times` are the rows' instants); returns the output rows, each
+/// stamped with its instant.
+pub(crate) fn eval_by_instant<T>(
+    encoded: Vec<Encoded>,
+    times: &[Time],
+    mut run: impl FnMut(&mut dyn Iterator<Item = Encoded>) -> Result<Vec<T>>,
+) -> Result<(Vec<T>, Vec<Time>)> {
+    let mut encoded = encoded.into_iter();
+    let mut rows = Vec::new();
+    let mut start = 0;
+    let mut out_times = Vec::new();
+    for end in crate::operator::time_runs(times) {
+        let out = run(&mut encoded.by_ref().take(end - start))?;
+        out_times.extend(std::iter::repeat_n(times[start], out.len()));
+        rows.extend(out);
+        start = end;
+    }
+    Ok((rows, out_times))
 }
