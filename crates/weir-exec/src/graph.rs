@@ -93,6 +93,12 @@ impl Graph {
         self.nodes.get(i).map_or(&[], |n| &n.inputs)
     }
 
+    /// The nodes, each operator with the nodes it reads, for a runtime that hosts each node on
+    /// its own (see `weir-workers`).
+    pub fn into_nodes(self) -> Vec<(Box<dyn Operator>, Vec<usize>)> {
+        self.nodes.into_iter().map(|n| (n.op, n.inputs)).collect()
+    }
+
     /// The earliest instant after the last evaluated one at which the query's output can
     /// change without new input: the earliest wake-up of any node.
     pub fn next_wakeup(&self) -> Option<Time> {

@@ -31,6 +31,7 @@ pub mod graph;
 pub mod operator;
 pub mod ops;
 pub mod query;
+pub mod route;
 pub mod row;
 pub mod state;
 #[cfg(test)]

@@ -28,6 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::route::Placement;
 use crate::state::{StateReader, StateWriter};
 
 /// Input changes of the step being evaluated, by source name: what leaves (scans) read.
@@ -81,6 +82,13 @@ pub trait Operator: Send + std::fmt::Debug {
     /// Whether [`Operator::eval`] accepts spans of instants (see the module docs).
     fn span_capable(&self) -> bool {
         false
+    }
+
+    /// Where the rows of input `input` must be when the graph runs on several workers (see
+    /// [`crate::route`]); for a leaf, input 0 is its source. The default, every row on worker
+    /// 0, is right for any operator; an operator that can run in parallel says so.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Single)
     }
 
     /// Writes this operator's own state between steps, as sections (see [`crate::state`]).

@@ -68,6 +68,12 @@ fn reads_table(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::TableScan { .. }) || plan.inputs().iter().any(|p| reads_table(p))
 }
 
+/// Whether the query of `plan`, compiled into `flow`, is evaluated in spans of instants: if
+/// every node can, and it reads no table (see the module docs).
+pub fn runs_in_spans(plan: &LogicalPlan, flow: &Graph) -> bool {
+    flow.span_capable() && !reads_table(plan)
+}
+
 /// The buffered changes of one source stamped at most `hi`, sorted by time (arrival order
 /// within a time), taken off the chunks.
 fn take_upto(chunks: &mut Vec<Chunk>, hi: Time) -> Result<Option<ChangeBatch>> {
@@ -97,7 +103,7 @@ impl QueryRunner {
         let schema = exec_schema(&plan.schema());
         let flow = compile(plan)?;
         Ok(QueryRunner {
-            span: flow.span_capable() && !reads_table(plan),
+            span: runs_in_spans(plan, &flow),
             flow,
             kind: plan.kind(),
             codec: RowCodec::for_schema(&schema)?,

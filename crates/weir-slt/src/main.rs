@@ -18,7 +18,7 @@ use weir_slt::lists::{Baseline, KnownFailures};
 use weir_slt::{collect_files, complete, runner};
 
 const USAGE: &str = "usage: weir-slt [--baseline FILE [--write-baseline]] [--known-failures FILE] \
-[--categories] [--timing] [-q|--quiet] [-j N] [PATH ...]   (default PATH: grammar-tests)
+[--categories] [--timing] [-q|--quiet] [-j N] [-w N] [PATH ...]   (default PATH: grammar-tests)
        weir-slt --complete [--known-failures FILE] PATH ...";
 
 /// `weir-slt --help`.
@@ -31,6 +31,7 @@ weir-slt [OPTIONS] [PATH ...]   run files or directories (default: grammar-tests
   --timing               per file: time, time in the engine, and the slowest records
   -q, --quiet            one line per failure instead of its SQL, expected and actual text
   -j, --jobs N           files run on N threads (default: the number of cores)
+  -w, --workers N        continuous queries run on N timely workers per file (default 1)
 
 weir-slt --complete PATH ...    rewrite each file's failing expectations with what Weir produced
   Runs each file and, for every failing query, output, explain, statement error and query error
@@ -50,6 +51,7 @@ struct Args {
     timing: bool,
     quiet: bool,
     jobs: Option<usize>,
+    workers: usize,
     complete: bool,
 }
 
@@ -70,6 +72,13 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, String
             "-j" | "--jobs" => {
                 let n = value(&arg)?;
                 a.jobs = Some(n.parse().map_err(|_| format!("{arg}: '{n}' is not a number"))?);
+            }
+            "-w" | "--workers" => {
+                let n = value(&arg)?;
+                a.workers = n.parse().map_err(|_| format!("{arg}: '{n}' is not a number"))?;
+                if a.workers == 0 {
+                    return Err(format!("{arg}: the number of workers must be at least 1"));
+                }
             }
             s if s.starts_with('-') => return Err(format!("unknown option {s}")),
             _ => a.roots.push(PathBuf::from(arg)),
@@ -145,8 +154,12 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         _ => None,
     };
 
-    let opts =
-        runner::Options { known_failures: known.as_ref(), quiet: args.quiet, complete: false };
+    let opts = runner::Options {
+        known_failures: known.as_ref(),
+        quiet: args.quiet,
+        complete: false,
+        workers: args.workers,
+    };
     if args.complete {
         return complete_files(&files, &opts);
     }

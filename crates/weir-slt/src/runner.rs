@@ -65,6 +65,8 @@ pub struct Options<'a> {
     /// Note, for each failed record that can take it, what Weir produced as a [`Fix`] in
     /// [`FileReport::fixes`] (for `--complete`).
     pub complete: bool,
+    /// The number of workers continuous queries run on (0 or 1: one, the engine's thread).
+    pub workers: usize,
 }
 
 /// What `--complete` writes into a failed record: what Weir produced, in the record's form.
@@ -196,13 +198,14 @@ pub fn run_file_with(path: &Path, opts: &Options) -> FileReport {
 
 /// A fresh engine for one file: idle timeouts count `sleep` records, not the wall clock, and
 /// source paths are relative to the file.
-fn test_engine(path: &Path) -> Engine {
+fn test_engine(path: &Path, workers: usize) -> Result<Engine, weir::WeirError> {
     let mut engine = Engine::new();
     engine.use_manual_processing_time();
     if let Some(dir) = path.parent() {
         engine.set_base_dir(dir);
     }
-    engine
+    engine.set_workers(workers.max(1))?;
+    Ok(engine)
 }
 
 /// Runs the records in `text` (the contents of `path`) against a fresh engine.
@@ -219,8 +222,17 @@ pub fn run_text(path: &Path, text: &str, opts: &Options) -> FileReport {
         }
     };
     let known = opts.known_failures.map(|k| k.for_file(path)).unwrap_or_default();
+    let engine = match test_engine(path, opts.workers) {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = writeln!(report.output, "{shown}: {e}");
+            report.counts.failed += 1;
+            report.failures.push(FailureInfo { line: 0, category: "engine".into() });
+            return report;
+        }
+    };
     let mut state = State {
-        engine: test_engine(path),
+        engine,
         subs: HashMap::new(),
         hash_threshold: DEFAULT_HASH_THRESHOLD,
         labels: HashMap::new(),

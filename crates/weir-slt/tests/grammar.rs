@@ -27,18 +27,25 @@ fn trials(root: &Path) -> Vec<Trial> {
         let msg = format!("no grammar-tests found under {}", root.display());
         return vec![Trial::test("grammar::files", move || Err(msg.into()))];
     }
-    files.into_iter().map(|file| trial(root, file)).collect()
+    let mut trials = Vec::new();
+    for workers in [1, 2] {
+        trials.extend(files.iter().map(|file| trial(root, file.clone(), workers)));
+    }
+    trials
 }
 
-fn trial(root: &Path, file: PathBuf) -> Trial {
+/// A file run with continuous queries on `workers` workers: `grammar::FILE` on one,
+/// `grammar-w2::FILE` on two. Both must give the file's expected output exactly.
+fn trial(root: &Path, file: PathBuf, workers: usize) -> Trial {
     let rel = file.strip_prefix(root).unwrap_or(&file);
     // Forward slashes on every platform, so names (and filters) are the same everywhere.
     let name = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>();
-    Trial::test(format!("grammar::{}", name.join("/")), move || run(&file))
+    let prefix = if workers == 1 { "grammar".to_string() } else { format!("grammar-w{workers}") };
+    Trial::test(format!("{prefix}::{}", name.join("/")), move || run(&file, workers))
 }
 
-fn run(file: &Path) -> Result<(), Failed> {
-    let opts = runner::Options::default();
+fn run(file: &Path, workers: usize) -> Result<(), Failed> {
+    let opts = runner::Options { workers, ..runner::Options::default() };
     let report = runner::run_file_with(file, &opts);
     if report.counts.failed > 0 {
         return Err(format!("{}{}: {}", report.output, file.display(), report.counts).into());

@@ -25,7 +25,8 @@ fn sqlite_corpus_holds_its_baseline() {
     collect_files(&corpus, &mut files).expect("the corpus is readable");
     assert!(!files.is_empty(), "no test files under {}", corpus.display());
 
-    let opts = runner::Options { known_failures: Some(&known), quiet: true, complete: false };
+    let opts =
+        runner::Options { known_failures: Some(&known), quiet: true, ..runner::Options::default() };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut total = runner::Counts::default();
     let mut problems = Vec::new();

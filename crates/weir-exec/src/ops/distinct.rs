@@ -12,6 +12,7 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::consolidate::{net_diffs, to_batch};
 use crate::operator::{take_inputs, Operator, Step};
+use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
@@ -69,6 +70,11 @@ impl Operator for Distinct {
 
     fn next_wakeup(&self) -> Option<Time> {
         None
+    }
+
+    /// Equal rows meet on one worker.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Keyed(KeyRoute::whole_row(&self.schema)?))
     }
 }
 

@@ -9,6 +9,7 @@
 use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{take_inputs, Operator, Step};
+use crate::route::Placement;
 use crate::state::{StateReader, StateWriter};
 
 /// A row-by-row mapping of changes: the output keeps each kept row's time and diff.
@@ -50,5 +51,10 @@ impl<M: RowMap> Operator for Linear<M> {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    /// Row by row: a row can be mapped on any worker.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Local)
     }
 }

@@ -8,6 +8,7 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
+use crate::route::Placement;
 
 #[derive(Debug)]
 pub struct Scan {
@@ -50,5 +51,10 @@ impl Operator for Scan {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    /// A source's rows are read on the worker they were given to.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Local)
     }
 }

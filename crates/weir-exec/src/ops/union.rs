@@ -8,6 +8,7 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{Operator, Step};
 use crate::ops::batch_of;
+use crate::route::Placement;
 
 #[derive(Debug)]
 pub struct UnionAll {
@@ -48,5 +49,10 @@ impl Operator for UnionAll {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    /// Each input's rows pass through on the worker that has them.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Local)
     }
 }

@@ -41,6 +41,7 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::operator::{min_wakeup, take_inputs, Operator, Step};
 use crate::ops::batch_of;
+use crate::route::Placement;
 use crate::state::{bool_col, i64_col, invalid, opt_i128_col, signature, StateReader, StateWriter};
 
 /// Which bounds the window has.
@@ -504,6 +505,11 @@ impl Operator for TimeWindow {
             self.elems.front().filter(|e| e.inside).and_then(|e| self.exit_tick(e.time)),
             next_slide,
         ])
+    }
+
+    /// A row's windows (when it enters and leaves) follow from its own time alone.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Local)
     }
 }
 

@@ -16,8 +16,8 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use weir_common::{ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED};
-use weir_exec::QueryRunner;
 use weir_plan::LogicalPlan;
+use weir_workers::{Runner, Workers};
 
 use super::tables::{Maintained, Shared};
 use crate::intake::is_or_companion_of;
@@ -123,7 +123,7 @@ impl Target {
 #[derive(Debug)]
 pub(crate) struct RunningQuery {
     pub id: u64,
-    pub runner: QueryRunner,
+    pub runner: Runner,
     pub plan: Arc<LogicalPlan>,
     pub target: Target,
     /// None while parked.
@@ -135,6 +135,8 @@ pub(crate) struct RunningQuery {
 pub(crate) struct Dataflow {
     queries: Vec<RunningQuery>,
     next_id: u64,
+    /// The timely workers queries run on (None: one worker, the engine's thread).
+    workers: Option<Arc<Workers>>,
 }
 
 impl Dataflow {
@@ -160,20 +162,36 @@ impl Dataflow {
     }
 
     /// A fresh runner for a plan a continuous query may run.
-    pub fn runner(&self, plan: &LogicalPlan) -> Result<QueryRunner> {
+    /// Runs every query started from now on `n` workers (1: on the engine's thread).
+    pub fn set_workers(&mut self, n: usize) -> Result<()> {
+        if !self.queries.is_empty() {
+            return Err(WeirError::plan(
+                "the number of workers is set before any continuous query starts",
+            ));
+        }
+        self.workers = if n > 1 { Some(Workers::start(n)?) } else { None };
+        Ok(())
+    }
+
+    /// The number of workers queries run on.
+    pub fn workers(&self) -> usize {
+        self.workers.as_ref().map_or(1, |w| w.peers())
+    }
+
+    pub fn runner(&self, plan: &Arc<LogicalPlan>) -> Result<Runner> {
         if plan.contains_apply() {
             return Err(WeirError::plan(
                 "this correlated subquery cannot be turned into a join, which a continuous query \
                  needs; it works in one-shot queries over tables",
             ));
         }
-        QueryRunner::new(plan)
+        Runner::new(plan, self.workers.as_ref())
     }
 
     /// Adds a query with a runner already built (and perhaps restored from a checkpoint).
     pub fn add(
         &mut self,
-        mut runner: QueryRunner,
+        mut runner: Runner,
         plan: &Arc<LogicalPlan>,
         target: Target,
         output: Option<Box<dyn Output>>,
@@ -322,7 +340,7 @@ impl Dataflow {
     }
 
     /// Replaces the runner of the query feeding `target` (restored from a checkpoint).
-    pub fn replace_runner(&mut self, key: &str, runner: QueryRunner) -> Result<()> {
+    pub fn replace_runner(&mut self, key: &str, runner: Runner) -> Result<()> {
         let q = self
             .queries
             .iter_mut()

@@ -128,6 +128,22 @@ impl Engine {
         Engine::default()
     }
 
+    /// Runs the continuous queries started from now on `n` timely workers (threads of this
+    /// process; 1, the default, runs them on the caller's thread). Set it before the first
+    /// continuous query starts. Checkpoints of queries on more than one worker are not
+    /// supported yet, so an engine with a data directory keeps one worker.
+    pub fn set_workers(&mut self, n: usize) -> Result<()> {
+        if n > 1 && self.data_dir().is_some() {
+            return Err(weir_workers::Runner::multi_worker_checkpoints());
+        }
+        self.dataflow.set_workers(n)
+    }
+
+    /// The number of workers continuous queries run on.
+    pub fn workers(&self) -> usize {
+        self.dataflow.workers()
+    }
+
     /// Executes a script of `;`-separated statements, in order, stopping at the first error.
     /// Errors in SQL text render with the line and a caret.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<ExecResult>> {

@@ -53,6 +53,7 @@ use weir_plan::AggFunc;
 use crate::expr::ScalarExpr;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
+use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
 use accumulators::{AccState, ArgView, Kind, Out};
@@ -301,6 +302,11 @@ impl Operator for Aggregate {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    /// A group's rows meet on one worker (without GROUP BY, every row on one worker).
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Keyed(KeyRoute::new(self.keys.clone(), self.key_codec.types().to_vec())?))
     }
 }
 

@@ -47,6 +47,7 @@ use weir_plan::JoinKind;
 use crate::expr::ScalarExpr;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
+use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
 use bucket::Bucket;
 use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Seen, SideRows};
@@ -631,5 +632,16 @@ impl Operator for Join {
 
     fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
         self.restore_own(r)
+    }
+
+    /// Rows with equal join keys meet on one worker, both sides routed by the same key codec
+    /// (a join without equality keys, on one worker). The null-aware anti join (`NOT IN`)
+    /// counts the right side's NULL keys over all keys, so it runs on one worker.
+    fn placement(&self, input: usize) -> Result<Placement> {
+        if matches!(self.kind, JoinKind::LeftAnti { null_aware: true }) {
+            return Ok(Placement::Single);
+        }
+        let side = if input == 0 { &self.left } else { &self.right };
+        Ok(Placement::Keyed(KeyRoute::new(side.keys.clone(), self.key_codec.types().to_vec())?))
     }
 }

@@ -1,0 +1,154 @@
+//! Routing rows to workers: where an operator needs its input's rows to be when the dataflow
+//! runs on several workers.
+//!
+//! On one worker nothing here is used. On N workers every worker runs every node of the graph
+//! over a part of each input, and an operator's result over the union of the parts must be its
+//! result over the whole input. Each operator says, per input, what that takes
+//! ([`crate::operator::Operator::placement`]):
+//! - [`Placement::Local`]: nothing; the operator treats each row on its own (row maps, filters,
+//!   time windows, UNION ALL), so a row can stay on the worker that has it;
+//! - [`Placement::Keyed`]: rows with equal keys must meet on one worker (grouping, join and
+//!   DISTINCT keys), so each row goes to the worker its key's hash names;
+//! - [`Placement::Single`]: every row on one worker, worker 0 (an order over the whole input,
+//!   such as a `ROWS` window or an unpartitioned top-k, or a view of every instant, as
+//!   RSTREAM has).
+//!
+//! The hash is a function of the key's encoded row (Arrow's row format, the same bytes the
+//! operator groups by), with fixed constants: every process of a cluster routes a key alike,
+//! and so does every run.
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, SchemaRef};
+use weir_common::Result;
+
+use crate::expr::ScalarExpr;
+use crate::row::{EncodedRows, RowCodec};
+
+/// Where one input's rows must be (see the module docs).
+#[derive(Debug)]
+pub enum Placement {
+    Local,
+    Keyed(KeyRoute),
+    Single,
+}
+
+/// How an input's rows are keyed for routing: the key expressions and the codec their values
+/// are encoded with.
+#[derive(Debug)]
+pub struct KeyRoute {
+    /// None: the key is the whole row.
+    exprs: Option<Vec<ScalarExpr>>,
+    codec: RowCodec,
+}
+
+impl KeyRoute {
+    /// Rows keyed by `exprs`, whose values are encoded as `types` (cast first if they differ,
+    /// as the operator's own key codec does).
+    pub fn new(exprs: Vec<ScalarExpr>, types: Vec<DataType>) -> Result<Self> {
+        Ok(KeyRoute { exprs: Some(exprs), codec: RowCodec::new(types)? })
+    }
+
+    /// Rows keyed by their whole value.
+    pub fn whole_row(schema: &SchemaRef) -> Result<Self> {
+        Ok(KeyRoute { exprs: None, codec: RowCodec::for_schema(schema)? })
+    }
+
+    /// Whether the key has no columns: every row goes to one worker (an aggregate without
+    /// GROUP BY, a join without equality keys), which is then the only one that runs the
+    /// operator.
+    pub fn is_constant(&self) -> bool {
+        self.exprs.as_ref().is_some_and(|e| e.is_empty())
+    }
+
+    /// The key hash of each row of `data`.
+    pub fn hashes(&self, data: &RecordBatch) -> Result<Vec<u64>> {
+        let n = data.num_rows();
+        let columns = match &self.exprs {
+            None => data.columns().to_vec(),
+            Some(exprs) => exprs.iter().map(|e| e.eval(data)).collect::<Result<Vec<_>>>()?,
+        };
+        let rows = self.codec.encode(&columns, n)?;
+        Ok(match &rows {
+            EncodedRows::Empty(n) => vec![0; *n],
+            EncodedRows::Rows(_) => (0..n).map(|i| hash_bytes(rows.get(i))).collect(),
+        })
+    }
+}
+
+/// A fixed, fast hash of a byte string (a multiply-rotate over 8-byte words, then a final
+/// mix so that the low bits, which pick the worker, depend on every byte).
+pub fn hash_bytes(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h: u64 = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    }
+    mix(h)
+}
+
+/// A final avalanche of a 64-bit value (the finalizer of SplitMix64).
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    #[test]
+    fn equal_keys_hash_alike_and_keys_spread() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let keys: Vec<String> = (0..1000).map(|i| format!("k{}", i % 100)).collect();
+        let data = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(keys.clone())),
+                Arc::new(Int64Array::from_iter_values(0..1000)),
+            ],
+        )
+        .expect("batch");
+        let key_only = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, true)])),
+            vec![data.column(0).clone()],
+        )
+        .expect("batch");
+        let h = KeyRoute::whole_row(&key_only.schema()).expect("route").hashes(&key_only);
+        let h = h.expect("hashes");
+        for i in 0..1000 {
+            assert_eq!(h[i], h[i % 100], "equal keys, equal hashes");
+        }
+        let on_worker_0 = (0..100).filter(|&i| h[i].is_multiple_of(2)).count();
+        assert!((30..=70).contains(&on_worker_0), "keys spread over two workers: {on_worker_0}");
+        let rows = KeyRoute::whole_row(&schema).expect("route").hashes(&data).expect("hashes");
+        assert_eq!(rows.len(), 1000);
+        assert_ne!(rows[0], rows[100], "whole rows differ in v");
+    }
+
+    #[test]
+    fn no_key_sends_every_row_to_one_place() {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        let data = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..5))])
+            .expect("batch");
+        let route = KeyRoute::new(vec![], vec![]).expect("route");
+        assert_eq!(route.hashes(&data).expect("hashes"), vec![0; 5]);
+    }
+}

@@ -1,0 +1,433 @@
+//! One node of a compiled graph hosted on one worker: the instants it evaluates, given what
+//! its inputs sent it, and where its output goes.
+//!
+//! A [`NodeHost`] is the runtime-side twin of [`weir_exec::Graph`]'s walk for a single node:
+//! it keeps each input's rows not yet evaluated (stamped with their instants), and when a round
+//! of the dataflow is complete it evaluates, in order, every instant below the round's
+//! frontier that the node has: a buffered input time, an instant its inputs announced (ticks),
+//! or its operator's own wake-up. It is a plain struct, free of timely types, so the
+//! semantics are tested here on their own; `runtime.rs` connects it to timely.
+//!
+//! **Instants.** A node of a one-worker graph is evaluated at every instant of the query. A
+//! hosted node is evaluated at every instant of the plan below it: its inputs' rows, the
+//! ticks they sent (the instants at which they were evaluated), and its own wake-ups. For an
+//! operator that only changes when its input changes or when it wakes, the two agree; RSTREAM,
+//! which reports at every instant of the plan below it, is told of them by ticks (as
+//! [`weir_exec::Step::input_wakeup`]). In a query evaluated in spans, a node tells its
+//! consumers the first instant of each step it evaluated, so each consumer's span starts
+//! where the one-worker span would (an aggregate without GROUP BY enters its empty group at
+//! the query's first instant); within a span, a span-capable operator's output follows from
+//! its input rows and its wake-ups.
+//!
+//! **Order.** Rows of one instant are taken in (round, sender, arrival) order, so what a node
+//! sees does not depend on how messages from different workers interleaved.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_exec::route::{KeyRoute, Placement};
+use weir_exec::{EvalCtx, Operator, Step};
+
+use crate::part::Part;
+
+/// Where a node's output goes: decided by its consumer's [`Placement`] of that input.
+#[derive(Debug)]
+pub(crate) enum Route {
+    /// To the consumer on this worker.
+    Here,
+    /// To the consumer on worker 0 (a placement on one worker, or the query's output).
+    Worker0,
+    /// To the worker its key's hash names.
+    Keyed(KeyRoute),
+}
+
+impl Route {
+    pub fn of(placement: Placement) -> Route {
+        match placement {
+            Placement::Local => Route::Here,
+            Placement::Single => Route::Worker0,
+            Placement::Keyed(k) if k.is_constant() => Route::Worker0,
+            Placement::Keyed(k) => Route::Keyed(k),
+        }
+    }
+}
+
+/// Whether a node with these input placements (a leaf: its source's) runs on every worker;
+/// otherwise it runs on worker 0 alone, where all its input rows are sent.
+pub(crate) fn runs_everywhere(placements: &[Placement]) -> bool {
+    placements.iter().all(|p| match p {
+        Placement::Local => true,
+        Placement::Keyed(k) => !k.is_constant(),
+        Placement::Single => false,
+    })
+}
+
+/// One received batch, sorted by time, of which the rows from `pos` on are not yet evaluated.
+#[derive(Debug)]
+struct Chunk {
+    order: (u64, u32, u64),
+    batch: ChangeBatch,
+    pos: usize,
+}
+
+/// One input's rows not yet evaluated.
+#[derive(Debug, Default)]
+struct Stash {
+    chunks: Vec<Chunk>,
+    sorted: bool,
+}
+
+impl Stash {
+    fn push(&mut self, order: (u64, u32, u64), batch: ChangeBatch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let batch = if batch.times.is_sorted() { batch } else { batch.sort_by_time()? };
+        if self.chunks.last().is_some_and(|c| c.order > order) {
+            self.sorted = false;
+        }
+        self.chunks.push(Chunk { order, batch, pos: 0 });
+        Ok(())
+    }
+
+    fn min_time(&self) -> Option<Time> {
+        self.chunks.iter().filter_map(|c| c.batch.times.get(c.pos).copied()).min()
+    }
+
+    /// The rows stamped at most `hi`, sorted by time, in (round, sender, arrival) order
+    /// within a time; None if there are none.
+    fn take_upto(&mut self, hi: Time) -> Result<Option<ChangeBatch>> {
+        if !self.sorted {
+            self.chunks.sort_by_key(|c| c.order);
+            self.sorted = true;
+        }
+        let mut parts = Vec::new();
+        for c in self.chunks.iter_mut() {
+            let rest = &c.batch.times[c.pos..];
+            let n = rest.partition_point(|&t| t <= hi);
+            if n > 0 {
+                parts.push(c.batch.slice(c.pos, n));
+                c.pos += n;
+            }
+        }
+        self.chunks.retain(|c| c.pos < c.batch.len());
+        match parts.len() {
+            0 => Ok(None),
+            1 => Ok(parts.pop()),
+            _ => {
+                let schema = parts[0].schema();
+                Ok(Some(ChangeBatch::concat(&schema, &parts)?.sort_by_time()?))
+            }
+        }
+    }
+}
+
+/// A node of a query's graph on one worker. See the module docs.
+#[derive(Debug)]
+pub(crate) struct NodeHost {
+    op: Box<dyn Operator>,
+    /// For a leaf: the query's sources, by index (its input is the query's feed).
+    leaf_sources: Option<Vec<String>>,
+    /// Per input (a leaf: per source), the rows not yet evaluated.
+    stash: Vec<Stash>,
+    /// The executor schema of each input (for an empty input's batch).
+    schemas: Vec<SchemaRef>,
+    /// For a leaf, the sources (by index) it reads: their instants are the leaf's own.
+    own_sources: BTreeSet<u32>,
+    /// Instants announced by the inputs, not yet evaluated.
+    ticks: BTreeMap<Time, Tick>,
+    last: Option<Time>,
+    span: bool,
+    /// Whether this worker evaluates the node (see [`runs_everywhere`]).
+    active: bool,
+    route: Route,
+    me: u32,
+    peers: u32,
+    seq: u64,
+    failed: bool,
+}
+
+impl NodeHost {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        op: Box<dyn Operator>,
+        schemas: Vec<SchemaRef>,
+        leaf_sources: Option<(Vec<String>, BTreeSet<u32>)>,
+        span: bool,
+        active: bool,
+        route: Route,
+        me: u32,
+        peers: u32,
+    ) -> Self {
+        let n = leaf_sources.as_ref().map_or(schemas.len(), |s| s.0.len());
+        let (leaf_sources, own_sources) = match leaf_sources {
+            Some((names, own)) => (Some(names), own),
+            None => (None, BTreeSet::new()),
+        };
+        NodeHost {
+            op,
+            leaf_sources,
+            stash: (0..n).map(|_| Stash::default()).collect(),
+            schemas,
+            own_sources,
+            ticks: BTreeMap::new(),
+            last: None,
+            span,
+            active,
+            route,
+            me,
+            peers,
+            seq: 0,
+            failed: false,
+        }
+    }
+
+    /// Takes in a part received on input `input` (a leaf: its feed) in round `round`.
+    pub fn receive(&mut self, input: usize, round: u64, part: Part) -> Result<()> {
+        if self.failed || !self.active {
+            return Ok(());
+        }
+        let slot = if self.leaf_sources.is_some() { part.source as usize } else { input };
+        self.seq += 1;
+        let leaf = self.leaf_sources.is_some();
+        for (t, below) in part.ticks {
+            if self.last.is_none_or(|l| t > l) {
+                let tick = self.ticks.entry(t).or_default();
+                if leaf {
+                    tick.sources.insert(part.source);
+                    tick.below |= self.own_sources.contains(&part.source);
+                } else {
+                    tick.below |= below;
+                }
+            }
+        }
+        if let Some(b) = part.batch {
+            if let (Some(l), Some(min)) = (self.last, b.times.iter().min()) {
+                if *min <= l {
+                    return Err(WeirError::internal(format!(
+                        "change at {min} reached a node already evaluated up to {l}"
+                    )));
+                }
+            }
+            let stash = self
+                .stash
+                .get_mut(slot)
+                .ok_or_else(|| WeirError::internal(format!("a part for input {slot}")))?;
+            stash.push((round, part.from, self.seq), b)?;
+        }
+        Ok(())
+    }
+
+    /// The next instant the node has, if any.
+    fn next_instant(&self) -> Option<Time> {
+        let rows = self.stash.iter().filter_map(Stash::min_time).min();
+        [rows, self.ticks.keys().next().copied(), self.op.next_wakeup()].into_iter().flatten().min()
+    }
+
+    /// Evaluates every instant the node has below `frontier` and returns its output parts,
+    /// one per destination worker. After an error the node evaluates nothing more (its
+    /// query is failed) and returns the error once.
+    pub fn process(&mut self, frontier: Watermark) -> Result<Vec<Part>> {
+        if self.failed || !self.active {
+            return Ok(Vec::new());
+        }
+        let mut out = Outbox::default();
+        let r = if self.span {
+            self.eval_span(frontier, &mut out)
+        } else {
+            self.eval_instants(frontier, &mut out)
+        };
+        if let Err(e) = r {
+            self.failed = true;
+            return Err(e);
+        }
+        self.parts(out)
+    }
+
+    fn eval_instants(&mut self, frontier: Watermark, out: &mut Outbox) -> Result<()> {
+        while let Some(t) = self.next_instant() {
+            if t as Watermark >= frontier {
+                break;
+            }
+            if self.last.is_some_and(|l| t <= l) {
+                return Err(WeirError::internal(format!("instant {t} evaluated twice")));
+            }
+            let mut ticked = Tick::default();
+            while let Some(entry) = self.ticks.first_entry() {
+                if *entry.key() > t {
+                    break;
+                }
+                let (at, tick) = entry.remove_entry();
+                if at == t {
+                    ticked = tick;
+                }
+            }
+            let mut ctx = EvalCtx::default();
+            let mut inputs = Vec::new();
+            let mut below = ticked.below;
+            for (k, stash) in self.stash.iter_mut().enumerate() {
+                let rows = stash.take_upto(t)?;
+                match &self.leaf_sources {
+                    Some(names) => {
+                        below |= rows.is_some() && self.own_sources.contains(&(k as u32));
+                        if rows.is_some() || ticked.sources.contains(&(k as u32)) {
+                            ctx.active.insert(names[k].clone());
+                        }
+                        if let Some(b) = rows {
+                            ctx.inputs.insert(names[k].clone(), b);
+                        }
+                    }
+                    None => {
+                        below |= rows.is_some();
+                        inputs.push(rows);
+                    }
+                }
+            }
+            let inputs = self.fill(inputs)?;
+            let wakes = self.op.next_wakeup() == Some(t);
+            let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: below.then_some(t) };
+            let d = self.op.eval(&step, inputs)?;
+            self.last = Some(t);
+            // For the consumer, t is an instant of the plan below it if it is one below this
+            // node, this node's own wake-up, or a change of this node's output.
+            let own = below || wakes || !d.is_empty();
+            out.push(d, Some((t, own)));
+        }
+        Ok(())
+    }
+
+    fn eval_span(&mut self, frontier: Watermark, out: &mut Outbox) -> Result<()> {
+        let Some(lo) = self.next_instant() else { return Ok(()) };
+        if lo as Watermark >= frontier {
+            return Ok(());
+        }
+        if self.last.is_some_and(|l| lo <= l) {
+            return Err(WeirError::internal(format!("instant {lo} evaluated twice")));
+        }
+        let hi = (frontier - 1).min(Time::MAX as Watermark) as Time;
+        let mut ctx = EvalCtx::default();
+        let mut inputs = Vec::new();
+        let mut active = BTreeSet::new();
+        while let Some(entry) = self.ticks.first_entry() {
+            if *entry.key() > hi {
+                break;
+            }
+            active.extend(entry.remove().sources);
+        }
+        for (k, stash) in self.stash.iter_mut().enumerate() {
+            let rows = stash.take_upto(hi)?;
+            match &self.leaf_sources {
+                Some(names) => {
+                    if rows.is_some() || active.contains(&(k as u32)) {
+                        ctx.active.insert(names[k].clone());
+                    }
+                    if let Some(b) = rows {
+                        ctx.inputs.insert(names[k].clone(), b);
+                    }
+                }
+                None => inputs.push(rows),
+            }
+        }
+        let inputs = self.fill(inputs)?;
+        let step = Step { lo, hi, ctx: &ctx, input_wakeup: None };
+        let d = self.op.eval(&step, inputs)?;
+        self.last = Some(hi);
+        // The step's first instant, for the consumers' own steps: an operator may act at the
+        // first instant of its query (an aggregate without GROUP BY enters its empty group).
+        out.push(d, Some((lo, true)));
+        Ok(())
+    }
+
+    /// Input changes for an evaluation, an empty batch for an input without rows (of the
+    /// schema a later batch will have: the operator reads columns by position only).
+    fn fill(&self, inputs: Vec<Option<ChangeBatch>>) -> Result<Vec<ChangeBatch>> {
+        inputs
+            .into_iter()
+            .enumerate()
+            .map(|(k, b)| match b {
+                Some(b) => Ok(b),
+                None => self.empty_input(k),
+            })
+            .collect()
+    }
+
+    fn empty_input(&self, k: usize) -> Result<ChangeBatch> {
+        self.schemas
+            .get(k)
+            .map(|s| ChangeBatch::empty(s.clone()))
+            .ok_or_else(|| WeirError::internal(format!("no schema for input {k}")))
+    }
+
+    /// The last instant this node evaluated.
+    pub fn last(&self) -> Option<Time> {
+        self.last
+    }
+
+    /// Splits the round's output by destination.
+    fn parts(&self, out: Outbox) -> Result<Vec<Part>> {
+        let batch = match out.batches.len() {
+            0 => None,
+            1 => out.batches.into_iter().next(),
+            _ => {
+                let schema = out.batches[0].schema();
+                Some(ChangeBatch::concat(&schema, &out.batches)?)
+            }
+        };
+        let batch = batch.filter(|b| !b.is_empty());
+        let part = |dest: u32, batch: Option<ChangeBatch>, ticks: &[(Time, bool)]| Part {
+            dest,
+            from: self.me,
+            source: 0,
+            batch,
+            ticks: ticks.to_vec(),
+        };
+        let wanted = |p: &Part| p.batch.is_some() || !p.ticks.is_empty();
+        let parts = match &self.route {
+            Route::Here => vec![part(self.me, batch, &out.ticks)],
+            Route::Worker0 => vec![part(0, batch, &out.ticks)],
+            Route::Keyed(route) => {
+                let mut per: Vec<Vec<u32>> = vec![Vec::new(); self.peers as usize];
+                if let Some(b) = &batch {
+                    for (i, h) in route.hashes(&b.data)?.into_iter().enumerate() {
+                        per[(h % self.peers as u64) as usize].push(i as u32);
+                    }
+                }
+                let mut parts = Vec::with_capacity(per.len());
+                for (dest, idx) in per.into_iter().enumerate() {
+                    let rows = match &batch {
+                        Some(b) if !idx.is_empty() => Some(b.take(&idx)?),
+                        _ => None,
+                    };
+                    parts.push(part(dest as u32, rows, &out.ticks));
+                }
+                parts
+            }
+        };
+        Ok(parts.into_iter().filter(wanted).collect())
+    }
+}
+
+/// What the inputs said of one instant: whether it is one of the plan below (see
+/// [`Part`]), and for a leaf, the sources that have it.
+#[derive(Debug, Default)]
+struct Tick {
+    below: bool,
+    sources: BTreeSet<u32>,
+}
+
+/// A round's output before it is split by destination.
+#[derive(Debug, Default)]
+struct Outbox {
+    batches: Vec<ChangeBatch>,
+    ticks: Vec<(Time, bool)>,
+}
+
+impl Outbox {
+    fn push(&mut self, d: ChangeBatch, tick: Option<(Time, bool)>) {
+        if !d.is_empty() {
+            self.batches.push(d);
+        }
+        self.ticks.extend(tick);
+    }
+}

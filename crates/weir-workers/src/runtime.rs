@@ -1,0 +1,557 @@
+//! The worker runtime: timely-dataflow worker threads, each hosting every running query's
+//! graph, driven by commands from the engine's thread.
+//!
+//! [`Workers::start`] starts `n` timely workers in this process (`timely::execute` with
+//! `Config::process(n)`). Each worker owns a command channel; after sending a command the
+//! engine unparks the worker through a timely `SyncActivator`, so an idle worker costs
+//! nothing. Commands of one worker are handled in the order sent, and every worker gets the
+//! same `Install`s in the same order, so every worker builds the same timely dataflows (timely
+//! requires it: channels are matched by construction order).
+//!
+//! **A query on the workers.** `Install` compiles the plan on each worker and builds one
+//! timely operator per graph node ([`crate::node::NodeHost`]), inputs connected as in the
+//! graph: by a pipeline when the consumer's placement is local, by an exchange on the part's
+//! destination otherwise (see [`weir_exec::route`]); the leaves read the query's feed, a timely
+//! input on each worker. The root's output is exchanged to worker 0, where a sink collects it.
+//!
+//! **Rounds.** Timely's timestamps here are *rounds*: one per [`crate::Runner::advance`] call,
+//! numbered from 0, each carrying the query's frontier (a watermark) in a map every worker
+//! shares between its nodes. A round's pushes are sent on the feed before the round's
+//! `Advance`, which records the frontier and closes the round on the feed. A node evaluates a
+//! round once all its inputs have passed it (timely's frontier), every instant below the
+//! round's frontier that it has, and it always holds a capability for its next round, so a
+//! consumer learns that a round is complete only when every worker's producer is done with it.
+//! When the sink on worker 0 sees round r complete, it replies `Done(r)` with the round's
+//! output. Weir's own instants travel inside the change batches, so a round may evaluate an
+//! instant below an earlier round's frontier (a table change stamped at the query's next
+//! instant), exactly as the one-worker runner does.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Exchange;
+use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
+use timely::dataflow::operators::Input;
+use timely::dataflow::{InputHandle, Scope, Stream};
+use timely::progress::frontier::MutableAntichain;
+use timely::scheduling::SyncActivator;
+use timely::worker::Worker;
+use timely::WorkerConfig;
+use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_exec::compile::{compile, exec_schema};
+use weir_exec::query::runs_in_spans;
+use weir_plan::LogicalPlan;
+
+use crate::node::{runs_everywhere, NodeHost, Route};
+use crate::part::Part;
+
+/// What a query's workers share: the last instant any of its nodes evaluated, and the first
+/// error one of them met.
+#[derive(Debug, Default)]
+pub(crate) struct Status {
+    pub last: Mutex<Option<Time>>,
+    pub error: Mutex<Option<WeirError>>,
+}
+
+impl Status {
+    fn evaluated(&self, t: Option<Time>) {
+        if let (Some(t), Ok(mut last)) = (t, self.last.lock()) {
+            *last = Some(last.map_or(t, |l| l.max(t)));
+        }
+    }
+
+    pub fn fail(&self, e: WeirError) {
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(e);
+        }
+    }
+}
+
+pub(crate) enum Command {
+    Install { id: u64, plan: Arc<LogicalPlan>, status: Arc<Status> },
+    Feed { id: u64, part: Part },
+    Advance { id: u64, frontier: Watermark },
+    Remove { id: u64 },
+}
+
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub id: u64,
+    pub round: u64,
+    pub batches: Vec<ChangeBatch>,
+}
+
+/// A running set of timely workers in this process. See the module docs.
+pub struct Workers {
+    peers: usize,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    to: Vec<Sender<Command>>,
+    wake: Vec<SyncActivator>,
+    replies: Receiver<Done>,
+    /// Replies that arrived for a query other than the one waited for.
+    mailbox: HashMap<u64, VecDeque<Done>>,
+    next_id: u64,
+    guards: Option<timely::communication::WorkerGuards<()>>,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Workers({})", self.peers)
+    }
+}
+
+impl Workers {
+    /// Starts `n` workers (threads of this process).
+    pub fn start(n: usize) -> Result<Arc<Workers>> {
+        if n == 0 {
+            return Err(WeirError::plan("the number of workers must be at least 1"));
+        }
+        let (reply_tx, replies) = channel::<Done>();
+        let (setup_tx, setup_rx) = channel::<(usize, SyncActivator)>();
+        let mut to = Vec::new();
+        let mut inboxes = Vec::new();
+        for _ in 0..n {
+            let (tx, rx) = channel::<Command>();
+            to.push(tx);
+            inboxes.push(Some(rx));
+        }
+        let inboxes = Arc::new(Mutex::new(inboxes));
+        let reply_tx = Mutex::new(reply_tx);
+        let setup_tx = Mutex::new(setup_tx);
+        let config = timely::Config {
+            communication: timely::CommunicationConfig::Process(n),
+            worker: WorkerConfig::default(),
+        };
+        let guards = timely::execute(config, move |worker| {
+            let index = worker.index();
+            let inbox =
+                inboxes.lock().ok().and_then(|mut v| v.get_mut(index).and_then(Option::take));
+            let (Some(inbox), Ok(replies), Ok(setup)) =
+                (inbox, reply_tx.lock().map(|r| r.clone()), setup_tx.lock().map(|s| s.clone()))
+            else {
+                return;
+            };
+            // A path no dataflow has: activating it only unparks the thread.
+            let _ = setup.send((index, worker.sync_activator_for(vec![usize::MAX])));
+            drop(setup);
+            run_worker(worker, inbox, replies);
+        })
+        .map_err(|e| WeirError::exec(format!("starting {n} workers: {e}")))?;
+        let mut wake: Vec<Option<SyncActivator>> = (0..n).map(|_| None).collect();
+        for _ in 0..n {
+            let (i, a) = setup_rx
+                .recv_timeout(Duration::from_secs(30))
+                .map_err(|_| WeirError::exec("the workers did not start"))?;
+            wake[i] = Some(a);
+        }
+        let wake = wake.into_iter().flatten().collect();
+        Ok(Arc::new(Workers {
+            peers: n,
+            inner: Mutex::new(Inner {
+                to,
+                wake,
+                replies,
+                mailbox: HashMap::new(),
+                next_id: 0,
+                guards: Some(guards),
+            }),
+        }))
+    }
+
+    /// The number of workers.
+    pub fn peers(&self) -> usize {
+        self.peers
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
+        self.inner.lock().map_err(|_| WeirError::internal("the worker runtime's lock is poisoned"))
+    }
+
+    pub(crate) fn install(&self, plan: Arc<LogicalPlan>, status: Arc<Status>) -> Result<u64> {
+        let mut inner = self.lock()?;
+        let id = inner.next_id;
+        inner.next_id += 1;
+        for w in 0..self.peers {
+            inner.send(w, Command::Install { id, plan: plan.clone(), status: status.clone() })?;
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn feed(&self, worker: usize, id: u64, part: Part) -> Result<()> {
+        self.lock()?.send(worker, Command::Feed { id, part })
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        if let Ok(mut inner) = self.lock() {
+            for w in 0..self.peers {
+                let _ = inner.send(w, Command::Remove { id });
+            }
+            inner.mailbox.remove(&id);
+        }
+    }
+
+    /// Closes round `round` of query `id` at `frontier` and waits for its output.
+    pub(crate) fn advance(&self, id: u64, round: u64, frontier: Watermark) -> Result<Done> {
+        let mut inner = self.lock()?;
+        for w in 0..self.peers {
+            inner.send(w, Command::Advance { id, frontier })?;
+        }
+        if let Some(done) = inner.mailbox.get_mut(&id).and_then(VecDeque::pop_front) {
+            return check_round(done, round);
+        }
+        loop {
+            match inner.replies.recv_timeout(Duration::from_secs(1)) {
+                Ok(done) if done.id == id => return check_round(done, round),
+                Ok(done) => inner.mailbox.entry(done.id).or_default().push_back(done),
+                Err(RecvTimeoutError::Timeout) => {
+                    if inner.guards.is_none() {
+                        return Err(WeirError::internal("the workers stopped"));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(WeirError::internal("the workers stopped (a worker thread ended)"))
+                }
+            }
+        }
+    }
+}
+
+fn check_round(done: Done, round: u64) -> Result<Done> {
+    if done.round == round {
+        Ok(done)
+    } else {
+        Err(WeirError::internal(format!(
+            "the workers completed round {} where round {round} was expected",
+            done.round
+        )))
+    }
+}
+
+impl Inner {
+    fn send(&mut self, w: usize, cmd: Command) -> Result<()> {
+        let to = self.to.get(w).ok_or_else(|| WeirError::internal(format!("no worker {w}")))?;
+        to.send(cmd).map_err(|_| WeirError::internal("the workers stopped"))?;
+        if let Some(a) = self.wake.get(w) {
+            let _ = a.activate();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            // Closing the command channels ends each worker's loop; then join the threads.
+            inner.to.clear();
+            for a in &inner.wake {
+                let _ = a.activate();
+            }
+            if let Some(g) = inner.guards.take() {
+                let _ = g.join();
+            }
+        }
+    }
+}
+
+/// A query as installed on one worker.
+struct Installed {
+    feed: InputHandle<u64, CapacityContainerBuilder<Vec<Part>>>,
+    frontiers: Rc<RefCell<BTreeMap<u64, Watermark>>>,
+    /// Each node's next round, to forget the frontiers of rounds every node is done with.
+    progress: Vec<Rc<Cell<u64>>>,
+    dataflow: usize,
+}
+
+fn run_worker(worker: &mut Worker, inbox: Receiver<Command>, replies: Sender<Done>) {
+    let mut queries: HashMap<u64, Installed> = HashMap::new();
+    loop {
+        loop {
+            match inbox.try_recv() {
+                Ok(cmd) => handle(worker, &mut queries, cmd, &replies),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        worker.step_or_park(None);
+        for q in queries.values() {
+            let done = q.progress.iter().map(|p| p.get()).min().unwrap_or(0);
+            let mut f = q.frontiers.borrow_mut();
+            while f.first_key_value().is_some_and(|(r, _)| *r < done) {
+                f.pop_first();
+            }
+        }
+    }
+}
+
+fn handle(
+    worker: &mut Worker,
+    queries: &mut HashMap<u64, Installed>,
+    cmd: Command,
+    replies: &Sender<Done>,
+) {
+    match cmd {
+        Command::Install { id, plan, status } => {
+            let q = install(worker, id, &plan, status, replies.clone());
+            queries.insert(id, q);
+        }
+        Command::Feed { id, part } => {
+            if let Some(q) = queries.get_mut(&id) {
+                q.feed.send(part);
+            }
+        }
+        Command::Advance { id, frontier } => {
+            if let Some(q) = queries.get_mut(&id) {
+                let round = *q.feed.time();
+                q.frontiers.borrow_mut().insert(round, frontier);
+                q.feed.advance_to(round + 1);
+            }
+        }
+        Command::Remove { id } => {
+            if let Some(q) = queries.remove(&id) {
+                drop(q.feed);
+                worker.drop_dataflow(q.dataflow);
+            }
+        }
+    }
+}
+
+/// Per node of the plan, in the order `compile` adds them (inputs first): its executor schema
+/// and the base streams and tables it reads.
+fn node_facts(plan: &LogicalPlan, out: &mut Vec<(arrow::datatypes::SchemaRef, Vec<String>)>) {
+    for input in plan.inputs() {
+        node_facts(input, out);
+    }
+    out.push((exec_schema(&plan.schema()), plan.sources()));
+}
+
+/// Builds query `id`'s dataflow on this worker. A plan that does not compile here (it did on
+/// the engine's thread, so this is a bug) still gets a dataflow of the same shape, a feed and
+/// a sink, so that the workers' channels stay matched; the error fails the query.
+fn install(
+    worker: &mut Worker,
+    id: u64,
+    plan: &LogicalPlan,
+    status: Arc<Status>,
+    replies: Sender<Done>,
+) -> Installed {
+    let me = worker.index() as u32;
+    let peers = worker.peers() as u32;
+    let frontiers: Rc<RefCell<BTreeMap<u64, Watermark>>> = Rc::default();
+    let mut progress = Vec::new();
+    let sources = plan.sources();
+    let graph = compile(plan);
+    let mut facts = Vec::new();
+    node_facts(plan, &mut facts);
+    let dataflow = worker.next_dataflow_index();
+    let mut feed = InputHandle::new();
+    worker.dataflow::<u64, _, _>(|scope| {
+        let feed_stream = scope.input_from(&mut feed);
+        let root = match graph {
+            Ok(graph) => {
+                let span = runs_in_spans(plan, &graph);
+                build_nodes(
+                    scope,
+                    graph,
+                    &facts,
+                    &sources,
+                    span,
+                    (me, peers),
+                    &feed_stream,
+                    &frontiers,
+                    &status,
+                    &mut progress,
+                )
+            }
+            Err(e) => {
+                status.fail(e);
+                None
+            }
+        };
+        let root = root.unwrap_or(feed_stream);
+        progress.push(build_sink(scope, root, id, me, &frontiers, replies));
+    });
+    Installed { feed, frontiers, progress, dataflow }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_nodes<'s>(
+    scope: Scope<'s, u64>,
+    graph: weir_exec::Graph,
+    facts: &[(arrow::datatypes::SchemaRef, Vec<String>)],
+    sources: &[String],
+    span: bool,
+    (me, peers): (u32, u32),
+    feed: &Stream<'s, u64, Vec<Part>>,
+    frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
+    status: &Arc<Status>,
+    progress: &mut Vec<Rc<Cell<u64>>>,
+) -> Option<Stream<'s, u64, Vec<Part>>> {
+    let nodes = graph.into_nodes();
+    let n = nodes.len();
+    // Each node's consumer and the input it is there.
+    let mut consumer: Vec<Option<(usize, usize)>> = vec![None; n];
+    for (c, (_, inputs)) in nodes.iter().enumerate() {
+        for (k, &i) in inputs.iter().enumerate() {
+            consumer[i] = Some((c, k));
+        }
+    }
+    let mut routes = Vec::with_capacity(n);
+    for c in &consumer {
+        let route = match *c {
+            None => Ok(Route::Worker0),
+            Some((c, k)) => nodes[c].0.placement(k).map(Route::of),
+        };
+        match route {
+            Ok(r) => routes.push(r),
+            Err(e) => {
+                status.fail(e);
+                return None;
+            }
+        }
+    }
+    let mut streams: Vec<Option<Stream<'s, u64, Vec<Part>>>> = (0..n).map(|_| None).collect();
+    for (i, ((op, inputs), route)) in nodes.into_iter().zip(routes).enumerate() {
+        let placements: Result<Vec<_>> = if inputs.is_empty() {
+            op.placement(0).map(|p| vec![p])
+        } else {
+            (0..inputs.len()).map(|k| op.placement(k)).collect()
+        };
+        let placements = match placements {
+            Ok(p) => p,
+            Err(e) => {
+                status.fail(e);
+                return None;
+            }
+        };
+        let active = me == 0 || runs_everywhere(&placements);
+        let input_schemas: Vec<_> =
+            inputs.iter().filter_map(|&j| facts.get(j).map(|f| f.0.clone())).collect();
+        let leaf = inputs.is_empty().then(|| {
+            let reads = facts.get(i).map(|f| f.1.as_slice()).unwrap_or_default();
+            let own = sources
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| reads.contains(s))
+                .map(|(k, _)| k as u32)
+                .collect();
+            (sources.to_vec(), own)
+        });
+        let host = NodeHost::new(op, input_schemas, leaf, span, active, route, me, peers);
+        let mut b = OperatorBuilder::new(format!("weir node {i}"), scope);
+        let mut handles = Vec::new();
+        // Every edge is an exchange on the part's destination; a local placement addresses
+        // this worker, which timely delivers without leaving the thread's queue.
+        if inputs.is_empty() {
+            handles.push(b.new_input(feed.clone(), Exchange::new(|p: &Part| p.dest as u64)));
+        } else {
+            for &j in &inputs {
+                let s = streams[j].take()?;
+                handles.push(b.new_input(s, Exchange::new(|p: &Part| p.dest as u64)));
+            }
+        }
+        let (output, stream) = b.new_output::<Vec<Part>>();
+        let mut output = timely::dataflow::operators::generic::OutputBuilder::from(output);
+        let next = Rc::new(Cell::new(0u64));
+        progress.push(next.clone());
+        let frontiers = frontiers.clone();
+        let status = status.clone();
+        b.build(move |mut caps| {
+            let mut cap = caps.pop();
+            let mut host = host;
+            move |input_frontiers: &[MutableAntichain<u64>]| {
+                for (k, h) in handles.iter_mut().enumerate() {
+                    h.for_each(|c, data| {
+                        let round = c.least().copied().unwrap_or(0);
+                        for part in data.drain(..) {
+                            if let Err(e) = host.receive(k, round, part) {
+                                status.fail(e);
+                            }
+                        }
+                    });
+                }
+                let upto = input_frontiers
+                    .iter()
+                    .map(|f| f.frontier().first().copied().unwrap_or(u64::MAX))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                let Some(c) = cap.as_mut() else { return };
+                let rounds: Vec<(u64, Watermark)> =
+                    frontiers.borrow().range(next.get()..upto).map(|(r, f)| (*r, *f)).collect();
+                for (round, frontier) in rounds {
+                    c.downgrade(&round);
+                    match host.process(frontier) {
+                        Ok(parts) if !parts.is_empty() => {
+                            let mut out = output.activate();
+                            let mut session = out.session(c);
+                            for p in parts {
+                                session.give(p);
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => status.fail(e),
+                    }
+                    status.evaluated(host.last());
+                    next.set(round + 1);
+                }
+                if upto == u64::MAX {
+                    cap = None;
+                } else if next.get() > *c.time() {
+                    c.downgrade(&next.get());
+                }
+            }
+        });
+        streams[i] = Some(stream);
+    }
+    streams.pop().flatten()
+}
+
+/// The query's output on worker 0: collects each round's parts and replies when the round is
+/// complete.
+fn build_sink<'s>(
+    scope: Scope<'s, u64>,
+    root: Stream<'s, u64, Vec<Part>>,
+    id: u64,
+    me: u32,
+    frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
+    replies: Sender<Done>,
+) -> Rc<Cell<u64>> {
+    let mut b = OperatorBuilder::new("weir output".to_string(), scope);
+    let mut input = b.new_input(root, Exchange::new(|p: &Part| p.dest as u64));
+    let frontiers = frontiers.clone();
+    let next = Rc::new(Cell::new(0u64));
+    let progress = next.clone();
+    b.build(move |_caps| {
+        let mut pending: BTreeMap<u64, Vec<ChangeBatch>> = BTreeMap::new();
+        move |input_frontiers: &[MutableAntichain<u64>]| {
+            input.for_each(|c, data| {
+                let round = c.least().copied().unwrap_or(0);
+                let slot = pending.entry(round).or_default();
+                slot.extend(data.drain(..).filter_map(|p| p.batch));
+            });
+            let upto = input_frontiers[0].frontier().first().copied().unwrap_or(u64::MAX);
+            let rounds: Vec<u64> =
+                frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
+            for round in rounds {
+                let mut batches = Vec::new();
+                while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
+                    if let Some((_, b)) = pending.pop_first() {
+                        batches.extend(b);
+                    }
+                }
+                if me == 0 {
+                    let _ = replies.send(Done { id, round, batches });
+                }
+                next.set(round + 1);
+            }
+        }
+    });
+    progress
+}

@@ -1,0 +1,83 @@
+//! Continuous queries on several timely workers give what one worker gives, change for
+//! change (instants and diffs included), on plans that exchange rows by key, gather them on
+//! one worker, or keep them where they are.
+
+use weir::{Engine, ExecResult};
+
+/// Runs `script` on `workers` workers and returns every query's output as text lines, in
+/// the order printed.
+fn run(script: &str, workers: usize) -> Vec<String> {
+    let mut engine = Engine::new();
+    engine.set_workers(workers).expect("workers");
+    let mut subs = Vec::new();
+    let mut lines = Vec::new();
+    for stmt in weir_sql::parse_script(script).expect("parse") {
+        let text = stmt.text.clone();
+        match engine.execute_statement(stmt).expect(&text) {
+            ExecResult::Subscribed(sub) => subs.push(sub),
+            ExecResult::Rows { batches, .. } => {
+                lines.extend(batches.iter().map(|b| format!("{b:?}")))
+            }
+            _ => {}
+        }
+        poll(&subs, &mut lines);
+    }
+    engine.close_all().expect("close");
+    poll(&subs, &mut lines);
+    lines
+}
+
+fn poll(subs: &[weir::Subscription], lines: &mut Vec<String>) {
+    for (i, sub) in subs.iter().enumerate() {
+        for c in sub.poll_changes().expect("changes") {
+            lines.push(format!("q{i} {c:?}"));
+        }
+    }
+}
+
+const EVENTS: &str = "
+CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t - 2);
+CREATE TABLE names (k VARCHAR, name VARCHAR);
+INSERT INTO names VALUES ('a', 'alpha'), ('b', 'beta'), ('c', 'gamma');
+";
+
+fn same(queries: &str, inserts: &str) {
+    let script = format!("{EVENTS}{queries}{inserts}");
+    let one = run(&script, 1);
+    assert!(one.iter().any(|l| l.starts_with("q0 ")), "the query gives output: {one:?}");
+    for n in [2, 3] {
+        assert_eq!(run(&script, n), one, "{n} workers");
+    }
+}
+
+const INSERTS: &str = "
+INSERT INTO s VALUES ('a', 1, 1), ('b', 2, 1), ('a', 3, 2), ('c', 4, 3);
+INSERT INTO s VALUES ('b', 5, 4), ('a', 6, 4), ('c', 7, 6), ('a', 8, 9);
+INSERT INTO names VALUES ('d', 'delta');
+INSERT INTO s VALUES ('d', 9, 10), ('b', 10, 11), ('a', 11, 11), ('a', 12, 15);
+";
+
+#[test]
+fn grouped_aggregates_exchange_by_key() {
+    same("SELECT k, COUNT(*), SUM(v) FROM s [RANGE 3] GROUP BY k;", INSERTS);
+    same("SELECT ISTREAM k, MAX(v) FROM s [RANGE 5 SLIDE 2] GROUP BY k;", INSERTS);
+    same("SELECT COUNT(*), SUM(v) FROM s [RANGE 4];", INSERTS);
+}
+
+#[test]
+fn joins_distinct_and_filters() {
+    same(
+        "SELECT ISTREAM s.k, n.name, s.v FROM s JOIN names n ON s.k = n.k WHERE s.v > 2;",
+        INSERTS,
+    );
+    same("SELECT DISTINCT k FROM s [RANGE 2];", INSERTS);
+    same("SELECT * FROM s WHERE v % 2 = 0;", INSERTS);
+}
+
+#[test]
+fn single_worker_operators_and_every_instant() {
+    same("SELECT RSTREAM k, COUNT(*) FROM s [RANGE 3] GROUP BY k;", INSERTS);
+    same("SELECT * FROM s [ROWS 2];", INSERTS);
+    same("SELECT k, v FROM s [PARTITION BY k ROWS 1];", INSERTS);
+    same("SELECT k, v FROM s [RANGE 10] ORDER BY v DESC LIMIT 2;", INSERTS);
+}
