@@ -46,6 +46,8 @@ pub struct RunConfig {
     pub generator: Config,
     pub params: Params,
     pub input: Input,
+    /// Timely workers the query runs on (1: the engine's thread).
+    pub workers: usize,
 }
 
 /// What one run measured.
@@ -173,6 +175,7 @@ fn first_time(batch: &RecordBatch) -> Option<i64> {
 /// Runs one query. See the module docs.
 pub fn run(cfg: &RunConfig) -> Result<Report> {
     let mut engine = Engine::new();
+    engine.set_workers(cfg.workers)?;
     engine.execute(ddl())?;
     let sql = cfg.query.sql(&cfg.params);
     let sub = engine.subscribe(&sql).with_context(|| format!("starting {}: {sql}", cfg.query))?;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! weir-bench [--query q0|q1|q2|q3|q4|q5|q7|q8|all] [--events N] [--input memory|csv|json]
-//!            [--chunk N] [--rate EVENTS_PER_SEC] [--seed N] [--data DIR]
+//!            [--chunk N] [--rate EVENTS_PER_SEC] [--seed N] [--data DIR] [--workers N]
 //! weir-bench --scaling [--events N] [--ratios 1,10,60,360,3600]
 //! weir-bench --write csv|json [--events N] [--data DIR]
 //! ```
@@ -30,6 +30,7 @@ struct Args {
     scaling: bool,
     ratios: Vec<i64>,
     write: Option<Format>,
+    workers: usize,
 }
 
 fn format_of(s: &str) -> Result<Format> {
@@ -52,6 +53,7 @@ fn parse_args() -> Result<Args> {
         scaling: false,
         ratios: vec![1, 10, 60, 360, 3600],
         write: None,
+        workers: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -72,6 +74,7 @@ fn parse_args() -> Result<Args> {
             "--chunk" => a.chunk = value()?.parse()?,
             "--rate" => a.rate = value()?.parse()?,
             "--seed" => a.seed = value()?.parse()?,
+            "--workers" => a.workers = value()?.parse()?,
             "--data" => a.data = Some(PathBuf::from(value()?)),
             "--scaling" => a.scaling = true,
             "--ratios" => {
@@ -130,6 +133,7 @@ fn main() -> Result<()> {
             generator: generator.clone(),
             params: Params::default(),
             input: input.clone(),
+            workers: a.workers,
         };
         let report = run(&cfg)?;
         println!("{}", report.line());

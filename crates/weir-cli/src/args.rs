@@ -39,6 +39,9 @@ Options:
   --subscriber-buffer N
                   with serve: rows that may wait for one slow subscriber before its
                   subscription is ended (default 1000000)
+  --workers N     run continuous queries on N timely workers, threads of this process
+                  (default 1: the calling thread; docs/architecture.md); not yet with
+                  --data-dir
   -c SQL          run SQL instead of a file
   -h, --help      this help
   -V, --version   the version
@@ -78,6 +81,8 @@ pub struct Args {
     /// `serve --tls-cert` and `--tls-key`.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// `--workers`.
+    pub workers: usize,
 }
 
 /// Parses the arguments after the program name.
@@ -92,6 +97,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut file_dir = None;
     let mut tls_cert = None;
     let mut tls_key = None;
+    let mut workers = 1;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -122,6 +128,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                     file_dir,
                     tls_cert,
                     tls_key,
+                    workers,
                 });
             }
             "--listen" => {
@@ -154,6 +161,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
                     Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
                         format!("--subscriber-buffer: '{v}' is not a positive number")
                     })?);
+            }
+            "--workers" => {
+                let v = args.next().ok_or("--workers needs a number, e.g. --workers 2")?;
+                let v = v.to_string_lossy();
+                workers = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("--workers: '{v}' is not a positive number of workers")
+                })?;
             }
             "--data-dir" => {
                 let v = args.next().ok_or("--data-dir needs a directory")?;
@@ -205,6 +219,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     if tls_cert.is_some() != tls_key.is_some() {
         return Err("--tls-cert and --tls-key go together".into());
     }
+    if workers > 1 && data_dir.is_some() {
+        return Err("--workers above 1 does not take --data-dir yet: checkpoints of queries on \
+                    several workers are not supported"
+            .into());
+    }
     Ok(Args {
         command,
         format,
@@ -216,6 +235,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
         file_dir,
         tls_cert,
         tls_key,
+        workers,
     })
 }
 
@@ -240,6 +260,7 @@ mod tests {
             file_dir: None,
             tls_cert: None,
             tls_key: None,
+            workers: 1,
         };
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(

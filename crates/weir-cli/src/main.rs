@@ -85,6 +85,7 @@ fn serve(args: &Args) -> Result<(), Failure> {
         checkpoint_interval: args.checkpoint_interval,
         file_dir: args.file_dir.clone(),
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        workers: args.workers,
         ..Default::default()
     };
     if let Some(addr) = args.listen {
@@ -124,7 +125,9 @@ fn write_stdout(text: &str) -> Result<(), Failure> {
 /// (reported on standard error) and checkpointing into it. Whether a checkpoint was restored.
 fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure> {
     let Some(dir) = &args.data_dir else {
-        return Ok((Session::new(args.format, out, false), false));
+        let mut engine = weir::Engine::new();
+        engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
+        return Ok((Session::with_engine(engine, args.format, out, false), false));
     };
     let (mut engine, recovery) =
         weir::Engine::open(dir).map_err(|e| Failure::Statement(e.to_string()))?;

@@ -621,7 +621,11 @@ pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
     let mut intro =
         format!("Weir {} (type \\help for help, \\q to quit)\n", env!("CARGO_PKG_VERSION"));
     let mut session = match &args.data_dir {
-        None => Session::new(format, Vec::new(), true),
+        None => {
+            let mut engine = weir::Engine::new();
+            engine.set_workers(args.workers)?;
+            Session::with_engine(engine, format, Vec::new(), true)
+        }
         Some(dir) => {
             let (mut engine, recovery) = weir::Engine::open(dir)?;
             engine.set_checkpoint_interval(args.checkpoint_interval);

@@ -79,6 +79,7 @@ pub struct Session<W: Write> {
 }
 
 impl<W: Write> Session<W> {
+    #[cfg(test)]
     pub fn new(format: Format, out: W, interactive: bool) -> Self {
         Session::with_engine(Engine::new(), format, out, interactive)
     }

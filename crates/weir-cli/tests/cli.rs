@@ -342,6 +342,26 @@ fn auction_example_runs_in_every_format() {
 }
 
 #[test]
+fn examples_give_the_same_output_on_two_and_three_workers() {
+    for file in ["auction.sql", "messy_bids.sql", "ticks.sql"] {
+        let one = weir(&["run", &example(file)], None);
+        assert_eq!(one.code, 0, "{file}: {}", one.stderr);
+        for n in ["2", "3"] {
+            let many = weir(&["run", &example(file), "--workers", n], None);
+            assert_eq!(
+                (many.code, &many.stdout, &many.stderr),
+                (0, &one.stdout, &one.stderr),
+                "{file} on {n}"
+            );
+        }
+    }
+    let r = weir(&["--workers", "0", "-c", "SELECT 1"], None);
+    assert!(r.stderr.contains("'0' is not a positive number of workers"), "{}", r.stderr);
+    let r = weir(&["--workers", "2", "--data-dir", "d", "-c", "SELECT 1"], None);
+    assert!(r.stderr.contains("does not take --data-dir yet"), "{}", r.stderr);
+}
+
+#[test]
 fn error_positions_count_from_the_start_of_stdin() {
     let r = weir(
         &[],

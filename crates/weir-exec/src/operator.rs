@@ -91,6 +91,13 @@ pub trait Operator: Send + std::fmt::Debug {
         Ok(Placement::Single)
     }
 
+    /// Whether each output row at τ comes from input rows at τ alone (a row map, a union, a
+    /// scan), so that input split among workers by instant gives output split by instant. An
+    /// operator with state that changes its output later (a window's expiry) does not.
+    fn keeps_instants(&self) -> bool {
+        false
+    }
+
     /// Writes this operator's own state between steps, as sections (see [`crate::state`]).
     /// Stateless operators write nothing.
     fn save_state(&self, w: &mut StateWriter) -> Result<()>;

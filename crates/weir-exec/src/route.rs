@@ -9,6 +9,10 @@
 //!   time windows, UNION ALL), so a row can stay on the worker that has it;
 //! - [`Placement::Keyed`]: rows with equal keys must meet on one worker (grouping, join and
 //!   DISTINCT keys), so each row goes to the worker its key's hash names;
+//! - [`Placement::ByInstant`]: the rows of one instant must meet on one worker, whatever their
+//!   key (ISTREAM and DSTREAM consolidate and order each instant's changes); the sources are
+//!   split among the workers that way ([`instant_worker`]), so a plan that reaches such an
+//!   operator without an exchange on a key keeps its rows where they are;
 //! - [`Placement::Single`]: every row on one worker, worker 0 (an order over the whole input,
 //!   such as a `ROWS` window or an unpartitioned top-k, or a view of every instant, as
 //!   RSTREAM has).
@@ -29,7 +33,17 @@ use crate::row::{EncodedRows, RowCodec};
 pub enum Placement {
     Local,
     Keyed(KeyRoute),
+    ByInstant,
     Single,
+}
+
+/// The worker that holds the rows stamped `t` among `peers` workers when rows are split by
+/// instant (a source's rows, and the input of a [`Placement::ByInstant`] operator).
+pub fn instant_worker(t: weir_common::Time, peers: usize) -> usize {
+    if peers <= 1 {
+        return 0;
+    }
+    (mix(t as u64) % peers as u64) as usize
 }
 
 /// How an input's rows are keyed for routing: the key expressions and the codec their values

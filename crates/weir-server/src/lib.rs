@@ -65,6 +65,8 @@ pub struct Config {
     /// A PEM certificate chain and private key: clients may then connect with TLS
     /// (`sslmode=require`).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Timely workers the continuous queries run on (1: the engine's thread).
+    pub workers: usize,
 }
 
 impl Default for Config {
@@ -81,6 +83,7 @@ impl Default for Config {
             file_dir: None,
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             tls: None,
+            workers: 1,
         }
     }
 }
@@ -150,6 +153,7 @@ impl Server {
             }
             None => weir::Engine::new(),
         };
+        engine.set_workers(config.workers)?;
         if let Some(dir) = &config.base_dir {
             engine.set_base_dir(dir);
         }

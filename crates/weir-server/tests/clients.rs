@@ -134,7 +134,17 @@ async fn statements_rows_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_in_feeds_a_subscription_streamed_to_another_client() {
-    let addr = start(Config::default()).await;
+    copy_in_case(Config::default()).await;
+}
+
+/// `weir serve --workers 2`: the same changes as on one worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_two_workers_a_subscription_sees_what_one_worker_gives() {
+    copy_in_case(Config { workers: 2, ..Config::default() }).await;
+}
+
+async fn copy_in_case(config: Config) {
+    let addr = start(config).await;
     let writer = connect(addr).await;
     let watcher = connect(addr).await;
     writer

@@ -25,7 +25,7 @@ use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::consolidate::consolidate_runs;
 use weir_exec::query::runs_in_spans;
-use weir_exec::route::mix;
+use weir_exec::route::instant_worker;
 use weir_exec::row::RowCodec;
 use weir_exec::{OutputKind, QueryRunner};
 use weir_plan::{LogicalPlan, PlanKind};
@@ -207,25 +207,43 @@ impl Hosted {
         }
         let source = self.source_index(source)?;
         let batch = batch.sort_by_time()?;
-        let peers = self.workers.peers();
-        let mut per: Vec<Vec<u32>> = vec![Vec::new(); peers];
-        let mut instants = Vec::new();
-        for (i, &t) in batch.times.iter().enumerate() {
-            per[(mix(t as u64) % peers as u64) as usize].push(i as u32);
-            if !self.span && instants.last() != Some(&t) {
-                instants.push(t);
-            }
+        let first = batch.times[0];
+        // Instant by instant, worker 0 is told every instant of the batch.
+        let mut instants: Vec<Time> = Vec::new();
+        if !self.span {
+            instants = batch.times.clone();
+            instants.dedup();
         }
-        for (w, idx) in per.into_iter().enumerate() {
-            let rows = if idx.len() == batch.len() {
-                Some(batch.clone())
-            } else if idx.is_empty() {
-                None
-            } else {
-                Some(batch.take(&idx)?)
-            };
+        let peers = self.workers.peers();
+        // Each row's worker by its instant; the batch reordered so that each worker's rows are
+        // one slice (a stable order: by time within a worker), which costs one copy of the
+        // rows and none when they all go to one worker.
+        let dest: Vec<usize> = batch.times.iter().map(|&t| instant_worker(t, peers)).collect();
+        let mut counts = vec![0usize; peers];
+        for &d in &dest {
+            counts[d] += 1;
+        }
+        let batch = if counts.iter().filter(|&&c| c > 0).count() > 1 {
+            let mut start = vec![0usize; peers];
+            for w in 1..peers {
+                start[w] = start[w - 1] + counts[w - 1];
+            }
+            let mut order = vec![0u32; batch.len()];
+            let mut next = start.clone();
+            for (i, &d) in dest.iter().enumerate() {
+                order[next[d]] = i as u32;
+                next[d] += 1;
+            }
+            batch.take(&order)?
+        } else {
+            batch
+        };
+        let mut offset = 0;
+        for (w, &count) in counts.iter().enumerate() {
+            let rows = (count > 0).then(|| batch.slice(offset, count));
+            offset += count;
             let ticks: Vec<(Time, bool)> = if self.span {
-                vec![(batch.times[0], true)]
+                vec![(first, true)]
             } else if w == 0 {
                 std::mem::take(&mut instants).into_iter().map(|t| (t, true)).collect()
             } else {

@@ -45,6 +45,7 @@ use timely::WorkerConfig;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::query::runs_in_spans;
+use weir_exec::route::Placement;
 use weir_plan::LogicalPlan;
 
 use crate::node::{runs_everywhere, NodeHost, Route};
@@ -396,42 +397,18 @@ fn build_nodes<'s>(
 ) -> Option<Stream<'s, u64, Vec<Part>>> {
     let nodes = graph.into_nodes();
     let n = nodes.len();
-    // Each node's consumer and the input it is there.
-    let mut consumer: Vec<Option<(usize, usize)>> = vec![None; n];
-    for (c, (_, inputs)) in nodes.iter().enumerate() {
-        for (k, &i) in inputs.iter().enumerate() {
-            consumer[i] = Some((c, k));
+    let (routes, everywhere) = match layout(&nodes) {
+        Ok(l) => l,
+        Err(e) => {
+            status.fail(e);
+            return None;
         }
-    }
-    let mut routes = Vec::with_capacity(n);
-    for c in &consumer {
-        let route = match *c {
-            None => Ok(Route::Worker0),
-            Some((c, k)) => nodes[c].0.placement(k).map(Route::of),
-        };
-        match route {
-            Ok(r) => routes.push(r),
-            Err(e) => {
-                status.fail(e);
-                return None;
-            }
-        }
-    }
+    };
     let mut streams: Vec<Option<Stream<'s, u64, Vec<Part>>>> = (0..n).map(|_| None).collect();
-    for (i, ((op, inputs), route)) in nodes.into_iter().zip(routes).enumerate() {
-        let placements: Result<Vec<_>> = if inputs.is_empty() {
-            op.placement(0).map(|p| vec![p])
-        } else {
-            (0..inputs.len()).map(|k| op.placement(k)).collect()
-        };
-        let placements = match placements {
-            Ok(p) => p,
-            Err(e) => {
-                status.fail(e);
-                return None;
-            }
-        };
-        let active = me == 0 || runs_everywhere(&placements);
+    for (i, (((op, inputs), route), everywhere)) in
+        nodes.into_iter().zip(routes).zip(everywhere).enumerate()
+    {
+        let active = me == 0 || everywhere;
         let input_schemas: Vec<_> =
             inputs.iter().filter_map(|&j| facts.get(j).map(|f| f.0.clone())).collect();
         let leaf = inputs.is_empty().then(|| {
@@ -511,6 +488,52 @@ fn build_nodes<'s>(
         streams[i] = Some(stream);
     }
     streams.pop().flatten()
+}
+
+/// Where each node's output goes, and whether each node runs on every worker (else on worker
+/// 0 only), from the operators' placements of their inputs. A node's output is split by
+/// instant (every row of an instant on one worker) if it runs on worker 0 only, or if its
+/// output rows at τ come from its input rows at τ ([`weir_exec::Operator::keeps_instants`]:
+/// a scan of a source, which is split so, a row map, a union) and each input reached it split
+/// by instant; a consumer that needs its input so ([`Placement::ByInstant`]) then gets it
+/// without an exchange.
+fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<Route>, Vec<bool>)> {
+    let n = nodes.len();
+    let mut consumer: Vec<Option<(usize, usize)>> = vec![None; n];
+    for (c, (_, inputs)) in nodes.iter().enumerate() {
+        for (k, &i) in inputs.iter().enumerate() {
+            consumer[i] = Some((c, k));
+        }
+    }
+    let mut everywhere = Vec::with_capacity(n);
+    let mut split = Vec::with_capacity(n);
+    let mut arrives_split: Vec<Vec<bool>> = vec![Vec::new(); n];
+    let mut routes = Vec::with_capacity(n);
+    for (i, (op, inputs)) in nodes.iter().enumerate() {
+        let placements: Vec<Placement> = if inputs.is_empty() {
+            vec![op.placement(0)?]
+        } else {
+            (0..inputs.len()).map(|k| op.placement(k)).collect::<Result<_>>()?
+        };
+        let all = runs_everywhere(&placements);
+        everywhere.push(all);
+        split.push(!all || (op.keeps_instants() && arrives_split[i].iter().all(|&s| s)));
+        let route = match consumer[i] {
+            None => Route::Worker0,
+            Some((c, k)) => {
+                let route = Route::of(nodes[c].0.placement(k)?, split[i]);
+                let arrives = match route {
+                    Route::Here => split[i],
+                    Route::ByInstant | Route::Worker0 => true,
+                    Route::Keyed(_) => false,
+                };
+                arrives_split[c].push(arrives);
+                route
+            }
+        };
+        routes.push(route);
+    }
+    Ok((routes, everywhere))
 }
 
 /// The query's output on worker 0: collects each round's parts and replies when the round is

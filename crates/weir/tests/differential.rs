@@ -1761,9 +1761,15 @@ fn table_sql(t: i64, op: TableOp) -> String {
 /// Table changes at τ are applied after the stream elements stamped ≤ τ and before later ones,
 /// so that they happen exactly at τ; batches never straddle a table change. The batches of two
 /// streams are interleaved by their first timestamps.
-fn run(case: &Case, input: &Input, batch: usize) -> Result<(PlanKind, Vec<Change>), String> {
+fn run(
+    case: &Case,
+    input: &Input,
+    batch: usize,
+    workers: usize,
+) -> Result<(PlanKind, Vec<Change>), String> {
     let err = |what: &str, e: weir::WeirError| format!("{what}: {e}");
     let mut e = Engine::new();
+    e.set_workers(workers).map_err(|x| err("workers", x))?;
     e.execute(&ddl(input)).map_err(|x| err("DDL", x))?;
     if !case.setup.is_empty() {
         e.execute(&case.setup).map_err(|x| err("setup", x))?;
@@ -1861,25 +1867,29 @@ fn show_els(els: &[El]) -> String {
     els.iter().map(|e| format!("({},{})@{}", e.k, txt(e.v), e.t)).collect::<Vec<_>>().join(" ")
 }
 
-/// Runs the case at every batch size and checks the engine against the oracle.
+/// Runs the case at every batch size on one worker, and at batch size 3 on two, and checks
+/// the engine against the oracle.
 fn check(case: &Case, input: &Input) -> Result<(), TestCaseError> {
     let mut runs = Vec::new();
-    for b in BATCH_SIZES {
-        match run(case, input, b) {
+    let configs: Vec<(usize, usize)> =
+        BATCH_SIZES.iter().map(|&b| (b, 1)).chain([(3, 2)]).collect();
+    for &(b, w) in &configs {
+        match run(case, input, b, w) {
             Ok(r) => runs.push(r),
             Err(e) => {
                 return Err(TestCaseError::fail(format!(
-                    "engine error at batch size {b}: {e}\n{}",
+                    "engine error at batch size {b} on {w} workers: {e}\n{}",
                     describe(case, input, &[])
                 )))
             }
         }
     }
     let (kind, changes) = runs[0].clone();
-    for (b, r) in BATCH_SIZES.iter().zip(&runs).skip(1) {
+    for ((b, w), r) in configs.iter().zip(&runs).skip(1) {
         if r.1 != changes {
             return Err(TestCaseError::fail(format!(
-                "batch size {b} gives different changes than batch size 1\n{}batch size {b}:\n{}",
+                "batch size {b} on {w} workers gives different changes than batch size 1 on \
+                 one\n{}batch size {b}, {w} workers:\n{}",
                 describe(case, input, &changes),
                 r.1.iter().map(|c| format!("  {c}\n")).collect::<String>()
             )));

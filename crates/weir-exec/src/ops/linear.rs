@@ -57,4 +57,8 @@ impl<M: RowMap> Operator for Linear<M> {
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)
     }
+
+    fn keeps_instants(&self) -> bool {
+        true
+    }
 }

@@ -29,6 +29,7 @@ use weir_plan::R2S;
 use crate::consolidate::{net_diffs, to_batch};
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
+use crate::route::Placement;
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
@@ -76,6 +77,12 @@ impl Operator for ToStream {
     }
 
     /// State: section `to_stream`, RSTREAM's relation (`row`, `count`; empty otherwise).
+    /// ISTREAM and DSTREAM consolidate each instant on its own: an instant's rows together.
+    /// RSTREAM keeps the relation across instants and reports all of it: on one worker.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(if self.op == R2S::Rstream { Placement::Single } else { Placement::ByInstant })
+    }
+
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         put_counts(w, "to_stream", &self.signature(), &self.relation)
     }

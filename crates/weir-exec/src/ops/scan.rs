@@ -57,4 +57,8 @@ impl Operator for Scan {
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)
     }
+
+    fn keeps_instants(&self) -> bool {
+        true
+    }
 }

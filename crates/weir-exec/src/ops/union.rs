@@ -55,4 +55,8 @@ impl Operator for UnionAll {
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)
     }
+
+    fn keeps_instants(&self) -> bool {
+        true
+    }
 }
