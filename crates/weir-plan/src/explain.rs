@@ -50,12 +50,7 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             s
         }
         LogicalPlan::Aggregate { group, aggs, .. } => {
-            let aggs = aggs.iter().map(|a| match &a.arg {
-                None => "count(*)".to_string(),
-                Some(e) => {
-                    format!("{}({}{e})", a.func, if a.distinct { "DISTINCT " } else { "" })
-                }
-            });
+            let aggs = aggs.iter().map(|a| a.to_string());
             format!(
                 "Aggregate: group=[{}] aggs=[{}]",
                 list(group.iter().map(|e| e.to_string())),

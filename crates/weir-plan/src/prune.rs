@@ -123,7 +123,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::Aggregate { group, aggs, input, schema: s } => {
             let in_schema = input.schema();
             let mut need = Cols::new();
-            for e in group.iter().chain(aggs.iter().filter_map(|a| a.arg.as_ref())) {
+            for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
                 expr_columns(e, &in_schema, &mut need);
             }
             let (input, _) = narrow(input, &need)?;
@@ -550,7 +550,7 @@ mod tests {
         let j = join(JoinKind::LeftSemi, a(), b(), (col("a.id"), col("b.aid")));
         let plan = Arc::new(LogicalPlan::Aggregate {
             group: vec![],
-            aggs: vec![AggCall { func: AggFunc::CountStar, arg: None, distinct: false }],
+            aggs: vec![AggCall::new(AggFunc::CountStar, None, false)],
             schema: Arc::new(
                 DFSchema::try_from(Schema::new(vec![Field::new("c", DataType::Int64, true)]))
                     .unwrap(),

@@ -204,7 +204,8 @@ pub(super) fn window_null_order(q: &mut sql::Query) {
 /// it an invalid function, as it looks for it among scalar functions).
 pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
     use sqlparser::ast::visit_expressions;
-    const WINDOW_ONLY: [&str; 11] = [
+    // FIRST_VALUE and LAST_VALUE are aggregates too (`FIRST_VALUE(x ORDER BY t)`).
+    const WINDOW_ONLY: [&str; 9] = [
         "row_number",
         "rank",
         "dense_rank",
@@ -213,8 +214,6 @@ pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
         "ntile",
         "lag",
         "lead",
-        "first_value",
-        "last_value",
         "nth_value",
     ];
     let found = visit_expressions(q, |e| match e {

@@ -100,7 +100,7 @@ impl Acc {
                     self.max = v.clone();
                 }
             }
-            AggFunc::CountStar | AggFunc::Count => {}
+            _ => {}
         }
         Ok(())
     }
@@ -114,6 +114,7 @@ impl Acc {
             AggFunc::Avg => ScalarValue::Float64(Some(self.fsum / self.count as f64)),
             AggFunc::Min => self.min.clone(),
             AggFunc::Max => self.max.clone(),
+            other => return Err(WeirError::internal(format!("{other} is not an OVER aggregate"))),
         };
         v.cast_to(&spec.out_type).map_err(df)
     }
