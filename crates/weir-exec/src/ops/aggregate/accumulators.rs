@@ -324,11 +324,9 @@ impl Aggregate {
                 }
                 Acc::Count(n) => Out::Int(*n),
                 Acc::Bool { trues, falses } if *trues + *falses <= 0 => Out::Null,
-                Acc::Bool { trues, falses } => Out::Bool(if spec.func == AggFunc::BoolAnd {
-                    *falses <= 0
-                } else {
-                    *trues > 0
-                }),
+                Acc::Bool { trues, falses } => {
+                    Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })
+                }
                 Acc::Ordered { elements } => ordered_output(spec, elements)?,
                 Acc::Sum { n, .. } | Acc::Avg { n, .. } if *n <= 0 => Out::Null,
                 Acc::Sum { sum, .. } => match sum {
@@ -384,7 +382,8 @@ impl Aggregate {
             }
             Kind::Scalar => {
                 let ty = ordered_type(spec);
-                let null = ScalarValue::try_from(&ty).map_err(|e| WeirError::exec(e.to_string()))?;
+                let null =
+                    ScalarValue::try_from(&ty).map_err(|e| WeirError::exec(e.to_string()))?;
                 let scalars = vals.iter().map(|v| match v {
                     Out::Scalar(s) => s.as_ref().clone(),
                     _ => null.clone(),
@@ -440,7 +439,10 @@ fn ordered_type(spec: &AggSpec) -> DataType {
 
 /// The value of an ordered aggregate over its elements, in their order: a NULL over none.
 /// O(elements) for STRING_AGG and ARRAY_AGG, O(1) for FIRST_VALUE and LAST_VALUE.
-fn ordered_output(spec: &AggSpec, elements: &BTreeMap<RowBytes, (i64, ScalarValue)>) -> Result<Out> {
+fn ordered_output(
+    spec: &AggSpec,
+    elements: &BTreeMap<RowBytes, (i64, ScalarValue)>,
+) -> Result<Out> {
     let present = || elements.values().filter(|(c, _)| *c > 0);
     let scalar = |v: ScalarValue| Out::Scalar(Box::new(v));
     Ok(match spec.func {

@@ -293,10 +293,7 @@ impl Aggregate {
                             .ok_or_else(|| WeirError::internal("min/max keys"))?;
                         values.insert_restored(k, nonzero(name, counts[i])?)
                     }
-                    (
-                        "aggregate.values",
-                        Some(AccState { acc: Acc::Ordered { elements }, .. }),
-                    ) => {
+                    ("aggregate.values", Some(AccState { acc: Acc::Ordered { elements }, .. })) => {
                         let v = a
                             .and_then(|a| ordered[a].next())
                             .ok_or_else(|| WeirError::internal("ordered elements"))?;

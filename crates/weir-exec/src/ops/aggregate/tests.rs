@@ -303,7 +303,12 @@ fn rich_aggregate() -> Aggregate {
             filter: Some(c(&v.clone().gt(lit(2i64)))),
             ..AggSpec::plain(AggFunc::CountStar, None, DataType::Null, false)
         },
-        AggSpec::plain(AggFunc::BoolAnd, Some(c(&v.clone().gt(lit(2i64)))), DataType::Boolean, false),
+        AggSpec::plain(
+            AggFunc::BoolAnd,
+            Some(c(&v.clone().gt(lit(2i64)))),
+            DataType::Boolean,
+            false,
+        ),
         AggSpec {
             order: vec![desc(true)],
             separator: Some(",".into()),
