@@ -47,7 +47,7 @@ use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
     check_number_literals, check_window_calls, name_duplicate_columns, timestamps_in_micros,
-    window_null_order,
+    typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -205,6 +205,7 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         .strip_prefix("Cast error: ")
         .unwrap_or(msg.strip_prefix("Arrow error: ").unwrap_or(&msg))
         .to_string();
+    let msg = no_function_match(&msg).unwrap_or(msg);
     let msg = msg
         .strip_prefix("Error during planning: ")
         .or_else(|| msg.strip_prefix("Schema error: "))
@@ -212,6 +213,65 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         .unwrap_or(&msg)
         .to_string();
     WeirError::plan(msg)
+}
+
+/// DataFusion reports a call that matches no signature of its function (`substr(s, 1, 11.0)`,
+/// `SUM` over a TIMESTAMP) as an "Internal error ... likely caused by a bug in DataFusion's
+/// code" (or that coercion failed): it is the user's type mistake. Keeps the part that says
+/// so, with the candidate signatures.
+fn no_function_match(msg: &str) -> Option<String> {
+    const MARK: &str = "No function matches the given name and argument types ";
+    if !msg.contains("Internal error") && !msg.contains("Failed to coerce arguments") {
+        return None;
+    }
+    let at = msg.find(MARK)?;
+    let rest = &msg[at + MARK.len()..];
+    let (call, rest) = rest.split_once(". You might need to add explicit type casts.")?;
+    let candidates: Vec<&str> = rest
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Candidate functions"))
+        .collect();
+    let mut out = format!("no function matches the argument types of {call}: add explicit casts");
+    if !candidates.is_empty() {
+        out.push_str(&format!(" (candidates: {})", candidates.join("; ")));
+    }
+    Some(out)
+}
+
+/// The span of the first call of function `name` in `q`, to place an error about it.
+fn function_span(q: &sql::Query, name: &str) -> Option<Span> {
+    let found = sql::visit_expressions(q, |e| match e {
+        sql::Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case(name) => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(f))
+        }
+        // sqlparser has its own node for SUBSTR/SUBSTRING.
+        sql::Expr::Substring { .. } if matches!(name, "substr" | "substring") => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(e))
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break(span) => Span::from_sql(span),
+        std::ops::ControlFlow::Continue(()) => None,
+    }
+}
+
+/// Places an error about a function call without a position (see [`no_function_match`]) at the
+/// call's first appearance in `q`.
+fn place_function_error(e: WeirError, q: &sql::Query) -> WeirError {
+    let WeirError::Plan(d) = &e else { return e };
+    if d.span.is_some() {
+        return e;
+    }
+    let Some(call) = d.message.strip_prefix("no function matches the argument types of '") else {
+        return e;
+    };
+    let Some(name) = call.split('(').next() else { return e };
+    match function_span(q, name) {
+        Some(span) => WeirError::plan_at(d.message.clone(), Some(span)),
+        None => e,
+    }
 }
 
 impl<'a> Binder<'a> {
@@ -223,7 +283,8 @@ impl<'a> Binder<'a> {
     pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
-        let df = self.plan_sql(&q.query, &q.windows)?;
+        let df =
+            self.plan_sql(&q.query, &q.windows).map_err(|e| place_function_error(e, &q.query))?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
         // Joins store whole input rows: each input keeps only the columns used above it.
         let plan = weir_plan::prune(&plan)?;
@@ -265,9 +326,13 @@ impl<'a> Binder<'a> {
         let mut query = query.clone();
         timestamps_in_micros(&mut query);
         window_null_order(&mut query);
+        typed_null_aggregate_args(&mut query);
         let plan =
             match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
-                Err(e) if e.to_string().contains("Projections require unique expression names") => {
+                Err(e)
+                    if e.to_string().contains("Projections require unique expression names")
+                        || e.to_string().contains("which would be ambiguous") =>
+                {
                     // SQL allows repeated output names; DataFusion does not. Name the columns after
                     // their SQL text and plan again.
                     let mut query = query.clone();

@@ -9,9 +9,9 @@ use sqlparser::ast as sql;
 use crate::parser::{object_name, WINDOW_PREFIX};
 
 /// SQL allows two output columns with the same name (`SELECT 1, 1`, `SELECT v, v`, two scalar
-/// subqueries); DataFusion's planner does not. Every unaliased expression is named after its
-/// SQL text, and a name that repeats an earlier one gets a suffix `:n` (n = 2, 3, ...), in
-/// every SELECT of the query.
+/// subqueries, `SELECT x.a, SUM(x.b) AS a`); DataFusion's planner does not. Every unaliased
+/// expression is named after its SQL text, and a name (an alias too) that repeats an earlier one
+/// gets a suffix `:n` (n = 2, 3, ...), in every SELECT of the query.
 pub(super) fn name_duplicate_columns(q: &mut sql::Query) {
     if let Some(with) = &mut q.with {
         for cte in &mut with.cte_tables {
@@ -52,7 +52,13 @@ fn name_duplicates_in(body: &mut sql::SetExpr) {
                         (name, Some(e.clone()))
                     }
                     sql::SelectItem::ExprWithAlias { alias, .. } => {
-                        (alias.value.to_ascii_lowercase(), None)
+                        let name = alias.value.to_ascii_lowercase();
+                        let n = seen.entry(name.clone()).or_insert(0);
+                        *n += 1;
+                        if *n > 1 {
+                            *alias = sql::Ident::with_quote('"', format!("{name}:{n}"));
+                        }
+                        continue;
                     }
                     _ => continue,
                 };
@@ -261,4 +267,33 @@ pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
         )),
         std::ops::ControlFlow::Continue(()) => Ok(()),
     }
+}
+
+/// `SUM(NULL)`, `SUM(DISTINCT NULL)`, `AVG(NULL)`: SQL gives NULL (no non-NULL value), while
+/// DataFusion has no SUM or AVG over its NULL type. The NULL argument becomes a `BIGINT` NULL.
+pub(super) fn typed_null_aggregate_args(q: &mut sql::Query) {
+    use sqlparser::ast::{visit_expressions_mut, FunctionArg, FunctionArgExpr, FunctionArguments};
+    let _ = visit_expressions_mut(q, |e| {
+        if let sql::Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if matches!(name.as_str(), "sum" | "avg" | "mean") {
+                if let FunctionArguments::List(list) = &mut f.args {
+                    if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] =
+                        list.args.as_mut_slice()
+                    {
+                        if matches!(arg, sql::Expr::Value(v) if v.value == sql::Value::Null) {
+                            *arg = sql::Expr::Cast {
+                                kind: sql::CastKind::Cast,
+                                expr: Box::new(arg.clone()),
+                                data_type: sql::DataType::BigInt(None),
+                                array: false,
+                                format: None,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }

@@ -140,8 +140,28 @@ fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
     let (name, span) = c.ident("a column name")?;
     let mut p = sub_parser(c.rest())?;
     let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
-    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced.
+    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced. Anything
+    // else after the type (a missing comma: `b TIMESTAMP c BOOLEAN`) is an error, not a
+    // column silently dropped.
+    while p.parse_optional_column_option().map_err(|e| sql_err(e, elem))?.is_some() {}
+    let rest = c.rest();
+    let used = rest.len() - remaining(&mut p);
+    if let Some(t) = rest.get(used) {
+        return Err(WeirError::syntax_at(
+            format!("expected ',' or ')' after the type of column '{name}', found {}", t.token),
+            tok_span(t),
+        ));
+    }
     Ok(ColumnAst { name, data_type, span })
+}
+
+/// How many of a sub-parser's tokens are left (its end-of-input token not counted).
+fn remaining(p: &mut sqlparser::parser::Parser<'_>) -> usize {
+    let mut n = 0;
+    while p.peek_nth_token(n).token != Token::EOF {
+        n += 1;
+    }
+    n
 }
 
 fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
