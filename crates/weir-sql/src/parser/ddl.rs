@@ -187,6 +187,7 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
 }
 
 pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    let toks = &keyword_column_names(toks);
     let mut p = sub_parser(toks)?;
     let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
     if let Err(e) = p.expect_token(&Token::EOF) {
@@ -216,6 +217,44 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
         }
         _ => Err(WeirError::plan_at("expected CREATE TABLE", span)),
     }
+}
+
+/// sqlparser reads a column list element starting with `KEY` or `INDEX` as MySQL's index
+/// declaration (`KEY idx (col)`), so `CREATE TABLE t (id INT, key VARCHAR)` would not parse,
+/// though PostgreSQL takes `key` as a column name. An element `KEY <word>` or `INDEX <word>`
+/// not followed by `(` declares a column: its name is marked quoted (with its lowercase
+/// spelling, as an unquoted name is normalized), so it is read as a name.
+fn keyword_column_names(toks: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
+    let mut out = toks.to_vec();
+    let mut depth = 0usize;
+    let significant: Vec<usize> =
+        (0..toks.len()).filter(|&i| !matches!(toks[i].token, Token::Whitespace(_))).collect();
+    for (j, &i) in significant.iter().enumerate() {
+        match &toks[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        let starts_element = depth == 1
+            && j > 0
+            && matches!(toks[significant[j - 1]].token, Token::LParen | Token::Comma);
+        if !starts_element {
+            continue;
+        }
+        let Token::Word(w) = &toks[i].token else { continue };
+        let is_index_word = w.quote_style.is_none()
+            && (w.value.eq_ignore_ascii_case("key") || w.value.eq_ignore_ascii_case("index"));
+        let next = significant.get(j + 1).map(|&n| &toks[n].token);
+        let after = significant.get(j + 2).map(|&n| &toks[n].token);
+        if is_index_word && matches!(next, Some(Token::Word(_))) && after != Some(&Token::LParen) {
+            let mut quoted = w.clone();
+            quoted.value = w.value.to_ascii_lowercase();
+            quoted.quote_style = Some('"');
+            quoted.keyword = sqlparser::keywords::Keyword::NoKeyword;
+            out[i].token = Token::Word(quoted);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
