@@ -74,7 +74,9 @@ fn functions() -> &'static Functions {
     static F: OnceLock<Functions> = OnceLock::new();
     F.get_or_init(|| {
         let mut scalar = BTreeMap::new();
-        for f in datafusion_functions::all_default_functions() {
+        // The list functions (array_length, array_element, ...): DataFusion's own library.
+        let nested = datafusion_functions_nested::all_default_nested_functions();
+        for f in datafusion_functions::all_default_functions().into_iter().chain(nested) {
             for alias in f.aliases() {
                 scalar.insert(alias.clone(), f.clone());
             }
@@ -91,6 +93,9 @@ fn functions() -> &'static Functions {
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            // List literals (`[1, 2]`), `||` on lists, and indexing (`regexp_match(...)[2]`).
+            Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
+            Arc::new(datafusion_functions_nested::planner::FieldAccessPlanner),
         ];
         let window = window_udf::known_window_functions()
             .into_iter()
