@@ -176,7 +176,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             let evaluate: SubqueryEval = eval_subquery;
             Box::new(Apply::new(&input.schema(), subqueries, schema, evaluate)?)
         }
-        LogicalPlan::TopK { order, skip, fetch, input } => {
+        LogicalPlan::TopK { order, skip, fetch, with_ties, input } => {
             let in_schema = input.schema();
             let keys = order
                 .iter()
@@ -189,7 +189,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                     })
                 })
                 .collect::<Result<_>>()?;
-            Box::new(TopK::new(keys, *skip, *fetch, schema)?)
+            Box::new(TopK::new(keys, *skip, *fetch, schema)?.with_ties(*with_ties))
         }
         LogicalPlan::OverAggregate { .. } => build_over_aggregate(plan, schema)?,
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {

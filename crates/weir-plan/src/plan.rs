@@ -400,9 +400,17 @@ pub enum LogicalPlan {
     /// then one column per subquery (`__sq_0`, ...).
     Apply { input: Arc<LogicalPlan>, subqueries: Vec<ApplySubquery>, schema: DFSchemaRef },
     /// `ORDER BY` with an optional `OFFSET`/`LIMIT`: with a limit, the relation of the rows
-    /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
-    /// whose changes and one-shot results come out in this order.
-    TopK { order: Vec<SortExpr>, skip: usize, fetch: Option<usize>, input: Arc<LogicalPlan> },
+    /// ranked `skip+1 ..= skip+fetch` (ties broken by value), and with `with_ties` (`FETCH
+    /// FIRST n ROWS WITH TIES`) also every further row equal to the last of them on the
+    /// `order` key; without a limit, the input relation, whose changes and one-shot results
+    /// come out in this order.
+    TopK {
+        order: Vec<SortExpr>,
+        skip: usize,
+        fetch: Option<usize>,
+        with_ties: bool,
+        input: Arc<LogicalPlan>,
+    },
     /// Ranking window functions over a relation: the input's columns, then one Int64 column
     /// per function, computed per partition (equal `partition_by` values, NULLs equal) in
     /// `order_by` order, ties in the order broken by the input row's value (ascending, NULL
@@ -622,13 +630,14 @@ impl LogicalPlan {
                     .collect(),
                 schema: schema.clone(),
             },
-            LogicalPlan::TopK { order, skip, fetch, input } => LogicalPlan::TopK {
+            LogicalPlan::TopK { order, skip, fetch, with_ties, input } => LogicalPlan::TopK {
                 order: order
                     .iter()
                     .map(|o| SortExpr { expr: f(&o.expr), asc: o.asc, nulls_first: o.nulls_first })
                     .collect(),
                 skip: *skip,
                 fetch: *fetch,
+                with_ties: *with_ties,
                 input: m(input),
             },
             LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema } => {

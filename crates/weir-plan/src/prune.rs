@@ -85,12 +85,15 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::ToStream { op, input } => {
             unchanged(LogicalPlan::ToStream { op: *op, input: whole(input)? })
         }
-        LogicalPlan::TopK { order, skip, fetch, input } => unchanged(LogicalPlan::TopK {
-            order: order.clone(),
-            skip: *skip,
-            fetch: *fetch,
-            input: whole(input)?,
-        }),
+        LogicalPlan::TopK { order, skip, fetch, with_ties, input } => {
+            unchanged(LogicalPlan::TopK {
+                order: order.clone(),
+                skip: *skip,
+                fetch: *fetch,
+                with_ties: *with_ties,
+                input: whole(input)?,
+            })
+        }
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema: s } => {
             unchanged(LogicalPlan::Ranking {
                 partition_by: partition_by.clone(),

@@ -173,6 +173,7 @@ impl Converter<'_> {
                 order: sort.expr.clone(),
                 skip: 0,
                 fetch: sort.fetch,
+                with_ties: false,
                 input: self.convert(&sort.input)?,
             },
             DfPlan::Limit(limit) => {
@@ -186,16 +187,20 @@ impl Converter<'_> {
                 };
                 // LIMIT over ORDER BY is one top-k; over anything else it takes rows in value order.
                 match self.convert(&limit.input)?.as_ref() {
-                    LogicalPlan::TopK { order, skip: 0, fetch: None, input } => LogicalPlan::TopK {
-                        order: order.clone(),
-                        skip,
-                        fetch,
-                        input: input.clone(),
-                    },
+                    LogicalPlan::TopK { order, skip: 0, fetch: None, input, .. } => {
+                        LogicalPlan::TopK {
+                            order: order.clone(),
+                            skip,
+                            fetch,
+                            with_ties: false,
+                            input: input.clone(),
+                        }
+                    }
                     _ => LogicalPlan::TopK {
                         order: vec![],
                         skip,
                         fetch,
+                        with_ties: false,
                         input: self.convert(&limit.input)?,
                     },
                 }

@@ -46,8 +46,8 @@ mod window_udf;
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
-    check_number_literals, check_window_calls, name_duplicate_columns, timestamps_in_micros,
-    typed_null_aggregate_args, window_null_order,
+    check_number_literals, check_window_calls, fetch_as_limit, name_duplicate_columns,
+    timestamps_in_micros, typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -291,6 +291,14 @@ impl<'a> Binder<'a> {
         let df =
             self.plan_sql(&q.query, &q.windows).map_err(|e| place_function_error(e, &q.query))?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).
+        let plan = if q.query.fetch.as_ref().is_some_and(|f| f.with_ties) {
+            keep_ties(&plan).ok_or_else(|| {
+                WeirError::plan("FETCH ... WITH TIES needs ORDER BY on the outermost query")
+            })?
+        } else {
+            plan
+        };
         // Joins store whole input rows: each input keeps only the columns used above it.
         let plan = weir_plan::prune(&plan)?;
         let domains = plan.stream_domains();
@@ -329,6 +337,7 @@ impl<'a> Binder<'a> {
         check_number_literals(query)?;
         check_window_calls(query)?;
         let mut query = query.clone();
+        fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
@@ -468,6 +477,34 @@ impl<'a> Binder<'a> {
             _ => Ok(()),
         }
     }
+}
+
+/// The plan with its top-level ordered top-k (seen through projections, renames and filters
+/// above it) keeping ties; `None` if there is none.
+fn keep_ties(plan: &Arc<LogicalPlan>) -> Option<Arc<LogicalPlan>> {
+    Some(Arc::new(match plan.as_ref() {
+        LogicalPlan::TopK { order, skip, fetch: Some(n), input, .. } if !order.is_empty() => {
+            LogicalPlan::TopK {
+                order: order.clone(),
+                skip: *skip,
+                fetch: Some(*n),
+                with_ties: true,
+                input: input.clone(),
+            }
+        }
+        LogicalPlan::Project { exprs, input, schema } => LogicalPlan::Project {
+            exprs: exprs.clone(),
+            input: keep_ties(input)?,
+            schema: schema.clone(),
+        },
+        LogicalPlan::Rename { input, schema } => {
+            LogicalPlan::Rename { input: keep_ties(input)?, schema: schema.clone() }
+        }
+        LogicalPlan::Filter { predicate, input } => {
+            LogicalPlan::Filter { predicate: predicate.clone(), input: keep_ties(input)? }
+        }
+        _ => return None,
+    }))
 }
 
 /// DataFusion plans `L INTERSECT ALL R` and `L EXCEPT ALL R` as a semi and an anti join of L

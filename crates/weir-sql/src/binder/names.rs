@@ -297,3 +297,73 @@ pub(super) fn typed_null_aggregate_args(q: &mut sql::Query) {
         std::ops::ControlFlow::<()>::Continue(())
     });
 }
+
+/// The SQL standard's `[OFFSET n ROWS] FETCH FIRST m ROWS ONLY` (also `NEXT`, `ROW`; no count
+/// is 1) becomes `LIMIT m [OFFSET n]`, which DataFusion plans. Returns whether the outermost
+/// query asks `WITH TIES` (rows tied with the last one on the ORDER BY key are kept too), which
+/// the binder applies to the plan's top-k; `WITH TIES` needs an `ORDER BY`, and in a subquery
+/// it is refused.
+pub(super) fn fetch_as_limit(q: &mut sql::Query) -> weir_common::Result<bool> {
+    use sqlparser::ast::{VisitMut, VisitorMut};
+    let ties = one_fetch(q)?;
+    if ties && q.order_by.is_none() {
+        return Err(weir_common::WeirError::plan(
+            "FETCH ... WITH TIES needs an ORDER BY: ties are rows equal on its key",
+        ));
+    }
+    struct V(Option<weir_common::WeirError>);
+    impl VisitorMut for V {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut sql::Query) -> std::ops::ControlFlow<()> {
+            match one_fetch(q) {
+                Ok(false) => std::ops::ControlFlow::Continue(()),
+                Ok(true) => {
+                    self.0 = Some(weir_common::WeirError::plan(
+                        "FETCH ... WITH TIES is supported on the outermost query only",
+                    ));
+                    std::ops::ControlFlow::Break(())
+                }
+                Err(e) => {
+                    self.0 = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        }
+    }
+    let mut v = V(None);
+    let _ = q.visit(&mut v);
+    match v.0 {
+        Some(e) => Err(e),
+        None => Ok(ties),
+    }
+}
+
+/// Rewrites one query's FETCH into its LIMIT; whether it said WITH TIES.
+fn one_fetch(q: &mut sql::Query) -> weir_common::Result<bool> {
+    let Some(fetch) = q.fetch.take() else { return Ok(false) };
+    let span =
+        fetch.quantity.as_ref().and_then(|e| weir_common::Span::from_sql(sql::Spanned::span(e)));
+    if fetch.percent {
+        return Err(weir_common::WeirError::plan_at("FETCH ... PERCENT is not supported", span));
+    }
+    let quantity = fetch
+        .quantity
+        .unwrap_or_else(|| sql::Expr::value(sql::Value::Number("1".to_string(), false)));
+    match &mut q.limit_clause {
+        None => {
+            q.limit_clause = Some(sql::LimitClause::LimitOffset {
+                limit: Some(quantity),
+                offset: None,
+                limit_by: vec![],
+            })
+        }
+        Some(sql::LimitClause::LimitOffset { limit: limit @ None, .. }) => *limit = Some(quantity),
+        Some(_) => {
+            return Err(weir_common::WeirError::plan_at(
+                "a query has either LIMIT or FETCH FIRST, not both",
+                span,
+            ))
+        }
+    }
+    Ok(fetch.with_ties)
+}
