@@ -46,8 +46,8 @@ mod window_udf;
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
-    check_number_literals, check_window_calls, fetch_as_limit, name_duplicate_columns,
-    timestamps_in_micros, typed_null_aggregate_args, window_null_order,
+    check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
+    name_duplicate_columns, timestamps_in_micros, typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -336,6 +336,7 @@ impl<'a> Binder<'a> {
         let planner = SqlToRel::new_with_options(&provider, parser_options);
         check_number_literals(query)?;
         check_window_calls(query)?;
+        check_row_in_subquery(query)?;
         let mut query = query.clone();
         fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);

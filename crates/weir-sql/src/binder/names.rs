@@ -367,3 +367,23 @@ fn one_fetch(q: &mut sql::Query) -> weir_common::Result<bool> {
     }
     Ok(fetch.with_ties)
 }
+
+/// `(a, b) [NOT] IN (SELECT x, y ...)`: a row compared with a subquery's rows, which
+/// DataFusion reports without a position (or as a one-column subquery's error). Refused,
+/// pointing at the row, with the rewrite that works.
+pub(super) fn check_row_in_subquery(q: &sql::Query) -> weir_common::Result<()> {
+    let found = sql::visit_expressions(q, |e| match e {
+        sql::Expr::InSubquery { expr, .. } if matches!(expr.as_ref(), sql::Expr::Tuple(_)) => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(expr.as_ref()))
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break(span) => Err(weir_common::WeirError::plan_at(
+            "IN with several columns, (a, b) IN (SELECT x, y ...), is not supported yet: write \
+             EXISTS (SELECT 1 ... WHERE x = a AND y = b)",
+            weir_common::Span::from_sql(span),
+        )),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}

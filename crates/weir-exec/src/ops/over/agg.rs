@@ -100,7 +100,14 @@ impl Acc {
                     self.max = v.clone();
                 }
             }
-            _ => {}
+            AggFunc::CountStar
+            | AggFunc::Count
+            | AggFunc::BoolAnd
+            | AggFunc::BoolOr
+            | AggFunc::StringAgg
+            | AggFunc::ArrayAgg
+            | AggFunc::FirstValue
+            | AggFunc::LastValue => {}
         }
         Ok(())
     }
