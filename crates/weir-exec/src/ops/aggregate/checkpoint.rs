@@ -15,16 +15,26 @@ use crate::state::{
 
 impl Aggregate {
     pub(super) fn signature(&self) -> String {
-        let aggs: Vec<_> = self
+        let aggs: Vec<_> = self.aggs.iter().map(|a| (a.func, a.distinct, &a.arg_type)).collect();
+        let sig = signature("aggregate", &self.schema, (self.keys.len(), aggs));
+        // FILTER and an aggregate's ORDER BY are added only where present, so that plain
+        // aggregates keep the signature of checkpoints written before they existed.
+        let extras: Vec<String> = self
             .aggs
             .iter()
-            .map(|a| {
+            .enumerate()
+            .filter(|(_, a)| a.filter.is_some() || !a.order.is_empty())
+            .map(|(i, a)| {
                 let order: Vec<_> =
                     a.order.iter().map(|k| (&k.data_type, k.descending, k.nulls_first)).collect();
-                (a.func, a.distinct, &a.arg_type, a.filter.is_some(), order)
+                format!("{i}: filter={} order={order:?}", a.filter.is_some())
             })
             .collect();
-        signature("aggregate", &self.schema, (self.keys.len(), aggs))
+        if extras.is_empty() {
+            sig
+        } else {
+            format!("{sig} [{}]", extras.join(", "))
+        }
     }
 
     /// Row-encodes MIN/MAX order keys of aggregate `a` (as the argument type's values).
