@@ -159,24 +159,8 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
             let key_types =
                 group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
-            let specs = aggs
-                .iter()
-                .map(|a| {
-                    Ok(AggSpec {
-                        func: a.func,
-                        arg: a
-                            .arg
-                            .as_ref()
-                            .map(|e| ScalarExpr::compile(e, &in_schema))
-                            .transpose()?,
-                        arg_type: match &a.arg {
-                            Some(e) => expr_type(e, &in_schema)?,
-                            None => DataType::Null,
-                        },
-                        distinct: a.distinct,
-                    })
-                })
-                .collect::<Result<_>>()?;
+            let specs =
+                aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
             Box::new(Aggregate::new(keys, key_types, specs, schema)?)
         }
         LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
@@ -192,7 +176,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             let evaluate: SubqueryEval = eval_subquery;
             Box::new(Apply::new(&input.schema(), subqueries, schema, evaluate)?)
         }
-        LogicalPlan::TopK { order, skip, fetch, input } => {
+        LogicalPlan::TopK { order, skip, fetch, with_ties, input } => {
             let in_schema = input.schema();
             let keys = order
                 .iter()
@@ -205,7 +189,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                     })
                 })
                 .collect::<Result<_>>()?;
-            Box::new(TopK::new(keys, *skip, *fetch, schema)?)
+            Box::new(TopK::new(keys, *skip, *fetch, schema)?.with_ties(*with_ties))
         }
         LogicalPlan::OverAggregate { .. } => build_over_aggregate(plan, schema)?,
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {

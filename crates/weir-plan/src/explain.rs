@@ -50,12 +50,7 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             s
         }
         LogicalPlan::Aggregate { group, aggs, .. } => {
-            let aggs = aggs.iter().map(|a| match &a.arg {
-                None => "count(*)".to_string(),
-                Some(e) => {
-                    format!("{}({}{e})", a.func, if a.distinct { "DISTINCT " } else { "" })
-                }
-            });
+            let aggs = aggs.iter().map(|a| a.to_string());
             format!(
                 "Aggregate: group=[{}] aggs=[{}]",
                 list(group.iter().map(|e| e.to_string())),
@@ -69,7 +64,7 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
         LogicalPlan::UnionAll { .. } => "UnionAll".to_string(),
         LogicalPlan::Values { rows, .. } => format!("Values: {} row(s)", rows.len()),
         LogicalPlan::ToStream { op, .. } => format!("{op}"),
-        LogicalPlan::TopK { order, skip, fetch, .. } => {
+        LogicalPlan::TopK { order, skip, fetch, with_ties, .. } => {
             let mut s = String::from("TopK:");
             if !order.is_empty() {
                 let _ = write!(s, " order=[{}]", list(order.iter().map(|o| o.to_string())));
@@ -79,6 +74,9 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             }
             if let Some(f) = fetch {
                 let _ = write!(s, " fetch={f}");
+            }
+            if *with_ties {
+                s.push_str(" with ties");
             }
             s
         }

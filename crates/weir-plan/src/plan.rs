@@ -158,6 +158,37 @@ pub enum AggFunc {
     Avg,
     Min,
     Max,
+    /// `BOOL_AND(x)`: true if no value is false (NULL over no values); kept as counts of true
+    /// and false values, so a retracted false can turn it back to true.
+    BoolAnd,
+    /// `BOOL_OR(x)`: true if some value is true (NULL over no values); counts, as `BoolAnd`.
+    BoolOr,
+    /// `STRING_AGG(x, sep [ORDER BY ...])`: the non-NULL values joined by `sep`, in the
+    /// aggregate's order (ties, and no ORDER BY, by value); NULL over no values.
+    StringAgg,
+    /// `ARRAY_AGG(x [ORDER BY ...])`: every value, NULLs included, as a list in that order.
+    ArrayAgg,
+    /// `FIRST_VALUE(x [ORDER BY ...])`: the value (NULL included) of the first row in that
+    /// order.
+    FirstValue,
+    /// `LAST_VALUE(x [ORDER BY ...])`: the value of the last row in that order.
+    LastValue,
+}
+
+impl AggFunc {
+    /// Whether the aggregate keeps its values in order (a multiset ordered by the aggregate's
+    /// ORDER BY, then by value).
+    pub fn is_ordered(self) -> bool {
+        matches!(
+            self,
+            AggFunc::StringAgg | AggFunc::ArrayAgg | AggFunc::FirstValue | AggFunc::LastValue
+        )
+    }
+
+    /// Whether NULL arguments are skipped (all but `ARRAY_AGG`, `FIRST_VALUE`, `LAST_VALUE`).
+    pub fn skips_nulls(self) -> bool {
+        !matches!(self, AggFunc::ArrayAgg | AggFunc::FirstValue | AggFunc::LastValue)
+    }
 }
 
 impl fmt::Display for AggFunc {
@@ -168,6 +199,12 @@ impl fmt::Display for AggFunc {
             AggFunc::Avg => "avg",
             AggFunc::Min => "min",
             AggFunc::Max => "max",
+            AggFunc::BoolAnd => "bool_and",
+            AggFunc::BoolOr => "bool_or",
+            AggFunc::StringAgg => "string_agg",
+            AggFunc::ArrayAgg => "array_agg",
+            AggFunc::FirstValue => "first_value",
+            AggFunc::LastValue => "last_value",
         })
     }
 }
@@ -179,6 +216,68 @@ pub struct AggCall {
     /// The argument, over the aggregate's input schema; `None` for `COUNT(*)`.
     pub arg: Option<Expr>,
     pub distinct: bool,
+    /// `FILTER (WHERE ...)`, over the aggregate's input schema: only rows for which it is
+    /// true reach the aggregate (the group's existence still counts every row).
+    pub filter: Option<Expr>,
+    /// `ORDER BY` inside the aggregate (ordered aggregates only, see [`AggFunc::is_ordered`]).
+    pub order_by: Vec<SortExpr>,
+    /// `STRING_AGG`'s separator (`None`: a NULL separator, values joined with nothing).
+    pub separator: Option<String>,
+}
+
+impl AggCall {
+    /// A plain aggregate: no FILTER, no ORDER BY, no separator.
+    pub fn new(func: AggFunc, arg: Option<Expr>, distinct: bool) -> Self {
+        AggCall { func, arg, distinct, filter: None, order_by: vec![], separator: None }
+    }
+
+    /// Every expression the aggregate reads: its argument, filter and order terms.
+    pub fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        self.arg.iter().chain(self.filter.iter()).chain(self.order_by.iter().map(|o| &o.expr))
+    }
+
+    /// The same aggregate with `f` applied to each of its expressions.
+    pub fn map_exprs(&self, f: &dyn Fn(&Expr) -> Expr) -> Self {
+        AggCall {
+            func: self.func,
+            arg: self.arg.as_ref().map(f),
+            distinct: self.distinct,
+            filter: self.filter.as_ref().map(f),
+            order_by: self
+                .order_by
+                .iter()
+                .map(|o| SortExpr { expr: f(&o.expr), asc: o.asc, nulls_first: o.nulls_first })
+                .collect(),
+            separator: self.separator.clone(),
+        }
+    }
+}
+
+impl fmt::Display for AggCall {
+    /// `func([DISTINCT ]arg[, 'sep'][ ORDER BY ...])[ FILTER (WHERE ...)]`, as EXPLAIN shows it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.arg {
+            None => f.write_str("count(*)")?,
+            Some(e) => {
+                write!(f, "{}({}{e}", self.func, if self.distinct { "DISTINCT " } else { "" })?;
+                if self.func == AggFunc::StringAgg {
+                    match &self.separator {
+                        Some(s) => write!(f, ", '{}'", s.replace('\'', "''"))?,
+                        None => f.write_str(", NULL")?,
+                    }
+                }
+                if !self.order_by.is_empty() {
+                    let terms: Vec<String> = self.order_by.iter().map(|o| o.to_string()).collect();
+                    write!(f, " ORDER BY {}", terms.join(", "))?;
+                }
+                f.write_str(")")?;
+            }
+        }
+        if let Some(p) = &self.filter {
+            write!(f, " FILTER (WHERE {p})")?;
+        }
+        Ok(())
+    }
 }
 
 /// A ranking window function (`f() OVER (PARTITION BY ... ORDER BY ...)`).
@@ -301,9 +400,17 @@ pub enum LogicalPlan {
     /// then one column per subquery (`__sq_0`, ...).
     Apply { input: Arc<LogicalPlan>, subqueries: Vec<ApplySubquery>, schema: DFSchemaRef },
     /// `ORDER BY` with an optional `OFFSET`/`LIMIT`: with a limit, the relation of the rows
-    /// ranked `skip+1 ..= skip+fetch` (ties broken by value); without, the input relation,
-    /// whose changes and one-shot results come out in this order.
-    TopK { order: Vec<SortExpr>, skip: usize, fetch: Option<usize>, input: Arc<LogicalPlan> },
+    /// ranked `skip+1 ..= skip+fetch` (ties broken by value), and with `with_ties` (`FETCH
+    /// FIRST n ROWS WITH TIES`) also every further row equal to the last of them on the
+    /// `order` key; without a limit, the input relation, whose changes and one-shot results
+    /// come out in this order.
+    TopK {
+        order: Vec<SortExpr>,
+        skip: usize,
+        fetch: Option<usize>,
+        with_ties: bool,
+        input: Arc<LogicalPlan>,
+    },
     /// Ranking window functions over a relation: the input's columns, then one Int64 column
     /// per function, computed per partition (equal `partition_by` values, NULLs equal) in
     /// `order_by` order, ties in the order broken by the input row's value (ascending, NULL
@@ -488,14 +595,7 @@ impl LogicalPlan {
             }
             LogicalPlan::Aggregate { group, aggs, input, schema } => LogicalPlan::Aggregate {
                 group: group.iter().map(f).collect(),
-                aggs: aggs
-                    .iter()
-                    .map(|a| AggCall {
-                        func: a.func,
-                        arg: a.arg.as_ref().map(f),
-                        distinct: a.distinct,
-                    })
-                    .collect(),
+                aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
                 input: m(input),
                 schema: schema.clone(),
             },
@@ -530,13 +630,14 @@ impl LogicalPlan {
                     .collect(),
                 schema: schema.clone(),
             },
-            LogicalPlan::TopK { order, skip, fetch, input } => LogicalPlan::TopK {
+            LogicalPlan::TopK { order, skip, fetch, with_ties, input } => LogicalPlan::TopK {
                 order: order
                     .iter()
                     .map(|o| SortExpr { expr: f(&o.expr), asc: o.asc, nulls_first: o.nulls_first })
                     .collect(),
                 skip: *skip,
                 fetch: *fetch,
+                with_ties: *with_ties,
                 input: m(input),
             },
             LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema } => {
@@ -551,14 +652,7 @@ impl LogicalPlan {
                         })
                         .collect(),
                     frame: *frame,
-                    aggs: aggs
-                        .iter()
-                        .map(|a| AggCall {
-                            func: a.func,
-                            arg: a.arg.as_ref().map(f),
-                            distinct: a.distinct,
-                        })
-                        .collect(),
+                    aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
                     input: m(input),
                     schema: schema.clone(),
                 }

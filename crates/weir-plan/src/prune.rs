@@ -85,12 +85,15 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::ToStream { op, input } => {
             unchanged(LogicalPlan::ToStream { op: *op, input: whole(input)? })
         }
-        LogicalPlan::TopK { order, skip, fetch, input } => unchanged(LogicalPlan::TopK {
-            order: order.clone(),
-            skip: *skip,
-            fetch: *fetch,
-            input: whole(input)?,
-        }),
+        LogicalPlan::TopK { order, skip, fetch, with_ties, input } => {
+            unchanged(LogicalPlan::TopK {
+                order: order.clone(),
+                skip: *skip,
+                fetch: *fetch,
+                with_ties: *with_ties,
+                input: whole(input)?,
+            })
+        }
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema: s } => {
             unchanged(LogicalPlan::Ranking {
                 partition_by: partition_by.clone(),
@@ -123,7 +126,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::Aggregate { group, aggs, input, schema: s } => {
             let in_schema = input.schema();
             let mut need = Cols::new();
-            for e in group.iter().chain(aggs.iter().filter_map(|a| a.arg.as_ref())) {
+            for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
                 expr_columns(e, &in_schema, &mut need);
             }
             let (input, _) = narrow(input, &need)?;
@@ -550,7 +553,7 @@ mod tests {
         let j = join(JoinKind::LeftSemi, a(), b(), (col("a.id"), col("b.aid")));
         let plan = Arc::new(LogicalPlan::Aggregate {
             group: vec![],
-            aggs: vec![AggCall { func: AggFunc::CountStar, arg: None, distinct: false }],
+            aggs: vec![AggCall::new(AggFunc::CountStar, None, false)],
             schema: Arc::new(
                 DFSchema::try_from(Schema::new(vec![Field::new("c", DataType::Int64, true)]))
                     .unwrap(),

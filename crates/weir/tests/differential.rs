@@ -14,7 +14,9 @@
 //!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k;
 //! - relational operators evaluated on the instantaneous bags, with SQL NULL semantics
 //!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
-//!   HAVING, DISTINCT, UNION [ALL], equi/theta/cross joins of two windowed streams,
+//!   FILTER (WHERE ...) on them (only rows whose condition is true), BOOL_AND/BOOL_OR (NULLs
+//!   skipped), STRING_AGG/ARRAY_AGG/FIRST_VALUE/LAST_VALUE with ORDER BY (ties by the value
+//!   ascending, NULL first; STRING_AGG skips NULLs, ARRAY_AGG keeps them), HAVING, DISTINCT, UNION [ALL], equi/theta/cross joins of two windowed streams,
 //!   stream-table joins with INSERT/DELETE ... AT, aggregates over subqueries);
 //! - outer joins: the pairs for which ON is true (not unknown), plus each unmatched row of the
 //!   preserved side(s) padded with NULLs (LEFT, RIGHT, FULL; windowed streams on a nullable key,
@@ -529,6 +531,146 @@ fn q_group_avg(w: Win) -> Case {
         Box::new(move |i, tau| {
             let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
             bag(g.into_iter().map(|(k, vs)| vec![int(k), avg(&vs)]))
+        }),
+    )
+}
+
+/// The rows of each group, by key; a group exists iff it has at least one row.
+fn groups_of(rows: Vec<El>) -> BTreeMap<i64, Vec<El>> {
+    let mut g: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+    for e in rows {
+        g.entry(e.k).or_default().push(e);
+    }
+    g
+}
+
+/// The values of the rows for which `keep` is true (SQL's FILTER: a NULL condition is false).
+fn filtered(rows: &[El], keep: impl Fn(&El) -> Option<bool>) -> Vec<Option<i64>> {
+    rows.iter().filter(|e| keep(e) == Some(true)).map(|e| e.v).collect()
+}
+
+/// `v op c` in SQL's three-valued logic.
+fn cmp_v(v: Option<i64>, f: impl Fn(i64) -> bool) -> Option<bool> {
+    v.map(f)
+}
+
+/// GROUP BY with FILTER (WHERE ...): each aggregate sees only the rows passing its own
+/// condition; the group exists while it has any row.
+fn q_group_filter(w: Win) -> Case {
+    let sql = format!(
+        "SELECT k, COUNT(*) FILTER (WHERE v > 1), SUM(v) FILTER (WHERE v <> 3), \
+         COUNT(DISTINCT v) FILTER (WHERE v < 3), MIN(v) FILTER (WHERE t > 2), COUNT(*) \
+         FROM s {} GROUP BY k",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = groups_of(s_at(w, i, tau));
+            bag(g.into_iter().map(|(k, rows)| {
+                let above = filtered(&rows, |e| cmp_v(e.v, |x| x > 1)).len();
+                vec![
+                    int(k),
+                    int(above as i64),
+                    sum(&filtered(&rows, |e| cmp_v(e.v, |x| x != 3))),
+                    count_distinct(&filtered(&rows, |e| cmp_v(e.v, |x| x < 3))),
+                    min(&filtered(&rows, |e| Some(e.t > 2))),
+                    int(rows.len() as i64),
+                ]
+            }))
+        }),
+    )
+}
+
+/// BOOL_AND / BOOL_OR of a nullable boolean: NULLs skipped, NULL over none.
+fn bool_agg(vs: &[Option<bool>], and: bool) -> String {
+    let known: Vec<bool> = vs.iter().flatten().copied().collect();
+    if known.is_empty() {
+        "NULL".into()
+    } else if and {
+        known.iter().all(|b| *b).to_string()
+    } else {
+        known.iter().any(|b| *b).to_string()
+    }
+}
+
+/// GROUP BY with BOOL_AND and BOOL_OR (counted, so a retracted false turns BOOL_AND back to
+/// true), one with a FILTER.
+fn q_group_bool(w: Win) -> Case {
+    let sql = format!(
+        "SELECT k, BOOL_AND(v > 0), BOOL_OR(v > 2), BOOL_AND(v < 4) FILTER (WHERE t > 0) \
+         FROM s {} GROUP BY k",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = groups_of(s_at(w, i, tau));
+            bag(g.into_iter().map(|(k, rows)| {
+                let of = |f: &dyn Fn(i64) -> bool, rows: &[El]| -> Vec<Option<bool>> {
+                    rows.iter().map(|e| e.v.map(f)).collect()
+                };
+                let late: Vec<El> = rows.iter().filter(|e| e.t > 0).copied().collect();
+                vec![
+                    int(k),
+                    bool_agg(&of(&|x| x > 0, &rows), true),
+                    bool_agg(&of(&|x| x > 2, &rows), false),
+                    bool_agg(&of(&|x| x < 4, &late), true),
+                ]
+            }))
+        }),
+    )
+}
+
+/// GROUP BY with the ordered aggregates: rows in the aggregate's ORDER BY order, ties by the
+/// value ascending with NULL first (text values compare as text).
+fn q_group_ordered(w: Win) -> Case {
+    let sql = format!(
+        "SELECT k, STRING_AGG(CAST(v AS VARCHAR), ',' ORDER BY t DESC), ARRAY_AGG(v ORDER BY t), \
+         FIRST_VALUE(v ORDER BY t), LAST_VALUE(v ORDER BY t DESC), STRING_AGG(CAST(v AS VARCHAR), '') \
+         FROM s {} GROUP BY k",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = groups_of(s_at(w, i, tau));
+            bag(g.into_iter().map(|(k, rows)| {
+                let text = |v: Option<i64>| v.map(|x| x.to_string());
+                // STRING_AGG ORDER BY t DESC, ties by the text ascending; NULLs skipped.
+                let mut by_t_desc: Vec<(i64, Option<String>)> =
+                    rows.iter().map(|e| (e.t, text(e.v))).collect();
+                by_t_desc.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+                let joined: Vec<String> = by_t_desc.into_iter().filter_map(|(_, s)| s).collect();
+                let string_agg = |vals: Vec<String>, sep: &str| {
+                    if vals.is_empty() {
+                        "NULL".to_string()
+                    } else {
+                        vals.join(sep)
+                    }
+                };
+                // ARRAY_AGG ORDER BY t, ties by value (NULL first), NULLs kept.
+                let mut by_t: Vec<(i64, Option<i64>)> = rows.iter().map(|e| (e.t, e.v)).collect();
+                by_t.sort();
+                let array = format!(
+                    "[{}]",
+                    by_t.iter().map(|(_, v)| txt(*v)).collect::<Vec<_>>().join(", ")
+                );
+                let first = txt(by_t[0].1);
+                // LAST_VALUE ORDER BY t DESC: the smallest t, the largest value among its ties.
+                let min_t = by_t[0].0;
+                let last =
+                    txt(by_t.iter().filter(|(t, _)| *t == min_t).map(|(_, v)| *v).max().flatten());
+                let mut plain: Vec<String> = rows.iter().filter_map(|e| text(e.v)).collect();
+                plain.sort();
+                vec![int(k), string_agg(joined, ","), array, first, last, string_agg(plain, "")]
+            }))
         }),
     )
 }
@@ -2095,6 +2237,21 @@ proptest! {
     #[test]
     fn group_count_distinct_matches_oracle(s in elements()) {
         check_all_windows(q_group_count_distinct, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_filter_matches_oracle(s in elements()) {
+        check_all_windows(q_group_filter, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_bool_and_or_matches_oracle(s in elements()) {
+        check_all_windows(q_group_bool, &Input::single(s))?;
+    }
+
+    #[test]
+    fn group_ordered_aggregates_match_oracle(s in elements()) {
+        check_all_windows(q_group_ordered, &Input::single(s))?;
     }
 
     #[test]

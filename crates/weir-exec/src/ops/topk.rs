@@ -4,7 +4,10 @@
 //! sort key (ties broken by the rows' values, so the result is deterministic). At each instant
 //! the operator compares the ranked window before and after applying ΔR and emits −r for rows
 //! that left it and +r for rows that entered: O(s+k) work per changed instant, plus O(log n)
-//! per changed row. State: every row of the input, ordered by (sort key, row); checkpointed as
+//! per changed row. With ties (`FETCH FIRST k ROWS WITH TIES`) the window also holds every
+//! further row whose sort key equals that of the row ranked s+k, so a row entering above the
+//! k-th can push out a whole group of tied rows, and one leaving can bring one in (the work
+//! grows with the size of the last tied group). State: every row of the input, ordered by (sort key, row); checkpointed as
 //! section `topk` (`key`, `row` Binary, `count` Int64) in that order.
 //! Without a limit, the output relation is the input relation: changes pass through, sorted by
 //! the key, which is what gives a one-shot `ORDER BY` its order. No state.
@@ -56,6 +59,8 @@ pub struct TopK {
     key_types: Vec<DataType>,
     skip: usize,
     fetch: Option<usize>,
+    /// Whether rows tied with the last one of the window on the sort key are in it too.
+    with_ties: bool,
     schema: SchemaRef,
     codec: RowCodec,
     rows: BTreeMap<(RowBytes, RowBytes), i64>,
@@ -76,14 +81,27 @@ impl TopK {
             key_types,
             skip,
             fetch,
+            with_ties: false,
             codec: RowCodec::for_schema(&schema)?,
             schema,
             rows: BTreeMap::new(),
         })
     }
 
+    /// The same top-k keeping (`true`) the rows tied with its last row.
+    pub fn with_ties(mut self, with_ties: bool) -> Self {
+        self.with_ties = with_ties;
+        self
+    }
+
     fn signature(&self) -> String {
-        signature("topk", &self.schema, (&self.key_types, self.skip, self.fetch))
+        // Without ties, the signature of checkpoints written before ties existed.
+        let sig = signature("topk", &self.schema, (&self.key_types, self.skip, self.fetch));
+        if self.with_ties {
+            format!("{sig} with ties")
+        } else {
+            sig
+        }
     }
 
     /// (sort key, row) of every change, in input order.
@@ -117,10 +135,17 @@ impl TopK {
         let Some(fetch) = self.fetch else { return vec![] };
         let mut to_skip = self.skip as i64;
         let mut left = fetch as i64;
-        let mut out = Vec::new();
+        let mut out: Vec<((RowBytes, RowBytes), i64)> = Vec::new();
         for (k, &n) in &self.rows {
             if left == 0 {
-                break;
+                // Past the k-th row: with ties, the rows of its sort key are in too.
+                match out.last() {
+                    Some(((last, _), _)) if self.with_ties && *last == k.0 => {
+                        out.push((k.clone(), n));
+                        continue;
+                    }
+                    _ => break,
+                }
             }
             let mut n = n;
             let skipped = n.min(to_skip);
@@ -250,6 +275,40 @@ mod tests {
             vec![kv(1, "+1 a 5, +1 b 9, +1 c 7"), kv(2, "-1 b 9"), kv(3, "+1 d 1")],
         );
         assert_eq!(out, ["@1 +1 b 9", "@1 +1 c 7", "@2 +1 a 5", "@2 -1 b 9"]);
+    }
+
+    #[test]
+    fn with_ties_keeps_the_rows_tied_with_the_last() {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let key = SortKey {
+            expr: ScalarExpr::compile(&col("v"), &df).unwrap(),
+            data_type: DataType::Int64,
+            descending: true,
+            nulls_first: false,
+        };
+        let op = TopK::new(vec![key], 0, Some(2), kv_schema()).unwrap().with_ties(true);
+        let input = vec![
+            // 9, then 7 twice: both 7s are tied with the second row.
+            kv(1, "+1 a 9, +1 b 7, +1 c 7, +1 d 5"),
+            // 8 enters second: the 7s leave together.
+            kv(2, "+1 e 8"),
+            // 9 leaves: 8 is first, the 7s are tied second.
+            kv(3, "-1 a 9"),
+        ];
+        assert_eq!(
+            run(&mut fed(op, [input])),
+            [
+                "@1 +1 a 9",
+                "@1 +1 b 7",
+                "@1 +1 c 7",
+                "@2 +1 e 8",
+                "@2 -1 b 7",
+                "@2 -1 c 7",
+                "@3 +1 b 7",
+                "@3 +1 c 7",
+                "@3 -1 a 9",
+            ]
+        );
     }
 
     #[test]

@@ -173,6 +173,7 @@ impl Converter<'_> {
                 order: sort.expr.clone(),
                 skip: 0,
                 fetch: sort.fetch,
+                with_ties: false,
                 input: self.convert(&sort.input)?,
             },
             DfPlan::Limit(limit) => {
@@ -186,16 +187,20 @@ impl Converter<'_> {
                 };
                 // LIMIT over ORDER BY is one top-k; over anything else it takes rows in value order.
                 match self.convert(&limit.input)?.as_ref() {
-                    LogicalPlan::TopK { order, skip: 0, fetch: None, input } => LogicalPlan::TopK {
-                        order: order.clone(),
-                        skip,
-                        fetch,
-                        input: input.clone(),
-                    },
+                    LogicalPlan::TopK { order, skip: 0, fetch: None, input, .. } => {
+                        LogicalPlan::TopK {
+                            order: order.clone(),
+                            skip,
+                            fetch,
+                            with_ties: false,
+                            input: input.clone(),
+                        }
+                    }
                     _ => LogicalPlan::TopK {
                         order: vec![],
                         skip,
                         fetch,
+                        with_ties: false,
                         input: self.convert(&limit.input)?,
                     },
                 }
@@ -661,7 +666,7 @@ fn over_agg_call(name: &str, args: &[Expr]) -> Result<AggCall> {
     if func != AggFunc::CountStar && arg.is_none() {
         return Err(WeirError::plan(format!("{name} needs an argument")));
     }
-    Ok(AggCall { func, arg, distinct: false })
+    Ok(AggCall::new(func, arg, false))
 }
 
 /// Bounds `lo ..= hi` that `predicate`'s conjuncts put on column `col` of its input, if they
@@ -866,16 +871,14 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         return Err(WeirError::internal(format!("aggregate expression expected, got {e}")));
     };
     let p = &af.params;
-    if p.filter.is_some() {
-        return Err(unsupported("FILTER on aggregates"));
-    }
-    if !p.order_by.is_empty() {
-        return Err(unsupported("ORDER BY inside aggregates"));
-    }
     let name = af.func.name().to_ascii_lowercase();
-    let arg = match p.args.as_slice() {
-        [] => None,
-        [a] => Some(a.clone()),
+    if p.null_treatment.is_some() {
+        return Err(unsupported(&format!("IGNORE NULLS or RESPECT NULLS in aggregate {name}")));
+    }
+    let (arg, separator) = match (name.as_str(), p.args.as_slice()) {
+        (_, []) => (None, None),
+        ("string_agg", [a, sep]) => (Some(a.clone()), string_agg_separator(sep)?),
+        (_, [a]) => (Some(a.clone()), None),
         _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
     };
     let func = match name.as_str() {
@@ -890,11 +893,52 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         "avg" | "mean" => AggFunc::Avg,
         "min" => AggFunc::Min,
         "max" => AggFunc::Max,
+        "bool_and" => AggFunc::BoolAnd,
+        "bool_or" => AggFunc::BoolOr,
+        "string_agg" => AggFunc::StringAgg,
+        "array_agg" => AggFunc::ArrayAgg,
+        "first_value" => AggFunc::FirstValue,
+        "last_value" => AggFunc::LastValue,
         other => return Err(unsupported(&format!("aggregate function {other}"))),
     };
     let arg = if func == AggFunc::CountStar { None } else { arg };
     if func != AggFunc::CountStar && arg.is_none() {
         return Err(WeirError::plan(format!("{name} needs an argument")));
     }
-    Ok(AggCall { func, arg, distinct: p.distinct })
+    // The order of the values matters to the ordered aggregates only; the others' results do
+    // not depend on it.
+    let order_by = if func.is_ordered() { p.order_by.clone() } else { vec![] };
+    if p.distinct && !order_by.is_empty() {
+        // As in PostgreSQL: each distinct value is one element, so it can only be ordered by
+        // something it determines.
+        if order_by.iter().any(|o| Some(&o.expr) != arg.as_ref()) {
+            return Err(WeirError::plan(format!(
+                "in {name}(DISTINCT ...), ORDER BY expressions must appear in the argument list"
+            )));
+        }
+    }
+    let filter = p.filter.as_deref().cloned();
+    Ok(AggCall { func, arg, distinct: p.distinct, filter, order_by, separator })
+}
+
+/// `STRING_AGG`'s second argument: a text constant, or NULL (the values are then joined with
+/// nothing, as in PostgreSQL).
+fn string_agg_separator(e: &Expr) -> Result<Option<String>> {
+    let lit = match e {
+        Expr::Cast(c) => c.expr.as_ref(),
+        Expr::TryCast(c) => c.expr.as_ref(),
+        e => e,
+    };
+    match lit {
+        Expr::Literal(v, _) if v.is_null() => Ok(None),
+        Expr::Literal(v, _) => match v.try_as_str() {
+            Some(s) => Ok(s.map(str::to_string)),
+            None => Err(WeirError::plan(format!(
+                "STRING_AGG's separator must be a text constant, found {v}"
+            ))),
+        },
+        other => Err(WeirError::plan(format!(
+            "STRING_AGG's separator must be a text constant, found {other}"
+        ))),
+    }
 }

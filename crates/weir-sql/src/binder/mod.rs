@@ -46,8 +46,8 @@ mod window_udf;
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
-    check_number_literals, check_window_calls, name_duplicate_columns, timestamps_in_micros,
-    window_null_order,
+    check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
+    name_duplicate_columns, timestamps_in_micros, typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -74,7 +74,9 @@ fn functions() -> &'static Functions {
     static F: OnceLock<Functions> = OnceLock::new();
     F.get_or_init(|| {
         let mut scalar = BTreeMap::new();
-        for f in datafusion_functions::all_default_functions() {
+        // The list functions (array_length, array_element, ...): DataFusion's own library.
+        let nested = datafusion_functions_nested::all_default_nested_functions();
+        for f in datafusion_functions::all_default_functions().into_iter().chain(nested) {
             for alias in f.aliases() {
                 scalar.insert(alias.clone(), f.clone());
             }
@@ -91,6 +93,9 @@ fn functions() -> &'static Functions {
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
             Arc::new(datafusion_functions::datetime::planner::DatetimeFunctionPlanner),
+            // List literals (`[1, 2]`), `||` on lists, and indexing (`regexp_match(...)[2]`).
+            Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
+            Arc::new(datafusion_functions_nested::planner::FieldAccessPlanner),
         ];
         let window = window_udf::known_window_functions()
             .into_iter()
@@ -205,6 +210,7 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         .strip_prefix("Cast error: ")
         .unwrap_or(msg.strip_prefix("Arrow error: ").unwrap_or(&msg))
         .to_string();
+    let msg = no_function_match(&msg).unwrap_or(msg);
     let msg = msg
         .strip_prefix("Error during planning: ")
         .or_else(|| msg.strip_prefix("Schema error: "))
@@ -212,6 +218,65 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         .unwrap_or(&msg)
         .to_string();
     WeirError::plan(msg)
+}
+
+/// DataFusion reports a call that matches no signature of its function (`substr(s, 1, 11.0)`,
+/// `SUM` over a TIMESTAMP) as an "Internal error ... likely caused by a bug in DataFusion's
+/// code" (or that coercion failed): it is the user's type mistake. Keeps the part that says
+/// so, with the candidate signatures.
+fn no_function_match(msg: &str) -> Option<String> {
+    const MARK: &str = "No function matches the given name and argument types ";
+    if !msg.contains("Internal error") && !msg.contains("Failed to coerce arguments") {
+        return None;
+    }
+    let at = msg.find(MARK)?;
+    let rest = &msg[at + MARK.len()..];
+    let (call, rest) = rest.split_once(". You might need to add explicit type casts.")?;
+    let candidates: Vec<&str> = rest
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Candidate functions"))
+        .collect();
+    let mut out = format!("no function matches the argument types of {call}: add explicit casts");
+    if !candidates.is_empty() {
+        out.push_str(&format!(" (candidates: {})", candidates.join("; ")));
+    }
+    Some(out)
+}
+
+/// The span of the first call of function `name` in `q`, to place an error about it.
+fn function_span(q: &sql::Query, name: &str) -> Option<Span> {
+    let found = sql::visit_expressions(q, |e| match e {
+        sql::Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case(name) => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(f))
+        }
+        // sqlparser has its own node for SUBSTR/SUBSTRING.
+        sql::Expr::Substring { .. } if matches!(name, "substr" | "substring") => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(e))
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break(span) => Span::from_sql(span),
+        std::ops::ControlFlow::Continue(()) => None,
+    }
+}
+
+/// Places an error about a function call without a position (see [`no_function_match`]) at the
+/// call's first appearance in `q`.
+fn place_function_error(e: WeirError, q: &sql::Query) -> WeirError {
+    let WeirError::Plan(d) = &e else { return e };
+    if d.span.is_some() {
+        return e;
+    }
+    let Some(call) = d.message.strip_prefix("no function matches the argument types of '") else {
+        return e;
+    };
+    let Some(name) = call.split('(').next() else { return e };
+    match function_span(q, name) {
+        Some(span) => WeirError::plan_at(d.message.clone(), Some(span)),
+        None => e,
+    }
 }
 
 impl<'a> Binder<'a> {
@@ -223,8 +288,17 @@ impl<'a> Binder<'a> {
     pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
-        let df = self.plan_sql(&q.query, &q.windows)?;
+        let df =
+            self.plan_sql(&q.query, &q.windows).map_err(|e| place_function_error(e, &q.query))?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).
+        let plan = if q.query.fetch.as_ref().is_some_and(|f| f.with_ties) {
+            keep_ties(&plan).ok_or_else(|| {
+                WeirError::plan("FETCH ... WITH TIES needs ORDER BY on the outermost query")
+            })?
+        } else {
+            plan
+        };
         // Joins store whole input rows: each input keeps only the columns used above it.
         let plan = weir_plan::prune(&plan)?;
         let domains = plan.stream_domains();
@@ -262,12 +336,18 @@ impl<'a> Binder<'a> {
         let planner = SqlToRel::new_with_options(&provider, parser_options);
         check_number_literals(query)?;
         check_window_calls(query)?;
+        check_row_in_subquery(query)?;
         let mut query = query.clone();
+        fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);
         window_null_order(&mut query);
+        typed_null_aggregate_args(&mut query);
         let plan =
             match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
-                Err(e) if e.to_string().contains("Projections require unique expression names") => {
+                Err(e)
+                    if e.to_string().contains("Projections require unique expression names")
+                        || e.to_string().contains("which would be ambiguous") =>
+                {
                     // SQL allows repeated output names; DataFusion does not. Name the columns after
                     // their SQL text and plan again.
                     let mut query = query.clone();
@@ -398,6 +478,34 @@ impl<'a> Binder<'a> {
             _ => Ok(()),
         }
     }
+}
+
+/// The plan with its top-level ordered top-k (seen through projections, renames and filters
+/// above it) keeping ties; `None` if there is none.
+fn keep_ties(plan: &Arc<LogicalPlan>) -> Option<Arc<LogicalPlan>> {
+    Some(Arc::new(match plan.as_ref() {
+        LogicalPlan::TopK { order, skip, fetch: Some(n), input, .. } if !order.is_empty() => {
+            LogicalPlan::TopK {
+                order: order.clone(),
+                skip: *skip,
+                fetch: Some(*n),
+                with_ties: true,
+                input: input.clone(),
+            }
+        }
+        LogicalPlan::Project { exprs, input, schema } => LogicalPlan::Project {
+            exprs: exprs.clone(),
+            input: keep_ties(input)?,
+            schema: schema.clone(),
+        },
+        LogicalPlan::Rename { input, schema } => {
+            LogicalPlan::Rename { input: keep_ties(input)?, schema: schema.clone() }
+        }
+        LogicalPlan::Filter { predicate, input } => {
+            LogicalPlan::Filter { predicate: predicate.clone(), input: keep_ties(input)? }
+        }
+        _ => return None,
+    }))
 }
 
 /// DataFusion plans `L INTERSECT ALL R` and `L EXCEPT ALL R` as a semi and an anti join of L

@@ -9,9 +9,9 @@ use sqlparser::ast as sql;
 use crate::parser::{object_name, WINDOW_PREFIX};
 
 /// SQL allows two output columns with the same name (`SELECT 1, 1`, `SELECT v, v`, two scalar
-/// subqueries); DataFusion's planner does not. Every unaliased expression is named after its
-/// SQL text, and a name that repeats an earlier one gets a suffix `:n` (n = 2, 3, ...), in
-/// every SELECT of the query.
+/// subqueries, `SELECT x.a, SUM(x.b) AS a`); DataFusion's planner does not. Every unaliased
+/// expression is named after its SQL text, and a name (an alias too) that repeats an earlier one
+/// gets a suffix `:n` (n = 2, 3, ...), in every SELECT of the query.
 pub(super) fn name_duplicate_columns(q: &mut sql::Query) {
     if let Some(with) = &mut q.with {
         for cte in &mut with.cte_tables {
@@ -52,7 +52,13 @@ fn name_duplicates_in(body: &mut sql::SetExpr) {
                         (name, Some(e.clone()))
                     }
                     sql::SelectItem::ExprWithAlias { alias, .. } => {
-                        (alias.value.to_ascii_lowercase(), None)
+                        let name = alias.value.to_ascii_lowercase();
+                        let n = seen.entry(name.clone()).or_insert(0);
+                        *n += 1;
+                        if *n > 1 {
+                            *alias = sql::Ident::with_quote('"', format!("{name}:{n}"));
+                        }
+                        continue;
                     }
                     _ => continue,
                 };
@@ -204,7 +210,8 @@ pub(super) fn window_null_order(q: &mut sql::Query) {
 /// it an invalid function, as it looks for it among scalar functions).
 pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
     use sqlparser::ast::visit_expressions;
-    const WINDOW_ONLY: [&str; 11] = [
+    // FIRST_VALUE and LAST_VALUE are aggregates too (`FIRST_VALUE(x ORDER BY t)`).
+    const WINDOW_ONLY: [&str; 9] = [
         "row_number",
         "rank",
         "dense_rank",
@@ -213,8 +220,6 @@ pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
         "ntile",
         "lag",
         "lead",
-        "first_value",
-        "last_value",
         "nth_value",
     ];
     let found = visit_expressions(q, |e| match e {
@@ -258,6 +263,125 @@ pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
     match found {
         std::ops::ControlFlow::Break((n, span)) => Err(weir_common::WeirError::plan_at(
             format!("number out of range: {n} is beyond what a DOUBLE holds"),
+            weir_common::Span::from_sql(span),
+        )),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// `SUM(NULL)`, `SUM(DISTINCT NULL)`, `AVG(NULL)`: SQL gives NULL (no non-NULL value), while
+/// DataFusion has no SUM or AVG over its NULL type. The NULL argument becomes a `BIGINT` NULL.
+pub(super) fn typed_null_aggregate_args(q: &mut sql::Query) {
+    use sqlparser::ast::{visit_expressions_mut, FunctionArg, FunctionArgExpr, FunctionArguments};
+    let _ = visit_expressions_mut(q, |e| {
+        if let sql::Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_lowercase();
+            if matches!(name.as_str(), "sum" | "avg" | "mean") {
+                if let FunctionArguments::List(list) = &mut f.args {
+                    if let [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))] =
+                        list.args.as_mut_slice()
+                    {
+                        if matches!(arg, sql::Expr::Value(v) if v.value == sql::Value::Null) {
+                            *arg = sql::Expr::Cast {
+                                kind: sql::CastKind::Cast,
+                                expr: Box::new(arg.clone()),
+                                data_type: sql::DataType::BigInt(None),
+                                array: false,
+                                format: None,
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// The SQL standard's `[OFFSET n ROWS] FETCH FIRST m ROWS ONLY` (also `NEXT`, `ROW`; no count
+/// is 1) becomes `LIMIT m [OFFSET n]`, which DataFusion plans. Returns whether the outermost
+/// query asks `WITH TIES` (rows tied with the last one on the ORDER BY key are kept too), which
+/// the binder applies to the plan's top-k; `WITH TIES` needs an `ORDER BY`, and in a subquery
+/// it is refused.
+pub(super) fn fetch_as_limit(q: &mut sql::Query) -> weir_common::Result<bool> {
+    use sqlparser::ast::{VisitMut, VisitorMut};
+    let ties = one_fetch(q)?;
+    if ties && q.order_by.is_none() {
+        return Err(weir_common::WeirError::plan(
+            "FETCH ... WITH TIES needs an ORDER BY: ties are rows equal on its key",
+        ));
+    }
+    struct V(Option<weir_common::WeirError>);
+    impl VisitorMut for V {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &mut sql::Query) -> std::ops::ControlFlow<()> {
+            match one_fetch(q) {
+                Ok(false) => std::ops::ControlFlow::Continue(()),
+                Ok(true) => {
+                    self.0 = Some(weir_common::WeirError::plan(
+                        "FETCH ... WITH TIES is supported on the outermost query only",
+                    ));
+                    std::ops::ControlFlow::Break(())
+                }
+                Err(e) => {
+                    self.0 = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        }
+    }
+    let mut v = V(None);
+    let _ = q.visit(&mut v);
+    match v.0 {
+        Some(e) => Err(e),
+        None => Ok(ties),
+    }
+}
+
+/// Rewrites one query's FETCH into its LIMIT; whether it said WITH TIES.
+fn one_fetch(q: &mut sql::Query) -> weir_common::Result<bool> {
+    let Some(fetch) = q.fetch.take() else { return Ok(false) };
+    let span =
+        fetch.quantity.as_ref().and_then(|e| weir_common::Span::from_sql(sql::Spanned::span(e)));
+    if fetch.percent {
+        return Err(weir_common::WeirError::plan_at("FETCH ... PERCENT is not supported", span));
+    }
+    let quantity = fetch
+        .quantity
+        .unwrap_or_else(|| sql::Expr::value(sql::Value::Number("1".to_string(), false)));
+    match &mut q.limit_clause {
+        None => {
+            q.limit_clause = Some(sql::LimitClause::LimitOffset {
+                limit: Some(quantity),
+                offset: None,
+                limit_by: vec![],
+            })
+        }
+        Some(sql::LimitClause::LimitOffset { limit: limit @ None, .. }) => *limit = Some(quantity),
+        Some(_) => {
+            return Err(weir_common::WeirError::plan_at(
+                "a query has either LIMIT or FETCH FIRST, not both",
+                span,
+            ))
+        }
+    }
+    Ok(fetch.with_ties)
+}
+
+/// `(a, b) [NOT] IN (SELECT x, y ...)`: a row compared with a subquery's rows, which
+/// DataFusion reports without a position (or as a one-column subquery's error). Refused,
+/// pointing at the row, with the rewrite that works.
+pub(super) fn check_row_in_subquery(q: &sql::Query) -> weir_common::Result<()> {
+    let found = sql::visit_expressions(q, |e| match e {
+        sql::Expr::InSubquery { expr, .. } if matches!(expr.as_ref(), sql::Expr::Tuple(_)) => {
+            std::ops::ControlFlow::Break(sql::Spanned::span(expr.as_ref()))
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break(span) => Err(weir_common::WeirError::plan_at(
+            "IN with several columns, (a, b) IN (SELECT x, y ...), is not supported yet: write \
+             EXISTS (SELECT 1 ... WHERE x = a AND y = b)",
             weir_common::Span::from_sql(span),
         )),
         std::ops::ControlFlow::Continue(()) => Ok(()),

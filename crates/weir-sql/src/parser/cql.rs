@@ -193,6 +193,22 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             }
         }
     }
+    // A relation-to-stream operator anywhere else (a subquery's SELECT) would reach sqlparser
+    // as a call of a function `istream`.
+    for w in toks.windows(2) {
+        if word_is(&w[0], "SELECT")
+            && ["ISTREAM", "DSTREAM", "RSTREAM"].iter().any(|op| word_is(&w[1], op))
+        {
+            return Err(WeirError::plan_at(
+                format!(
+                    "{} is supported only after the outermost SELECT: define a view with it \
+                     and read the view in FROM",
+                    w[1].token.to_string().to_ascii_uppercase()
+                ),
+                tok_span(&w[1]),
+            ));
+        }
+    }
     // 2. `x IN ()`: SQL's empty list (false; NOT IN () is true, even for NULL x), which
     // sqlparser rejects, becomes an empty subquery with the same meaning.
     let mut i = 0;
@@ -217,17 +233,25 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
     // 3. Windows after stream names in FROM clauses.
     let mut windows = Vec::new();
     let mut out: Vec<TokenWithSpan> = Vec::with_capacity(toks.len());
-    let mut in_from: Vec<bool> = vec![false];
+    // Per parenthesis depth: outside a FROM clause, in one, or in a join condition (ON/USING)
+    // inside one, which a comma or another JOIN ends.
+    #[derive(Clone, Copy, PartialEq)]
+    enum From {
+        Outside,
+        In,
+        JoinCondition,
+    }
+    let mut in_from: Vec<From> = vec![From::Outside];
     let mut i = 0;
     while i < toks.len() {
         let t = &toks[i];
         match &t.token {
-            Token::LParen => in_from.push(false),
+            Token::LParen => in_from.push(From::Outside),
             Token::RParen if in_from.len() > 1 => {
                 in_from.pop();
             }
             Token::Word(w)
-                if in_from.last().copied().unwrap_or(false)
+                if in_from.last() == Some(&From::In)
                     && w.value.eq_ignore_ascii_case("TABLE")
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
                     && toks
@@ -254,13 +278,21 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 let up = w.value.to_ascii_uppercase();
                 if let Some(top) = in_from.last_mut() {
                     if up == "FROM" || up == "JOIN" {
-                        *top = true;
+                        *top = From::In;
+                    } else if (up == "ON" || up == "USING") && *top != From::Outside {
+                        *top = From::JoinCondition;
                     } else if ENDS_FROM.contains(&up.as_str()) {
-                        *top = false;
+                        *top = From::Outside;
                     }
                 }
             }
-            Token::LBracket if in_from.last().copied().unwrap_or(false) => {
+            Token::Comma if in_from.last() == Some(&From::JoinCondition) => {
+                // `a JOIN b ON ..., c [NOW]`: the FROM list goes on.
+                if let Some(top) = in_from.last_mut() {
+                    *top = From::In;
+                }
+            }
+            Token::LBracket if in_from.last() == Some(&From::In) => {
                 let close =
                     matching(&toks, i, &Token::LBracket, &Token::RBracket).ok_or_else(|| {
                         WeirError::syntax_at(

@@ -140,8 +140,28 @@ fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
     let (name, span) = c.ident("a column name")?;
     let mut p = sub_parser(c.rest())?;
     let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
-    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced.
+    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced. Anything
+    // else after the type (a missing comma: `b TIMESTAMP c BOOLEAN`) is an error, not a
+    // column silently dropped.
+    while p.parse_optional_column_option().map_err(|e| sql_err(e, elem))?.is_some() {}
+    let rest = c.rest();
+    let used = rest.len() - remaining(&mut p);
+    if let Some(t) = rest.get(used) {
+        return Err(WeirError::syntax_at(
+            format!("expected ',' or ')' after the type of column '{name}', found {}", t.token),
+            tok_span(t),
+        ));
+    }
     Ok(ColumnAst { name, data_type, span })
+}
+
+/// How many of a sub-parser's tokens are left (its end-of-input token not counted).
+fn remaining(p: &mut sqlparser::parser::Parser<'_>) -> usize {
+    let mut n = 0;
+    while p.peek_nth_token(n).token != Token::EOF {
+        n += 1;
+    }
+    n
 }
 
 fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
@@ -167,6 +187,7 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
 }
 
 pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    let toks = &keyword_column_names(toks);
     let mut p = sub_parser(toks)?;
     let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
     if let Err(e) = p.expect_token(&Token::EOF) {
@@ -196,6 +217,44 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
         }
         _ => Err(WeirError::plan_at("expected CREATE TABLE", span)),
     }
+}
+
+/// sqlparser reads a column list element starting with `KEY` or `INDEX` as MySQL's index
+/// declaration (`KEY idx (col)`), so `CREATE TABLE t (id INT, key VARCHAR)` would not parse,
+/// though PostgreSQL takes `key` as a column name. An element `KEY <word>` or `INDEX <word>`
+/// not followed by `(` declares a column: its name is marked quoted (with its lowercase
+/// spelling, as an unquoted name is normalized), so it is read as a name.
+fn keyword_column_names(toks: &[TokenWithSpan]) -> Vec<TokenWithSpan> {
+    let mut out = toks.to_vec();
+    let mut depth = 0usize;
+    let significant: Vec<usize> =
+        (0..toks.len()).filter(|&i| !matches!(toks[i].token, Token::Whitespace(_))).collect();
+    for (j, &i) in significant.iter().enumerate() {
+        match &toks[i].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        let starts_element = depth == 1
+            && j > 0
+            && matches!(toks[significant[j - 1]].token, Token::LParen | Token::Comma);
+        if !starts_element {
+            continue;
+        }
+        let Token::Word(w) = &toks[i].token else { continue };
+        let is_index_word = w.quote_style.is_none()
+            && (w.value.eq_ignore_ascii_case("key") || w.value.eq_ignore_ascii_case("index"));
+        let next = significant.get(j + 1).map(|&n| &toks[n].token);
+        let after = significant.get(j + 2).map(|&n| &toks[n].token);
+        if is_index_word && matches!(next, Some(Token::Word(_))) && after != Some(&Token::LParen) {
+            let mut quoted = w.clone();
+            quoted.value = w.value.to_ascii_lowercase();
+            quoted.quote_style = Some('"');
+            quoted.keyword = sqlparser::keywords::Keyword::NoKeyword;
+            out[i].token = Token::Word(quoted);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -19,6 +19,10 @@ pub(super) fn parse_dml(toks: &[TokenWithSpan], span: Option<Span>) -> Result<St
     }
     match stmt {
         sql::Statement::Insert(ins) => {
+            if !ins.into {
+                let at = Span::from_sql(sqlparser::ast::Spanned::span(&ins.table)).or(span);
+                return Err(WeirError::syntax_at("expected INTO after INSERT", at));
+            }
             let target = match &ins.table {
                 TableObject::TableName(n) => object_name(n),
                 _ => return Err(WeirError::plan_at("INSERT needs a stream or table name", span)),

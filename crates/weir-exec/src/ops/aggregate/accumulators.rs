@@ -1,12 +1,16 @@
 //! An aggregate's accumulators: how each aggregate function keeps its values (COUNT, SUM and
-//! AVG as sums and counts, MIN and MAX as multisets), applies a change of one input row, and
-//! gives its current value, first as typed [`Out`] values, then as an Arrow column.
+//! AVG as sums and counts, BOOL_AND and BOOL_OR as counts of true and false values, MIN and MAX
+//! as multisets, the ordered aggregates as ordered multisets of their elements), applies a
+//! change of one input row, and gives its current value, first as typed [`Out`] values, then
+//! as an Arrow column.
 
 use std::collections::BTreeMap;
 
-use arrow::array::{Array, ArrayRef, Decimal128Array, Float64Array, Int64Array, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt32Array,
+};
 use arrow::datatypes::DataType;
-use datafusion_common::HashMap;
+use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 use weir_plan::AggFunc;
 
@@ -42,6 +46,16 @@ pub(super) enum Acc {
         values: KeySet,
         max: bool,
     },
+    /// BOOL_AND/BOOL_OR: how many true and how many false values the group holds.
+    Bool {
+        trues: i64,
+        falses: i64,
+    },
+    /// STRING_AGG, ARRAY_AGG, FIRST_VALUE, LAST_VALUE: element (the ORDER BY terms then the
+    /// value, row-encoded: byte order is the aggregate's order) -> (count, the value).
+    Ordered {
+        elements: BTreeMap<RowBytes, (i64, ScalarValue)>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +81,10 @@ pub(super) enum Kind {
     KeyFloat,
     /// MIN/MAX over any other type: the value's row encoding.
     Bytes,
+    /// BOOL_AND, BOOL_OR: a boolean output.
+    Bool,
+    /// The ordered aggregates: a `ScalarValue` output.
+    Scalar,
 }
 
 impl Kind {
@@ -92,6 +110,10 @@ impl Kind {
                 DataType::Float64 => Kind::KeyFloat,
                 _ => Kind::Bytes,
             },
+            AggFunc::BoolAnd | AggFunc::BoolOr => Kind::Bool,
+            AggFunc::StringAgg | AggFunc::ArrayAgg | AggFunc::FirstValue | AggFunc::LastValue => {
+                Kind::Scalar
+            }
         }
     }
 }
@@ -117,6 +139,9 @@ pub(super) enum Out {
     Float(u64),
     Dec(u64, u64),
     Bytes(RowBytes),
+    Bool(bool),
+    /// An ordered aggregate's value, boxed (it is rare, and keeps the enum small).
+    Scalar(Box<ScalarValue>),
 }
 
 impl Out {
@@ -131,7 +156,9 @@ pub(super) enum ArgView {
     Int(Int64Array),
     Float(Float64Array),
     Dec(Decimal128Array),
-    /// Only the encoded value is used (MIN/MAX over other types, COUNT).
+    Bool(BooleanArray),
+    /// Only the encoded value is used (MIN/MAX over other types, COUNT), or the value itself
+    /// (the ordered aggregates).
     Any(ArrayRef),
 }
 
@@ -142,6 +169,7 @@ impl ArgView {
             ArgView::Int(a) => a.is_null(i),
             ArgView::Float(a) => a.is_null(i),
             ArgView::Dec(a) => a.is_null(i),
+            ArgView::Bool(a) => a.is_null(i),
             ArgView::Any(a) => a.is_null(i),
         }
     }
@@ -153,6 +181,8 @@ impl Aggregate {
         let acc = match kind {
             _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
             _ if spec.func == AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
+            Kind::Bool => Acc::Bool { trues: 0, falses: 0 },
+            Kind::Scalar => Acc::Ordered { elements: BTreeMap::new() },
             Kind::Int => Acc::Sum { sum: Sum::Int(0), n: 0 },
             Kind::Float => Acc::Sum { sum: Sum::Float(0.0), n: 0 },
             Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(0), n: 0 },
@@ -198,6 +228,11 @@ impl Aggregate {
             },
             AggFunc::Min | AggFunc::Max if kind == Kind::KeyInt => ArgView::Int(int(col.as_ref())?),
             AggFunc::Min | AggFunc::Max if kind == Kind::KeyFloat => float(col.as_ref())?,
+            AggFunc::BoolAnd | AggFunc::BoolOr => {
+                let a = arrow::compute::cast(col, &DataType::Boolean)?;
+                let a = a.as_any().downcast_ref::<BooleanArray>().cloned();
+                ArgView::Bool(a.ok_or_else(|| WeirError::internal("boolean view"))?)
+            }
             _ => ArgView::Any(col.clone()),
         })
     }
@@ -251,6 +286,31 @@ impl Aggregate {
                 };
                 values.update(k, diff, *max);
             }
+            Acc::Bool { trues, falses } => match view {
+                ArgView::Bool(a) if a.value(i) => *trues += diff,
+                ArgView::Bool(_) => *falses += diff,
+                _ => return Err(WeirError::internal("boolean view mismatch")),
+            },
+            Acc::Ordered { elements } => {
+                let e = value.ok_or_else(|| WeirError::internal("ordered element"))?;
+                match elements.get_mut(e) {
+                    Some((c, _)) => {
+                        *c += diff;
+                        if *c == 0 {
+                            elements.remove(e);
+                        }
+                    }
+                    None if diff != 0 => {
+                        let ArgView::Any(a) = view else {
+                            return Err(WeirError::internal("ordered view mismatch"));
+                        };
+                        let v = ScalarValue::try_from_array(a, i)
+                            .map_err(|e| WeirError::internal(e.strip_backtrace()))?;
+                        elements.insert(e.into(), (diff, v));
+                    }
+                    None => {}
+                }
+            }
         }
         Ok(())
     }
@@ -259,13 +319,15 @@ impl Aggregate {
     pub(super) fn output_into(aggs: &[AggSpec], g: &Group, out: &mut Vec<Out>) -> Result<()> {
         for (spec, st) in aggs.iter().zip(&g.accs) {
             let v = match &st.acc {
-                Acc::Count(n) => {
-                    if spec.func == AggFunc::CountStar {
-                        Out::Int(g.rows)
-                    } else {
-                        Out::Int(*n)
-                    }
+                Acc::Count(_) if spec.func == AggFunc::CountStar && spec.filter.is_none() => {
+                    Out::Int(g.rows)
                 }
+                Acc::Count(n) => Out::Int(*n),
+                Acc::Bool { trues, falses } if *trues + *falses <= 0 => Out::Null,
+                Acc::Bool { trues, falses } => {
+                    Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })
+                }
+                Acc::Ordered { elements } => ordered_output(spec, elements)?,
                 Acc::Sum { n, .. } | Acc::Avg { n, .. } if *n <= 0 => Out::Null,
                 Acc::Sum { sum, .. } => match sum {
                     Sum::Int(s) => Out::Int(
@@ -312,6 +374,22 @@ impl Aggregate {
                 .with_precision_and_scale(p, s)?,
             ),
             Kind::KeyInt => cast_to(std::sync::Arc::new(ints()), &spec.arg_type)?,
+            Kind::Bool => {
+                std::sync::Arc::new(BooleanArray::from_iter(vals.iter().map(|v| match v {
+                    Out::Bool(b) => Some(*b),
+                    _ => None,
+                })))
+            }
+            Kind::Scalar => {
+                let ty = ordered_type(spec);
+                let null =
+                    ScalarValue::try_from(&ty).map_err(|e| WeirError::exec(e.to_string()))?;
+                let scalars = vals.iter().map(|v| match v {
+                    Out::Scalar(s) => s.as_ref().clone(),
+                    _ => null.clone(),
+                });
+                ScalarValue::iter_to_array(scalars).map_err(|e| WeirError::exec(e.to_string()))?
+            }
             Kind::KeyFloat => {
                 std::sync::Arc::new(Float64Array::from_iter(vals.iter().map(|v| match v {
                     Out::Int(k) => Some(key_f64(*k)),
@@ -346,4 +424,68 @@ impl Aggregate {
         };
         cast_to(arr, self.schema.field(self.keys.len() + a).data_type())
     }
+}
+
+/// The type an ordered aggregate's values are built in (then cast to the output's type).
+fn ordered_type(spec: &AggSpec) -> DataType {
+    match spec.func {
+        AggFunc::StringAgg => DataType::Utf8,
+        AggFunc::ArrayAgg => DataType::List(std::sync::Arc::new(
+            arrow::datatypes::Field::new_list_field(spec.arg_type.clone(), true),
+        )),
+        _ => spec.arg_type.clone(),
+    }
+}
+
+/// The value of an ordered aggregate over its elements, in their order: a NULL over none.
+/// O(elements) for STRING_AGG and ARRAY_AGG, O(1) for FIRST_VALUE and LAST_VALUE.
+fn ordered_output(
+    spec: &AggSpec,
+    elements: &BTreeMap<RowBytes, (i64, ScalarValue)>,
+) -> Result<Out> {
+    let present = || elements.values().filter(|(c, _)| *c > 0);
+    let scalar = |v: ScalarValue| Out::Scalar(Box::new(v));
+    Ok(match spec.func {
+        AggFunc::FirstValue => present().next().map_or(Out::Null, |(_, v)| scalar(v.clone())),
+        AggFunc::LastValue => present().next_back().map_or(Out::Null, |(_, v)| scalar(v.clone())),
+        AggFunc::StringAgg => {
+            let sep = spec.separator.as_deref().unwrap_or("");
+            let mut s = String::new();
+            let mut any = false;
+            for (c, v) in present() {
+                let text = match v {
+                    ScalarValue::Utf8(Some(t))
+                    | ScalarValue::LargeUtf8(Some(t))
+                    | ScalarValue::Utf8View(Some(t)) => t.clone(),
+                    other => other.to_string(),
+                };
+                for _ in 0..*c {
+                    if any {
+                        s.push_str(sep);
+                    }
+                    s.push_str(&text);
+                    any = true;
+                }
+            }
+            if any {
+                scalar(ScalarValue::Utf8(Some(s)))
+            } else {
+                Out::Null
+            }
+        }
+        AggFunc::ArrayAgg => {
+            let mut vals = Vec::new();
+            for (c, v) in present() {
+                for _ in 0..*c {
+                    vals.push(v.clone());
+                }
+            }
+            if vals.is_empty() {
+                Out::Null
+            } else {
+                scalar(ScalarValue::List(ScalarValue::new_list_nullable(&vals, &spec.arg_type)))
+            }
+        }
+        other => return Err(WeirError::internal(format!("{other} is not an ordered aggregate"))),
+    })
 }

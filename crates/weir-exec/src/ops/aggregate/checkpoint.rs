@@ -2,7 +2,7 @@
 
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array};
 use arrow::datatypes::DataType;
-use datafusion_common::HashMap;
+use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
 use super::accumulators::{f64_key, key_f64, Acc, AccState, Kind, Sum};
@@ -16,7 +16,25 @@ use crate::state::{
 impl Aggregate {
     pub(super) fn signature(&self) -> String {
         let aggs: Vec<_> = self.aggs.iter().map(|a| (a.func, a.distinct, &a.arg_type)).collect();
-        signature("aggregate", &self.schema, (self.keys.len(), aggs))
+        let sig = signature("aggregate", &self.schema, (self.keys.len(), aggs));
+        // FILTER and an aggregate's ORDER BY are added only where present, so that plain
+        // aggregates keep the signature of checkpoints written before they existed.
+        let extras: Vec<String> = self
+            .aggs
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.filter.is_some() || !a.order.is_empty())
+            .map(|(i, a)| {
+                let order: Vec<_> =
+                    a.order.iter().map(|k| (&k.data_type, k.descending, k.nulls_first)).collect();
+                format!("{i}: filter={} order={order:?}", a.filter.is_some())
+            })
+            .collect();
+        if extras.is_empty() {
+            sig
+        } else {
+            format!("{sig} [{}]", extras.join(", "))
+        }
     }
 
     /// Row-encodes MIN/MAX order keys of aggregate `a` (as the argument type's values).
@@ -64,6 +82,24 @@ impl Aggregate {
         })
     }
 
+    /// The values of row-encoded elements of ordered aggregate `a`; errors on bytes that are
+    /// not such elements.
+    fn decode_elements(&self, a: usize, rows: &[&[u8]]) -> Result<Vec<ScalarValue>> {
+        let Some(conv) = self.element_converters[a].as_ref().filter(|_| !rows.is_empty()) else {
+            return Ok(vec![]);
+        };
+        let bad = || invalid("section 'aggregate.values': an element does not fit its types");
+        let parser = conv.parser();
+        // Arrow's row parser trusts its input; validate by re-encoding what it decodes.
+        let cols = conv.convert_rows(rows.iter().map(|r| parser.parse(r))).map_err(|_| bad())?;
+        let again = conv.convert_columns(&cols).map_err(|_| bad())?;
+        if rows.iter().enumerate().any(|(i, r)| again.row(i).data() != *r) {
+            return Err(bad());
+        }
+        let col = cols.last().ok_or_else(bad)?;
+        (0..col.len()).map(|i| ScalarValue::try_from_array(col, i).map_err(|_| bad())).collect()
+    }
+
     /// Writes the groups and accumulators (see the module docs for the layout).
     pub(super) fn save_own(&self, w: &mut StateWriter) -> Result<()> {
         let sig = self.signature();
@@ -99,9 +135,10 @@ impl Aggregate {
             cols.push((
                 n,
                 opt_i64_col(accs().map(|acc| match acc {
-                    Some(Acc::Count(n)) | Some(Acc::Sum { n, .. }) | Some(Acc::Avg { n, .. }) => {
-                        Some(*n)
-                    }
+                    Some(Acc::Count(n))
+                    | Some(Acc::Sum { n, .. })
+                    | Some(Acc::Avg { n, .. })
+                    | Some(Acc::Bool { trues: n, .. }) => Some(*n),
                     _ => None,
                 })),
             ));
@@ -110,6 +147,7 @@ impl Aggregate {
                 opt_i128_col(accs().map(|acc| match acc {
                     Some(Acc::Sum { sum: Sum::Int(s), .. })
                     | Some(Acc::Sum { sum: Sum::Dec(s), .. }) => Some(*s),
+                    Some(Acc::Bool { falses, .. }) => Some(i128::from(*falses)),
                     _ => None,
                 })),
             ));
@@ -128,6 +166,9 @@ impl Aggregate {
                     Acc::MinMax { values: vs, .. } => {
                         values.extend(vs.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
                     }
+                    Acc::Ordered { elements } => values.extend(
+                        elements.iter().map(|(e, (c, _))| (g as i64, a as i64, &e[..], *c)),
+                    ),
                     Acc::MinMaxKey { values: vs, .. } => {
                         for (_, c) in vs.sorted() {
                             let enc = keyed[a]
@@ -199,7 +240,16 @@ impl Aggregate {
                     }
                     (Acc::Sum { sum: Sum::Float(s), n: c }, Some(n), None, Some(v))
                     | (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v)) => (*s, *c) = (v, n),
-                    (Acc::MinMax { .. } | Acc::MinMaxKey { .. }, None, None, None) => {}
+                    (Acc::Bool { trues, falses }, Some(n), Some(v), None) => {
+                        *trues = n;
+                        *falses = i64::try_from(v).map_err(|_| bad(a))?;
+                    }
+                    (
+                        Acc::MinMax { .. } | Acc::MinMaxKey { .. } | Acc::Ordered { .. },
+                        None,
+                        None,
+                        None,
+                    ) => {}
                     _ => return Err(bad(a)),
                 }
             }
@@ -221,6 +271,18 @@ impl Aggregate {
                 };
                 keyed.push(self.decode_keys(a, &mine)?.into_iter());
             }
+            // An ordered aggregate's elements: the value is the element's last column.
+            let mut ordered: Vec<std::vec::IntoIter<ScalarValue>> =
+                Vec::with_capacity(self.aggs.len());
+            for a in 0..self.aggs.len() {
+                let mine: Vec<&[u8]> = match &self.element_converters[a] {
+                    Some(_) if name == "aggregate.values" => {
+                        (0..gs.len()).filter(|&i| agg_of(i) == Some(a)).map(|i| vals[i]).collect()
+                    }
+                    _ => vec![],
+                };
+                ordered.push(self.decode_elements(a, &mine)?.into_iter());
+            }
             for i in 0..gs.len() {
                 let group = usize::try_from(gs[i]).ok().and_then(|g| groups.get_mut(g));
                 let a = agg_of(i);
@@ -240,6 +302,13 @@ impl Aggregate {
                             .and_then(|a| keyed[a].next())
                             .ok_or_else(|| WeirError::internal("min/max keys"))?;
                         values.insert_restored(k, nonzero(name, counts[i])?)
+                    }
+                    ("aggregate.values", Some(AccState { acc: Acc::Ordered { elements }, .. })) => {
+                        let v = a
+                            .and_then(|a| ordered[a].next())
+                            .ok_or_else(|| WeirError::internal("ordered elements"))?;
+                        let c = nonzero(name, counts[i])?;
+                        elements.insert(RowBytes::from(vals[i]), (c, v)).is_some()
                     }
                     ("aggregate.seen", Some(AccState { seen: Some(seen), .. })) => {
                         seen.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?).is_some()

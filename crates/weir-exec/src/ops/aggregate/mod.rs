@@ -13,8 +13,21 @@
 //! (up to 32-bit unsigned), timestamps, Date64 and Float64 the values are kept as `i64` order
 //! keys (a float by its total order, the order of its row encoding), over any other type as
 //! their row encoding. DISTINCT variants keep a value -> count map and feed the inner aggregate
-//! only when a value appears or disappears. State: per group, its row count and one accumulator
-//! per aggregate.
+//! only when a value appears or disappears. BOOL_AND and BOOL_OR keep the counts of true and of
+//! false values (BOOL_AND is true while no false is counted), so retracting the last false turns
+//! BOOL_AND back to true. The ordered aggregates (STRING_AGG, ARRAY_AGG, FIRST_VALUE, LAST_VALUE)
+//! keep an ordered multiset of elements, each the row encoding of the aggregate's ORDER BY terms
+//! followed by the value (byte order = the aggregate's order, ties by value ascending, NULL
+//! first), with its count and decoded value: a retraction removes exactly that element, and the
+//! output is the same whatever order the changes arrived in. STRING_AGG and ARRAY_AGG rebuild
+//! their value from the multiset when the group changes (O(group size)); FIRST_VALUE and
+//! LAST_VALUE read an end of it.
+//!
+//! `FILTER (WHERE p)`: a row whose `p` is not true (false or NULL) does not reach that aggregate,
+//! neither as an insertion nor as a retraction, so each aggregate is that of the group's rows
+//! passing its filter; the group itself exists while it has any row. A filtered `COUNT(*)` keeps
+//! its own count (an unfiltered one is the group's row count). State: per group, its row count
+//! and one accumulator per aggregate.
 //!
 //! Groups live in a slab (`slots`) indexed by their encoded key; a slot whose group disappears
 //! is reused by the next new group. Each instant marks the groups it touches with its number,
@@ -23,10 +36,12 @@
 //!
 //! Checkpointed as sections (see [`Aggregate::save_own`]): `aggregate` (one row: `started`),
 //! `aggregate.groups` (per group sorted by key: `key` Binary, `rows` Int64, and per aggregate
-//! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count), `isum{a}`
-//! (an integer or decimal SUM, 16-byte Binary), `fsum{a}` (a float SUM or AVG's sum, Float64)),
-//! `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its in-memory form,
-//! in value order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
+//! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count, BOOL_AND's and
+//! BOOL_OR's count of true values), `isum{a}` (an integer or decimal SUM, BOOL_AND's and
+//! BOOL_OR's count of false values, 16-byte Binary), `fsum{a}` (a float SUM or AVG's sum,
+//! Float64)), `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its
+//! in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
+//! order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
 //! into the groups), `agg`, `value` Binary and `count` Int64.
 //!
 //! A step is evaluated run by run, one instant or a span alike: each run of input changes
@@ -43,20 +58,24 @@ use std::ops::Range;
 
 use datafusion_common::HashMap;
 
-use arrow::array::ArrayRef;
-use arrow::compute::cast_with_options;
+use arrow::array::{ArrayRef, BooleanArray};
+use arrow::compute::{cast_with_options, SortOptions};
 use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
 use datafusion_common::format::DEFAULT_CAST_OPTIONS;
+use datafusion_common::DFSchema;
+use datafusion_expr::{Expr, ExprSchemable};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::AggFunc;
+use weir_plan::{AggCall, AggFunc};
 
 use crate::expr::ScalarExpr;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
+use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
-use accumulators::{AccState, ArgView, Kind, Out};
+use accumulators::{Acc, AccState, ArgView, Kind, Out};
 
 mod accumulators;
 mod checkpoint;
@@ -76,6 +95,76 @@ pub struct AggSpec {
     /// The argument's type (its values are cast to the accumulator's working type).
     pub arg_type: DataType,
     pub distinct: bool,
+    /// `FILTER (WHERE ...)`: the rows for which it is not true do not reach the aggregate.
+    pub filter: Option<ScalarExpr>,
+    /// An ordered aggregate's `ORDER BY` terms (see [`AggFunc::is_ordered`]); the argument
+    /// itself, ascending and NULL first, is added after them as the tiebreak.
+    pub order: Vec<SortKey>,
+    /// `STRING_AGG`'s separator.
+    pub separator: Option<String>,
+}
+
+impl AggSpec {
+    /// A plain aggregate of `func` over `arg` (of type `arg_type`).
+    pub fn plain(
+        func: AggFunc,
+        arg: Option<ScalarExpr>,
+        arg_type: DataType,
+        distinct: bool,
+    ) -> Self {
+        AggSpec { func, arg, arg_type, distinct, filter: None, order: vec![], separator: None }
+    }
+
+    /// Compiles an aggregate of the plan over its input schema.
+    pub fn compile(call: &AggCall, input: &DFSchema) -> Result<Self> {
+        let ty = |e: &Expr| {
+            e.get_type(input).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
+        };
+        let order = call
+            .order_by
+            .iter()
+            .map(|o| {
+                Ok(SortKey {
+                    expr: ScalarExpr::compile(&o.expr, input)?,
+                    data_type: ty(&o.expr)?,
+                    descending: !o.asc,
+                    nulls_first: o.nulls_first,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(AggSpec {
+            func: call.func,
+            arg: call.arg.as_ref().map(|e| ScalarExpr::compile(e, input)).transpose()?,
+            arg_type: match &call.arg {
+                Some(e) => ty(e)?,
+                None => DataType::Null,
+            },
+            distinct: call.distinct,
+            filter: call.filter.as_ref().map(|e| ScalarExpr::compile(e, input)).transpose()?,
+            order,
+            separator: call.separator.clone(),
+        })
+    }
+
+    /// The converter of an ordered aggregate's elements: its ORDER BY terms, then the value,
+    /// so that byte order is the aggregate's order with ties broken by value.
+    fn element_converter(&self) -> Result<Option<RowConverter>> {
+        if !self.func.is_ordered() {
+            return Ok(None);
+        }
+        let fields = self
+            .order
+            .iter()
+            .map(|k| {
+                SortField::new_with_options(
+                    k.data_type.clone(),
+                    SortOptions { descending: k.descending, nulls_first: k.nulls_first },
+                )
+            })
+            .chain(std::iter::once(SortField::new(self.arg_type.clone())))
+            .collect();
+        Ok(Some(RowConverter::new(fields)?))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -94,8 +183,11 @@ struct Prepared {
     keys: EncodedRows,
     /// Per aggregate: its argument in the working type.
     views: Vec<ArgView>,
-    /// Per aggregate: its argument row-encoded, where needed (MIN/MAX kept as bytes, DISTINCT).
+    /// Per aggregate: its argument row-encoded, where needed (MIN/MAX kept as bytes, DISTINCT;
+    /// an ordered aggregate's elements: its ORDER BY terms then the value).
     values: Vec<Option<EncodedRows>>,
+    /// Per aggregate: its FILTER, true for the rows that reach it.
+    filters: Vec<Option<BooleanArray>>,
     /// The whole rows encoded, when floating-point sums fix the apply order.
     rows: Option<EncodedRows>,
 }
@@ -165,6 +257,8 @@ pub struct Aggregate {
     kinds: Vec<Kind>,
     /// Per aggregate: codec of its argument (MIN/MAX ordering, DISTINCT identity).
     value_codecs: Vec<Option<RowCodec>>,
+    /// Per ordered aggregate: the converter of its elements (see [`AggSpec::element_converter`]).
+    element_converters: Vec<Option<RowConverter>>,
     /// Whether a floating-point sum is kept (see [`Aggregate::apply_order`]).
     float_order: bool,
     schema: SchemaRef,
@@ -199,6 +293,8 @@ impl Aggregate {
                 None => Ok(None),
             })
             .collect::<Result<_>>()?;
+        let element_converters =
+            aggs.iter().map(AggSpec::element_converter).collect::<Result<_>>()?;
         let float_order = aggs.iter().any(|s| {
             s.func == AggFunc::Avg
                 || (s.func == AggFunc::Sum
@@ -213,6 +309,7 @@ impl Aggregate {
             kinds: aggs.iter().map(Kind::of).collect(),
             aggs,
             value_codecs,
+            element_converters,
             float_order,
             schema,
             slots: Vec::new(),
@@ -318,18 +415,28 @@ impl Aggregate {
         let keys = self.key_codec.encode(&key_cols, d.len())?;
         let mut views = Vec::with_capacity(self.aggs.len());
         let mut values = Vec::with_capacity(self.aggs.len());
-        for ((spec, codec), kind) in self.aggs.iter().zip(&self.value_codecs).zip(&self.kinds) {
+        let mut filters = Vec::with_capacity(self.aggs.len());
+        for (a, (spec, kind)) in self.aggs.iter().zip(&self.kinds).enumerate() {
             let col = match &spec.arg {
                 Some(e) => Some(e.eval_as(&d.data, &spec.arg_type)?),
                 None => None,
             };
             let encode = spec.distinct || *kind == Kind::Bytes;
-            values.push(match (&col, codec) {
-                (Some(c), Some(codec)) if encode => {
+            values.push(match (&col, &self.value_codecs[a], &self.element_converters[a]) {
+                (Some(c), _, Some(conv)) => {
+                    let mut cols = Vec::with_capacity(spec.order.len() + 1);
+                    for k in &spec.order {
+                        cols.push(k.expr.eval_as(&d.data, &k.data_type)?);
+                    }
+                    cols.push(c.clone());
+                    Some(EncodedRows::Rows(conv.convert_columns(&cols)?))
+                }
+                (Some(c), Some(codec), None) if encode => {
                     Some(codec.encode(std::slice::from_ref(c), d.len())?)
                 }
                 _ => None,
             });
+            filters.push(spec.filter.as_ref().map(|f| f.eval_predicate(&d.data)).transpose()?);
             views.push(Self::view(spec, *kind, col.as_ref())?);
         }
         let rows = if self.float_order {
@@ -337,7 +444,7 @@ impl Aggregate {
         } else {
             None
         };
-        Ok(Prepared { keys, views, values, rows })
+        Ok(Prepared { keys, views, values, filters, rows })
     }
 
     /// The changes of `d` and the order (and multiplicity) to apply them in, over the rows
@@ -401,11 +508,19 @@ impl Aggregate {
         }
         group.rows += diff;
         for (a, st) in group.accs.iter_mut().enumerate() {
-            if self.aggs[a].func == AggFunc::CountStar {
+            if p.filters[a].as_ref().is_some_and(|f| !f.value(i)) {
+                continue;
+            }
+            let spec = &self.aggs[a];
+            if spec.func == AggFunc::CountStar {
+                // Unfiltered, COUNT(*) is the group's row count; filtered, its own count.
+                if let Acc::Count(n) = &mut st.acc {
+                    *n += diff;
+                }
                 continue;
             }
             let view = &p.views[a];
-            if view.is_null(i) {
+            if spec.func.skips_nulls() && view.is_null(i) {
                 continue;
             }
             let value = p.values[a].as_ref().map(|v| v.get(i));

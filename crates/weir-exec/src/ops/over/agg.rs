@@ -100,7 +100,14 @@ impl Acc {
                     self.max = v.clone();
                 }
             }
-            AggFunc::CountStar | AggFunc::Count => {}
+            AggFunc::CountStar
+            | AggFunc::Count
+            | AggFunc::BoolAnd
+            | AggFunc::BoolOr
+            | AggFunc::StringAgg
+            | AggFunc::ArrayAgg
+            | AggFunc::FirstValue
+            | AggFunc::LastValue => {}
         }
         Ok(())
     }
@@ -114,6 +121,7 @@ impl Acc {
             AggFunc::Avg => ScalarValue::Float64(Some(self.fsum / self.count as f64)),
             AggFunc::Min => self.min.clone(),
             AggFunc::Max => self.max.clone(),
+            other => return Err(WeirError::internal(format!("{other} is not an OVER aggregate"))),
         };
         v.cast_to(&spec.out_type).map_err(df)
     }
