@@ -48,7 +48,7 @@ pub fn exec_schema(schema: &DFSchema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
+pub(crate) fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
     e.get_type(schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
 }
 
@@ -208,6 +208,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(TopK::new(keys, *skip, *fetch, schema)?)
         }
         LogicalPlan::OverAggregate { .. } => build_over_aggregate(plan, schema)?,
+        LogicalPlan::OverRelation { .. } => crate::ops::over::frames::build(plan, schema)?,
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {
             let in_schema = input.schema();
             let partition = partition_by

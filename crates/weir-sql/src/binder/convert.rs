@@ -6,11 +6,11 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::tree_node::TreeNode;
 use datafusion_common::{DFSchema, TableReference};
-use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
+use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, OverFrame, PlanKind,
-    RankFunc, RankMode, WindowSpec,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
+    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec,
 };
 
 use super::df_error;
@@ -398,8 +398,23 @@ impl Converter<'_> {
             matches!(e, Expr::WindowFunction(wf)
                 if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_)))
         };
-        if w.window_expr.iter().any(is_agg) {
+        let is_rank = |e: &Expr| {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            matches!(e, Expr::WindowFunction(wf)
+            if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::WindowUDF(_))
+                && matches!(
+                    wf.fun.name().to_ascii_uppercase().as_str(),
+                    "ROW_NUMBER" | "RANK" | "DENSE_RANK"
+                ))
+        };
+        if w.window_expr.iter().all(is_agg) && on_stream(w, &input) {
             return over_aggregate(w, input);
+        }
+        if !w.window_expr.iter().any(is_rank) {
+            return over_relation(w, input);
         }
         let shape = match input.kind() {
             PlanKind::Stream => "a stream",
@@ -424,16 +439,10 @@ impl Converter<'_> {
                 (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "DENSE_RANK") => {
                     RankFunc::DenseRank
                 }
-                (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
-                    return Err(WeirError::plan(format!(
-                        "window function {name} over {shape} is not supported yet (aggregates \
-                         with OVER; ROW_NUMBER, RANK and DENSE_RANK are)"
-                    )))
-                }
                 _ => {
-                    return Err(WeirError::plan(format!(
-                        "window function {name} over {shape} is not supported yet (ROW_NUMBER, \
-                         RANK and DENSE_RANK are)"
+                    return Err(unsupported(&format!(
+                        "window function {name} together with ROW_NUMBER, RANK or DENSE_RANK \
+                         over {shape} in the same window"
                     )))
                 }
             };
@@ -597,6 +606,199 @@ fn over_aggregate(
     }))
 }
 
+/// Whether every aggregate of `w` has the shape of Flink's OVER aggregation on a stream: one
+/// frame, ORDER BY the event-time column (ascending) of a stream read whole, a frame from
+/// some rows or a range before the row to the row itself. Such a window is evaluated on the
+/// stream (each row once, its values final); any other is evaluated on the relation.
+fn on_stream(w: &datafusion_expr::logical_plan::Window, input: &Arc<LogicalPlan>) -> bool {
+    use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
+    let mut first: Option<&datafusion_expr::WindowFrame> = None;
+    w.window_expr.iter().all(|e| {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else { return false };
+        let p = &wf.params;
+        let frame = &p.window_frame;
+        let same = *first.get_or_insert(frame) == frame;
+        same && matches!(p.order_by.as_slice(), [o] if o.asc && ordered_by_event_time(input, &o.expr))
+            && frame.end_bound == WindowFrameBound::CurrentRow
+            && matches!(frame.start_bound, WindowFrameBound::Preceding(_))
+            && frame.units != WindowFrameUnits::Groups
+    })
+}
+
+/// Window functions over a relation (`LAG`, `LEAD`, `FIRST_VALUE`, `LAST_VALUE`, aggregates
+/// with any ROWS or RANGE frame): a [`LogicalPlan::OverRelation`].
+fn over_relation(
+    w: &datafusion_expr::logical_plan::Window,
+    input: Arc<LogicalPlan>,
+) -> Result<Arc<LogicalPlan>> {
+    let shape = match input.kind() {
+        PlanKind::Stream => "a stream",
+        PlanKind::Relation => "a relation",
+    };
+    let in_schema = input.schema();
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+    let mut calls = Vec::new();
+    for e in &w.window_expr {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else {
+            return Err(WeirError::internal(format!("window expression expected, got {e}")));
+        };
+        let name = wf.fun.name().to_ascii_uppercase();
+        let p = &wf.params;
+        if p.filter.is_some() || p.distinct {
+            return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
+        }
+        let refuse = || {
+            WeirError::plan(format!(
+                "window function {name} over {shape} is not supported yet (ROW_NUMBER, RANK, \
+                 DENSE_RANK, LAG, LEAD, FIRST_VALUE, LAST_VALUE and COUNT, SUM, AVG, MIN, MAX \
+                 are)"
+            ))
+        };
+        let (func, arg, default) = match &wf.fun {
+            datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) => {
+                let a = over_agg_call(&name, &p.args)?;
+                (OverFunc::Agg(a.func), a.arg, None)
+            }
+            datafusion_expr::WindowFunctionDefinition::WindowUDF(_) => match name.as_str() {
+                "LAG" | "LEAD" => {
+                    let (x, n, d) = match p.args.as_slice() {
+                        [x] => (x, 1, None),
+                        [x, n] => (x, offset_arg(&name, n)?, None),
+                        [x, n, d] => (x, offset_arg(&name, n)?, Some(d.clone())),
+                        _ => {
+                            return Err(WeirError::plan(format!(
+                                "{name} takes one to three arguments: {name}(x [, offset [, \
+                                 default]])"
+                            )))
+                        }
+                    };
+                    let f = if name == "LAG" { OverFunc::Lag(n) } else { OverFunc::Lead(n) };
+                    (f, Some(x.clone()), d)
+                }
+                "FIRST_VALUE" | "LAST_VALUE" => {
+                    let [x] = p.args.as_slice() else {
+                        return Err(WeirError::plan(format!("{name} takes one argument")));
+                    };
+                    let f = if name == "FIRST_VALUE" {
+                        OverFunc::FirstValue
+                    } else {
+                        OverFunc::LastValue
+                    };
+                    (f, Some(x.clone()), None)
+                }
+                "ROW_NUMBER" | "RANK" | "DENSE_RANK" => {
+                    return Err(unsupported(&format!(
+                        "window function {name} together with other window functions over the \
+                         same window"
+                    )))
+                }
+                _ => return Err(refuse()),
+            },
+        };
+        let order_ty = match p.order_by.as_slice() {
+            [o] => o.expr.get_type(in_schema.as_ref()).ok(),
+            _ => None,
+        };
+        let frame = relation_frame(&name, &p.window_frame, order_ty.as_ref())?;
+        let this = (p.partition_by.clone(), p.order_by.clone());
+        match &spec {
+            None => spec = Some(this),
+            Some(s) if *s == this => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "window functions with different PARTITION BY or ORDER BY over the same sort \
+                     order",
+                ))
+            }
+        }
+        calls.push(OverCall { func, arg, default, frame });
+    }
+    let (partition_by, order_by) =
+        spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+    Ok(Arc::new(LogicalPlan::OverRelation {
+        partition_by,
+        order_by,
+        calls,
+        input,
+        schema: w.schema.clone(),
+    }))
+}
+
+/// LAG/LEAD's offset: a non-negative integer constant.
+fn offset_arg(name: &str, e: &Expr) -> Result<u64> {
+    let bad =
+        || WeirError::plan(format!("{name}'s offset must be a non-negative integer constant"));
+    let Expr::Literal(v, _) = e else { return Err(bad()) };
+    match v.cast_to(&DataType::Int64) {
+        Ok(datafusion_common::ScalarValue::Int64(Some(n))) if n >= 0 => Ok(n as u64),
+        _ => Err(bad()),
+    }
+}
+
+/// A frame of a window function over a relation, RANGE offsets in the ORDER BY's units (an
+/// integer's, or microseconds for a TIMESTAMP, from an INTERVAL).
+fn relation_frame(
+    name: &str,
+    f: &datafusion_expr::WindowFrame,
+    order_ty: Option<&DataType>,
+) -> Result<WindowFrame> {
+    use datafusion_expr::{WindowFrameBound as B, WindowFrameUnits as U};
+    let range = match f.units {
+        U::Rows => false,
+        U::Range => true,
+        U::Groups => {
+            return Err(WeirError::plan(format!(
+                "window function {name}: GROUPS frames are not supported yet (ROWS and RANGE are)"
+            )))
+        }
+    };
+    let offset = |v: &datafusion_common::ScalarValue| -> Result<i64> {
+        if !range {
+            return match v.cast_to(&DataType::Int64) {
+                Ok(datafusion_common::ScalarValue::Int64(Some(n))) if n >= 0 => Ok(n),
+                _ => Err(WeirError::plan(format!(
+                    "window function {name}: a ROWS offset must be a non-negative integer"
+                ))),
+            };
+        }
+        let domain = match order_ty {
+            Some(DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, _)) => {
+                TimeDomain::Micros
+            }
+            Some(t) if t.is_integer() => TimeDomain::Ticks,
+            _ => {
+                return Err(WeirError::plan(format!(
+                    "window function {name}: a RANGE frame with an offset needs one ORDER BY \
+                     term of an integer or TIMESTAMP type"
+                )))
+            }
+        };
+        range_ticks(v, domain, name)
+    };
+    let bound = |b: &B| -> Result<FrameBound> {
+        Ok(match b {
+            B::Preceding(v) if v.is_null() => FrameBound::UnboundedPreceding,
+            B::Preceding(v) => FrameBound::Preceding(offset(v)?),
+            B::CurrentRow => FrameBound::CurrentRow,
+            B::Following(v) if v.is_null() => FrameBound::UnboundedFollowing,
+            B::Following(v) => FrameBound::Following(offset(v)?),
+        })
+    };
+    Ok(WindowFrame { range, start: bound(&f.start_bound)?, end: bound(&f.end_bound)? })
+}
+
+fn frame_error(name: &str, why: &str) -> WeirError {
+    WeirError::plan(format!("window function {name}: {why}"))
+}
+
 fn over_shape(name: &str, why: &str) -> WeirError {
     WeirError::plan(format!(
         "window function {name} over a relation is not supported yet: aggregates with OVER are \
@@ -621,13 +823,13 @@ fn range_ticks(v: &datafusion_common::ScalarValue, domain: TimeDomain, name: &st
         (TimeDomain::Micros, Some(m)) => m,
         (TimeDomain::Ticks, None) => match v.cast_to(&DataType::Int64) {
             Ok(V::Int64(Some(n))) => n,
-            _ => return Err(over_shape(name, "RANGE needs an integer offset on a tick stream")),
+            _ => return Err(frame_error(name, "RANGE needs an integer offset over integer ticks")),
         },
         (TimeDomain::Micros, None) => {
-            return Err(over_shape(name, "RANGE on a TIMESTAMP stream needs an INTERVAL offset"))
+            return Err(frame_error(name, "RANGE over a TIMESTAMP needs an INTERVAL offset"))
         }
         (TimeDomain::Ticks, Some(_)) => {
-            return Err(over_shape(name, "RANGE on a tick stream needs an integer offset"))
+            return Err(frame_error(name, "RANGE over integer ticks needs an integer offset"))
         }
     };
     if ticks < 0 {

@@ -48,9 +48,9 @@ pub struct OverAggSpec {
     pub out_type: DataType,
 }
 
-/// A running aggregate over the values added to it.
+/// A running aggregate over the values added to it (also used by [`super::frames`]).
 #[derive(Debug, Clone)]
-struct Acc {
+pub(super) struct Acc {
     rows: i64,
     count: i64,
     /// SUM (in the argument's type), MIN, MAX, and AVG's sum as a double.
@@ -61,12 +61,12 @@ struct Acc {
 }
 
 impl Acc {
-    fn new(arg_type: &DataType) -> Result<Acc> {
+    pub(super) fn new(arg_type: &DataType) -> Result<Acc> {
         let null = ScalarValue::try_from(arg_type).map_err(df)?;
         Ok(Acc { rows: 0, count: 0, sum: null.clone(), min: null.clone(), max: null, fsum: 0.0 })
     }
 
-    fn add(&mut self, func: AggFunc, v: &ScalarValue) -> Result<()> {
+    pub(super) fn add(&mut self, func: AggFunc, v: &ScalarValue) -> Result<()> {
         self.rows += 1;
         if v.is_null() {
             return Ok(());
@@ -106,7 +106,12 @@ impl Acc {
     }
 
     fn result(&self, spec: &OverAggSpec) -> Result<ScalarValue> {
-        let v = match spec.func {
+        self.value(spec.func, &spec.out_type)
+    }
+
+    /// The aggregate `func` of the values added so far, as `out_type`.
+    pub(super) fn value(&self, func: AggFunc, out_type: &DataType) -> Result<ScalarValue> {
+        let v = match func {
             AggFunc::CountStar => ScalarValue::Int64(Some(self.rows)),
             AggFunc::Count => ScalarValue::Int64(Some(self.count)),
             AggFunc::Sum => self.sum.clone(),
@@ -115,7 +120,7 @@ impl Acc {
             AggFunc::Min => self.min.clone(),
             AggFunc::Max => self.max.clone(),
         };
-        v.cast_to(&spec.out_type).map_err(df)
+        v.cast_to(out_type).map_err(df)
     }
 
     /// The accumulator as scalars of [`acc_types`], and back.
@@ -436,7 +441,7 @@ impl Operator for OverAgg {
     }
 }
 
-fn df(e: datafusion_common::DataFusionError) -> WeirError {
+pub(super) fn df(e: datafusion_common::DataFusionError) -> WeirError {
     WeirError::exec(e.strip_backtrace())
 }
 
