@@ -274,6 +274,11 @@ fn build_over_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn
             Ok(OverAggSpec {
                 func: a.func,
                 arg: a.arg.as_ref().map(|e| ScalarExpr::compile(e, &in_schema)).transpose()?,
+                default: a
+                    .default
+                    .as_ref()
+                    .map(|e| ScalarExpr::compile(e, &in_schema))
+                    .transpose()?,
                 arg_type: match &a.arg {
                     Some(e) => expr_type(e, &in_schema)?,
                     None => DataType::Int64,

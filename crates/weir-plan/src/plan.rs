@@ -395,7 +395,9 @@ pub enum LogicalPlan {
         /// One term: the event-time column, ascending (a Vec keeps the node small).
         order_by: Vec<SortExpr>,
         frame: OverFrame,
-        aggs: Vec<AggCall>,
+        /// Aggregates, FIRST_VALUE, LAST_VALUE over `frame`, and LAG (their own `frame`
+        /// fields are not used).
+        aggs: Vec<OverCall>,
         input: Arc<LogicalPlan>,
         schema: DFSchemaRef,
     },
@@ -643,10 +645,11 @@ impl LogicalPlan {
                     frame: *frame,
                     aggs: aggs
                         .iter()
-                        .map(|a| AggCall {
-                            func: a.func,
-                            arg: a.arg.as_ref().map(f),
-                            distinct: a.distinct,
+                        .map(|c| OverCall {
+                            func: c.func,
+                            arg: c.arg.as_ref().map(f),
+                            default: c.default.as_ref().map(f),
+                            frame: c.frame,
                         })
                         .collect(),
                     input: m(input),

@@ -1715,6 +1715,56 @@ fn q_over(f: OverWin) -> Case {
     )
 }
 
+/// `LAG(v)`, `LAG(v, 2, -1)`, `FIRST_VALUE(v)` and `LAST_VALUE(v)` over a frame, on the
+/// stream ordered by t (Flink's OVER semantics): each element once, LAG by position in the
+/// (t, row) order, FIRST/LAST_VALUE the frame's first and last rows (RANGE: peers included).
+fn q_over_nav(f: OverWin) -> Case {
+    let w = "PARTITION BY k ORDER BY t";
+    let over = format!("OVER ({w}{})", f.sql());
+    let sql = format!(
+        "SELECT k, v, t, LAG(v) OVER ({w}), LAG(v, 2, -1) OVER ({w}), FIRST_VALUE(v) {over}, \
+         LAST_VALUE(v) {over} FROM s"
+    );
+    Case::single(
+        sql,
+        Win::Unbounded,
+        true,
+        Box::new(move |i, tau| {
+            let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+            for e in Win::Unbounded.contents(&i.s, tau) {
+                parts.entry(e.k).or_default().push(e);
+            }
+            let mut rows = Vec::new();
+            for (_, mut part) in parts {
+                part.sort_by_key(|e| (e.t, e.k, e.v));
+                for (j, e) in part.iter().enumerate() {
+                    let frame: Vec<Option<i64>> = match f {
+                        OverWin::Rows(n) => {
+                            let from = n.map_or(0, |n| j.saturating_sub(n));
+                            part[from..=j].iter().map(|x| x.v).collect()
+                        }
+                        OverWin::Range(d) => part
+                            .iter()
+                            .filter(|x| x.t <= e.t && d.is_none_or(|d| x.t >= e.t - d))
+                            .map(|x| x.v)
+                            .collect(),
+                    };
+                    rows.push(vec![
+                        int(e.k),
+                        txt(e.v),
+                        int(e.t),
+                        if j >= 1 { txt(part[j - 1].v) } else { txt(None) },
+                        if j >= 2 { txt(part[j - 2].v) } else { int(-1) },
+                        txt(frame.first().copied().flatten()),
+                        txt(frame.last().copied().flatten()),
+                    ]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
 // --- window functions with frames over a relation: LAG, LEAD, FIRST_VALUE, LAST_VALUE, aggregates ---
 
 /// The ORDER BY of a window function case: `t`, `v` (NULLS LAST) or `v DESC` (NULLS FIRST).
@@ -1888,10 +1938,15 @@ impl FrameCase {
 /// `SELECT k, v, t, F OVER (PARTITION BY k ORDER BY o frame) FROM s [w]`.
 fn q_frame(w: Win, f: FrameCase) -> Case {
     let sql = format!("SELECT k, v, t, {} AS x FROM s {}", f.sql(), w.sql());
+    // Flink's OVER shape on the stream read whole is evaluated on the stream: a stream result.
+    let on_stream = w == Win::Unbounded
+        && matches!(f.order, Ord3::T)
+        && f.end == Some(0)
+        && f.start.is_none_or(|s| s < 0);
     Case::single(
         sql,
         w,
-        false,
+        on_stream,
         Box::new(move |i, tau| {
             bag(f
                 .eval(s_at(w, i, tau))
@@ -2861,6 +2916,19 @@ proptest! {
         f in prop::sample::select(&FRAME_CASES[..]),
     ) {
         check(&q_frame(w, f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn stream_navigation_matches_oracle(s in elements(), f in prop::sample::select(&OVER_WINS[..])) {
+        check(&q_over_nav(f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn stream_navigation_out_of_order_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&OVER_WINS[..]),
+    ) {
+        check(&q_over_nav(f), &input)?;
     }
 
     #[test]

@@ -386,18 +386,12 @@ impl Converter<'_> {
 }
 
 impl Converter<'_> {
-    /// `f() OVER (...)`: the ranking functions Weir evaluates become a
-    /// [`LogicalPlan::Ranking`]; any other window function is refused by name and shape.
+    /// `f() OVER (...)`: Flink's OVER aggregation on a stream becomes a
+    /// [`LogicalPlan::OverAggregate`], the ranking functions a [`LogicalPlan::Ranking`], the
+    /// other functions over a relation a [`LogicalPlan::OverRelation`]; any other window
+    /// function is refused by name and shape.
     fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
         let input = self.convert(&w.input)?;
-        let is_agg = |e: &Expr| {
-            let e = match e {
-                Expr::Alias(a) => a.expr.as_ref(),
-                e => e,
-            };
-            matches!(e, Expr::WindowFunction(wf)
-                if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_)))
-        };
         let is_rank = |e: &Expr| {
             let e = match e {
                 Expr::Alias(a) => a.expr.as_ref(),
@@ -410,7 +404,7 @@ impl Converter<'_> {
                     "ROW_NUMBER" | "RANK" | "DENSE_RANK"
                 ))
         };
-        if w.window_expr.iter().all(is_agg) && on_stream(w, &input) {
+        if on_stream(w, &input) {
             return over_aggregate(w, input);
         }
         if !w.window_expr.iter().any(is_rank) {
@@ -526,14 +520,16 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
     Some(Arc::new(arrow::datatypes::Schema::new(fields)))
 }
 
-/// Aggregates with `OVER` (Flink's OVER aggregation): over a stream read whole, ordered by its
-/// event-time column ascending, with a frame that ends at the current row.
+/// Aggregates, `FIRST_VALUE`, `LAST_VALUE` and `LAG` with `OVER` on a stream (Flink's OVER
+/// aggregation): over a stream read whole, ordered by its event-time column ascending, with a
+/// frame that ends at the current row (LAG has no frame).
 fn over_aggregate(
     w: &datafusion_expr::logical_plan::Window,
     input: Arc<LogicalPlan>,
 ) -> Result<Arc<LogicalPlan>> {
     use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
-    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>, OverFrame)> = None;
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+    let mut frame_of_all: Option<OverFrame> = None;
     let mut aggs = Vec::new();
     let domain = input.time_domain().unwrap_or(TimeDomain::Ticks);
     for e in &w.window_expr {
@@ -545,11 +541,6 @@ fn over_aggregate(
             return Err(WeirError::internal(format!("window expression expected, got {e}")));
         };
         let name = wf.fun.name().to_ascii_uppercase();
-        let datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) = &wf.fun else {
-            return Err(unsupported(&format!(
-                "window function {name} together with aggregates over the same window"
-            )));
-        };
         let p = &wf.params;
         let [order] = p.order_by.as_slice() else {
             return Err(over_shape(&name, "it needs ORDER BY the stream's event-time column"));
@@ -561,27 +552,75 @@ fn over_aggregate(
                  without a window",
             ));
         }
-        let frame = &p.window_frame;
-        if frame.end_bound != WindowFrameBound::CurrentRow {
-            return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
-        }
-        let WindowFrameBound::Preceding(start) = &frame.start_bound else {
-            return Err(over_shape(&name, "its frame must start before the current row"));
-        };
-        let frame = match frame.units {
-            WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
-            WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
-                Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
-                _ => return Err(over_shape(&name, "ROWS needs an integer count")),
-            },
-            WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
-            WindowFrameUnits::Range => OverFrame::Range(Some(range_ticks(start, domain, &name)?)),
-            WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
-        };
         if p.filter.is_some() || p.distinct {
             return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
         }
-        let this = (p.partition_by.clone(), p.order_by.clone(), frame);
+        let call = match (&wf.fun, name.as_str()) {
+            (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
+                let a = over_agg_call(&name, &p.args)?;
+                OverCall { func: OverFunc::Agg(a.func), arg: a.arg, default: None, frame: NO_FRAME }
+            }
+            (_, "LAG") => {
+                let (x, n, d) = match p.args.as_slice() {
+                    [x] => (x, 1, None),
+                    [x, n] => (x, offset_arg(&name, n)?, None),
+                    [x, n, d] => (x, offset_arg(&name, n)?, Some(d.clone())),
+                    _ => return Err(WeirError::plan("LAG takes one to three arguments")),
+                };
+                OverCall {
+                    func: OverFunc::Lag(n),
+                    arg: Some(x.clone()),
+                    default: d,
+                    frame: NO_FRAME,
+                }
+            }
+            (_, "FIRST_VALUE" | "LAST_VALUE") => {
+                let [x] = p.args.as_slice() else {
+                    return Err(WeirError::plan(format!("{name} takes one argument")));
+                };
+                let func =
+                    if name == "FIRST_VALUE" { OverFunc::FirstValue } else { OverFunc::LastValue };
+                OverCall { func, arg: Some(x.clone()), default: None, frame: NO_FRAME }
+            }
+            _ => {
+                return Err(over_shape(
+                    &name,
+                    "it is not an aggregate, LAG, FIRST_VALUE or LAST_VALUE",
+                ))
+            }
+        };
+        if !matches!(call.func, OverFunc::Lag(_)) {
+            let frame = &p.window_frame;
+            if frame.end_bound != WindowFrameBound::CurrentRow {
+                return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
+            }
+            let WindowFrameBound::Preceding(start) = &frame.start_bound else {
+                return Err(over_shape(&name, "its frame must start before the current row"));
+            };
+            let frame = match frame.units {
+                WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
+                WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
+                    Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
+                    _ => return Err(over_shape(&name, "ROWS needs an integer count")),
+                },
+                WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
+                WindowFrameUnits::Range => {
+                    OverFrame::Range(Some(range_ticks(start, domain, &name)?))
+                }
+                WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
+            };
+            match frame_of_all {
+                None => frame_of_all = Some(frame),
+                Some(f) if f == frame => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "aggregates with OVER of different frames, PARTITION BY or ORDER BY in \
+                         one window",
+                    ))
+                }
+            }
+        }
+        let this = (p.partition_by.clone(), p.order_by.clone());
         match &spec {
             None => spec = Some(this),
             Some(s) if *s == this => {}
@@ -592,24 +631,31 @@ fn over_aggregate(
                 ))
             }
         }
-        aggs.push(over_agg_call(&name, &p.args)?);
+        aggs.push(call);
     }
-    let (partition_by, order_by, frame) =
+    let (partition_by, order_by) =
         spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
     Ok(Arc::new(LogicalPlan::OverAggregate {
         partition_by,
         order_by,
-        frame,
+        // Only LAG: no frame is needed beyond the current row.
+        frame: frame_of_all.unwrap_or(OverFrame::Rows(Some(0))),
         aggs,
         input,
         schema: w.schema.clone(),
     }))
 }
 
-/// Whether every aggregate of `w` has the shape of Flink's OVER aggregation on a stream: one
-/// frame, ORDER BY the event-time column (ascending) of a stream read whole, a frame from
-/// some rows or a range before the row to the row itself. Such a window is evaluated on the
-/// stream (each row once, its values final); any other is evaluated on the relation.
+/// The frame an [`OverCall`] of a [`LogicalPlan::OverAggregate`] carries: the node's own
+/// frame applies.
+const NO_FRAME: WindowFrame =
+    WindowFrame { range: false, start: FrameBound::CurrentRow, end: FrameBound::CurrentRow };
+
+/// Whether `w` has the shape of Flink's OVER aggregation on a stream: aggregates,
+/// FIRST_VALUE, LAST_VALUE and LAG, ORDER BY the event-time column (ascending) of a stream read
+/// whole, one frame (LAG aside) from some rows or a range before the row to the row itself.
+/// Such a window is evaluated on the stream (each row once, its values final, bounded state);
+/// any other is evaluated on the relation.
 fn on_stream(w: &datafusion_expr::logical_plan::Window, input: &Arc<LogicalPlan>) -> bool {
     use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
     let mut first: Option<&datafusion_expr::WindowFrame> = None;
@@ -620,9 +666,19 @@ fn on_stream(w: &datafusion_expr::logical_plan::Window, input: &Arc<LogicalPlan>
         };
         let Expr::WindowFunction(wf) = e else { return false };
         let p = &wf.params;
+        let name = wf.fun.name().to_ascii_uppercase();
+        let is_agg = matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_));
+        let ordered =
+            matches!(p.order_by.as_slice(), [o] if o.asc && ordered_by_event_time(input, &o.expr));
+        if !is_agg && name == "LAG" {
+            return ordered;
+        }
+        if !is_agg && name != "FIRST_VALUE" && name != "LAST_VALUE" {
+            return false;
+        }
         let frame = &p.window_frame;
         let same = *first.get_or_insert(frame) == frame;
-        same && matches!(p.order_by.as_slice(), [o] if o.asc && ordered_by_event_time(input, &o.expr))
+        same && ordered
             && frame.end_bound == WindowFrameBound::CurrentRow
             && matches!(frame.start_bound, WindowFrameBound::Preceding(_))
             && frame.units != WindowFrameUnits::Groups
