@@ -230,9 +230,10 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             match mode {
                 RankMode::KeepFirst => Box::new(Dedup::new(keys, false, schema)),
                 RankMode::KeepLast => Box::new(Dedup::new(keys, true, schema)),
-                RankMode::Full | RankMode::Top { .. } => {
-                    Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
-                }
+                RankMode::Full | RankMode::Top { .. } => Box::new(
+                    Ranking::new(keys, funcs.clone(), *mode, schema)?
+                        .with_append_only(input.is_monotonic()),
+                ),
             }
         }
     })
