@@ -1,7 +1,7 @@
 //! `weir-bench`: NEXMark and the sliding-window scaling benchmark. See `docs/benchmarks.md`.
 //!
 //! ```text
-//! weir-bench [--query q0|q1|q2|q3|q4|q5|q7|q8|all] [--events N] [--input memory|csv|json]
+//! weir-bench [--query q0|q1|...|q8|q9|q18|q19|all] [--events N] [--input memory|csv|json]
 //!            [--chunk N] [--rate EVENTS_PER_SEC] [--seed N] [--data DIR] [--workers N]
 //! weir-bench --scaling [--events N] [--ratios 1,10,60,360,3600]
 //! weir-bench --write csv|json [--events N] [--data DIR]

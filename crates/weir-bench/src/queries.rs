@@ -31,11 +31,30 @@ pub enum Query {
     /// Hot items: the auctions with the most bids in the last 10 s, every 2 s. The maximum
     /// count is joined back to the counts, so ties all appear.
     Q5,
+    /// Average price of each seller's last 10 auctions: each auction's winning bid so far
+    /// (its maximum bid placed while it was open, as in q4: open auctions count with their
+    /// best bid so far), and over each seller's auctions ordered by closing time, the average
+    /// of the row's and the 9 before (`AVG ... OVER (... ROWS BETWEEN 9 PRECEDING AND CURRENT
+    /// ROW)`, a window function over a relation). A relation: a new best bid changes the
+    /// averages of at most 10 rows.
+    Q6,
     /// Highest bid: the bids with the highest price in each 10 s tumbling window.
     Q7,
     /// Monitor new users: people who opened an auction in the same 10 s tumbling window as they
     /// registered.
     Q8,
+    /// Winning bid of each auction: its highest bid placed while it was open, the earliest
+    /// among equal prices (`ROW_NUMBER() OVER (PARTITION BY id ORDER BY price DESC,
+    /// date_time) = 1` over the join: a top-1 per auction). A relation.
+    Q9,
+    /// Last bid of each bidder on each auction (`ROW_NUMBER() OVER (PARTITION BY bidder,
+    /// auction ORDER BY date_time DESC) = 1`: deduplication keeping the last row). A relation.
+    Q18,
+    /// The 10 highest bids of each auction with their rank (`ROW_NUMBER() OVER (PARTITION BY
+    /// auction ORDER BY price DESC, date_time) <= 10`: a top-N per auction; the reference
+    /// orders by price only, date_time makes ties deterministic whatever the columns). A
+    /// relation.
+    Q19,
 }
 
 /// Window sizes, in microseconds.
@@ -66,8 +85,20 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 8] =
-        [Query::Q0, Query::Q1, Query::Q2, Query::Q3, Query::Q4, Query::Q5, Query::Q7, Query::Q8];
+    pub const ALL: [Query; 12] = [
+        Query::Q0,
+        Query::Q1,
+        Query::Q2,
+        Query::Q3,
+        Query::Q4,
+        Query::Q5,
+        Query::Q6,
+        Query::Q7,
+        Query::Q8,
+        Query::Q9,
+        Query::Q18,
+        Query::Q19,
+    ];
 
     pub fn parse(name: &str) -> Option<Query> {
         Query::ALL.into_iter().find(|q| q.name().eq_ignore_ascii_case(name))
@@ -83,15 +114,21 @@ impl Query {
             Query::Q5 => "q5",
             Query::Q7 => "q7",
             Query::Q8 => "q8",
+            Query::Q6 => "q6",
+            Query::Q9 => "q9",
+            Query::Q18 => "q18",
+            Query::Q19 => "q19",
         }
     }
 
     /// The streams the query reads.
     pub fn streams(self) -> &'static [&'static str] {
         match self {
-            Query::Q0 | Query::Q1 | Query::Q2 | Query::Q5 | Query::Q7 => &["bid"],
+            Query::Q0 | Query::Q1 | Query::Q2 | Query::Q5 | Query::Q7 | Query::Q18 | Query::Q19 => {
+                &["bid"]
+            }
             Query::Q3 | Query::Q8 => &["person", "auction"],
-            Query::Q4 => &["auction", "bid"],
+            Query::Q4 | Query::Q6 | Query::Q9 => &["auction", "bid"],
         }
     }
 
@@ -131,6 +168,34 @@ impl Query {
                 r = us(p.q5_range),
                 s = us(p.q5_slide)
             ),
+            Query::Q6 => "SELECT seller, id, AVG(final) OVER (PARTITION BY seller \
+                           ORDER BY expires, id ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) \
+                           AS avg_price FROM ( \
+                             SELECT a.id, a.seller, a.expires, MAX(b.price) AS final \
+                             FROM auction AS a JOIN bid AS b ON a.id = b.auction \
+                             WHERE b.date_time BETWEEN a.date_time AND a.expires \
+                             GROUP BY a.id, a.seller, a.expires) AS w"
+                .into(),
+            Query::Q9 => "SELECT id, seller, category, bidder, price, bid_time FROM ( \
+                            SELECT a.id, a.seller, a.category, b.bidder, b.price, \
+                              b.date_time AS bid_time, ROW_NUMBER() OVER (PARTITION BY a.id \
+                              ORDER BY b.price DESC, b.date_time) AS rn \
+                            FROM auction AS a JOIN bid AS b ON a.id = b.auction \
+                            WHERE b.date_time BETWEEN a.date_time AND a.expires) AS w \
+                          WHERE rn = 1"
+                .into(),
+            Query::Q18 => "SELECT auction, bidder, price, date_time FROM ( \
+                             SELECT auction, bidder, price, date_time, ROW_NUMBER() OVER \
+                               (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rn \
+                             FROM bid) AS w \
+                           WHERE rn = 1"
+                .into(),
+            Query::Q19 => "SELECT auction, bidder, price, date_time, rn FROM ( \
+                             SELECT auction, bidder, price, date_time, ROW_NUMBER() OVER \
+                               (PARTITION BY auction ORDER BY price DESC, date_time) AS rn \
+                             FROM bid) AS w \
+                           WHERE rn <= 10"
+                .into(),
             Query::Q7 => format!(
                 "SELECT ISTREAM b.auction, b.price, b.bidder, b.date_time \
                  FROM bid [RANGE {w} SLIDE {w}] AS b \

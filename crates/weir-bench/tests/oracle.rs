@@ -226,6 +226,110 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Q6 | Query::Q9 => {
+            let instants: BTreeSet<i64> = auctions
+                .iter()
+                .map(|a| a.date_time)
+                .chain(bids.iter().map(|b| b.date_time))
+                .collect();
+            differentiate(&instants, true, |tau| {
+                // Per auction opened by τ, its bids placed by τ while it was open.
+                let open: HashMap<i64, &Auction> =
+                    auctions.iter().filter(|a| a.date_time <= tau).map(|a| (a.id, a)).collect();
+                let mut won: BTreeMap<i64, Vec<&Bid>> = BTreeMap::new();
+                for b in bids.iter().filter(|b| b.date_time <= tau) {
+                    if let Some(a) = open.get(&b.auction) {
+                        if a.date_time <= b.date_time && b.date_time <= a.expires {
+                            won.entry(a.id).or_default().push(b);
+                        }
+                    }
+                }
+                let mut bag = Bag::new();
+                if q == Query::Q9 {
+                    // The highest price, the earliest bid among equal prices.
+                    for (id, bs) in &won {
+                        let a = open[id];
+                        let best = bs.iter().min_by_key(|b| (-b.price, b.date_time)).unwrap();
+                        add(
+                            &mut bag,
+                            vec![
+                                int(a.id),
+                                int(a.seller),
+                                int(a.category),
+                                int(best.bidder),
+                                int(best.price),
+                                ts(best.date_time),
+                            ],
+                        );
+                    }
+                    return bag;
+                }
+                // q6: per seller, its auctions by (expires, id), each with the average final
+                // price of itself and the 9 before.
+                let mut by_seller: BTreeMap<i64, Vec<(i64, i64, i64)>> = BTreeMap::new();
+                for (id, bs) in &won {
+                    let a = open[id];
+                    let fin = bs.iter().map(|b| b.price).max().unwrap();
+                    by_seller.entry(a.seller).or_default().push((a.expires, a.id, fin));
+                }
+                for (seller, mut xs) in by_seller {
+                    xs.sort();
+                    for j in 0..xs.len() {
+                        let frame = &xs[j.saturating_sub(9)..=j];
+                        let sum: f64 = frame.iter().map(|x| x.2 as f64).sum();
+                        add(
+                            &mut bag,
+                            vec![int(seller), int(xs[j].1), float(sum / frame.len() as f64)],
+                        );
+                    }
+                }
+                bag
+            })
+        }
+        Query::Q18 | Query::Q19 => {
+            let instants: BTreeSet<i64> = bids.iter().map(|b| b.date_time).collect();
+            differentiate(&instants, true, |tau| {
+                let mut bag = Bag::new();
+                if q == Query::Q18 {
+                    // The latest bid of each (bidder, auction).
+                    let mut last: BTreeMap<(i64, i64), &Bid> = BTreeMap::new();
+                    for b in bids.iter().filter(|b| b.date_time <= tau) {
+                        let e = last.entry((b.bidder, b.auction)).or_insert(b);
+                        if b.date_time > e.date_time {
+                            *e = b;
+                        }
+                    }
+                    for b in last.values() {
+                        add(
+                            &mut bag,
+                            vec![int(b.auction), int(b.bidder), int(b.price), ts(b.date_time)],
+                        );
+                    }
+                    return bag;
+                }
+                // q19: per auction, its bids by price descending then time, the first 10.
+                let mut per: BTreeMap<i64, Vec<&Bid>> = BTreeMap::new();
+                for b in bids.iter().filter(|b| b.date_time <= tau) {
+                    per.entry(b.auction).or_default().push(b);
+                }
+                for (_, mut bs) in per {
+                    bs.sort_by_key(|b| (-b.price, b.date_time));
+                    for (i, b) in bs.iter().take(10).enumerate() {
+                        add(
+                            &mut bag,
+                            vec![
+                                int(b.auction),
+                                int(b.bidder),
+                                int(b.price),
+                                ts(b.date_time),
+                                int(i as i64 + 1),
+                            ],
+                        );
+                    }
+                }
+                bag
+            })
+        }
         Query::Q7 => {
             let w = p.tumble;
             differentiate(&boundaries(first, last, w, w), false, |tau| {
@@ -323,4 +427,24 @@ fn q7_finds_the_highest_bids() {
 #[test]
 fn q8_finds_new_sellers() {
     check(Query::Q8, 6000);
+}
+
+#[test]
+fn q6_averages_each_sellers_last_auctions() {
+    check(Query::Q6, 3000);
+}
+
+#[test]
+fn q9_finds_each_auctions_winning_bid() {
+    check(Query::Q9, 3000);
+}
+
+#[test]
+fn q18_keeps_each_bidders_last_bid_per_auction() {
+    check(Query::Q18, 3000);
+}
+
+#[test]
+fn q19_keeps_the_ten_highest_bids_per_auction() {
+    check(Query::Q19, 3000);
 }

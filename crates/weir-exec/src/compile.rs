@@ -48,7 +48,7 @@ pub fn exec_schema(schema: &DFSchema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
+pub(crate) fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<DataType> {
     e.get_type(schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
 }
 
@@ -192,6 +192,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(TopK::new(keys, *skip, *fetch, schema)?.with_ties(*with_ties))
         }
         LogicalPlan::OverAggregate { .. } => build_over_aggregate(plan, schema)?,
+        LogicalPlan::OverRelation { .. } => crate::ops::over::frames::build(plan, schema)?,
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, .. } => {
             let in_schema = input.schema();
             let partition = partition_by
@@ -213,9 +214,10 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             match mode {
                 RankMode::KeepFirst => Box::new(Dedup::new(keys, false, schema)),
                 RankMode::KeepLast => Box::new(Dedup::new(keys, true, schema)),
-                RankMode::Full | RankMode::Top { .. } => {
-                    Box::new(Ranking::new(keys, funcs.clone(), *mode, schema)?)
-                }
+                RankMode::Full | RankMode::Top { .. } => Box::new(
+                    Ranking::new(keys, funcs.clone(), *mode, schema)?
+                        .with_append_only(input.is_monotonic()),
+                ),
             }
         }
     })
@@ -257,6 +259,11 @@ fn build_over_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn
             Ok(OverAggSpec {
                 func: a.func,
                 arg: a.arg.as_ref().map(|e| ScalarExpr::compile(e, &in_schema)).transpose()?,
+                default: a
+                    .default
+                    .as_ref()
+                    .map(|e| ScalarExpr::compile(e, &in_schema))
+                    .transpose()?,
                 arg_type: match &a.arg {
                     Some(e) => expr_type(e, &in_schema)?,
                     None => DataType::Int64,

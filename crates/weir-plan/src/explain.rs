@@ -93,6 +93,26 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
             let _ = write!(s, " order=[{}] {frame}", list(order_by.iter().map(|o| o.to_string())));
             s
         }
+        LogicalPlan::OverRelation { partition_by, order_by, calls, .. } => {
+            let calls = calls.iter().map(|c| {
+                let arg = c.arg.as_ref().map_or("*".to_string(), |e| e.to_string());
+                match c.func {
+                    crate::plan::OverFunc::Lag(_) | crate::plan::OverFunc::Lead(_) => {
+                        format!("{}({arg})", c.func)
+                    }
+                    _ => format!("{}({arg}) {}", c.func, c.frame),
+                }
+            });
+            let mut s = format!("OverRelation: [{}]", list(calls));
+            if !partition_by.is_empty() {
+                let _ =
+                    write!(s, " partition=[{}]", list(partition_by.iter().map(|e| e.to_string())));
+            }
+            if !order_by.is_empty() {
+                let _ = write!(s, " order=[{}]", list(order_by.iter().map(|o| o.to_string())));
+            }
+            s
+        }
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, .. } => {
             let mut s = format!("Ranking: [{}]", list(funcs.iter().map(|f| format!("{f}()"))));
             if !partition_by.is_empty() {

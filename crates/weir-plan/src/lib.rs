@@ -23,7 +23,7 @@ pub mod prune;
 
 pub use explain::explain;
 pub use plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, OverFrame, PlanKind,
-    RankFunc, RankMode, WindowSpec, R2S,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
+    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec, R2S,
 };
 pub use prune::prune;

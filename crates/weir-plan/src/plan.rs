@@ -339,6 +339,84 @@ impl fmt::Display for OverFrame {
     }
 }
 
+/// A window function of a [`LogicalPlan::OverRelation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverFunc {
+    /// An aggregate over the row's frame.
+    Agg(AggFunc),
+    /// `LAG(x, n, default)`: x of the row n rows before (default when there is none).
+    Lag(u64),
+    /// `LEAD(x, n, default)`: x of the row n rows after.
+    Lead(u64),
+    /// `FIRST_VALUE(x)`: x of the first row of the frame (NULL for an empty frame).
+    FirstValue,
+    /// `LAST_VALUE(x)`: x of the last row of the frame.
+    LastValue,
+}
+
+impl fmt::Display for OverFunc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OverFunc::Agg(a) => write!(f, "{a}"),
+            OverFunc::Lag(n) => write!(f, "lag[{n}]"),
+            OverFunc::Lead(n) => write!(f, "lead[{n}]"),
+            OverFunc::FirstValue => f.write_str("first_value"),
+            OverFunc::LastValue => f.write_str("last_value"),
+        }
+    }
+}
+
+/// One end of a [`WindowFrame`]. Offsets count rows (ROWS) or units of the ORDER BY value
+/// (RANGE: its integer value, microseconds for a TIMESTAMP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameBound {
+    UnboundedPreceding,
+    Preceding(i64),
+    CurrentRow,
+    Following(i64),
+    UnboundedFollowing,
+}
+
+impl fmt::Display for FrameBound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameBound::UnboundedPreceding => f.write_str("UNBOUNDED PRECEDING"),
+            FrameBound::Preceding(n) => write!(f, "{n} PRECEDING"),
+            FrameBound::CurrentRow => f.write_str("CURRENT ROW"),
+            FrameBound::Following(n) => write!(f, "{n} FOLLOWING"),
+            FrameBound::UnboundedFollowing => f.write_str("UNBOUNDED FOLLOWING"),
+        }
+    }
+}
+
+/// The frame of a window function over a relation: `ROWS|RANGE BETWEEN start AND end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFrame {
+    /// RANGE (true): bounds are ORDER BY values, CURRENT ROW means the row's peers; ROWS: rows.
+    pub range: bool,
+    pub start: FrameBound,
+    pub end: FrameBound,
+}
+
+impl fmt::Display for WindowFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let units = if self.range { "RANGE" } else { "ROWS" };
+        write!(f, "{units} BETWEEN {} AND {}", self.start, self.end)
+    }
+}
+
+/// One window function of a [`LogicalPlan::OverRelation`].
+#[derive(Debug, Clone)]
+pub struct OverCall {
+    pub func: OverFunc,
+    /// The argument, over the input's schema; `None` for `COUNT(*)`.
+    pub arg: Option<Expr>,
+    /// LAG/LEAD's default, evaluated on the current row; `None`: NULL.
+    pub default: Option<Expr>,
+    /// The frame (ignored by LAG and LEAD).
+    pub frame: WindowFrame,
+}
+
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
 #[derive(Debug, Clone)]
 pub enum ApplyKind {
@@ -424,7 +502,19 @@ pub enum LogicalPlan {
         /// One term: the event-time column, ascending (a Vec keeps the node small).
         order_by: Vec<SortExpr>,
         frame: OverFrame,
-        aggs: Vec<AggCall>,
+        /// Aggregates, FIRST_VALUE, LAST_VALUE over `frame`, and LAG (their own `frame`
+        /// fields are not used).
+        aggs: Vec<OverCall>,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
+    /// Window functions over a relation (navigation and aggregates with frames): the input's
+    /// columns, then one column per call, computed per partition in `order_by` order (ties
+    /// broken by the row's value, as for [`LogicalPlan::Ranking`]) over each row's frame.
+    OverRelation {
+        partition_by: Vec<Expr>,
+        order_by: Vec<SortExpr>,
+        calls: Vec<OverCall>,
         input: Arc<LogicalPlan>,
         schema: DFSchemaRef,
     },
@@ -453,6 +543,7 @@ impl LogicalPlan {
             | LogicalPlan::Apply { schema, .. }
             | LogicalPlan::Ranking { schema, .. }
             | LogicalPlan::OverAggregate { schema, .. }
+            | LogicalPlan::OverRelation { schema, .. }
             | LogicalPlan::Rename { schema, .. } => schema.clone(),
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Distinct { input }
@@ -486,6 +577,7 @@ impl LogicalPlan {
             | LogicalPlan::Apply { input, .. }
             | LogicalPlan::Ranking { input, .. }
             | LogicalPlan::OverAggregate { input, .. }
+            | LogicalPlan::OverRelation { input, .. }
             | LogicalPlan::Rename { input, .. } => vec![input],
             LogicalPlan::Join { left, right, .. } => vec![left, right],
             LogicalPlan::UnionAll { inputs, .. } => inputs.iter().collect(),
@@ -652,7 +744,39 @@ impl LogicalPlan {
                         })
                         .collect(),
                     frame: *frame,
-                    aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
+                    aggs: aggs
+                        .iter()
+                        .map(|c| OverCall {
+                            func: c.func,
+                            arg: c.arg.as_ref().map(f),
+                            default: c.default.as_ref().map(f),
+                            frame: c.frame,
+                        })
+                        .collect(),
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
+            LogicalPlan::OverRelation { partition_by, order_by, calls, input, schema } => {
+                LogicalPlan::OverRelation {
+                    partition_by: partition_by.iter().map(f).collect(),
+                    order_by: order_by
+                        .iter()
+                        .map(|o| SortExpr {
+                            expr: f(&o.expr),
+                            asc: o.asc,
+                            nulls_first: o.nulls_first,
+                        })
+                        .collect(),
+                    calls: calls
+                        .iter()
+                        .map(|c| OverCall {
+                            func: c.func,
+                            arg: c.arg.as_ref().map(f),
+                            default: c.default.as_ref().map(f),
+                            frame: c.frame,
+                        })
+                        .collect(),
                     input: m(input),
                     schema: schema.clone(),
                 }

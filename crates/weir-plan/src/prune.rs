@@ -104,6 +104,15 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
+        LogicalPlan::OverRelation { partition_by, order_by, calls, input, schema: s } => {
+            unchanged(LogicalPlan::OverRelation {
+                partition_by: partition_by.clone(),
+                order_by: order_by.clone(),
+                calls: calls.clone(),
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema: s } => {
             unchanged(LogicalPlan::OverAggregate {
                 partition_by: partition_by.clone(),

@@ -6,8 +6,11 @@
 //! QUERY: `topn` (top 10 by price per auction over `[PARTITION BY auction ROWS P]`), `rows`
 //! (the same window without the ranking: the baseline to subtract), `full` (the full
 //! ROW_NUMBER of that window, for contrast), `dedup` (keep-first per auction over the whole
-//! stream, PARTITION_SIZE distinct auctions, one event each) and `passthrough` (the baseline
-//! for `dedup`: `SELECT ISTREAM` of the same events).
+//! stream, PARTITION_SIZE distinct auctions, one event each), `passthrough` (the baseline
+//! for `dedup`: `SELECT ISTREAM` of the same events), `streamtopn` (top 10 by price per
+//! auction over the whole stream: an insert-only input, so only the top is kept; the
+//! partitions have PARTITION_SIZE rows seen when the timing starts) and `streamrows` (its
+//! baseline: `SELECT ISTREAM` of the same events).
 //!
 //! For `topn`, `rows` and `full`: 10 auctions; the windows are first filled (P events per
 //! auction, untimed), then MEASURED_EVENTS more are timed, each entering its auction's window
@@ -54,7 +57,10 @@ fn main() -> anyhow::Result<()> {
         "dedup" => "SELECT auction, price FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY \
                     auction ORDER BY t) AS rn FROM bids) WHERE rn = 1"
             .to_string(),
-        "passthrough" => "SELECT ISTREAM auction, price FROM bids".to_string(),
+        "passthrough" | "streamrows" => "SELECT ISTREAM auction, price FROM bids".to_string(),
+        "streamtopn" => "SELECT auction, price, rn FROM (SELECT *, ROW_NUMBER() OVER (PARTITION \
+                         BY auction ORDER BY price DESC) AS rn FROM bids) WHERE rn <= 10"
+            .to_string(),
         other => anyhow::bail!("unknown query {other}"),
     };
     let mut engine = Engine::new();

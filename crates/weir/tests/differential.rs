@@ -1857,6 +1857,289 @@ fn q_over(f: OverWin) -> Case {
     )
 }
 
+/// `LAG(v)`, `LAG(v, 2, -1)`, `FIRST_VALUE(v)` and `LAST_VALUE(v)` over a frame, on the
+/// stream ordered by t (Flink's OVER semantics): each element once, LAG by position in the
+/// (t, row) order, FIRST/LAST_VALUE the frame's first and last rows (RANGE: peers included).
+fn q_over_nav(f: OverWin) -> Case {
+    let w = "PARTITION BY k ORDER BY t";
+    let over = format!("OVER ({w}{})", f.sql());
+    let sql = format!(
+        "SELECT k, v, t, LAG(v) OVER ({w}), LAG(v, 2, -1) OVER ({w}), FIRST_VALUE(v) {over}, \
+         LAST_VALUE(v) {over} FROM s"
+    );
+    Case::single(
+        sql,
+        Win::Unbounded,
+        true,
+        Box::new(move |i, tau| {
+            let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+            for e in Win::Unbounded.contents(&i.s, tau) {
+                parts.entry(e.k).or_default().push(e);
+            }
+            let mut rows = Vec::new();
+            for (_, mut part) in parts {
+                part.sort_by_key(|e| (e.t, e.k, e.v));
+                for (j, e) in part.iter().enumerate() {
+                    let frame: Vec<Option<i64>> = match f {
+                        OverWin::Rows(n) => {
+                            let from = n.map_or(0, |n| j.saturating_sub(n));
+                            part[from..=j].iter().map(|x| x.v).collect()
+                        }
+                        OverWin::Range(d) => part
+                            .iter()
+                            .filter(|x| x.t <= e.t && d.is_none_or(|d| x.t >= e.t - d))
+                            .map(|x| x.v)
+                            .collect(),
+                    };
+                    rows.push(vec![
+                        int(e.k),
+                        txt(e.v),
+                        int(e.t),
+                        if j >= 1 { txt(part[j - 1].v) } else { txt(None) },
+                        if j >= 2 { txt(part[j - 2].v) } else { int(-1) },
+                        txt(frame.first().copied().flatten()),
+                        txt(frame.last().copied().flatten()),
+                    ]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+// --- window functions with frames over a relation: LAG, LEAD, FIRST_VALUE, LAST_VALUE, aggregates ---
+
+/// The ORDER BY of a window function case: `t`, `v` (NULLS LAST) or `v DESC` (NULLS FIRST).
+#[derive(Clone, Copy, Debug)]
+enum Ord3 {
+    T,
+    V,
+    VDesc,
+}
+
+/// A frame bound: `None` unbounded; `Some(0)` CURRENT ROW; `Some(n)` n PRECEDING (n < 0) or
+/// FOLLOWING (n > 0), in rows or ORDER BY units.
+type FB = Option<i64>;
+
+/// One window function case: function, ORDER BY, frame (RANGE or ROWS, start, end).
+#[derive(Clone, Copy, Debug)]
+struct FrameCase {
+    func: &'static str,
+    order: Ord3,
+    range: bool,
+    start: FB,
+    end: FB,
+}
+
+const FRAME_CASES: [FrameCase; 12] = [
+    FrameCase { func: "SUM(v)", order: Ord3::T, range: false, start: Some(-1), end: Some(1) },
+    FrameCase { func: "COUNT(*)", order: Ord3::V, range: true, start: Some(-1), end: Some(2) },
+    FrameCase { func: "MAX(v)", order: Ord3::VDesc, range: true, start: Some(0), end: None },
+    FrameCase { func: "MIN(v)", order: Ord3::T, range: false, start: Some(2), end: None },
+    FrameCase { func: "SUM(v)", order: Ord3::T, range: true, start: None, end: Some(0) },
+    FrameCase { func: "COUNT(v)", order: Ord3::VDesc, range: true, start: Some(-2), end: Some(-1) },
+    FrameCase {
+        func: "FIRST_VALUE(v)",
+        order: Ord3::T,
+        range: true,
+        start: Some(-2),
+        end: Some(0),
+    },
+    FrameCase {
+        func: "LAST_VALUE(v)",
+        order: Ord3::V,
+        range: false,
+        start: Some(-3),
+        end: Some(-1),
+    },
+    FrameCase { func: "LAST_VALUE(v)", order: Ord3::T, range: true, start: None, end: Some(0) },
+    FrameCase {
+        func: "FIRST_VALUE(v)",
+        order: Ord3::VDesc,
+        range: false,
+        start: Some(0),
+        end: None,
+    },
+    FrameCase { func: "SUM(v)", order: Ord3::V, range: true, start: None, end: None },
+    FrameCase { func: "COUNT(*)", order: Ord3::T, range: true, start: Some(1), end: Some(3) },
+];
+
+impl FrameCase {
+    fn sql(self) -> String {
+        let order = match self.order {
+            Ord3::T => "t",
+            Ord3::V => "v",
+            Ord3::VDesc => "v DESC",
+        };
+        let bound = |b: FB, start: bool| match b {
+            None if start => "UNBOUNDED PRECEDING".to_string(),
+            None => "UNBOUNDED FOLLOWING".to_string(),
+            Some(0) => "CURRENT ROW".to_string(),
+            Some(n) if n < 0 => format!("{} PRECEDING", -n),
+            Some(n) => format!("{n} FOLLOWING"),
+        };
+        let units = if self.range { "RANGE" } else { "ROWS" };
+        format!(
+            "{} OVER (PARTITION BY k ORDER BY {order} {units} BETWEEN {} AND {})",
+            self.func,
+            bound(self.start, true),
+            bound(self.end, false)
+        )
+    }
+
+    /// The value of the function at each row of the bag, by SQL's (PostgreSQL's) definitions.
+    fn eval(self, rows: Vec<El>) -> Vec<(El, String)> {
+        let (by_t, desc) = match self.order {
+            Ord3::T => (true, false),
+            Ord3::V => (false, false),
+            Ord3::VDesc => (false, true),
+        };
+        // The order value: t, or v (None = NULL: last for ASC, first for DESC).
+        let val = |e: &El| if by_t { Some(e.t) } else { e.v };
+        let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+        for (e, _) in ranked(rows, by_t, desc, RankF::RowNumber) {
+            parts.entry(e.k).or_default().push(e);
+        }
+        let nulls_first = desc;
+        let mut out = Vec::new();
+        for part in parts.values() {
+            let n = part.len() as i64;
+            // Sort-order comparison of the ORDER BY values of rows i and j.
+            let cmp = |i: usize, j: usize| {
+                let c = match (val(&part[i]), val(&part[j])) {
+                    (None, None) => std::cmp::Ordering::Equal,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (Some(x), Some(y)) => x.cmp(&y),
+                };
+                if desc {
+                    c.reverse()
+                } else {
+                    c
+                }
+            };
+            for j in 0..part.len() {
+                let in_frame = |i: usize| -> bool {
+                    if !self.range {
+                        let (i, j) = (i as i64, j as i64);
+                        let lo = self.start.map_or(0, |s| j + s);
+                        let hi = self.end.map_or(n - 1, |e| j + e);
+                        return lo <= i && i <= hi;
+                    }
+                    let start_ok = match self.start {
+                        None => true,
+                        Some(0) => cmp(i, j) != std::cmp::Ordering::Less,
+                        Some(off) => match (val(&part[i]), val(&part[j])) {
+                            (_, None) => cmp(i, j) != std::cmp::Ordering::Less,
+                            (None, Some(_)) => !nulls_first,
+                            (Some(x), Some(y)) => {
+                                if desc {
+                                    x <= y - off
+                                } else {
+                                    x >= y + off
+                                }
+                            }
+                        },
+                    };
+                    let end_ok = match self.end {
+                        None => true,
+                        Some(0) => cmp(i, j) != std::cmp::Ordering::Greater,
+                        Some(off) => match (val(&part[i]), val(&part[j])) {
+                            (_, None) => cmp(i, j) != std::cmp::Ordering::Greater,
+                            (None, Some(_)) => nulls_first,
+                            (Some(x), Some(y)) => {
+                                if desc {
+                                    x >= y - off
+                                } else {
+                                    x <= y + off
+                                }
+                            }
+                        },
+                    };
+                    start_ok && end_ok
+                };
+                let frame: Vec<Option<i64>> =
+                    (0..part.len()).filter(|&i| in_frame(i)).map(|i| part[i].v).collect();
+                let value = match self.func {
+                    "SUM(v)" => sum(&frame),
+                    "COUNT(*)" => int(frame.len() as i64),
+                    "COUNT(v)" => count(&frame),
+                    "MAX(v)" => max(&frame),
+                    "MIN(v)" => min(&frame),
+                    "FIRST_VALUE(v)" => txt(frame.first().copied().flatten()),
+                    "LAST_VALUE(v)" => txt(frame.last().copied().flatten()),
+                    other => panic!("no oracle for {other}"),
+                };
+                out.push((part[j], value));
+            }
+        }
+        out
+    }
+}
+
+/// `SELECT k, v, t, F OVER (PARTITION BY k ORDER BY o frame) FROM s [w]`.
+fn q_frame(w: Win, f: FrameCase) -> Case {
+    let sql = format!("SELECT k, v, t, {} AS x FROM s {}", f.sql(), w.sql());
+    // Flink's OVER shape on the stream read whole is evaluated on the stream: a stream result.
+    let on_stream = w == Win::Unbounded
+        && matches!(f.order, Ord3::T)
+        && f.end == Some(0)
+        && f.start.is_none_or(|s| s < 0);
+    Case::single(
+        sql,
+        w,
+        on_stream,
+        Box::new(move |i, tau| {
+            bag(f
+                .eval(s_at(w, i, tau))
+                .into_iter()
+                .map(|(e, x)| vec![int(e.k), txt(e.v), int(e.t), x]))
+        }),
+    )
+}
+
+/// `LAG(v)`, `LEAD(v, 2, -1)`, `LAG(v, 0)` and `FIRST_VALUE`/`LAST_VALUE` over SQL's default
+/// frame, through a named window `(PARTITION BY k ORDER BY t)`: positions in the (t, row)
+/// order, LAST_VALUE the row's last peer.
+fn q_nav(w: Win) -> Case {
+    let sql = format!(
+        "SELECT k, v, t, LAG(v) OVER w, LEAD(v, 2, -1) OVER w, LAG(v, 0) OVER w, \
+         FIRST_VALUE(v) OVER w, LAST_VALUE(v) OVER w FROM s {} \
+         WINDOW w AS (PARTITION BY k ORDER BY t)",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let mut parts: BTreeMap<i64, Vec<El>> = BTreeMap::new();
+            for (e, _) in ranked(s_at(w, i, tau), true, false, RankF::RowNumber) {
+                parts.entry(e.k).or_default().push(e);
+            }
+            let mut rows = Vec::new();
+            for part in parts.values() {
+                for (j, e) in part.iter().enumerate() {
+                    let lag = if j >= 1 { txt(part[j - 1].v) } else { txt(None) };
+                    let lead = part.get(j + 2).map_or(int(-1), |x| txt(x.v));
+                    let last_peer = part.iter().rposition(|x| x.t == e.t).unwrap_or(j);
+                    rows.push(vec![
+                        int(e.k),
+                        txt(e.v),
+                        int(e.t),
+                        lag,
+                        lead,
+                        txt(e.v),
+                        txt(part[0].v),
+                        txt(part[last_peer].v),
+                    ]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 // Running the engine
 // ---------------------------------------------------------------------------------------------
@@ -2787,5 +3070,45 @@ proptest! {
         f in prop::sample::select(&OVER_WINS[..]),
     ) {
         check(&q_over(f), &input)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn window_frames_match_oracle(
+        s in elements(),
+        w in window(),
+        f in prop::sample::select(&FRAME_CASES[..]),
+    ) {
+        check(&q_frame(w, f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn stream_navigation_matches_oracle(s in elements(), f in prop::sample::select(&OVER_WINS[..])) {
+        check(&q_over_nav(f), &Input::single(s))?;
+    }
+
+    #[test]
+    fn stream_navigation_out_of_order_matches_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&OVER_WINS[..]),
+    ) {
+        check(&q_over_nav(f), &input)?;
+    }
+
+    #[test]
+    fn navigation_functions_match_oracle(s in elements(), w in window()) {
+        check(&q_nav(w), &Input::single(s))?;
+    }
+
+    #[test]
+    fn window_frames_out_of_order_match_oracle(
+        input in out_of_order(),
+        f in prop::sample::select(&FRAME_CASES[..]),
+    ) {
+        check(&q_frame(Win::Range(3), f), &input)?;
+        check(&q_nav(Win::Range(3)), &input)?;
     }
 }

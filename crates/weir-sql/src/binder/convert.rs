@@ -6,11 +6,11 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::tree_node::TreeNode;
 use datafusion_common::{DFSchema, TableReference};
-use datafusion_expr::{Distinct, Expr, JoinType, LogicalPlan as DfPlan};
+use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, JoinKind, LogicalPlan, OverFrame, PlanKind,
-    RankFunc, RankMode, WindowSpec,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
+    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec,
 };
 
 use super::df_error;
@@ -391,20 +391,29 @@ impl Converter<'_> {
 }
 
 impl Converter<'_> {
-    /// `f() OVER (...)`: the ranking functions Weir evaluates become a
-    /// [`LogicalPlan::Ranking`]; any other window function is refused by name and shape.
+    /// `f() OVER (...)`: Flink's OVER aggregation on a stream becomes a
+    /// [`LogicalPlan::OverAggregate`], the ranking functions a [`LogicalPlan::Ranking`], the
+    /// other functions over a relation a [`LogicalPlan::OverRelation`]; any other window
+    /// function is refused by name and shape.
     fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
         let input = self.convert(&w.input)?;
-        let is_agg = |e: &Expr| {
+        let is_rank = |e: &Expr| {
             let e = match e {
                 Expr::Alias(a) => a.expr.as_ref(),
                 e => e,
             };
             matches!(e, Expr::WindowFunction(wf)
-                if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_)))
+            if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::WindowUDF(_))
+                && matches!(
+                    wf.fun.name().to_ascii_uppercase().as_str(),
+                    "ROW_NUMBER" | "RANK" | "DENSE_RANK"
+                ))
         };
-        if w.window_expr.iter().any(is_agg) {
+        if on_stream(w, &input) {
             return over_aggregate(w, input);
+        }
+        if !w.window_expr.iter().any(is_rank) {
+            return over_relation(w, input);
         }
         let shape = match input.kind() {
             PlanKind::Stream => "a stream",
@@ -429,16 +438,10 @@ impl Converter<'_> {
                 (datafusion_expr::WindowFunctionDefinition::WindowUDF(_), "DENSE_RANK") => {
                     RankFunc::DenseRank
                 }
-                (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
-                    return Err(WeirError::plan(format!(
-                        "window function {name} over {shape} is not supported yet (aggregates \
-                         with OVER; ROW_NUMBER, RANK and DENSE_RANK are)"
-                    )))
-                }
                 _ => {
-                    return Err(WeirError::plan(format!(
-                        "window function {name} over {shape} is not supported yet (ROW_NUMBER, \
-                         RANK and DENSE_RANK are)"
+                    return Err(unsupported(&format!(
+                        "window function {name} together with ROW_NUMBER, RANK or DENSE_RANK \
+                         over {shape} in the same window"
                     )))
                 }
             };
@@ -522,14 +525,16 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
     Some(Arc::new(arrow::datatypes::Schema::new(fields)))
 }
 
-/// Aggregates with `OVER` (Flink's OVER aggregation): over a stream read whole, ordered by its
-/// event-time column ascending, with a frame that ends at the current row.
+/// Aggregates, `FIRST_VALUE`, `LAST_VALUE` and `LAG` with `OVER` on a stream (Flink's OVER
+/// aggregation): over a stream read whole, ordered by its event-time column ascending, with a
+/// frame that ends at the current row (LAG has no frame).
 fn over_aggregate(
     w: &datafusion_expr::logical_plan::Window,
     input: Arc<LogicalPlan>,
 ) -> Result<Arc<LogicalPlan>> {
     use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
-    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>, OverFrame)> = None;
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+    let mut frame_of_all: Option<OverFrame> = None;
     let mut aggs = Vec::new();
     let domain = input.time_domain().unwrap_or(TimeDomain::Ticks);
     for e in &w.window_expr {
@@ -541,11 +546,6 @@ fn over_aggregate(
             return Err(WeirError::internal(format!("window expression expected, got {e}")));
         };
         let name = wf.fun.name().to_ascii_uppercase();
-        let datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) = &wf.fun else {
-            return Err(unsupported(&format!(
-                "window function {name} together with aggregates over the same window"
-            )));
-        };
         let p = &wf.params;
         let [order] = p.order_by.as_slice() else {
             return Err(over_shape(&name, "it needs ORDER BY the stream's event-time column"));
@@ -557,27 +557,75 @@ fn over_aggregate(
                  without a window",
             ));
         }
-        let frame = &p.window_frame;
-        if frame.end_bound != WindowFrameBound::CurrentRow {
-            return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
-        }
-        let WindowFrameBound::Preceding(start) = &frame.start_bound else {
-            return Err(over_shape(&name, "its frame must start before the current row"));
-        };
-        let frame = match frame.units {
-            WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
-            WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
-                Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
-                _ => return Err(over_shape(&name, "ROWS needs an integer count")),
-            },
-            WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
-            WindowFrameUnits::Range => OverFrame::Range(Some(range_ticks(start, domain, &name)?)),
-            WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
-        };
         if p.filter.is_some() || p.distinct {
             return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
         }
-        let this = (p.partition_by.clone(), p.order_by.clone(), frame);
+        let call = match (&wf.fun, name.as_str()) {
+            (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
+                let a = over_agg_call(&name, &p.args)?;
+                OverCall { func: OverFunc::Agg(a.func), arg: a.arg, default: None, frame: NO_FRAME }
+            }
+            (_, "LAG") => {
+                let (x, n, d) = match p.args.as_slice() {
+                    [x] => (x, 1, None),
+                    [x, n] => (x, offset_arg(&name, n)?, None),
+                    [x, n, d] => (x, offset_arg(&name, n)?, Some(d.clone())),
+                    _ => return Err(WeirError::plan("LAG takes one to three arguments")),
+                };
+                OverCall {
+                    func: OverFunc::Lag(n),
+                    arg: Some(x.clone()),
+                    default: d,
+                    frame: NO_FRAME,
+                }
+            }
+            (_, "FIRST_VALUE" | "LAST_VALUE") => {
+                let [x] = p.args.as_slice() else {
+                    return Err(WeirError::plan(format!("{name} takes one argument")));
+                };
+                let func =
+                    if name == "FIRST_VALUE" { OverFunc::FirstValue } else { OverFunc::LastValue };
+                OverCall { func, arg: Some(x.clone()), default: None, frame: NO_FRAME }
+            }
+            _ => {
+                return Err(over_shape(
+                    &name,
+                    "it is not an aggregate, LAG, FIRST_VALUE or LAST_VALUE",
+                ))
+            }
+        };
+        if !matches!(call.func, OverFunc::Lag(_)) {
+            let frame = &p.window_frame;
+            if frame.end_bound != WindowFrameBound::CurrentRow {
+                return Err(over_shape(&name, "its frame must end at CURRENT ROW"));
+            }
+            let WindowFrameBound::Preceding(start) = &frame.start_bound else {
+                return Err(over_shape(&name, "its frame must start before the current row"));
+            };
+            let frame = match frame.units {
+                WindowFrameUnits::Rows if start.is_null() => OverFrame::Rows(None),
+                WindowFrameUnits::Rows => match start.cast_to(&DataType::UInt64) {
+                    Ok(datafusion_common::ScalarValue::UInt64(Some(n))) => OverFrame::Rows(Some(n)),
+                    _ => return Err(over_shape(&name, "ROWS needs an integer count")),
+                },
+                WindowFrameUnits::Range if start.is_null() => OverFrame::Range(None),
+                WindowFrameUnits::Range => {
+                    OverFrame::Range(Some(range_ticks(start, domain, &name)?))
+                }
+                WindowFrameUnits::Groups => return Err(over_shape(&name, "GROUPS frames")),
+            };
+            match frame_of_all {
+                None => frame_of_all = Some(frame),
+                Some(f) if f == frame => {}
+                Some(_) => {
+                    return Err(unsupported(
+                        "aggregates with OVER of different frames, PARTITION BY or ORDER BY in \
+                         one window",
+                    ))
+                }
+            }
+        }
+        let this = (p.partition_by.clone(), p.order_by.clone());
         match &spec {
             None => spec = Some(this),
             Some(s) if *s == this => {}
@@ -588,18 +636,228 @@ fn over_aggregate(
                 ))
             }
         }
-        aggs.push(over_agg_call(&name, &p.args)?);
+        aggs.push(call);
     }
-    let (partition_by, order_by, frame) =
+    let (partition_by, order_by) =
         spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
     Ok(Arc::new(LogicalPlan::OverAggregate {
         partition_by,
         order_by,
-        frame,
+        // Only LAG: no frame is needed beyond the current row.
+        frame: frame_of_all.unwrap_or(OverFrame::Rows(Some(0))),
         aggs,
         input,
         schema: w.schema.clone(),
     }))
+}
+
+/// The frame an [`OverCall`] of a [`LogicalPlan::OverAggregate`] carries: the node's own
+/// frame applies.
+const NO_FRAME: WindowFrame =
+    WindowFrame { range: false, start: FrameBound::CurrentRow, end: FrameBound::CurrentRow };
+
+/// Whether `w` has the shape of Flink's OVER aggregation on a stream: aggregates,
+/// FIRST_VALUE, LAST_VALUE and LAG, ORDER BY the event-time column (ascending) of a stream read
+/// whole, one frame (LAG aside) from some rows or a range before the row to the row itself.
+/// Such a window is evaluated on the stream (each row once, its values final, bounded state);
+/// any other is evaluated on the relation.
+fn on_stream(w: &datafusion_expr::logical_plan::Window, input: &Arc<LogicalPlan>) -> bool {
+    use datafusion_expr::{WindowFrameBound, WindowFrameUnits};
+    let mut first: Option<&datafusion_expr::WindowFrame> = None;
+    w.window_expr.iter().all(|e| {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else { return false };
+        let p = &wf.params;
+        let name = wf.fun.name().to_ascii_uppercase();
+        let is_agg = matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::AggregateUDF(_));
+        let ordered =
+            matches!(p.order_by.as_slice(), [o] if o.asc && ordered_by_event_time(input, &o.expr));
+        if !is_agg && name == "LAG" {
+            return ordered;
+        }
+        if !is_agg && name != "FIRST_VALUE" && name != "LAST_VALUE" {
+            return false;
+        }
+        let frame = &p.window_frame;
+        let same = *first.get_or_insert(frame) == frame;
+        same && ordered
+            && frame.end_bound == WindowFrameBound::CurrentRow
+            && matches!(frame.start_bound, WindowFrameBound::Preceding(_))
+            && frame.units != WindowFrameUnits::Groups
+    })
+}
+
+/// Window functions over a relation (`LAG`, `LEAD`, `FIRST_VALUE`, `LAST_VALUE`, aggregates
+/// with any ROWS or RANGE frame): a [`LogicalPlan::OverRelation`].
+fn over_relation(
+    w: &datafusion_expr::logical_plan::Window,
+    input: Arc<LogicalPlan>,
+) -> Result<Arc<LogicalPlan>> {
+    let shape = match input.kind() {
+        PlanKind::Stream => "a stream",
+        PlanKind::Relation => "a relation",
+    };
+    let in_schema = input.schema();
+    let mut spec: Option<(Vec<Expr>, Vec<datafusion_expr::SortExpr>)> = None;
+    let mut calls = Vec::new();
+    for e in &w.window_expr {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::WindowFunction(wf) = e else {
+            return Err(WeirError::internal(format!("window expression expected, got {e}")));
+        };
+        let name = wf.fun.name().to_ascii_uppercase();
+        let p = &wf.params;
+        if p.filter.is_some() || p.distinct {
+            return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
+        }
+        let refuse = || {
+            WeirError::plan(format!(
+                "window function {name} over {shape} is not supported yet (ROW_NUMBER, RANK, \
+                 DENSE_RANK, LAG, LEAD, FIRST_VALUE, LAST_VALUE and COUNT, SUM, AVG, MIN, MAX \
+                 are)"
+            ))
+        };
+        let (func, arg, default) = match &wf.fun {
+            datafusion_expr::WindowFunctionDefinition::AggregateUDF(_) => {
+                let a = over_agg_call(&name, &p.args)?;
+                (OverFunc::Agg(a.func), a.arg, None)
+            }
+            datafusion_expr::WindowFunctionDefinition::WindowUDF(_) => match name.as_str() {
+                "LAG" | "LEAD" => {
+                    let (x, n, d) = match p.args.as_slice() {
+                        [x] => (x, 1, None),
+                        [x, n] => (x, offset_arg(&name, n)?, None),
+                        [x, n, d] => (x, offset_arg(&name, n)?, Some(d.clone())),
+                        _ => {
+                            return Err(WeirError::plan(format!(
+                                "{name} takes one to three arguments: {name}(x [, offset [, \
+                                 default]])"
+                            )))
+                        }
+                    };
+                    let f = if name == "LAG" { OverFunc::Lag(n) } else { OverFunc::Lead(n) };
+                    (f, Some(x.clone()), d)
+                }
+                "FIRST_VALUE" | "LAST_VALUE" => {
+                    let [x] = p.args.as_slice() else {
+                        return Err(WeirError::plan(format!("{name} takes one argument")));
+                    };
+                    let f = if name == "FIRST_VALUE" {
+                        OverFunc::FirstValue
+                    } else {
+                        OverFunc::LastValue
+                    };
+                    (f, Some(x.clone()), None)
+                }
+                "ROW_NUMBER" | "RANK" | "DENSE_RANK" => {
+                    return Err(unsupported(&format!(
+                        "window function {name} together with other window functions over the \
+                         same window"
+                    )))
+                }
+                _ => return Err(refuse()),
+            },
+        };
+        let order_ty = match p.order_by.as_slice() {
+            [o] => o.expr.get_type(in_schema.as_ref()).ok(),
+            _ => None,
+        };
+        let frame = relation_frame(&name, &p.window_frame, order_ty.as_ref())?;
+        let this = (p.partition_by.clone(), p.order_by.clone());
+        match &spec {
+            None => spec = Some(this),
+            Some(s) if *s == this => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "window functions with different PARTITION BY or ORDER BY over the same sort \
+                     order",
+                ))
+            }
+        }
+        calls.push(OverCall { func, arg, default, frame });
+    }
+    let (partition_by, order_by) =
+        spec.ok_or_else(|| WeirError::internal("a window node without functions"))?;
+    Ok(Arc::new(LogicalPlan::OverRelation {
+        partition_by,
+        order_by,
+        calls,
+        input,
+        schema: w.schema.clone(),
+    }))
+}
+
+/// LAG/LEAD's offset: a non-negative integer constant.
+fn offset_arg(name: &str, e: &Expr) -> Result<u64> {
+    let bad =
+        || WeirError::plan(format!("{name}'s offset must be a non-negative integer constant"));
+    let Expr::Literal(v, _) = e else { return Err(bad()) };
+    match v.cast_to(&DataType::Int64) {
+        Ok(datafusion_common::ScalarValue::Int64(Some(n))) if n >= 0 => Ok(n as u64),
+        _ => Err(bad()),
+    }
+}
+
+/// A frame of a window function over a relation, RANGE offsets in the ORDER BY's units (an
+/// integer's, or microseconds for a TIMESTAMP, from an INTERVAL).
+fn relation_frame(
+    name: &str,
+    f: &datafusion_expr::WindowFrame,
+    order_ty: Option<&DataType>,
+) -> Result<WindowFrame> {
+    use datafusion_expr::{WindowFrameBound as B, WindowFrameUnits as U};
+    let range = match f.units {
+        U::Rows => false,
+        U::Range => true,
+        U::Groups => {
+            return Err(WeirError::plan(format!(
+                "window function {name}: GROUPS frames are not supported yet (ROWS and RANGE are)"
+            )))
+        }
+    };
+    let offset = |v: &datafusion_common::ScalarValue| -> Result<i64> {
+        if !range {
+            return match v.cast_to(&DataType::Int64) {
+                Ok(datafusion_common::ScalarValue::Int64(Some(n))) if n >= 0 => Ok(n),
+                _ => Err(WeirError::plan(format!(
+                    "window function {name}: a ROWS offset must be a non-negative integer"
+                ))),
+            };
+        }
+        let domain = match order_ty {
+            Some(DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, _)) => {
+                TimeDomain::Micros
+            }
+            Some(t) if t.is_integer() => TimeDomain::Ticks,
+            _ => {
+                return Err(WeirError::plan(format!(
+                    "window function {name}: a RANGE frame with an offset needs one ORDER BY \
+                     term of an integer or TIMESTAMP type"
+                )))
+            }
+        };
+        range_ticks(v, domain, name)
+    };
+    let bound = |b: &B| -> Result<FrameBound> {
+        Ok(match b {
+            B::Preceding(v) if v.is_null() => FrameBound::UnboundedPreceding,
+            B::Preceding(v) => FrameBound::Preceding(offset(v)?),
+            B::CurrentRow => FrameBound::CurrentRow,
+            B::Following(v) if v.is_null() => FrameBound::UnboundedFollowing,
+            B::Following(v) => FrameBound::Following(offset(v)?),
+        })
+    };
+    Ok(WindowFrame { range, start: bound(&f.start_bound)?, end: bound(&f.end_bound)? })
+}
+
+fn frame_error(name: &str, why: &str) -> WeirError {
+    WeirError::plan(format!("window function {name}: {why}"))
 }
 
 fn over_shape(name: &str, why: &str) -> WeirError {
@@ -626,13 +884,13 @@ fn range_ticks(v: &datafusion_common::ScalarValue, domain: TimeDomain, name: &st
         (TimeDomain::Micros, Some(m)) => m,
         (TimeDomain::Ticks, None) => match v.cast_to(&DataType::Int64) {
             Ok(V::Int64(Some(n))) => n,
-            _ => return Err(over_shape(name, "RANGE needs an integer offset on a tick stream")),
+            _ => return Err(frame_error(name, "RANGE needs an integer offset over integer ticks")),
         },
         (TimeDomain::Micros, None) => {
-            return Err(over_shape(name, "RANGE on a TIMESTAMP stream needs an INTERVAL offset"))
+            return Err(frame_error(name, "RANGE over a TIMESTAMP needs an INTERVAL offset"))
         }
         (TimeDomain::Ticks, Some(_)) => {
-            return Err(over_shape(name, "RANGE on a tick stream needs an integer offset"))
+            return Err(frame_error(name, "RANGE over integer ticks needs an integer offset"))
         }
     };
     if ticks < 0 {

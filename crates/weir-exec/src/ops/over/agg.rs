@@ -14,6 +14,10 @@
 //!
 //! COUNT(*) counts rows; the others skip NULLs (SUM, MIN, MAX are NULL over no value, AVG too,
 //! COUNT(x) is 0). A SUM that overflows its type is an error.
+//! `FIRST_VALUE(x)`/`LAST_VALUE(x)` are x of the frame's first/last row (RANGE: the last peer),
+//! NULLs included. `LAG(x, k, d)` (no frame) is x of the row k places before in the
+//! partition's (ts, row) order, or d evaluated on the row (NULL without d) when there is none;
+//! LEAD needs later rows and is planned on the relation instead ([`super::frames`]).
 //!
 //! Delta semantics: rows only arrive, each at the instant its ts holds, and every row of a
 //! frame is stamped at or before the current row's instant, so a row's values are final when
@@ -22,8 +26,10 @@
 //! retraction in the input is an error (the planner chooses this only over append-only input).
 //! Work per row: O(frame) for bounded frames (the frame is rescanned), O(1) for unbounded ones.
 //! State per partition: the rows of a bounded frame (arguments only, with their ts), or the
-//! running aggregates of an unbounded one; checkpointed as section `over_agg` (`part`, `ts`
-//! Int64, `vals` Binary), sorted by partition then position.
+//! running aggregates of an unbounded one (with the first and last value); checkpointed as
+//! section `over_agg` (`part`, `ts` Int64, `vals` Binary), sorted by partition then position;
+//! with LAG also the arguments of the last k rows (k the largest offset), section
+//! `over_agg_lag` (`part`, `vals`), in order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -31,7 +37,7 @@ use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::ScalarValue;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::{AggFunc, OverFrame};
+use weir_plan::{AggFunc, OverFrame, OverFunc};
 
 use super::OverKeys;
 use crate::expr::ScalarExpr;
@@ -39,18 +45,20 @@ use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, signature, StateReader, StateWriter};
 
-/// One aggregate: function, argument (none for COUNT(*)), argument and result types.
+/// One function: an aggregate, FIRST_VALUE, LAST_VALUE or LAG; argument (none for
+/// COUNT(*)), LAG's default, argument and result types.
 #[derive(Debug)]
 pub struct OverAggSpec {
-    pub func: AggFunc,
+    pub func: OverFunc,
     pub arg: Option<ScalarExpr>,
+    pub default: Option<ScalarExpr>,
     pub arg_type: DataType,
     pub out_type: DataType,
 }
 
-/// A running aggregate over the values added to it.
+/// A running aggregate over the values added to it (also used by [`super::frames`]).
 #[derive(Debug, Clone)]
-struct Acc {
+pub(super) struct Acc {
     rows: i64,
     count: i64,
     /// SUM (in the argument's type), MIN, MAX, and AVG's sum as a double.
@@ -58,15 +66,31 @@ struct Acc {
     min: ScalarValue,
     max: ScalarValue,
     fsum: f64,
+    /// The first and the last value added (NULL before any).
+    first: ScalarValue,
+    last: ScalarValue,
 }
 
 impl Acc {
-    fn new(arg_type: &DataType) -> Result<Acc> {
+    pub(super) fn new(arg_type: &DataType) -> Result<Acc> {
         let null = ScalarValue::try_from(arg_type).map_err(df)?;
-        Ok(Acc { rows: 0, count: 0, sum: null.clone(), min: null.clone(), max: null, fsum: 0.0 })
+        Ok(Acc {
+            rows: 0,
+            count: 0,
+            sum: null.clone(),
+            min: null.clone(),
+            max: null.clone(),
+            fsum: 0.0,
+            first: null.clone(),
+            last: null,
+        })
     }
 
-    fn add(&mut self, func: AggFunc, v: &ScalarValue) -> Result<()> {
+    pub(super) fn add(&mut self, func: AggFunc, v: &ScalarValue) -> Result<()> {
+        if self.rows == 0 {
+            self.first = v.clone();
+        }
+        self.last = v.clone();
         self.rows += 1;
         if v.is_null() {
             return Ok(());
@@ -113,7 +137,20 @@ impl Acc {
     }
 
     fn result(&self, spec: &OverAggSpec) -> Result<ScalarValue> {
-        let v = match spec.func {
+        match spec.func {
+            OverFunc::Agg(f) => self.value(f, &spec.out_type),
+            OverFunc::FirstValue => self.first.cast_to(&spec.out_type).map_err(df),
+            OverFunc::LastValue => self.last.cast_to(&spec.out_type).map_err(df),
+            // Set row by row after the frame's values (see `fill_lags`).
+            OverFunc::Lag(_) | OverFunc::Lead(_) => {
+                ScalarValue::try_from(&spec.out_type).map_err(df)
+            }
+        }
+    }
+
+    /// The aggregate `func` of the values added so far, as `out_type`.
+    pub(super) fn value(&self, func: AggFunc, out_type: &DataType) -> Result<ScalarValue> {
+        let v = match func {
             AggFunc::CountStar => ScalarValue::Int64(Some(self.rows)),
             AggFunc::Count => ScalarValue::Int64(Some(self.count)),
             AggFunc::Sum => self.sum.clone(),
@@ -123,7 +160,7 @@ impl Acc {
             AggFunc::Max => self.max.clone(),
             other => return Err(WeirError::internal(format!("{other} is not an OVER aggregate"))),
         };
-        v.cast_to(&spec.out_type).map_err(df)
+        v.cast_to(out_type).map_err(df)
     }
 
     /// The accumulator as scalars of [`acc_types`], and back.
@@ -135,6 +172,8 @@ impl Acc {
             self.min.clone(),
             self.max.clone(),
             ScalarValue::Float64(Some(self.fsum)),
+            self.first.clone(),
+            self.last.clone(),
         ]
     }
 
@@ -144,16 +183,32 @@ impl Acc {
             _ => Err(crate::state::invalid("section 'over_agg': a bad count")),
         };
         match v {
-            [rows, count, sum, min, max, ScalarValue::Float64(Some(fsum))] => Ok(Acc {
-                rows: int(rows)?,
-                count: int(count)?,
-                sum: sum.clone(),
-                min: min.clone(),
-                max: max.clone(),
-                fsum: *fsum,
-            }),
+            [rows, count, sum, min, max, ScalarValue::Float64(Some(fsum)), first, last] => {
+                Ok(Acc {
+                    rows: int(rows)?,
+                    count: int(count)?,
+                    sum: sum.clone(),
+                    min: min.clone(),
+                    max: max.clone(),
+                    fsum: *fsum,
+                    first: first.clone(),
+                    last: last.clone(),
+                })
+            }
             _ => Err(crate::state::invalid("section 'over_agg': a bad accumulator")),
         }
+    }
+}
+
+/// How many scalars [`Acc::to_scalars`] gives.
+const ACC_SCALARS: usize = 8;
+
+/// What an accumulator computes for `f` (LAG: nothing, see `fill_lags`).
+fn acc_func(f: OverFunc) -> Option<AggFunc> {
+    match f {
+        OverFunc::Agg(a) => Some(a),
+        OverFunc::FirstValue | OverFunc::LastValue => Some(AggFunc::CountStar),
+        OverFunc::Lag(_) | OverFunc::Lead(_) => None,
     }
 }
 
@@ -165,6 +220,8 @@ fn acc_types(arg_type: &DataType) -> Vec<DataType> {
         arg_type.clone(),
         arg_type.clone(),
         DataType::Float64,
+        arg_type.clone(),
+        arg_type.clone(),
     ]
 }
 
@@ -175,6 +232,8 @@ struct Part {
     frame: VecDeque<(Time, Vec<ScalarValue>)>,
     /// Unbounded frames: one running aggregate per aggregate.
     accs: Vec<Acc>,
+    /// With LAG: the arguments of the last rows (as many as the largest LAG offset).
+    hist: VecDeque<Vec<ScalarValue>>,
 }
 
 #[derive(Debug)]
@@ -186,6 +245,10 @@ pub struct OverAgg {
     schema: SchemaRef,
     /// Encodes one row of arguments (bounded) or of accumulators (unbounded) for checkpoints.
     vals_codec: RowCodec,
+    /// Encodes one row of arguments (LAG's history) for checkpoints.
+    args_codec: RowCodec,
+    /// The largest LAG offset (0: no LAG).
+    lag_depth: usize,
     parts: HashMap<RowBytes, Part>,
 }
 
@@ -202,13 +265,26 @@ impl OverAgg {
         } else {
             aggs.iter().map(|a| a.arg_type.clone()).collect()
         };
+        let lag_depth = aggs
+            .iter()
+            .map(|a| match a.func {
+                OverFunc::Lag(k) => usize::try_from(k).unwrap_or(usize::MAX),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        if aggs.iter().any(|a| matches!(a.func, OverFunc::Lead(_))) {
+            return Err(WeirError::internal("LEAD planned on a stream"));
+        }
         Ok(OverAgg {
             keys,
             ts,
             frame,
+            args_codec: RowCodec::new(aggs.iter().map(|a| a.arg_type.clone()).collect())?,
             aggs,
             schema,
             vals_codec: RowCodec::new(types)?,
+            lag_depth,
             parts: HashMap::new(),
         })
     }
@@ -235,7 +311,9 @@ impl OverAgg {
         let mut accs = self.new_accs()?;
         for (_, vals) in rows {
             for ((acc, spec), v) in accs.iter_mut().zip(&self.aggs).zip(vals) {
-                acc.add(spec.func, v)?;
+                if let Some(f) = acc_func(spec.func) {
+                    acc.add(f, v)?;
+                }
             }
         }
         accs.iter().zip(&self.aggs).map(|(a, s)| a.result(s)).collect()
@@ -250,6 +328,11 @@ impl OverAgg {
             .aggs
             .iter()
             .map(|a| a.arg.as_ref().map(|e| e.eval_as(&slice.data, &a.arg_type)).transpose())
+            .collect::<Result<_>>()?;
+        let defaults: Vec<Option<ArrayRef>> = self
+            .aggs
+            .iter()
+            .map(|a| a.default.as_ref().map(|e| e.eval_as(&slice.data, &a.arg_type)).transpose())
             .collect::<Result<_>>()?;
         // The run's rows per partition, in (order key, row) order, each copy of a duplicate.
         let mut by_part: BTreeMap<RowBytes, Vec<(RowBytes, RowBytes, usize)>> = BTreeMap::new();
@@ -270,8 +353,12 @@ impl OverAgg {
             rows.sort();
             let mut part = match self.parts.remove(&p) {
                 Some(part) => part,
-                None => Part { frame: VecDeque::new(), accs: self.new_accs()? },
+                None => {
+                    Part { frame: VecDeque::new(), accs: self.new_accs()?, hist: VecDeque::new() }
+                }
             };
+            let base = out.len();
+            let order: Vec<usize> = rows.iter().map(|(_, _, i)| *i).collect();
             let vals_of = |i: usize| -> Result<Vec<ScalarValue>> {
                 self.aggs
                     .iter()
@@ -295,7 +382,9 @@ impl OverAgg {
                         for ((acc, spec), v) in
                             part.accs.iter_mut().zip(&self.aggs).zip(vals_of(i)?)
                         {
-                            acc.add(spec.func, &v)?;
+                            if let Some(f) = acc_func(spec.func) {
+                                acc.add(f, &v)?;
+                            }
                         }
                         let values = part
                             .accs
@@ -311,7 +400,9 @@ impl OverAgg {
                         for ((acc, spec), v) in
                             part.accs.iter_mut().zip(&self.aggs).zip(vals_of(*i)?)
                         {
-                            acc.add(spec.func, &v)?;
+                            if let Some(f) = acc_func(spec.func) {
+                                acc.add(f, &v)?;
+                            }
                         }
                     }
                     let values: Vec<ScalarValue> = part
@@ -343,6 +434,33 @@ impl OverAgg {
                     }
                     let values = self.over_frame(&part.frame)?;
                     out.extend(rows.into_iter().map(|(_, r, _)| (r, values.clone())));
+                }
+            }
+            if self.lag_depth > 0 {
+                // LAG row by row, in order: the argument k rows back, or the default.
+                for (n, &i) in order.iter().enumerate() {
+                    let vals = vals_of(i)?;
+                    for (j, spec) in self.aggs.iter().enumerate() {
+                        let OverFunc::Lag(k) = spec.func else { continue };
+                        let back = usize::try_from(k).unwrap_or(usize::MAX);
+                        let v = if back == 0 {
+                            vals[j].clone()
+                        } else if part.hist.len() >= back {
+                            part.hist[part.hist.len() - back][j].clone()
+                        } else {
+                            match &defaults[j] {
+                                Some(d) => ScalarValue::try_from_array(d, i).map_err(df)?,
+                                None => ScalarValue::try_from(&spec.out_type).map_err(df)?,
+                            }
+                        };
+                        if let Some(row) = out.get_mut(base + n) {
+                            row.1[j] = v.cast_to(&spec.out_type).map_err(df)?;
+                        }
+                    }
+                    part.hist.push_back(vals);
+                    while part.hist.len() > self.lag_depth {
+                        part.hist.pop_front();
+                    }
                 }
             }
             self.parts.insert(p, part);
@@ -421,6 +539,30 @@ impl Operator for OverAgg {
                 ("ts", i64_col(ts.iter().copied())),
                 ("vals", binary_col(vals.iter().map(|v| &v[..]))),
             ],
+        )?;
+        if self.lag_depth == 0 {
+            return Ok(());
+        }
+        // LAG's history: section `over_agg_lag` (`part`, `vals`: the arguments as one row),
+        // per partition (sorted) its last rows in order.
+        let mut parts: Vec<(&RowBytes, &Part)> = self.parts.iter().collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut pk: Vec<&[u8]> = Vec::new();
+        let mut vals: Vec<RowBytes> = Vec::new();
+        for (p, part) in parts {
+            for v in &part.hist {
+                pk.push(&p[..]);
+                vals.push(encode_scalars(&self.args_codec, v)?);
+            }
+        }
+        w.put(
+            "over_agg_lag",
+            &self.signature(),
+            pk.len(),
+            vec![
+                ("part", binary_col(pk.iter().copied())),
+                ("vals", binary_col(vals.iter().map(|v| &v[..]))),
+            ],
         )
     }
 
@@ -435,16 +577,28 @@ impl Operator for OverAgg {
                 if !part.accs.is_empty() {
                     return Err(crate::state::invalid("section 'over_agg': a partition twice"));
                 }
-                part.accs = scalars.chunks(6).map(Acc::from_scalars).collect::<Result<_>>()?;
+                part.accs =
+                    scalars.chunks(ACC_SCALARS).map(Acc::from_scalars).collect::<Result<_>>()?;
             } else {
                 part.frame.push_back((t, scalars));
+            }
+        }
+        if self.lag_depth > 0 {
+            let s = r.take("over_agg_lag", &self.signature())?;
+            for (p, v) in s.binary("part")?.into_iter().zip(s.binary("vals")?) {
+                let scalars = decode_scalars(&self.args_codec, v)?;
+                let part = self.parts.entry(RowBytes::from(p)).or_default();
+                if part.hist.len() >= self.lag_depth {
+                    return Err(crate::state::invalid("section 'over_agg_lag': too many rows"));
+                }
+                part.hist.push_back(scalars);
             }
         }
         Ok(())
     }
 }
 
-fn df(e: datafusion_common::DataFusionError) -> WeirError {
+pub(super) fn df(e: datafusion_common::DataFusionError) -> WeirError {
     WeirError::exec(e.strip_backtrace())
 }
 

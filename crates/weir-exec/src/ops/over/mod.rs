@@ -15,6 +15,7 @@
 
 pub mod agg;
 pub mod dedup;
+pub mod frames;
 pub mod rank;
 
 use arrow::array::{ArrayRef, Int64Array};

@@ -21,7 +21,9 @@
 //! below the top are kept in state (not output), so when a top row leaves, the next one is
 //! refilled from there. Other partitions cost nothing.
 //!
-//! State: every input row, per partition, ordered by (o, row), with its multiplicity;
+//! State: every input row, per partition, ordered by (o, row), with its multiplicity; in
+//! top-N mode over an insert-only input (a monotonic plan: ranks only grow as rows enter, so
+//! a row past the top never comes back), only the rows in the top (O(hi) per partition);
 //! checkpointed as section `ranking` (`part`, `key`, `row` Binary, `count` Int64), sorted by
 //! (part, key, row).
 
@@ -57,6 +59,9 @@ pub struct Ranking {
     top: Option<(usize, i64, i64)>,
     schema: SchemaRef,
     parts: HashMap<RowBytes, Partition>,
+    /// The input only ever inserts (a monotonic plan): in top-N mode, a row ranked past the
+    /// top can never come back (ranks only grow as rows enter), so it is dropped from state.
+    append_only: bool,
 }
 
 impl Ranking {
@@ -78,7 +83,43 @@ impl Ranking {
                 return Err(WeirError::internal("deduplication planned as a ranking"))
             }
         };
-        Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new() })
+        Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new(), append_only: false })
+    }
+
+    /// Declares the input insert-only (see `append_only`): a top-N then keeps only the rows
+    /// in its top, per partition. A retraction in the input becomes an error.
+    pub fn with_append_only(mut self, append_only: bool) -> Self {
+        self.append_only = append_only;
+        self
+    }
+
+    /// Drops the entries of `part` whose first copy is ranked past the top (append-only input).
+    fn prune(&self, part: &mut Partition) {
+        let Some((f, _, hi)) = self.top else { return };
+        let func = self.funcs[f];
+        let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
+        let mut prev: Option<&[u8]> = None;
+        let mut cut: Option<(RowBytes, RowBytes)> = None;
+        for (entry, &c) in part.iter() {
+            if prev != Some(&entry.0[..]) {
+                rank = pos + 1;
+                dense += 1;
+                prev = Some(&entry.0[..]);
+            }
+            let v = match func {
+                RankFunc::RowNumber => pos + 1,
+                RankFunc::Rank => rank,
+                RankFunc::DenseRank => dense,
+            };
+            if v > hi {
+                cut = Some(entry.clone());
+                break;
+            }
+            pos += c;
+        }
+        if let Some(k) = cut {
+            drop(part.split_off(&k));
+        }
     }
 
     fn signature(&self) -> String {
@@ -179,6 +220,11 @@ impl Ranking {
                         "window function: a row was retracted more often than it was inserted",
                     ));
                 }
+                if n < 0 && self.append_only {
+                    return Err(WeirError::internal(
+                        "a top-N planned over an insert-only input saw a retraction",
+                    ));
+                }
             }
             let mut net: BTreeMap<(&[u8], Vec<i64>), i64> = BTreeMap::new();
             for ((r, v), n) in &before {
@@ -189,6 +235,9 @@ impl Ranking {
                 if n != 0 {
                     rows.push((RowBytes::from(r), v, n));
                 }
+            }
+            if self.append_only {
+                self.prune(&mut part);
             }
             if !part.is_empty() {
                 self.parts.insert(p, part);

@@ -1,0 +1,655 @@
+//! Window functions with frames over a relation: `LAG(x, n, d)`, `LEAD(x, n, d)`,
+//! `FIRST_VALUE(x)`, `LAST_VALUE(x)` and `COUNT/SUM/AVG/MIN/MAX(x)` `OVER (PARTITION BY p
+//! ORDER BY o frame)`, maintained incrementally per partition.
+//!
+//! Output: every input row followed by one value per function. A partition (rows with equal
+//! p, NULLs equal) is ordered by (o, row) as for the ranking (see [`super`]): ties in o are
+//! broken by the whole row's value, so a row's position, hence LAG/LEAD and ROWS frames, is
+//! deterministic; each copy of a duplicated row has its own position. With positions
+//! 0..n and the current row at j:
+//! - `LAG(x, k, d)`: x of the row at j − k, or d (evaluated on the current row; NULL when
+//!   omitted) if j < k; `LEAD(x, k, d)`: x at j + k, or d past the end;
+//! - `ROWS BETWEEN a AND b`: the rows at positions j + a ..= j + b (offsets signed, clamped
+//!   to the partition);
+//! - `RANGE BETWEEN a AND b`: CURRENT ROW is the first (start) or last (end) of the row's
+//!   peers (equal o); `v PRECEDING/FOLLOWING` bounds the ORDER BY value (one integer or
+//!   TIMESTAMP term) to [o − v, o + v] in the ORDER BY's direction; a row whose o is NULL has
+//!   its peers (the NULL rows) as those bounds, as in PostgreSQL;
+//! - `FIRST_VALUE`/`LAST_VALUE`: x of the frame's first/last row (NULL when it is empty);
+//!   aggregates: COUNT(*) counts the frame's rows, the others skip NULLs (NULL over no value,
+//!   COUNT(x) 0).
+//!
+//! Delta semantics: at each instant τ, for each partition that ΔR touches (only those), let
+//! lo and hi be the smallest and largest (o, row) that change. A row's values depend only on
+//! the rows within an extent before and after it (LAG k: k rows before; LEAD k: k after;
+//! a ROWS frame: its offsets; a RANGE bound: the row's peers, or the whole partition when it
+//! is UNBOUNDED or an offset; UNBOUNDED: the partition's end), so the rows whose values can
+//! change lie between lo moved back by the "after" extent and hi moved forward by the
+//! "before" extent (the rows before lo and after hi are the same before and after ΔR). The
+//! operator computes the values of that region before and after applying ΔR (from a
+//! context of the extents around it) and emits the bag difference: −(row, old values) and
+//! +(row, new values) for exactly the rows whose values changed, plus the rows that entered
+//! or left. Work per touched partition: O(log n + region + extents) for LAG/LEAD and
+//! bounded ROWS frames (e.g. a change costs O(k) for LAG(x, k)), O(n) when a bound is
+//! UNBOUNDED or a RANGE offset (SQL's default frame with ORDER BY is RANGE UNBOUNDED
+//! PRECEDING: every later row's running value changes anyway). Other partitions cost
+//! nothing.
+//!
+//! State: every input row per partition, ordered by (o, row), with its multiplicity;
+//! checkpointed as section `over_rel` (`part`, `key`, `row` Binary, `count` Int64), sorted.
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::{Bound, RangeBounds};
+
+use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt64Array};
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::ScalarValue;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
+
+use super::agg::{df, Acc};
+use super::{eval_by_instant, Encoded, OverKeys};
+use crate::expr::ScalarExpr;
+use crate::operator::{take_inputs, Operator, Step};
+use crate::row::{RowBytes, RowCodec};
+use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
+
+/// One window function: what it computes, its argument and default, their types.
+#[derive(Debug)]
+pub struct OverRelSpec {
+    pub func: OverFunc,
+    pub arg: Option<ScalarExpr>,
+    pub arg_type: DataType,
+    pub default: Option<ScalarExpr>,
+    pub out_type: DataType,
+    pub frame: WindowFrame,
+}
+
+/// (order key, row).
+type Key = (RowBytes, RowBytes);
+
+/// One partition: (order key, row) -> multiplicity, in order.
+type Partition = BTreeMap<Key, i64>;
+
+/// One partition's netted changes in a run.
+type PartChanges = (RowBytes, Vec<(Key, i64)>);
+
+/// A saved entry: partition key, order key, row, count.
+type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
+
+/// An output change: row, encoded values, diff.
+type OutRow = (RowBytes, RowBytes, i64);
+
+/// How far a row's values reach (before or after it): `rows` rows, then the rest of that
+/// row's peers if `peers`, or the whole partition if `all`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Extent {
+    rows: u64,
+    peers: bool,
+    all: bool,
+}
+
+impl Extent {
+    const ALL: Extent = Extent { rows: 0, peers: false, all: true };
+    const PEERS: Extent = Extent { rows: 0, peers: true, all: false };
+
+    fn rows(n: i64) -> Extent {
+        Extent { rows: n.max(0) as u64, peers: false, all: false }
+    }
+
+    fn max(self, o: Extent) -> Extent {
+        Extent { rows: self.rows.max(o.rows), peers: self.peers || o.peers, all: self.all || o.all }
+    }
+}
+
+/// The extents (before, after) of the rows one function's value at a row depends on.
+fn extents(func: OverFunc, f: &WindowFrame) -> (Extent, Extent) {
+    let zero = Extent::default();
+    match func {
+        OverFunc::Lag(n) => (Extent::rows(n.min(i64::MAX as u64) as i64), zero),
+        OverFunc::Lead(n) => (zero, Extent::rows(n.min(i64::MAX as u64) as i64)),
+        _ => {
+            let before = match (f.range, f.start) {
+                (_, FrameBound::UnboundedPreceding) => Extent::ALL,
+                (false, FrameBound::Preceding(n)) => Extent::rows(n),
+                (true, FrameBound::Preceding(_)) => Extent::ALL,
+                (true, FrameBound::CurrentRow | FrameBound::Following(_)) => Extent::PEERS,
+                _ => zero,
+            };
+            let after = match (f.range, f.end) {
+                (_, FrameBound::UnboundedFollowing) => Extent::ALL,
+                (false, FrameBound::Following(n)) => Extent::rows(n),
+                (true, FrameBound::Following(_)) => Extent::ALL,
+                (true, FrameBound::CurrentRow | FrameBound::Preceding(_)) => Extent::PEERS,
+                _ => zero,
+            };
+            (before, after)
+        }
+    }
+}
+
+/// The bound reached from `from` moving over `ext` of `part` (backward or forward): the
+/// last entry reached, `from` itself if none; unbounded if `ext` covers the partition.
+fn reach(part: &Partition, from: &Key, ext: Extent, back: bool) -> Bound<Key> {
+    if ext.all {
+        return Bound::Unbounded;
+    }
+    let entries: Box<dyn Iterator<Item = (&Key, &i64)>> = if back {
+        Box::new(part.range(..from.clone()).rev())
+    } else {
+        Box::new(part.range((Bound::Excluded(from.clone()), Bound::Unbounded)))
+    };
+    let mut edge: &Key = from;
+    let mut n = 0u64;
+    for (e, &c) in entries {
+        if n >= ext.rows && !(ext.peers && e.0 == edge.0) {
+            break;
+        }
+        n = n.saturating_add(c.max(0) as u64);
+        edge = e;
+    }
+    Bound::Included(edge.clone())
+}
+
+#[derive(Debug)]
+pub struct OverRel {
+    keys: OverKeys,
+    in_schema: SchemaRef,
+    /// The ORDER BY's single term as Int64, for RANGE offsets (`None`: no such frame).
+    order_val: Option<ScalarExpr>,
+    descending: bool,
+    calls: Vec<OverRelSpec>,
+    schema: SchemaRef,
+    /// The functions' values of one row.
+    vals_codec: RowCodec,
+    /// How far before and after a row the rows its values depend on reach (all functions).
+    before: Extent,
+    after: Extent,
+    parts: HashMap<RowBytes, Partition>,
+}
+
+impl OverRel {
+    pub fn new(
+        keys: OverKeys,
+        in_schema: SchemaRef,
+        order_val: Option<(ScalarExpr, bool)>,
+        calls: Vec<OverRelSpec>,
+        schema: SchemaRef,
+    ) -> Result<Self> {
+        let needs_value = calls.iter().any(|c| {
+            !matches!(c.func, OverFunc::Lag(_) | OverFunc::Lead(_))
+                && c.frame.range
+                && [c.frame.start, c.frame.end]
+                    .iter()
+                    .any(|b| matches!(b, FrameBound::Preceding(_) | FrameBound::Following(_)))
+        });
+        if needs_value && order_val.is_none() {
+            return Err(WeirError::internal("a RANGE offset frame without its ORDER BY value"));
+        }
+        let (mut before, mut after) = (Extent::default(), Extent::default());
+        for c in &calls {
+            let (b, a) = extents(c.func, &c.frame);
+            before = before.max(b);
+            after = after.max(a);
+        }
+        let (order_val, descending) = match order_val {
+            Some((e, d)) if needs_value => (Some(e), d),
+            _ => (None, false),
+        };
+        Ok(OverRel {
+            keys,
+            in_schema,
+            order_val,
+            descending,
+            vals_codec: RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?,
+            calls,
+            schema,
+            before,
+            after,
+            parts: HashMap::new(),
+        })
+    }
+
+    fn signature(&self) -> String {
+        let calls: Vec<String> = self
+            .calls
+            .iter()
+            .map(|c| format!("{:?} {} {} {:?}", c.func, c.arg_type, c.out_type, c.frame))
+            .collect();
+        signature("over_rel", &self.schema, (self.keys.params(), self.descending, calls))
+    }
+
+    /// The frame [s, e) of the row at `j` of a context of `n` rows (see the module docs).
+    fn frame_of(&self, f: &WindowFrame, j: usize, cx: &Context) -> (usize, usize) {
+        let n = cx.peers.len();
+        let clamp = |x: i128| x.clamp(0, n as i128) as usize;
+        let pos = |b: FrameBound, end: bool| -> usize {
+            let e = i128::from(end);
+            match b {
+                FrameBound::UnboundedPreceding => 0,
+                FrameBound::UnboundedFollowing => n,
+                FrameBound::CurrentRow if f.range => {
+                    if end {
+                        cx.peers[j].1
+                    } else {
+                        cx.peers[j].0
+                    }
+                }
+                FrameBound::CurrentRow => j + usize::from(end),
+                FrameBound::Preceding(k) | FrameBound::Following(k) if !f.range => {
+                    let k = if matches!(b, FrameBound::Preceding(_)) { -k } else { k };
+                    clamp(j as i128 + i128::from(k) + e)
+                }
+                FrameBound::Preceding(k) | FrameBound::Following(k) => {
+                    let Some(ord) = cx.ord.as_ref().filter(|o| o.is_valid(j)) else {
+                        return if end { cx.peers[j].1 } else { cx.peers[j].0 };
+                    };
+                    let k = if matches!(b, FrameBound::Preceding(_)) { -k } else { k };
+                    // The target value, in the ORDER BY's direction.
+                    let target = if self.descending {
+                        i128::from(ord.value(j)) - i128::from(k)
+                    } else {
+                        i128::from(ord.value(j)) + i128::from(k)
+                    };
+                    let (lo, hi) = cx.non_null;
+                    let seg = &ord.values()[lo..hi];
+                    let desc = self.descending;
+                    lo + seg.partition_point(|&x| {
+                        let x = i128::from(x);
+                        match (desc, end) {
+                            (false, false) => x < target,
+                            (false, true) => x <= target,
+                            (true, false) => x > target,
+                            (true, true) => x >= target,
+                        }
+                    })
+                }
+            }
+        };
+        let (s, e) = (pos(f.start, false), pos(f.end, true));
+        (s, e.max(s))
+    }
+
+    /// The values of the rows of `cx` at `region` (indices, ascending), one array per call.
+    fn values(&self, cx: &Context, region: &[usize]) -> Result<Vec<ArrayRef>> {
+        let n = cx.peers.len();
+        let mut out = Vec::with_capacity(self.calls.len());
+        for c in &self.calls {
+            let arg = match &c.arg {
+                Some(e) => Some(e.eval_as(&cx.batch, &c.arg_type)?),
+                None => None,
+            };
+            let arr: ArrayRef = match c.func {
+                OverFunc::Lag(_)
+                | OverFunc::Lead(_)
+                | OverFunc::FirstValue
+                | OverFunc::LastValue => {
+                    let arg =
+                        arg.ok_or_else(|| WeirError::internal("navigation without argument"))?;
+                    let idx: UInt64Array = region
+                        .iter()
+                        .map(|&j| match c.func {
+                            OverFunc::Lag(k) => (j as u64).checked_sub(k),
+                            OverFunc::Lead(k) => {
+                                (j as u64).checked_add(k).filter(|&i| i < n as u64)
+                            }
+                            OverFunc::FirstValue => {
+                                let (s, e) = self.frame_of(&c.frame, j, cx);
+                                (s < e).then_some(s as u64)
+                            }
+                            _ => {
+                                let (s, e) = self.frame_of(&c.frame, j, cx);
+                                (s < e).then(|| e as u64 - 1)
+                            }
+                        })
+                        .collect();
+                    let taken = arrow::compute::take(&arg, &idx, None)?;
+                    match &c.default {
+                        Some(d) => {
+                            let d = d.eval_as(&cx.batch, &c.arg_type)?;
+                            let here: UInt64Array = region.iter().map(|&j| j as u64).collect();
+                            let d = arrow::compute::take(&d, &here, None)?;
+                            let found: BooleanArray =
+                                (0..idx.len()).map(|i| Some(idx.is_valid(i))).collect();
+                            arrow::compute::kernels::zip::zip(&found, &taken, &d)?
+                        }
+                        None => taken,
+                    }
+                }
+                OverFunc::Agg(func) => self.aggregate(c, func, arg.as_ref(), cx, region)?,
+            };
+            out.push(if arr.data_type() == &c.out_type {
+                arr
+            } else {
+                arrow::compute::cast(&arr, &c.out_type)?
+            });
+        }
+        Ok(out)
+    }
+
+    /// An aggregate over each region row's frame: a running accumulation when the frame
+    /// starts at the partition's start (or ends at its end), else one pass per distinct frame.
+    fn aggregate(
+        &self,
+        c: &OverRelSpec,
+        func: AggFunc,
+        arg: Option<&ArrayRef>,
+        cx: &Context,
+        region: &[usize],
+    ) -> Result<ArrayRef> {
+        let val = |i: usize| -> Result<ScalarValue> {
+            match arg {
+                Some(a) => ScalarValue::try_from_array(a, i).map_err(df),
+                None => Ok(ScalarValue::Int64(Some(1))),
+            }
+        };
+        let mut vals: Vec<ScalarValue> = Vec::with_capacity(region.len());
+        let frames: Vec<(usize, usize)> =
+            region.iter().map(|&j| self.frame_of(&c.frame, j, cx)).collect();
+        if c.frame.start == FrameBound::UnboundedPreceding {
+            let (mut acc, mut p) = (Acc::new(&c.arg_type)?, 0);
+            for &(_, e) in &frames {
+                if e < p {
+                    (acc, p) = (Acc::new(&c.arg_type)?, 0);
+                }
+                for i in p..e {
+                    acc.add(func, &val(i)?)?;
+                }
+                p = p.max(e);
+                vals.push(acc.value(func, &c.out_type)?);
+            }
+        } else if c.frame.end == FrameBound::UnboundedFollowing {
+            let n = cx.peers.len();
+            let (mut acc, mut p) = (Acc::new(&c.arg_type)?, n);
+            for &(s, _) in frames.iter().rev() {
+                if s > p {
+                    (acc, p) = (Acc::new(&c.arg_type)?, n);
+                }
+                for i in (s..p).rev() {
+                    acc.add(func, &val(i)?)?;
+                }
+                p = p.min(s);
+                vals.push(acc.value(func, &c.out_type)?);
+            }
+            vals.reverse();
+        } else {
+            let mut prev: Option<((usize, usize), ScalarValue)> = None;
+            for &fr in &frames {
+                let v = match &prev {
+                    Some((f, v)) if *f == fr => v.clone(),
+                    _ => {
+                        let mut acc = Acc::new(&c.arg_type)?;
+                        for i in fr.0..fr.1 {
+                            acc.add(func, &val(i)?)?;
+                        }
+                        acc.value(func, &c.out_type)?
+                    }
+                };
+                prev = Some((fr, v.clone()));
+                vals.push(v);
+            }
+        }
+        ScalarValue::iter_to_array(vals).map_err(df)
+    }
+
+    /// The (row, values) of the rows of `part` in the region `rs ..= re`, computed over the
+    /// context `cs ..= ce` around it.
+    fn evaluate(
+        &self,
+        part: &Partition,
+        region: &(Bound<Key>, Bound<Key>),
+        context: &(Bound<Key>, Bound<Key>),
+    ) -> Result<Vec<(RowBytes, RowBytes)>> {
+        let mut rows: Vec<&Key> = Vec::new();
+        let mut in_region: Vec<usize> = Vec::new();
+        for (k, &c) in part.range(context.clone()) {
+            let inside = region.contains(k);
+            for _ in 0..c {
+                if inside {
+                    in_region.push(rows.len());
+                }
+                rows.push(k);
+            }
+        }
+        if in_region.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = rows.len();
+        let cols = self.keys.decode_rows(rows.iter().map(|k| &k.1[..]))?;
+        let batch = crate::ops::batch_of(&self.in_schema, cols, n)?;
+        let mut peers = vec![(0, 0); n];
+        let mut s = 0;
+        for j in 1..=n {
+            if j == n || rows[j].0 != rows[s].0 {
+                peers[s..j].fill((s, j));
+                s = j;
+            }
+        }
+        let (ord, non_null) = match &self.order_val {
+            Some(e) => {
+                let a = e.eval_as(&batch, &DataType::Int64)?;
+                let a = a
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .ok_or_else(|| WeirError::internal("an Int64 ORDER BY value expected"))?
+                    .clone();
+                let lo = (0..n).find(|&i| a.is_valid(i)).unwrap_or(n);
+                let hi = (0..n).rev().find(|&i| a.is_valid(i)).map_or(lo, |i| i + 1);
+                (Some(a), (lo, hi))
+            }
+            None => (None, (0, 0)),
+        };
+        let cx = Context { batch, peers, ord, non_null };
+        let arrays = self.values(&cx, &in_region)?;
+        let encoded = self.vals_codec.encode(&arrays, in_region.len())?;
+        Ok(in_region
+            .iter()
+            .enumerate()
+            .map(|(i, &j)| (rows[j].1.clone(), RowBytes::from(encoded.get(i))))
+            .collect())
+    }
+
+    /// The output changes of one run of changes at one instant.
+    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
+        let mut sorted: Vec<Encoded> = run.collect();
+        sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let mut by_part: Vec<PartChanges> = Vec::new();
+        for (p, e, n) in sorted {
+            match by_part.last_mut() {
+                Some((lp, changes)) if *lp == p => match changes.last_mut() {
+                    Some((le, ln)) if *le == e => *ln += n,
+                    _ => changes.push((e, n)),
+                },
+                _ => by_part.push((p, vec![(e, n)])),
+            }
+        }
+        let mut out: Vec<OutRow> = Vec::new();
+        for (p, changes) in by_part {
+            let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
+            let (Some((lo, _)), Some((hi, _))) = (changes.first(), changes.last()) else {
+                continue;
+            };
+            let mut part = self.parts.remove(&p).unwrap_or_default();
+            // Rows before lo and after hi are the same before and after the change, so the
+            // bounds found on the old partition hold for the new one.
+            let rs = reach(&part, lo, self.after, true);
+            let re = reach(&part, hi, self.before, false);
+            let cs = match &rs {
+                Bound::Included(k) => reach(&part, k, self.before, true),
+                _ => Bound::Unbounded,
+            };
+            let ce = match &re {
+                Bound::Included(k) => reach(&part, k, self.after, false),
+                _ => Bound::Unbounded,
+            };
+            let (region, context) = ((rs, re), (cs, ce));
+            let mut net: HashMap<(RowBytes, RowBytes), i64> = HashMap::new();
+            for rv in self.evaluate(&part, &region, &context)? {
+                *net.entry(rv).or_insert(0) -= 1;
+            }
+            for (e, n) in changes {
+                let c = match part.entry(e) {
+                    Entry::Occupied(mut o) => {
+                        *o.get_mut() += n;
+                        let c = *o.get();
+                        if c == 0 {
+                            o.remove();
+                        }
+                        c
+                    }
+                    Entry::Vacant(v) => *v.insert(n),
+                };
+                if c < 0 {
+                    return Err(WeirError::exec(
+                        "window function: a row was retracted more often than it was inserted",
+                    ));
+                }
+            }
+            for rv in self.evaluate(&part, &region, &context)? {
+                *net.entry(rv).or_insert(0) += 1;
+            }
+            out.extend(net.into_iter().filter(|(_, n)| *n != 0).map(|((r, v), n)| (r, v, n)));
+            if !part.is_empty() {
+                self.parts.insert(p, part);
+            }
+        }
+        // Deletions first, then insertions, each in value order.
+        out.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
+        Ok(out)
+    }
+}
+
+/// The rows around a region, decoded: their columns, peer groups ([start, end) of each
+/// row's), ORDER BY values (RANGE offsets) and where those are not NULL.
+struct Context {
+    batch: arrow::record_batch::RecordBatch,
+    peers: Vec<(usize, usize)>,
+    ord: Option<Int64Array>,
+    non_null: (usize, usize),
+}
+
+impl Operator for OverRel {
+    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let encoded = self.keys.encode(&d, 0, d.len())?;
+        let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
+        if rows.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let mut cols = self.keys.decode_rows(rows.iter().map(|(r, _, _)| &r[..]))?;
+        cols.extend(self.vals_codec.decode(rows.iter().map(|(_, v, _)| &v[..]))?);
+        let data = crate::ops::batch_of(&self.schema, cols, rows.len())?;
+        Ok(ChangeBatch::new(data, times, rows.iter().map(|(_, _, n)| *n).collect()))
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        None
+    }
+
+    /// State: section `over_rel`, every row with its partition and order keys (`part`, `key`,
+    /// `row` Binary, `count` Int64), sorted.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let mut parts: Vec<(&RowBytes, &Partition)> = self.parts.iter().collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let entries: Vec<StateEntry<'_>> = parts
+            .iter()
+            .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], &k[..], &r[..], *c)))
+            .collect();
+        w.put(
+            "over_rel",
+            &self.signature(),
+            entries.len(),
+            vec![
+                ("part", binary_col(entries.iter().map(|e| e.0))),
+                ("key", binary_col(entries.iter().map(|e| e.1))),
+                ("row", binary_col(entries.iter().map(|e| e.2))),
+                ("count", i64_col(entries.iter().map(|e| e.3))),
+            ],
+        )
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let s = r.take("over_rel", &self.signature())?;
+        let (parts, keys, rows, counts) =
+            (s.binary("part")?, s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+        self.parts.clear();
+        for (((p, k), row), c) in parts.into_iter().zip(keys).zip(rows).zip(counts) {
+            let c = nonzero("over_rel", c)?;
+            if c < 0 {
+                return Err(invalid("section 'over_rel': a negative count"));
+            }
+            let part = self.parts.entry(RowBytes::from(p)).or_default();
+            if part.insert((RowBytes::from(k), RowBytes::from(row)), c).is_some() {
+                return Err(invalid("section 'over_rel': a row appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The operator of a [`weir_plan::LogicalPlan::OverRelation`] (its own function, out of
+/// line: the compiler's recursive `build` must keep a small stack frame).
+#[inline(never)]
+pub(crate) fn build(plan: &weir_plan::LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    use crate::compile::{exec_schema, expr_type};
+    use crate::ops::topk::SortKey;
+    let weir_plan::LogicalPlan::OverRelation { partition_by, order_by, calls, input, .. } = plan
+    else {
+        return Err(WeirError::internal("a window function node expected"));
+    };
+    let in_df = input.schema();
+    let partition = partition_by
+        .iter()
+        .map(|e| Ok((ScalarExpr::compile(e, &in_df)?, expr_type(e, &in_df)?)))
+        .collect::<Result<_>>()?;
+    let order = order_by
+        .iter()
+        .map(|o| {
+            Ok(SortKey {
+                expr: ScalarExpr::compile(&o.expr, &in_df)?,
+                data_type: expr_type(&o.expr, &in_df)?,
+                descending: !o.asc,
+                nulls_first: o.nulls_first,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let order_val = match order.as_slice() {
+        [o] => Some((o.expr.clone(), o.descending)),
+        _ => None,
+    };
+    let nin = in_df.fields().len();
+    let specs = calls
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let out_type = schema
+                .fields()
+                .get(nin + j)
+                .map(|f| f.data_type().clone())
+                .ok_or_else(|| WeirError::internal("a window function without its column"))?;
+            let arg_type = match &c.arg {
+                Some(e) => expr_type(e, &in_df)?,
+                None => DataType::Int64,
+            };
+            Ok(OverRelSpec {
+                func: c.func,
+                arg: c.arg.as_ref().map(|e| ScalarExpr::compile(e, &in_df)).transpose()?,
+                arg_type,
+                default: c.default.as_ref().map(|e| ScalarExpr::compile(e, &in_df)).transpose()?,
+                out_type,
+                frame: c.frame,
+            })
+        })
+        .collect::<Result<_>>()?;
+    let in_schema = exec_schema(&in_df);
+    let keys = OverKeys::new(partition, order, in_schema.clone())?;
+    Ok(Box::new(OverRel::new(keys, in_schema, order_val, specs, schema)?))
+}
