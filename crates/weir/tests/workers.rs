@@ -81,3 +81,21 @@ fn single_worker_operators_and_every_instant() {
     same("SELECT k, v FROM s [PARTITION BY k ROWS 1];", INSERTS);
     same("SELECT k, v FROM s [RANGE 10] ORDER BY v DESC LIMIT 2;", INSERTS);
 }
+
+#[test]
+fn the_worker_count_is_chosen_before_queries_start() {
+    let mut engine = Engine::new();
+    engine.execute(EVENTS).expect("ddl");
+    let _sub = engine.subscribe("SELECT k FROM s").expect("query");
+    // Keeping the count is fine (a server restored from a checkpoint does so).
+    engine.set_workers(1).expect("same count");
+    let e = engine.set_workers(2).expect_err("queries are running");
+    assert!(e.to_string().contains("before any continuous query starts"), "{e}");
+    let mut zero = Engine::new();
+    zero.set_workers(0).expect("0 means one worker");
+    assert_eq!(zero.workers(), 1);
+    let mut dir_engine = Engine::new();
+    dir_engine.set_data_dir(std::env::temp_dir().join("weir-workers-test-unused"));
+    let e = dir_engine.set_workers(2).expect_err("checkpoints");
+    assert!(e.to_string().contains("checkpoints of queries on more than one worker"), "{e}");
+}

@@ -164,6 +164,9 @@ impl Dataflow {
     /// A fresh runner for a plan a continuous query may run.
     /// Runs every query started from now on `n` workers (1: on the engine's thread).
     pub fn set_workers(&mut self, n: usize) -> Result<()> {
+        if n.max(1) == self.workers() {
+            return Ok(());
+        }
         if !self.queries.is_empty() {
             return Err(WeirError::plan(
                 "the number of workers is set before any continuous query starts",

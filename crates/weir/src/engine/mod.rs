@@ -129,7 +129,7 @@ impl Engine {
     }
 
     /// Runs the continuous queries started from now on `n` timely workers (threads of this
-    /// process; 1, the default, runs them on the caller's thread). Set it before the first
+    /// process; 1, the default, and 0 run them on the caller's thread). Set it before the first
     /// continuous query starts. Checkpoints of queries on more than one worker are not
     /// supported yet, so an engine with a data directory keeps one worker.
     pub fn set_workers(&mut self, n: usize) -> Result<()> {
