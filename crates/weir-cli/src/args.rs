@@ -98,6 +98,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     let mut tls_cert = None;
     let mut tls_key = None;
     let mut workers = 1;
+    let mut awaiting_file = false;
     let mut args = args.into_iter();
     let set = |command: &mut Command, new: Command| -> Result<(), String> {
         if *command != Command::Default {
@@ -194,13 +195,21 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
             }
             "demo" if command == Command::Default => set(&mut command, Command::Demo)?,
             "serve" if command == Command::Default => set(&mut command, Command::Serve)?,
+            // The file may come after options: `weir run --workers 2 x.sql`.
             "run" if command == Command::Default => {
-                let file = args.next().ok_or("run needs a file: weir run FILE.sql")?;
-                set(&mut command, Command::Run(PathBuf::from(file)))?;
+                set(&mut command, Command::Run(PathBuf::new()))?;
+                awaiting_file = true;
+            }
+            _ if awaiting_file && !(s.starts_with('-') && s != "-") => {
+                command = Command::Run(PathBuf::from(s));
+                awaiting_file = false;
             }
             _ if s.starts_with('-') && s != "-" => return Err(format!("unknown option '{s}'")),
             _ => return Err(format!("unexpected argument '{s}'")),
         }
+    }
+    if awaiting_file {
+        return Err("run needs a file: weir run FILE.sql".into());
     }
     if checkpoint_interval.is_some() && data_dir.is_none() {
         return Err("--checkpoint-interval needs --data-dir".into());
@@ -276,6 +285,17 @@ mod tests {
         assert_eq!(a.checkpoint_interval, Some(std::time::Duration::from_millis(250)));
         assert_eq!(p(&["--format", "csv"]).unwrap().command, Command::Default);
         assert_eq!(p(&["run", "-"]).unwrap().command, Command::Run("-".into()));
+        // Options before the file, and a missing file.
+        let a = p(&["run", "--workers", "2", "--format", "csv", "x.sql"]).unwrap();
+        assert_eq!(
+            (a.command, a.workers, a.format),
+            (Command::Run("x.sql".into()), 2, Format::Csv)
+        );
+        assert_eq!(
+            p(&["run", "--workers", "2"]).unwrap_err(),
+            "run needs a file: weir run FILE.sql"
+        );
+        assert_eq!(p(&["run", "--help"]).unwrap().command, Command::Help);
         assert_eq!(p(&["-h"]).unwrap().command, Command::Help);
         assert_eq!(p(&["--version"]).unwrap().command, Command::Version);
         assert_eq!(p(&["demo"]).unwrap().command, Command::Demo);
