@@ -68,6 +68,19 @@ fn reads_table(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::TableScan { .. }) || plan.inputs().iter().any(|p| reads_table(p))
 }
 
+/// An internal error if any of `times` is at or before `last`, the last instant `what` (a
+/// query, a node) evaluated: changes reach it only at instants it has not evaluated yet.
+pub fn check_after(last: Option<Time>, times: &[Time], what: &str) -> Result<()> {
+    if let (Some(last), Some(min)) = (last, times.iter().min()) {
+        if *min <= last {
+            return Err(WeirError::internal(format!(
+                "change at {min} reached {what} already evaluated up to {last}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the query of `plan`, compiled into `flow`, is evaluated in spans of instants: if
 /// every node can, and it reads no table (see the module docs).
 pub fn runs_in_spans(plan: &LogicalPlan, flow: &Graph) -> bool {
@@ -139,13 +152,7 @@ impl QueryRunner {
         if batch.is_empty() {
             return Ok(());
         }
-        if let (Some(last), Some(min)) = (self.last, batch.times.iter().min()) {
-            if *min <= last {
-                return Err(WeirError::internal(format!(
-                    "change at {min} reached a query already evaluated up to {last}"
-                )));
-            }
-        }
+        check_after(self.last, &batch.times, "a query")?;
         let batch = batch.sort_by_time()?;
         self.pending.entry(source.to_string()).or_default().push(Chunk { batch, pos: 0 });
         Ok(())

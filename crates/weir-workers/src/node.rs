@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_exec::query::check_after;
 use weir_exec::route::{instant_worker, KeyRoute, Placement};
 use weir_exec::{EvalCtx, Operator, Step};
 
@@ -209,13 +210,7 @@ impl NodeHost {
             }
         }
         if let Some(b) = part.batch {
-            if let (Some(l), Some(min)) = (self.last, b.times.iter().min()) {
-                if *min <= l {
-                    return Err(WeirError::internal(format!(
-                        "change at {min} reached a node already evaluated up to {l}"
-                    )));
-                }
-            }
+            check_after(self.last, &b.times, "a node")?;
             let stash = self
                 .stash
                 .get_mut(slot)

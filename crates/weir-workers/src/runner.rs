@@ -24,7 +24,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::consolidate::consolidate_runs;
-use weir_exec::query::runs_in_spans;
+use weir_exec::query::{check_after, runs_in_spans};
 use weir_exec::route::instant_worker;
 use weir_exec::row::RowCodec;
 use weir_exec::{OutputKind, QueryRunner};
@@ -198,13 +198,7 @@ impl Hosted {
         if batch.is_empty() {
             return Ok(());
         }
-        if let (Some(last), Some(min)) = (self.last, batch.times.iter().min()) {
-            if *min <= last {
-                return Err(WeirError::internal(format!(
-                    "change at {min} reached a query already evaluated up to {last}"
-                )));
-            }
-        }
+        check_after(self.last, &batch.times, "a query")?;
         let source = self.source_index(source)?;
         let batch = batch.sort_by_time()?;
         let first = batch.times[0];
