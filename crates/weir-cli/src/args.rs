@@ -40,8 +40,8 @@ Options:
                   with serve: rows that may wait for one slow subscriber before its
                   subscription is ended (default 1000000)
   --workers N     run continuous queries on N timely workers, threads of this process
-                  (default 1: the calling thread; docs/architecture.md); not yet with
-                  --data-dir
+                  (default 1: the calling thread; docs/architecture.md); a checkpoint
+                  in --data-dir restores on the worker count it was taken on
   -c SQL          run SQL instead of a file
   -h, --help      this help
   -V, --version   the version
@@ -227,11 +227,6 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> 
     }
     if tls_cert.is_some() != tls_key.is_some() {
         return Err("--tls-cert and --tls-key go together".into());
-    }
-    if workers > 1 && data_dir.is_some() {
-        return Err("--workers above 1 does not take --data-dir yet: checkpoints of queries on \
-                    several workers are not supported"
-            .into());
     }
     Ok(Args {
         command,

@@ -129,8 +129,8 @@ fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure>
         engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
         return Ok((Session::with_engine(engine, args.format, out, false), false));
     };
-    let (mut engine, recovery) =
-        weir::Engine::open(dir).map_err(|e| Failure::Statement(e.to_string()))?;
+    let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)
+        .map_err(|e| Failure::Statement(e.to_string()))?;
     for w in &recovery.warnings {
         let _ = writeln!(io::stderr(), "warning: {w}");
     }

@@ -627,7 +627,7 @@ pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
             Session::with_engine(engine, format, Vec::new(), true)
         }
         Some(dir) => {
-            let (mut engine, recovery) = weir::Engine::open(dir)?;
+            let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)?;
             engine.set_checkpoint_interval(args.checkpoint_interval);
             for w in &recovery.warnings {
                 intro.push_str(&format!("warning: {w}\n"));

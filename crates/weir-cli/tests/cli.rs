@@ -357,8 +357,6 @@ fn examples_give_the_same_output_on_two_and_three_workers() {
     }
     let r = weir(&["--workers", "0", "-c", "SELECT 1"], None);
     assert!(r.stderr.contains("'0' is not a positive number of workers"), "{}", r.stderr);
-    let r = weir(&["--workers", "2", "--data-dir", "d", "-c", "SELECT 1"], None);
-    assert!(r.stderr.contains("does not take --data-dir yet"), "{}", r.stderr);
 }
 
 #[test]

@@ -4,9 +4,12 @@
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
 //! files must be byte-identical to those of a run that was never interrupted.
 //!
-//! `WEIR_CRASH_KILLS` sets the number of kills (default 6 in `cargo test`; the note on the
-//! fault-tolerance issue reports a run with 50), `WEIR_CRASH_SCALE` multiplies the input size
-//! (default 1: 36 000 bids), `WEIR_CRASH_SEED` the random seed.
+//! The same runs on two workers (`--workers 2`, every start) must write what one worker writes
+//! uninterrupted.
+//!
+//! `WEIR_CRASH_KILLS` sets the number of kills (default 6 in `cargo test`, 4 on two workers;
+//! the note on the fault-tolerance issue reports a run with 50), `WEIR_CRASH_SCALE` multiplies
+//! the input size (default 1: 36 000 bids), `WEIR_CRASH_SEED` the random seed.
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 
 use std::fmt::Write as _;
@@ -71,8 +74,9 @@ fn workload(dir: &Path, seed: u64, scale: u64) {
     }
 }
 
-fn weir(dir: &Path, data: Option<&Path>) -> Child {
+fn weir(dir: &Path, data: Option<&Path>, workers: usize) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.arg("--workers").arg(workers.to_string());
     if let Some(d) = data {
         cmd.arg("--data-dir").arg(d).arg("--checkpoint-interval").arg("20ms");
     }
@@ -104,8 +108,22 @@ fn writing_checkpoint(data: &Path) -> bool {
 
 #[test]
 fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
-    let kills: usize =
-        std::env::var("WEIR_CRASH_KILLS").ok().and_then(|k| k.parse().ok()).unwrap_or(6);
+    crash_loop(1, 6);
+}
+
+#[test]
+fn killed_and_restarted_runs_on_two_workers_write_what_one_worker_writes() {
+    crash_loop(2, 4);
+}
+
+/// Kills and restarts runs on `workers` workers (`default_kills` times unless
+/// `WEIR_CRASH_KILLS` says otherwise) and compares their sinks with an uninterrupted run on
+/// one worker.
+fn crash_loop(workers: usize, default_kills: usize) {
+    let kills: usize = std::env::var("WEIR_CRASH_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default_kills);
     let seed: u64 =
         std::env::var("WEIR_CRASH_SEED").ok().and_then(|k| k.parse().ok()).unwrap_or(42);
     let scale: u64 =
@@ -117,7 +135,7 @@ fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
     workload(&crashed, seed, scale);
 
     let start = Instant::now();
-    let out = weir(&reference, None).wait_with_output().unwrap();
+    let out = weir(&reference, None, 1).wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let full = start.elapsed();
     let expected = outputs(&reference);
@@ -127,7 +145,7 @@ fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
     let mut killed = 0;
     let mut restarts = 0;
     loop {
-        let mut child = weir(&crashed, Some(&data));
+        let mut child = weir(&crashed, Some(&data), workers);
         restarts += 1;
         if killed < kills {
             // Every third kill waits for a checkpoint write to start; the others strike at
@@ -174,5 +192,5 @@ fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
         );
     }
     assert_eq!(expected.len(), got.len());
-    eprintln!("{killed} kills, {restarts} starts, {:?} in all", start.elapsed());
+    eprintln!("{workers} workers: {killed} kills, {restarts} starts, {:?} in all", start.elapsed());
 }

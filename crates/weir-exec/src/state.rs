@@ -196,6 +196,11 @@ impl StateReader {
         Ok(StateReader { sections })
     }
 
+    /// The name of the next section, if any (to tell one kind of saved state from another).
+    pub fn peek_name(&self) -> Option<&str> {
+        self.sections.front().map(|s| s.0.as_str())
+    }
+
     /// The next section, which must be called `name` with signature `signature`.
     pub fn take(&mut self, name: &str, signature: &str) -> Result<Section> {
         let Some((n, sig, payload)) = self.sections.pop_front() else {

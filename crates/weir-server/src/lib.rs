@@ -138,7 +138,7 @@ impl Server {
         let mut notes = Vec::new();
         let mut engine = match &config.data_dir {
             Some(dir) => {
-                let (mut engine, recovery) = weir::Engine::open(dir)?;
+                let (mut engine, recovery) = weir::Engine::open_with_workers(dir, config.workers)?;
                 notes.extend(recovery.warnings.iter().map(|w| format!("warning: {w}")));
                 if let Some(n) = recovery.checkpoint {
                     notes.push(format!("resumed from checkpoint {n} in {}", dir.display()));

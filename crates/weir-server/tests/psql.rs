@@ -153,6 +153,16 @@ fn psql_connects_over_tls_with_a_password() {
 /// With `--data-dir`, a server restarted after a checkpoint has its streams and views back.
 #[test]
 fn a_restarted_server_resumes_from_its_checkpoint() {
+    restart_from_checkpoint(1);
+}
+
+/// The same on two workers (`weir serve --workers 2 --data-dir ...`).
+#[test]
+fn a_restarted_server_on_two_workers_resumes_from_its_checkpoint() {
+    restart_from_checkpoint(2);
+}
+
+fn restart_from_checkpoint(workers: usize) {
     if Command::new("psql").arg("--version").output().is_err() {
         assert!(std::env::var_os("WEIR_SKIP_PSQL").is_some(), "psql is not installed");
         return;
@@ -163,6 +173,7 @@ fn a_restarted_server_resumes_from_its_checkpoint() {
         let config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: Some(dir.path().join("state")),
+            workers,
             ..Config::default()
         };
         let server = runtime.block_on(Server::bind(config)).unwrap();

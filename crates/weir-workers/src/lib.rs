@@ -14,5 +14,5 @@ mod part;
 mod runner;
 mod runtime;
 
-pub use runner::Runner;
+pub use runner::{other_worker_count, Runner};
 pub use runtime::Workers;

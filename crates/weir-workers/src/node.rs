@@ -28,6 +28,9 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::query::check_after;
 use weir_exec::route::{instant_worker, KeyRoute, Placement};
+use weir_exec::state::{
+    binary_col, bool_col, i64_col, invalid, opt_i64_col, StateReader, StateWriter,
+};
 use weir_exec::{EvalCtx, Operator, Step};
 
 use crate::part::Part;
@@ -152,6 +155,9 @@ pub(crate) struct NodeHost {
     me: u32,
     peers: u32,
     seq: u64,
+    /// Added to the rounds of received parts: after a restore, the stash holds rows of the
+    /// old dataflow's rounds (renumbered 0), which come before those of the new one.
+    round_base: u64,
     failed: bool,
 }
 
@@ -186,6 +192,7 @@ impl NodeHost {
             me,
             peers,
             seq: 0,
+            round_base: 0,
             failed: false,
         }
     }
@@ -215,7 +222,7 @@ impl NodeHost {
                 .stash
                 .get_mut(slot)
                 .ok_or_else(|| WeirError::internal(format!("a part for input {slot}")))?;
-            stash.push((round, part.from, self.seq), b)?;
+            stash.push((round + self.round_base, part.from, self.seq), b)?;
         }
         Ok(())
     }
@@ -427,6 +434,117 @@ impl NodeHost {
     }
 }
 
+impl NodeHost {
+    fn signature(&self, index: usize) -> String {
+        let leaf = self.leaf_sources.as_ref().map(|s| s.len());
+        format!("node {index} {:?}", (self.stash.len(), leaf, self.span, self.active, self.me))
+    }
+
+    /// Writes the node's state between rounds (a checkpoint of a query on the workers; see
+    /// [`crate::runtime`]): sections `node` (one row: `last`, NULL before the first instant,
+    /// and `failed`), `node.ticks` (`time`, `below`, `sources`: the leaf's sources that have
+    /// the instant, as little-endian u32s), `node.stash` (per input, per chunk in taking order:
+    /// `input`, `rows`), one `node.chunk` per chunk (its rows not yet evaluated), then the
+    /// operator's own sections.
+    pub fn save_state(&self, index: usize, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature(index);
+        w.put(
+            "node",
+            &sig,
+            1,
+            vec![("last", opt_i64_col([self.last])), ("failed", bool_col([self.failed]))],
+        )?;
+        let sources: Vec<Vec<u8>> = self
+            .ticks
+            .values()
+            .map(|t| t.sources.iter().flat_map(|s| s.to_le_bytes()).collect())
+            .collect();
+        w.put(
+            "node.ticks",
+            &sig,
+            self.ticks.len(),
+            vec![
+                ("time", i64_col(self.ticks.keys().copied())),
+                ("below", bool_col(self.ticks.values().map(|t| t.below))),
+                ("sources", binary_col(sources.iter().map(Vec::as_slice))),
+            ],
+        )?;
+        let mut chunks: Vec<(usize, ChangeBatch)> = Vec::new();
+        for (k, stash) in self.stash.iter().enumerate() {
+            let mut order: Vec<&Chunk> = stash.chunks.iter().collect();
+            order.sort_by_key(|c| c.order);
+            for c in order {
+                if c.pos < c.batch.len() {
+                    chunks.push((k, c.batch.slice(c.pos, c.batch.len() - c.pos)));
+                }
+            }
+        }
+        w.put(
+            "node.stash",
+            &sig,
+            chunks.len(),
+            vec![
+                ("input", i64_col(chunks.iter().map(|c| c.0 as i64))),
+                ("rows", i64_col(chunks.iter().map(|c| c.1.len() as i64))),
+            ],
+        )?;
+        for (_, c) in &chunks {
+            w.put_changes("node.chunk", &sig, &c.schema(), std::slice::from_ref(c))?;
+        }
+        self.op.save_state(w)
+    }
+
+    /// Restores what [`NodeHost::save_state`] wrote into a host freshly built for the same
+    /// node, before it receives anything. Errors (never panics) on sections that do not fit.
+    pub fn restore_state(&mut self, index: usize, r: &mut StateReader) -> Result<()> {
+        if self.last.is_some() || self.seq > 0 {
+            return Err(WeirError::internal("node state restored into a node already in use"));
+        }
+        let sig = self.signature(index);
+        let head = r.take("node", &sig)?;
+        let (lasts, fails) = (head.opt_i64s("last")?, head.bools("failed")?);
+        let (last, failed) = match (lasts.as_slice(), fails.as_slice()) {
+            ([last], [failed]) => (*last, *failed),
+            _ => return Err(invalid("section 'node' should have one row")),
+        };
+        let t = r.take("node.ticks", &sig)?;
+        let mut ticks = BTreeMap::new();
+        for ((time, below), sources) in
+            t.i64s("time")?.into_iter().zip(t.bools("below")?).zip(t.binary("sources")?)
+        {
+            if last.is_some_and(|l| time <= l) || sources.len() % 4 != 0 {
+                return Err(invalid("a node's tick does not fit"));
+            }
+            let sources = sources
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            ticks.insert(time, Tick { below, sources });
+        }
+        let s = r.take("node.stash", &sig)?;
+        for (input, rows) in s.i64s("input")?.into_iter().zip(s.i64s("rows")?) {
+            let batch = r.take("node.chunk", &sig)?.changes(None)?;
+            let stash = usize::try_from(input).ok().and_then(|k| self.stash.get_mut(k));
+            let Some(stash) = stash else {
+                return Err(invalid("a node's stashed rows are for an input it does not have"));
+            };
+            if batch.len() as i64 != rows || batch.is_empty() {
+                return Err(invalid("a node's stashed chunk has the wrong number of rows"));
+            }
+            check_after(last, &batch.times, "a restored node")
+                .map_err(|_| invalid("a node's stashed rows are at an instant it evaluated"))?;
+            self.seq += 1;
+            stash.push((0, 0, self.seq), batch)?;
+        }
+        self.op.restore_state(r)?;
+        self.last = last;
+        self.failed = failed;
+        self.ticks = ticks;
+        self.round_base = 1;
+        Ok(())
+    }
+}
+
 /// What the inputs said of one instant: whether it is one of the plan below (see
 /// [`Part`]), and for a leaf, the sources that have it.
 #[derive(Debug, Default)]
@@ -455,11 +573,9 @@ impl Outbox {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use super::*;
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
-    use weir_exec::state::{StateReader, StateWriter};
-
-    use super::*;
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]))
@@ -562,6 +678,54 @@ mod tests {
         assert_eq!(sizes.iter().sum::<usize>(), 100);
         assert!(sizes.iter().all(|&n| n > 20), "keys spread: {sizes:?}");
         assert!(out.iter().all(|p| p.ticks == [(1, true)] && p.from == 1));
+    }
+
+    #[test]
+    fn a_restored_node_goes_on_as_the_saved_one() {
+        let run = |restore: bool| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
+            let mut host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+            host.receive(0, 0, part(1, &[(10, 2), (11, 6)], &[(8, true)])).expect("receive");
+            host.receive(0, 0, part(0, &[(20, 6)], &[(5, false)])).expect("receive");
+            host.process(4).expect("process");
+            if restore {
+                let mut w = StateWriter::new();
+                host.save_state(3, &mut w).expect("save");
+                let bytes = w.into_bytes().expect("bytes");
+                let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
+                let mut fresh =
+                    NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+                let mut r = StateReader::from_bytes(&bytes).expect("read");
+                assert!(fresh.restore_state(2, &mut r).is_err(), "another node's state");
+                let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
+                host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+                let mut r = StateReader::from_bytes(&bytes).expect("read");
+                host.restore_state(3, &mut r).expect("restore");
+                r.finish().expect("every section taken");
+                assert_eq!(host.last(), Some(2));
+            }
+            // A later round's rows at 6 come after the saved ones, whoever sent them; after a
+            // restore, the new dataflow numbers its rounds from 0 again.
+            let round = if restore { 0 } else { 1 };
+            host.receive(0, round, part(0, &[(30, 6)], &[])).expect("receive");
+            let out = host.process(9).expect("process");
+            let seen = log.lock().expect("log").clone();
+            (seen, out[0].ticks.clone())
+        };
+        assert_eq!(run(true), run(false));
+        let (log, ticks) = run(true);
+        assert_eq!(
+            log,
+            [
+                "@2 [10] below Some(2)",
+                "@5 [] below None",
+                "@6 [20, 11, 30] below Some(6)",
+                "@7 [] below None",
+                "@8 [] below Some(8)"
+            ]
+        );
+        assert_eq!(ticks, [(5, false), (6, true), (7, true), (8, true)]);
     }
 
     #[test]

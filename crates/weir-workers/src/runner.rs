@@ -27,6 +27,9 @@ use weir_exec::consolidate::consolidate_runs;
 use weir_exec::query::{check_after, runs_in_spans};
 use weir_exec::route::instant_worker;
 use weir_exec::row::RowCodec;
+use weir_exec::state::{
+    binary_col, i64_col, invalid, opt_i64_col, signature, str_col, StateReader, StateWriter,
+};
 use weir_exec::{OutputKind, QueryRunner};
 use weir_plan::{LogicalPlan, PlanKind};
 
@@ -54,6 +57,17 @@ pub struct Hosted {
     round: u64,
     last: Option<Time>,
     status: Arc<Status>,
+    /// Pushes and heartbeats since the last advance, in arrival order: they are fed to the
+    /// workers as the next round begins, so that between rounds nothing is in flight and a
+    /// checkpoint is one consistent cut.
+    queued: Vec<Queued>,
+}
+
+/// Input of the next round, not yet fed to the workers.
+#[derive(Debug)]
+enum Queued {
+    Rows(u32, ChangeBatch),
+    Heartbeat(u32, Time),
 }
 
 impl Runner {
@@ -80,6 +94,7 @@ impl Runner {
             round: 0,
             last: None,
             status,
+            queued: Vec::new(),
         }))
     }
 
@@ -144,36 +159,60 @@ impl Runner {
         }
     }
 
-    /// The runner's state as checkpoint bytes (see [`QueryRunner::save_state`]).
+    /// The runner's state as checkpoint bytes: on one worker [`QueryRunner::save_state`]'s;
+    /// on several, see [`Hosted::save_state`].
     pub fn save_state(&self) -> Result<Vec<u8>> {
         match self {
             Runner::Local(r) => r.save_state(),
-            Runner::Hosted(_) => Err(multi_worker_checkpoints()),
+            Runner::Hosted(h) => h.save_state(),
         }
     }
 
-    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan.
+    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan on the
+    /// same number of workers.
     pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let saved = saved_workers(bytes)?;
+        let here = match self {
+            Runner::Local(_) => 1,
+            Runner::Hosted(h) => h.workers.peers(),
+        };
+        if saved != here {
+            return Err(other_worker_count(saved, here));
+        }
         match self {
             Runner::Local(r) => r.restore_state(bytes),
-            Runner::Hosted(_) => Err(multi_worker_checkpoints()),
+            Runner::Hosted(h) => h.restore_state(bytes),
         }
     }
 }
 
-impl Runner {
-    /// The error for a checkpoint of a query on more than one worker.
-    pub fn multi_worker_checkpoints() -> WeirError {
-        multi_worker_checkpoints()
-    }
+/// The error for state saved on `saved` workers, restored on `here`.
+pub fn other_worker_count(saved: usize, here: usize) -> WeirError {
+    WeirError::plan(format!(
+        "the checkpoint was taken on {saved} worker{}; this engine runs {here}: restart with \
+         --workers {saved} (a checkpoint cannot move to another worker count yet)",
+        if saved == 1 { "" } else { "s" }
+    ))
 }
 
-fn multi_worker_checkpoints() -> WeirError {
-    WeirError::plan(
-        "checkpoints of queries on more than one worker are not supported yet: run with \
-         --workers 1 to checkpoint (--data-dir)",
-    )
+/// The number of workers a runner's state was saved on: that of the `hosted` section that
+/// begins a hosted runner's state, else 1.
+fn saved_workers(bytes: &[u8]) -> Result<usize> {
+    let mut r = StateReader::from_bytes(bytes)?;
+    if r.peek_name() != Some(HOSTED) {
+        return Ok(1);
+    }
+    let head = r.take(HOSTED, HOSTED_SIG)?;
+    usize::try_from(head.scalar_i64("workers")?)
+        .ok()
+        .filter(|&n| n > 1)
+        .ok_or_else(|| invalid("the number of workers of a checkpoint is not above 1"))
 }
+
+/// The first section of a hosted runner's state, and its signature (the rest of the state is
+/// checked section by section, each with its own signature).
+const HOSTED: &str = "hosted";
+const HOSTED_SIG: &str = "hosted";
 
 impl Hosted {
     fn source_index(&self, source: &str) -> Result<u32> {
@@ -200,8 +239,32 @@ impl Hosted {
         }
         check_after(self.last, &batch.times, "a query")?;
         let source = self.source_index(source)?;
-        let batch = batch.sort_by_time()?;
-        let first = batch.times[0];
+        self.queued.push(Queued::Rows(source, batch.sort_by_time()?));
+        Ok(())
+    }
+
+    fn heartbeat(&mut self, source: &str, t: Time) -> Result<()> {
+        if self.last.is_some_and(|l| t <= l) {
+            return Ok(());
+        }
+        let source = self.source_index(source)?;
+        self.queued.push(Queued::Heartbeat(source, t));
+        Ok(())
+    }
+
+    /// Feeds the queued input to the workers, in arrival order.
+    fn feed(&mut self) -> Result<()> {
+        for q in std::mem::take(&mut self.queued) {
+            match q {
+                Queued::Rows(source, batch) => self.feed_rows(source, batch)?,
+                Queued::Heartbeat(source, t) => self.feed_heartbeat(source, t)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn feed_rows(&mut self, source: u32, batch: ChangeBatch) -> Result<()> {
+        let Some(&first) = batch.times.first() else { return Ok(()) };
         // Instant by instant, worker 0 is told every instant of the batch.
         let mut instants: Vec<Time> = Vec::new();
         if !self.span {
@@ -252,11 +315,7 @@ impl Hosted {
         Ok(())
     }
 
-    fn heartbeat(&mut self, source: &str, t: Time) -> Result<()> {
-        if self.last.is_some_and(|l| t <= l) {
-            return Ok(());
-        }
-        let source = self.source_index(source)?;
+    fn feed_heartbeat(&mut self, source: u32, t: Time) -> Result<()> {
         for w in 0..self.workers.peers() {
             let part =
                 Part { dest: w as u32, from: 0, source, batch: None, ticks: vec![(t, true)] };
@@ -266,6 +325,7 @@ impl Hosted {
     }
 
     fn advance(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        self.feed()?;
         let done = self.workers.advance(self.id, self.round, frontier)?;
         self.round += 1;
         self.check_alive()?;
@@ -290,6 +350,125 @@ impl Hosted {
             out.push(all);
         }
         Ok(())
+    }
+}
+
+impl Hosted {
+    fn signature(&self) -> String {
+        signature("hosted", &self.schema, (self.kind, &self.sources, self.span))
+    }
+
+    /// The query's state between rounds, as checkpoint bytes: sections `hosted` (one row:
+    /// `workers`, the worker count), `hosted.last` (one row: `last`), `hosted.queued` (the
+    /// input not yet fed, in arrival order: `source` by name, `heartbeat`, the instant of a
+    /// heartbeat or NULL for rows, and `rows`), one `hosted.chunk` per queued batch, then
+    /// `hosted.workers`: one row per worker, in worker order, whose `state` is that worker's
+    /// nodes' states ([`Workers::save`]). Between rounds nothing is in flight, so the
+    /// workers' states and the queue are one consistent cut.
+    fn save_state(&self) -> Result<Vec<u8>> {
+        self.check_alive_keep()?;
+        let sig = self.signature();
+        let mut w = StateWriter::new();
+        let peers = self.workers.peers();
+        w.put(HOSTED, HOSTED_SIG, 1, vec![("workers", i64_col([peers as i64]))])?;
+        w.put("hosted.last", &sig, 1, vec![("last", opt_i64_col([self.last]))])?;
+        let name = |s: u32| self.sources.get(s as usize).map(String::as_str).unwrap_or("");
+        let (mut names, mut beats, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for q in &self.queued {
+            match q {
+                Queued::Rows(s, b) => {
+                    names.push(name(*s));
+                    beats.push(None);
+                    rows.push(b.len() as i64);
+                }
+                Queued::Heartbeat(s, t) => {
+                    names.push(name(*s));
+                    beats.push(Some(*t));
+                    rows.push(0);
+                }
+            }
+        }
+        w.put(
+            "hosted.queued",
+            &sig,
+            names.len(),
+            vec![
+                ("source", str_col(names)),
+                ("heartbeat", opt_i64_col(beats)),
+                ("rows", i64_col(rows)),
+            ],
+        )?;
+        for q in &self.queued {
+            if let Queued::Rows(_, b) = q {
+                w.put_changes("hosted.chunk", &sig, &b.schema(), std::slice::from_ref(b))?;
+            }
+        }
+        let states = self.workers.save(self.id)?;
+        w.put(
+            "hosted.workers",
+            &sig,
+            states.len(),
+            vec![("state", binary_col(states.iter().map(Vec::as_slice)))],
+        )?;
+        w.into_bytes()
+    }
+
+    /// Restores [`Hosted::save_state`] output (of as many workers) into a query just
+    /// installed and not yet fed.
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.round > 0 || self.last.is_some() || !self.queued.is_empty() {
+            return Err(WeirError::internal("query state restored into a runner already in use"));
+        }
+        let sig = self.signature();
+        let mut r = StateReader::from_bytes(bytes)?;
+        let peers = r.take(HOSTED, HOSTED_SIG)?.scalar_i64("workers")?;
+        if peers != self.workers.peers() as i64 {
+            return Err(other_worker_count(peers.max(1) as usize, self.workers.peers()));
+        }
+        let last = match r.take("hosted.last", &sig)?.opt_i64s("last")?.as_slice() {
+            [last] => *last,
+            _ => return Err(invalid("section 'hosted.last' should have one row")),
+        };
+        let q = r.take("hosted.queued", &sig)?;
+        let mut queued = Vec::new();
+        for ((name, beat), rows) in
+            q.strs("source")?.into_iter().zip(q.opt_i64s("heartbeat")?).zip(q.i64s("rows")?)
+        {
+            let source = self.sources.iter().position(|s| s == name).ok_or_else(|| {
+                invalid(format!("queued input of '{name}', which it does not read"))
+            })? as u32;
+            match beat {
+                Some(t) => queued.push(Queued::Heartbeat(source, t)),
+                None => {
+                    let batch = r.take("hosted.chunk", &sig)?.changes(None)?;
+                    if batch.len() as i64 != rows || batch.is_empty() {
+                        return Err(invalid("a queued chunk has the wrong number of rows"));
+                    }
+                    check_after(last, &batch.times, "a restored query")
+                        .map_err(|_| invalid("queued input at an instant already evaluated"))?;
+                    queued.push(Queued::Rows(source, batch.sort_by_time()?));
+                }
+            }
+        }
+        let w = r.take("hosted.workers", &sig)?;
+        let states: Vec<Vec<u8>> = w.binary("state")?.into_iter().map(<[u8]>::to_vec).collect();
+        r.finish()?;
+        self.workers.restore(self.id, states)?;
+        self.check_alive()?;
+        self.last = last;
+        self.queued = queued;
+        Ok(())
+    }
+
+    /// An error if a worker failed the query, leaving it reported.
+    fn check_alive_keep(&self) -> Result<()> {
+        match self.status.error.lock() {
+            Ok(e) => match &*e {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            },
+            Err(_) => Err(WeirError::internal("a worker failed while reporting an error")),
+        }
     }
 }
 

@@ -46,6 +46,7 @@ use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::query::runs_in_spans;
 use weir_exec::route::Placement;
+use weir_exec::state::{StateReader, StateWriter};
 use weir_plan::LogicalPlan;
 
 use crate::node::{runs_everywhere, NodeHost, Route};
@@ -74,10 +75,33 @@ impl Status {
 }
 
 pub(crate) enum Command {
-    Install { id: u64, plan: Arc<LogicalPlan>, status: Arc<Status> },
-    Feed { id: u64, part: Part },
-    Advance { id: u64, frontier: Watermark },
-    Remove { id: u64 },
+    Install {
+        id: u64,
+        plan: Arc<LogicalPlan>,
+        status: Arc<Status>,
+    },
+    Feed {
+        id: u64,
+        part: Part,
+    },
+    Advance {
+        id: u64,
+        frontier: Watermark,
+    },
+    /// Write this worker's state of query `id` (between rounds: see [`Workers::save`]).
+    Save {
+        id: u64,
+        reply: Sender<(usize, Result<Vec<u8>>)>,
+    },
+    /// Put back what `Save` wrote, into the query just installed.
+    Restore {
+        id: u64,
+        bytes: Vec<u8>,
+        reply: Sender<(usize, Result<Vec<u8>>)>,
+    },
+    Remove {
+        id: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -199,6 +223,57 @@ impl Workers {
         }
     }
 
+    /// Each worker's state of query `id`, in worker order. Called between rounds (after an
+    /// [`Workers::advance`] returned and before the next round's input is fed), when no part
+    /// is in flight: every node has evaluated every round so far, so each worker's nodes,
+    /// saved one after another, are one consistent cut of the dataflow.
+    pub(crate) fn save(&self, id: u64) -> Result<Vec<Vec<u8>>> {
+        self.each_worker(|_, reply| Command::Save { id, reply })
+    }
+
+    /// Puts each worker's saved state (from [`Workers::save`], in worker order) into query
+    /// `id`, installed just before and not yet fed.
+    pub(crate) fn restore(&self, id: u64, states: Vec<Vec<u8>>) -> Result<()> {
+        if states.len() != self.peers {
+            return Err(WeirError::internal("a state per worker is needed"));
+        }
+        let mut states = states.into_iter();
+        self.each_worker(|_, reply| Command::Restore {
+            id,
+            bytes: states.next().unwrap_or_default(),
+            reply,
+        })
+        .map(drop)
+    }
+
+    /// Sends every worker the command `make` builds around a reply channel, and collects the
+    /// replies in worker order.
+    fn each_worker(
+        &self,
+        mut make: impl FnMut(usize, Sender<(usize, Result<Vec<u8>>)>) -> Command,
+    ) -> Result<Vec<Vec<u8>>> {
+        let (tx, rx) = channel();
+        {
+            let mut inner = self.lock()?;
+            for w in 0..self.peers {
+                inner.send(w, make(w, tx.clone()))?;
+            }
+        }
+        drop(tx);
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; self.peers];
+        for _ in 0..self.peers {
+            let (w, r) = rx
+                .recv_timeout(Duration::from_secs(120))
+                .map_err(|_| WeirError::internal("a worker did not answer"))?;
+            if let Some(slot) = out.get_mut(w) {
+                *slot = Some(r?);
+            }
+        }
+        out.into_iter()
+            .map(|s| s.ok_or_else(|| WeirError::internal("a worker answered twice")))
+            .collect()
+    }
+
     /// Closes round `round` of query `id` at `frontier` and waits for its output.
     pub(crate) fn advance(&self, id: u64, round: u64, frontier: Watermark) -> Result<Done> {
         let mut inner = self.lock()?;
@@ -268,7 +343,41 @@ struct Installed {
     frontiers: Rc<RefCell<BTreeMap<u64, Watermark>>>,
     /// Each node's next round, to forget the frontiers of rounds every node is done with.
     progress: Vec<Rc<Cell<u64>>>,
+    /// The graph's nodes, in graph order (empty if the plan did not compile here).
+    hosts: Vec<Rc<RefCell<NodeHost>>>,
+    status: Arc<Status>,
     dataflow: usize,
+}
+
+impl Installed {
+    /// This worker's part of a checkpoint: every node's state, in graph order.
+    fn save(&self) -> Result<Vec<u8>> {
+        if self.hosts.is_empty() {
+            return Err(WeirError::internal("a query that did not compile on a worker"));
+        }
+        let mut w = StateWriter::new();
+        for (i, host) in self.hosts.iter().enumerate() {
+            host.try_borrow().map_err(|_| busy())?.save_state(i, &mut w)?;
+        }
+        w.into_bytes()
+    }
+
+    fn restore(&self, bytes: &[u8]) -> Result<()> {
+        if self.hosts.is_empty() {
+            return Err(WeirError::internal("a query that did not compile on a worker"));
+        }
+        let mut r = StateReader::from_bytes(bytes)?;
+        for (i, host) in self.hosts.iter().enumerate() {
+            let mut host = host.try_borrow_mut().map_err(|_| busy())?;
+            host.restore_state(i, &mut r)?;
+            self.status.evaluated(host.last());
+        }
+        r.finish()
+    }
+}
+
+fn busy() -> WeirError {
+    WeirError::internal("a node's state was asked for while it ran")
 }
 
 fn run_worker(worker: &mut Worker, inbox: Receiver<Command>, replies: Sender<Done>) {
@@ -315,6 +424,20 @@ fn handle(
                 q.feed.advance_to(round + 1);
             }
         }
+        Command::Save { id, reply } => {
+            let r = match queries.get(&id) {
+                Some(q) => q.save(),
+                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
+            };
+            let _ = reply.send((worker.index(), r));
+        }
+        Command::Restore { id, bytes, reply } => {
+            let r = match queries.get(&id) {
+                Some(q) => q.restore(&bytes).map(|()| Vec::new()),
+                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
+            };
+            let _ = reply.send((worker.index(), r));
+        }
         Command::Remove { id } => {
             if let Some(q) = queries.remove(&id) {
                 drop(q.feed);
@@ -347,6 +470,7 @@ fn install(
     let peers = worker.peers() as u32;
     let frontiers: Rc<RefCell<BTreeMap<u64, Watermark>>> = Rc::default();
     let mut progress = Vec::new();
+    let mut hosts = Vec::new();
     let sources = plan.sources();
     let graph = compile(plan);
     let mut facts = Vec::new();
@@ -369,6 +493,7 @@ fn install(
                     &frontiers,
                     &status,
                     &mut progress,
+                    &mut hosts,
                 )
             }
             Err(e) => {
@@ -379,7 +504,7 @@ fn install(
         let root = root.unwrap_or(feed_stream);
         progress.push(build_sink(scope, root, id, me, &frontiers, replies));
     });
-    Installed { feed, frontiers, progress, dataflow }
+    Installed { feed, frontiers, progress, hosts, status, dataflow }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -394,6 +519,7 @@ fn build_nodes<'s>(
     frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
     status: &Arc<Status>,
     progress: &mut Vec<Rc<Cell<u64>>>,
+    hosts: &mut Vec<Rc<RefCell<NodeHost>>>,
 ) -> Option<Stream<'s, u64, Vec<Part>>> {
     let nodes = graph.into_nodes();
     let n = nodes.len();
@@ -421,7 +547,17 @@ fn build_nodes<'s>(
                 .collect();
             (sources.to_vec(), own)
         });
-        let host = NodeHost::new(op, input_schemas, leaf, span, active, route, me, peers);
+        let host = Rc::new(RefCell::new(NodeHost::new(
+            op,
+            input_schemas,
+            leaf,
+            span,
+            active,
+            route,
+            me,
+            peers,
+        )));
+        hosts.push(host.clone());
         let mut b = OperatorBuilder::new(format!("weir node {i}"), scope);
         let mut handles = Vec::new();
         // Every edge is an exchange on the part's destination; a local placement addresses
@@ -442,8 +578,11 @@ fn build_nodes<'s>(
         let status = status.clone();
         b.build(move |mut caps| {
             let mut cap = caps.pop();
-            let mut host = host;
             move |input_frontiers: &[MutableAntichain<u64>]| {
+                let Ok(mut host) = host.try_borrow_mut() else {
+                    status.fail(busy());
+                    return;
+                };
                 for (k, h) in handles.iter_mut().enumerate() {
                     h.for_each(|c, data| {
                         let round = c.least().copied().unwrap_or(0);

@@ -43,7 +43,18 @@ fn lines(sub: &weir::Subscription) -> Vec<String> {
 
 #[test]
 fn restored_engines_continue_exactly() {
-    let root = tempfile_dir("continue");
+    continue_exactly(1);
+}
+
+#[test]
+fn restored_engines_on_two_workers_continue_as_one_worker_runs() {
+    continue_exactly(2);
+}
+
+/// An engine on `workers` workers, checkpointed midway and restored on as many, gives what an
+/// uninterrupted engine on one worker gives.
+fn continue_exactly(workers: usize) {
+    let root = tempfile_dir(&format!("continue-{workers}"));
     let (plain, durable, state) = (root.join("plain"), root.join("durable"), root.join("state"));
     for d in [&plain, &durable] {
         std::fs::create_dir_all(d).unwrap();
@@ -59,12 +70,11 @@ fn restored_engines_continue_exactly() {
     let expected_counts = rows(&mut a, "SELECT * FROM counts ORDER BY k");
 
     // Interrupted: read part of the input, checkpoint, read a bit more (lost), "crash".
-    let (mut b, recovery) = Engine::open(&state).unwrap();
-    assert_eq!(recovery.checkpoint, None);
+    let (mut b, recovery) = Engine::open_with_workers(&state, workers).unwrap();
+    assert_eq!((recovery.checkpoint, b.workers()), (None, workers));
     b.set_base_dir(&durable);
     b.execute(SETUP).unwrap();
     let sub_b = b.subscribe(SUBSCRIBED).unwrap();
-    b.poll_sources(1500).unwrap();
     b.poll_sources(1500).unwrap();
     let before = lines(&sub_b);
     match b.execute("CHECKPOINT").unwrap().pop() {
@@ -75,7 +85,7 @@ fn restored_engines_continue_exactly() {
     drop(sub_b);
     drop(b);
 
-    let (mut c, recovery) = Engine::open(&state).unwrap();
+    let (mut c, recovery) = Engine::open_with_workers(&state, workers).unwrap();
     assert_eq!(recovery.checkpoint, Some(1));
     assert_eq!(recovery.parked, [SUBSCRIBED]);
     let (sub_c, from) = c.resume(SUBSCRIBED).unwrap();
@@ -94,6 +104,31 @@ fn restored_engines_continue_exactly() {
     }
     let stats = c.stream_stats();
     assert_eq!(stats[0].accepted, 400);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_checkpoint_restores_only_on_its_worker_count() {
+    let root = tempfile_dir("worker-count");
+    let (mut e, _) = Engine::open_with_workers(&root, 2).unwrap();
+    e.execute(
+        "CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t);
+         CREATE VIEW c AS SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k;
+         INSERT INTO s VALUES (1, 1), (2, 1), (1, 2); CHECKPOINT",
+    )
+    .unwrap();
+    drop(e);
+    for other in [1, 3] {
+        let err = Engine::open_with_workers(&root, other).unwrap_err().to_string();
+        assert!(
+            err.contains("taken on 2 workers") && err.contains("restart with --workers 2"),
+            "{err}"
+        );
+    }
+    let (mut e, recovery) = Engine::open_with_workers(&root, 2).unwrap();
+    assert_eq!(recovery.checkpoint, Some(1));
+    e.execute("INSERT INTO s VALUES (2, 3); ADVANCE s TO 10").unwrap();
+    assert_eq!(rows(&mut e, "SELECT * FROM c ORDER BY k"), [["1", "2"], ["2", "2"]]);
     let _ = std::fs::remove_dir_all(&root);
 }
 

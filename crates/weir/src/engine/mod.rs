@@ -130,12 +130,9 @@ impl Engine {
 
     /// Runs the continuous queries started from now on `n` timely workers (threads of this
     /// process; 1, the default, and 0 run them on the caller's thread). Set it before the first
-    /// continuous query starts. Checkpoints of queries on more than one worker are not
-    /// supported yet, so an engine with a data directory keeps one worker.
+    /// continuous query starts. A checkpoint holds each worker's state, so it restores on the
+    /// same number of workers ([`Engine::open_with_workers`]).
     pub fn set_workers(&mut self, n: usize) -> Result<()> {
-        if n > 1 && self.data_dir().is_some() {
-            return Err(weir_workers::Runner::multi_worker_checkpoints());
-        }
         self.dataflow.set_workers(n)
     }
 

@@ -92,6 +92,14 @@ struct Manifest {
     /// Views and sinks whose query failed, by query key (`view:v`, `sink:k`), with the error:
     /// they stay failed after recovery instead of starting over.
     failed: BTreeMap<String, String>,
+    /// The number of workers the queries ran on (their state is per worker); 1 in
+    /// checkpoints older than the field.
+    #[serde(default = "one_worker")]
+    workers: usize,
+}
+
+fn one_worker() -> usize {
+    1
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -168,9 +176,20 @@ impl Engine {
     /// there (or empty if there is none). Damaged checkpoints are skipped with a warning; one
     /// written by an incompatible version of Weir is refused with an error.
     pub fn open(dir: impl Into<PathBuf>) -> Result<(Engine, Recovery)> {
+        Engine::open_with_workers(dir, 1)
+    }
+
+    /// [`Engine::open`] with the continuous queries on `workers` timely workers (see
+    /// [`Engine::set_workers`]). A checkpoint taken on another number of workers is refused
+    /// with an error that names the number it needs.
+    pub fn open_with_workers(
+        dir: impl Into<PathBuf>,
+        workers: usize,
+    ) -> Result<(Engine, Recovery)> {
         let dir = dir.into();
         let (stored, warnings) = store::latest(&dir)?;
         let mut engine = Engine::new();
+        engine.set_workers(workers)?;
         engine.checkpoints.data_dir = Some(dir);
         let Some(stored) = stored else {
             return Ok((engine, Recovery { warnings, ..Recovery::default() }));
@@ -286,6 +305,7 @@ impl Engine {
             sinks,
             queries,
             failed,
+            workers: self.workers(),
         };
         let contents = {
             use std::hash::{Hash, Hasher};
@@ -313,6 +333,9 @@ impl Engine {
         let manifest: Manifest =
             serde_json::from_slice(stored.section("manifest").ok_or_else(|| bad("no manifest"))?)
                 .map_err(|e| bad(&format!("unreadable manifest: {e}")))?;
+        if manifest.workers.max(1) != self.workers() {
+            return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
+        }
         self.base_dir = manifest.base_dir.clone();
         // Sinks reopen their files at the committed position rather than truncating them.
         self.checkpoints.resume_sinks = manifest.sinks.clone();
