@@ -21,7 +21,10 @@ use weir_common::{Result, WeirError};
 #[derive(Debug, Clone)]
 pub struct ScalarExpr {
     phys: Arc<dyn PhysicalExpr>,
+    /// The expression in SQL, for errors.
     text: String,
+    /// The SQL name of the result type if it is an integer (for overflow errors).
+    int_type: Option<&'static str>,
 }
 
 impl ScalarExpr {
@@ -33,7 +36,31 @@ impl ScalarExpr {
             .map_err(|e| {
                 WeirError::plan(format!("cannot evaluate {expr}: {}", e.strip_backtrace()))
             })?;
-        Ok(ScalarExpr { phys, text: expr.to_string() })
+        // Named for errors in SQL (`t.v / 0`), not with DataFusion's typed literals
+        // (`t.v / Int64(0)`) or the output column's alias.
+        let shown = match expr {
+            Expr::Alias(a) => &*a.expr,
+            e => e,
+        };
+        let text = datafusion_sql::unparser::expr_to_sql(shown)
+            .map(|e| match e {
+                sqlparser::ast::Expr::Nested(inner) => inner.to_string(),
+                e => e.to_string(),
+            })
+            .unwrap_or_else(|_| shown.human_display().to_string());
+        let int_type = match phys.data_type(schema.as_arrow()) {
+            Ok(DataType::Int64) => Some("BIGINT"),
+            Ok(DataType::Int32) => Some("INTEGER"),
+            Ok(DataType::Int16) => Some("SMALLINT"),
+            Ok(DataType::Int8) => Some("TINYINT"),
+            _ => None,
+        };
+        Ok(ScalarExpr { phys, text, int_type })
+    }
+
+    /// The expression in SQL.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// Evaluates on every row of `batch`.
@@ -67,7 +94,25 @@ impl ScalarExpr {
     }
 
     fn error(&self, e: datafusion_common::DataFusionError) -> WeirError {
-        WeirError::exec(format!("evaluating {}: {}", self.text, e.strip_backtrace()))
+        use arrow::error::ArrowError;
+        use datafusion_common::DataFusionError;
+        // PostgreSQL's words for the common failures; Arrow's own message otherwise.
+        let what = match e.find_root() {
+            DataFusionError::ArrowError(a, _) if matches!(**a, ArrowError::DivideByZero) => {
+                "division by zero".to_string()
+            }
+            DataFusionError::ArrowError(a, _) => match &**a {
+                ArrowError::ArithmeticOverflow(m) => {
+                    let operation = m.trim_start_matches("Overflow happened on: ");
+                    format!("{} out of range: {operation}", self.int_type.unwrap_or("integer"))
+                }
+                ArrowError::ComputeError(m) => m.clone(),
+                ArrowError::CastError(m) => format!("cannot cast: {m}"),
+                other => other.to_string(),
+            },
+            other => other.strip_backtrace(),
+        };
+        WeirError::exec(format!("{what}, evaluating {}", self.text))
     }
 }
 

@@ -18,8 +18,17 @@
 
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use crate::operator::{min_wakeup, EvalCtx, Operator, Step};
+use crate::operator::{min_wakeup, prefix_before_failure, EvalCtx, Operator, Step};
 use crate::state::{StateReader, StateWriter};
+
+/// A step that failed: the error, the first instant it failed at, and the query's output at
+/// the instants before it (None: nothing of the step is known to be right).
+#[derive(Debug)]
+pub struct Failure {
+    pub error: WeirError,
+    pub at: Time,
+    pub output: Option<ChangeBatch>,
+}
 
 /// One node: its operator and the nodes whose outputs it reads, in plan input order.
 #[derive(Debug)]
@@ -113,9 +122,27 @@ impl Graph {
     /// The query's output changes at the instants [lo, hi] (lo = hi instant by instant; a span
     /// only if [`Graph::span_capable`]), given the source changes of the step in `ctx`.
     pub fn eval(&mut self, lo: Time, hi: Time, ctx: &EvalCtx) -> Result<ChangeBatch> {
+        self.eval_until_failure(lo, hi, ctx).map_err(|f| f.error)
+    }
+
+    /// [`Graph::eval`], which on a failure within a span also gives the output at the instants
+    /// before the first failing one, exactly as evaluating instant by instant would have
+    /// delivered it. A stateless node that fails (a division by zero in a projection) is
+    /// evaluated again on the prefixes of its input to find the first instant it fails at
+    /// ([`crate::operator::prefix_before_failure`]); the walk goes on with its output before
+    /// that instant, and the root's output is cut there. An output change at τ depends only on
+    /// input at instants up to τ, so what is kept is exact; the state of the nodes is not, and
+    /// the query stops. A stateful node that fails loses the whole step's output.
+    pub fn eval_until_failure(
+        &mut self,
+        lo: Time,
+        hi: Time,
+        ctx: &EvalCtx,
+    ) -> std::result::Result<ChangeBatch, Box<Failure>> {
+        let fail = |error: WeirError| Box::new(Failure { error, at: lo, output: None });
         let n = self.nodes.len();
         if n == 0 {
-            return Err(WeirError::internal("an empty graph evaluated"));
+            return Err(fail(WeirError::internal("an empty graph evaluated")));
         }
         // Wake-ups before the step: a node's changes as it evaluates.
         self.wakeups.clear();
@@ -125,16 +152,49 @@ impl Graph {
         }
         self.outputs.clear();
         self.outputs.resize_with(n, || None);
+        // The first instant a node failed at so far, and its error.
+        let mut failed: Option<(Time, WeirError)> = None;
         for (i, node) in self.nodes.iter_mut().enumerate() {
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for &j in &node.inputs {
                 let out = self.outputs[j].take();
-                inputs.push(out.ok_or_else(|| WeirError::internal("an input not evaluated"))?);
+                inputs
+                    .push(out.ok_or_else(|| fail(WeirError::internal("an input not evaluated")))?);
             }
             let step = Step { lo, hi, ctx, input_wakeup: self.wakeups[i].0 };
-            self.outputs[i] = Some(node.op.eval(&step, inputs)?);
+            let kept = (lo < hi && node.op.stateless()).then(|| inputs.clone());
+            match node.op.eval(&step, inputs) {
+                Ok(out) => self.outputs[i] = Some(out),
+                Err(e) => {
+                    let prefix = kept
+                        .and_then(|k| prefix_before_failure(node.op.as_mut(), &step, &k))
+                        .filter(|(at, _)| *at > lo);
+                    let Some((at, out)) = prefix else { return Err(fail(e)) };
+                    if failed.as_ref().is_none_or(|(t, _)| at < *t) {
+                        failed = Some((at, e));
+                    }
+                    self.outputs[i] = Some(out);
+                }
+            }
         }
-        self.outputs[n - 1].take().ok_or_else(|| WeirError::internal("the root not evaluated"))
+        let root = self.outputs[n - 1]
+            .take()
+            .ok_or_else(|| fail(WeirError::internal("the root not evaluated")))?;
+        match failed {
+            None => Ok(root),
+            Some((at, error)) => {
+                let keep = root.times.partition_point(|&t| t < at);
+                let output = if root.times[..keep].iter().all(|&t| t < at) && root.times.is_sorted()
+                {
+                    root.slice(0, keep)
+                } else {
+                    let idx: Vec<u32> =
+                        (0..root.len() as u32).filter(|&r| root.times[r as usize] < at).collect();
+                    root.take(&idx).map_err(fail)?
+                };
+                Err(Box::new(Failure { error, at, output: Some(output) }))
+            }
+        }
     }
 
     /// The nodes in the order their state is saved: pre-order from the root, inputs in plan

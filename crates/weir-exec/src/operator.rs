@@ -84,6 +84,12 @@ pub trait Operator: Send + std::fmt::Debug {
         false
     }
 
+    /// Whether the operator keeps no state and maps each row on its own, so that evaluating it
+    /// again on a prefix of a step's input is harmless (see [`prefix_before_failure`]).
+    fn stateless(&self) -> bool {
+        false
+    }
+
     /// Where the rows of input `input` must be when the graph runs on several workers (see
     /// [`crate::route`]); for a leaf, input 0 is its source. The default, every row on worker
     /// 0, is right for any operator; an operator that can run in parallel says so.
@@ -115,6 +121,47 @@ pub fn take_inputs<const N: usize>(inputs: Vec<ChangeBatch>) -> Result<[ChangeBa
     inputs
         .try_into()
         .map_err(|_| WeirError::internal(format!("an operator of {N} inputs was given {n}")))
+}
+
+/// After a stateless operator failed on the span of `step`, given a copy of the inputs it
+/// failed on: the first instant at which it fails, and its output at the instants before it
+/// (what evaluating instant by instant would have delivered before the error). Found by
+/// bisection over the inputs' instants, evaluating prefixes of them again; None if the step
+/// is one instant, the operator keeps state, or the failure is not in its rows.
+pub fn prefix_before_failure(
+    op: &mut dyn Operator,
+    step: &Step<'_>,
+    inputs: &[ChangeBatch],
+) -> Option<(Time, ChangeBatch)> {
+    if step.lo >= step.hi || !op.stateless() || inputs.iter().any(|b| !b.times.is_sorted()) {
+        return None;
+    }
+    let mut instants: Vec<Time> = inputs.iter().flat_map(|b| b.times.iter().copied()).collect();
+    instants.sort_unstable();
+    instants.dedup();
+    let before = |t: Time| -> Vec<ChangeBatch> {
+        inputs.iter().map(|b| b.slice(0, b.times.partition_point(|&x| x < t))).collect()
+    };
+    // ok(j): the rows before instants[j] map without error; ok(0) holds (no rows) and
+    // ok(len) does not (every row: the failed call).
+    let (mut good, mut bad) = (0usize, instants.len());
+    let mut best: Option<ChangeBatch> = None;
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        match op.eval(step, before(instants[mid])) {
+            Ok(out) => {
+                good = mid;
+                best = Some(out);
+            }
+            Err(_) => bad = mid,
+        }
+    }
+    let at = *instants.get(good)?;
+    let out = match best {
+        Some(out) => out,
+        None => op.eval(step, before(at)).ok()?,
+    };
+    Some((at, out))
 }
 
 /// The end (exclusive) of each run of equal times in `times` (which is sorted).

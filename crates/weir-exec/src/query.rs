@@ -247,7 +247,20 @@ impl QueryRunner {
             let (_, sources) = entry.remove_entry();
             ctx.active.extend(sources);
         }
-        let d = self.flow.eval(lo, hi, &ctx)?;
+        let d = match self.flow.eval_until_failure(lo, hi, &ctx) {
+            Ok(d) => d,
+            Err(f) => {
+                // Deliver what the instants before the failing one gave, then fail.
+                if let Some(d) = f.output.filter(|d| !d.is_empty()) {
+                    let d = match self.kind {
+                        PlanKind::Relation => consolidate_runs(&self.codec, &d)?,
+                        _ => d,
+                    };
+                    out.push(d);
+                }
+                return Err(f.error);
+            }
+        };
         self.last = Some(hi);
         let d = match self.kind {
             PlanKind::Relation if !d.is_empty() => consolidate_runs(&self.codec, &d)?,

@@ -50,36 +50,73 @@ pub fn instant_worker(t: weir_common::Time, peers: usize) -> usize {
 /// are encoded with.
 #[derive(Debug)]
 pub struct KeyRoute {
-    /// None: the key is the whole row.
-    exprs: Option<Vec<ScalarExpr>>,
+    key: Key,
     codec: RowCodec,
+}
+
+#[derive(Debug)]
+enum Key {
+    WholeRow,
+    Exprs(Vec<ScalarExpr>),
+    /// Columns of the row, by position, and their names (for EXPLAIN).
+    Columns(Vec<usize>, Vec<String>),
 }
 
 impl KeyRoute {
     /// Rows keyed by `exprs`, whose values are encoded as `types` (cast first if they differ,
     /// as the operator's own key codec does).
     pub fn new(exprs: Vec<ScalarExpr>, types: Vec<DataType>) -> Result<Self> {
-        Ok(KeyRoute { exprs: Some(exprs), codec: RowCodec::new(types)? })
+        Ok(KeyRoute { key: Key::Exprs(exprs), codec: RowCodec::new(types)? })
     }
 
     /// Rows keyed by their whole value.
     pub fn whole_row(schema: &SchemaRef) -> Result<Self> {
-        Ok(KeyRoute { exprs: None, codec: RowCodec::for_schema(schema)? })
+        Ok(KeyRoute { key: Key::WholeRow, codec: RowCodec::for_schema(schema)? })
+    }
+
+    /// Rows of `schema` keyed by the columns at `by`.
+    pub fn columns(by: &[usize], schema: &SchemaRef) -> Result<Self> {
+        let types = by
+            .iter()
+            .map(|&i| schema.fields().get(i).map(|f| f.data_type().clone()))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| weir_common::WeirError::internal("a key column past the row"))?;
+        let names = by.iter().filter_map(|&i| schema.fields().get(i)).map(|f| f.name().clone());
+        let key = Key::Columns(by.to_vec(), names.collect());
+        Ok(KeyRoute { key, codec: RowCodec::new(types)? })
     }
 
     /// Whether the key has no columns: every row goes to one worker (an aggregate without
     /// GROUP BY, a join without equality keys), which is then the only one that runs the
     /// operator.
     pub fn is_constant(&self) -> bool {
-        self.exprs.as_ref().is_some_and(|e| e.is_empty())
+        match &self.key {
+            Key::WholeRow => false,
+            Key::Exprs(e) => e.is_empty(),
+            Key::Columns(c, _) => c.is_empty(),
+        }
+    }
+
+    /// The key, for EXPLAIN: its expressions in SQL, or `the whole row`.
+    pub fn describe(&self) -> String {
+        match &self.key {
+            Key::WholeRow => "the whole row".to_string(),
+            Key::Exprs(e) => e.iter().map(|e| e.text().to_string()).collect::<Vec<_>>().join(", "),
+            Key::Columns(_, names) => names.join(", "),
+        }
     }
 
     /// The key hash of each row of `data`.
     pub fn hashes(&self, data: &RecordBatch) -> Result<Vec<u64>> {
         let n = data.num_rows();
-        let columns = match &self.exprs {
-            None => data.columns().to_vec(),
-            Some(exprs) => exprs.iter().map(|e| e.eval(data)).collect::<Result<Vec<_>>>()?,
+        let columns = match &self.key {
+            Key::WholeRow => data.columns().to_vec(),
+            Key::Exprs(exprs) => exprs.iter().map(|e| e.eval(data)).collect::<Result<Vec<_>>>()?,
+            Key::Columns(by, _) => by
+                .iter()
+                .map(|&i| data.columns().get(i).cloned())
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| weir_common::WeirError::internal("a key column past the row"))?,
         };
         let rows = self.codec.encode(&columns, n)?;
         Ok(match &rows {

@@ -9,9 +9,51 @@ use crate::plan::{LogicalPlan, PlanKind};
 /// Renders `plan` as an indented tree. Each line names the operator, its arguments and whether
 /// it outputs a stream or a relation.
 pub fn explain(plan: &LogicalPlan) -> String {
+    explain_with(plan, &[])
+}
+
+/// [`explain`] with a line above some operators: `notes[i]` for the i-th node in post-order
+/// (inputs first, as the executor compiles them), shown as the operator its output passes
+/// through on the way to its consumer (an exchange between workers), the node's subtree
+/// indented below it.
+pub fn explain_with(plan: &LogicalPlan, notes: &[Option<String>]) -> String {
+    let mut lines = Vec::new();
+    let mut next = 0;
+    render(plan, notes, &mut next, &mut lines);
     let mut out = String::new();
-    write_node(plan, 0, &mut out);
+    for (depth, line) in lines {
+        let _ = writeln!(out, "{}{line}", "  ".repeat(depth));
+    }
     out
+}
+
+/// The lines of `plan`'s subtree, each with its depth below `plan`; `next` is the post-order
+/// index of the next node rendered.
+fn render(
+    plan: &LogicalPlan,
+    notes: &[Option<String>],
+    next: &mut usize,
+    out: &mut Vec<(usize, String)>,
+) {
+    let mut below = Vec::new();
+    for input in plan.inputs() {
+        render(input, notes, next, &mut below);
+    }
+    let index = *next;
+    *next += 1;
+    let kind = match plan.kind() {
+        PlanKind::Stream => "stream",
+        PlanKind::Relation => "relation",
+    };
+    let shift = match notes.get(index).and_then(Option::as_ref) {
+        Some(note) => {
+            out.push((0, format!("{note}  -> {kind}")));
+            1
+        }
+        None => 0,
+    };
+    out.push((shift, format!("{}  -> {kind}", label(plan))));
+    out.extend(below.into_iter().map(|(d, l)| (d + shift + 1, l)));
 }
 
 fn names(schema: &DFSchema) -> Vec<String> {
@@ -22,8 +64,8 @@ fn list(exprs: impl IntoIterator<Item = String>) -> String {
     exprs.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
-    let label = match plan {
+fn label(plan: &LogicalPlan) -> String {
+    match plan {
         LogicalPlan::StreamScan { name, .. } => format!("StreamScan: {name}"),
         LogicalPlan::TableScan { name, .. } => format!("TableScan: {name}"),
         LogicalPlan::Window { spec, input, bounds_columns, .. } => {
@@ -143,13 +185,5 @@ fn write_node(plan: &LogicalPlan, depth: usize, out: &mut String) {
                 .collect();
             format!("Rename: {}", q.join(", "))
         }
-    };
-    let kind = match plan.kind() {
-        PlanKind::Stream => "stream",
-        PlanKind::Relation => "relation",
-    };
-    let _ = writeln!(out, "{}{label}  -> {kind}", "  ".repeat(depth));
-    for input in plan.inputs() {
-        write_node(input, depth + 1, out);
     }
 }

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_exec::operator::prefix_before_failure;
 use weir_exec::query::check_after;
 use weir_exec::route::{instant_worker, KeyRoute, Placement};
 use weir_exec::state::{
@@ -234,11 +235,16 @@ impl NodeHost {
     }
 
     /// Evaluates every instant the node has below `frontier` and returns its output parts,
-    /// one per destination worker. After an error the node evaluates nothing more (its
-    /// query is failed) and returns the error once.
-    pub fn process(&mut self, frontier: Watermark) -> Result<Vec<Part>> {
+    /// one per destination worker, and the error it met, if any, with the first instant it
+    /// failed at (the parts hold its output before that instant; None: nothing of the round
+    /// is right). After an error the node evaluates nothing more (its query is failed) and
+    /// returns the error once.
+    pub fn process(
+        &mut self,
+        frontier: Watermark,
+    ) -> (Vec<Part>, Option<(WeirError, Option<Time>)>) {
         if self.failed || !self.active {
-            return Ok(Vec::new());
+            return (Vec::new(), None);
         }
         let mut out = Outbox::default();
         let r = if self.span {
@@ -246,69 +252,126 @@ impl NodeHost {
         } else {
             self.eval_instants(frontier, &mut out)
         };
-        if let Err(e) = r {
-            self.failed = true;
-            return Err(e);
+        let failure = match r {
+            Ok(()) => None,
+            Err((e, at)) => {
+                self.failed = true;
+                Some((e, at))
+            }
+        };
+        match self.parts(out) {
+            Ok(parts) => (parts, failure),
+            Err(e) => (Vec::new(), Some((e, None))),
         }
-        self.parts(out)
     }
 
-    fn eval_instants(&mut self, frontier: Watermark, out: &mut Outbox) -> Result<()> {
+    /// Instant by instant: a failure at t leaves the output of the instants before it.
+    fn eval_instants(
+        &mut self,
+        frontier: Watermark,
+        out: &mut Outbox,
+    ) -> std::result::Result<(), (WeirError, Option<Time>)> {
         while let Some(t) = self.next_instant() {
-            if t as Watermark >= frontier {
+            self.eval_instant(t, frontier, out).map_err(|e| (e, Some(t)))?;
+            if self.last != Some(t) {
                 break;
             }
-            if self.last.is_some_and(|l| t <= l) {
-                return Err(WeirError::internal(format!("instant {t} evaluated twice")));
-            }
-            let mut ticked = Tick::default();
-            while let Some(entry) = self.ticks.first_entry() {
-                if *entry.key() > t {
-                    break;
-                }
-                let (at, tick) = entry.remove_entry();
-                if at == t {
-                    ticked = tick;
-                }
-            }
-            let mut ctx = EvalCtx::default();
-            let mut inputs = Vec::new();
-            let mut below = ticked.below;
-            for (k, stash) in self.stash.iter_mut().enumerate() {
-                let rows = stash.take_upto(t)?;
-                match &self.leaf_sources {
-                    Some(names) => {
-                        below |= rows.is_some() && self.own_sources.contains(&(k as u32));
-                        if rows.is_some() || ticked.sources.contains(&(k as u32)) {
-                            ctx.active.insert(names[k].clone());
-                        }
-                        if let Some(b) = rows {
-                            ctx.inputs.insert(names[k].clone(), b);
-                        }
-                    }
-                    None => {
-                        below |= rows.is_some();
-                        inputs.push(rows);
-                    }
-                }
-            }
-            let inputs = self.fill(inputs)?;
-            let wakes = self.op.next_wakeup() == Some(t);
-            let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: below.then_some(t) };
-            let d = self.op.eval(&step, inputs)?;
-            self.last = Some(t);
-            // For the consumer, t is an instant of the plan below it if it is one below this
-            // node, this node's own wake-up, or a change of this node's output.
-            let own = below || wakes || !d.is_empty();
-            out.push(d, Some((t, own)));
         }
         Ok(())
     }
 
-    fn eval_span(&mut self, frontier: Watermark, out: &mut Outbox) -> Result<()> {
-        let Some(lo) = self.next_instant() else { return Ok(()) };
-        if lo as Watermark >= frontier {
+    /// Evaluates instant `t` if it is below `frontier` (else leaves `last` as it was).
+    fn eval_instant(&mut self, t: Time, frontier: Watermark, out: &mut Outbox) -> Result<()> {
+        if t as Watermark >= frontier {
             return Ok(());
+        }
+        if self.last.is_some_and(|l| t <= l) {
+            return Err(WeirError::internal(format!("instant {t} evaluated twice")));
+        }
+        let mut ticked = Tick::default();
+        while let Some(entry) = self.ticks.first_entry() {
+            if *entry.key() > t {
+                break;
+            }
+            let (at, tick) = entry.remove_entry();
+            if at == t {
+                ticked = tick;
+            }
+        }
+        let mut ctx = EvalCtx::default();
+        let mut inputs = Vec::new();
+        let mut below = ticked.below;
+        for (k, stash) in self.stash.iter_mut().enumerate() {
+            let rows = stash.take_upto(t)?;
+            match &self.leaf_sources {
+                Some(names) => {
+                    below |= rows.is_some() && self.own_sources.contains(&(k as u32));
+                    if rows.is_some() || ticked.sources.contains(&(k as u32)) {
+                        ctx.active.insert(names[k].clone());
+                    }
+                    if let Some(b) = rows {
+                        ctx.inputs.insert(names[k].clone(), b);
+                    }
+                }
+                None => {
+                    below |= rows.is_some();
+                    inputs.push(rows);
+                }
+            }
+        }
+        let inputs = self.fill(inputs)?;
+        let wakes = self.op.next_wakeup() == Some(t);
+        let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: below.then_some(t) };
+        let d = self.op.eval(&step, inputs)?;
+        self.last = Some(t);
+        // For the consumer, t is an instant of the plan below it if it is one below this
+        // node, this node's own wake-up, or a change of this node's output.
+        let own = below || wakes || !d.is_empty();
+        out.push(d, Some((t, own)));
+        Ok(())
+    }
+
+    /// One span: a failure of a stateless operator leaves its output before the first instant
+    /// it fails at ([`weir_exec::operator::prefix_before_failure`]).
+    fn eval_span(
+        &mut self,
+        frontier: Watermark,
+        out: &mut Outbox,
+    ) -> std::result::Result<(), (WeirError, Option<Time>)> {
+        let step = self.span_inputs(frontier).map_err(|e| (e, None))?;
+        let Some((lo, hi, ctx, inputs)) = step else { return Ok(()) };
+        let step = Step { lo, hi, ctx: &ctx, input_wakeup: None };
+        let kept = self.op.stateless().then(|| inputs.clone());
+        let d = match self.op.eval(&step, inputs) {
+            Ok(d) => d,
+            Err(e) => {
+                let prefix = kept.and_then(|k| prefix_before_failure(self.op.as_mut(), &step, &k));
+                return match prefix {
+                    Some((at, d)) if at > lo => {
+                        out.push(d, Some((lo, true)));
+                        Err((e, Some(at)))
+                    }
+                    _ => Err((e, Some(lo))),
+                };
+            }
+        };
+        self.last = Some(hi);
+        // The step's first instant, for the consumers' own steps: an operator may act at the
+        // first instant of its query (an aggregate without GROUP BY enters its empty group).
+        out.push(d, Some((lo, true)));
+        Ok(())
+    }
+
+    /// The span to evaluate below `frontier`, if any: its bounds, the leaves' context and the
+    /// inputs, taken off the stash.
+    #[allow(clippy::type_complexity)]
+    fn span_inputs(
+        &mut self,
+        frontier: Watermark,
+    ) -> Result<Option<(Time, Time, EvalCtx, Vec<ChangeBatch>)>> {
+        let Some(lo) = self.next_instant() else { return Ok(None) };
+        if lo as Watermark >= frontier {
+            return Ok(None);
         }
         if self.last.is_some_and(|l| lo <= l) {
             return Err(WeirError::internal(format!("instant {lo} evaluated twice")));
@@ -338,13 +401,7 @@ impl NodeHost {
             }
         }
         let inputs = self.fill(inputs)?;
-        let step = Step { lo, hi, ctx: &ctx, input_wakeup: None };
-        let d = self.op.eval(&step, inputs)?;
-        self.last = Some(hi);
-        // The step's first instant, for the consumers' own steps: an operator may act at the
-        // first instant of its query (an aggregate without GROUP BY enters its empty group).
-        out.push(d, Some((lo, true)));
-        Ok(())
+        Ok(Some((lo, hi, ctx, inputs)))
     }
 
     /// Input changes for an evaluation, an empty batch for an input without rows (of the
@@ -625,6 +682,12 @@ mod tests {
         }
     }
 
+    /// The parts of a round that did not fail.
+    fn processed(r: (Vec<Part>, Option<(WeirError, Option<Time>)>)) -> Vec<Part> {
+        assert!(r.1.is_none(), "{:?}", r.1);
+        r.0
+    }
+
     fn part(from: u32, rows: &[(i64, Time)], ticks: &[(Time, bool)]) -> Part {
         let batch = (!rows.is_empty()).then(|| batch(rows));
         Part { dest: 0, from, source: 0, batch, ticks: ticks.to_vec() }
@@ -638,7 +701,7 @@ mod tests {
         // Sender 1's rows arrive first, but sender 0's are taken first within an instant.
         host.receive(0, 0, part(1, &[(10, 2), (11, 6)], &[])).expect("receive");
         host.receive(0, 0, part(0, &[(20, 2)], &[(3, true), (5, false)])).expect("receive");
-        let out = host.process(6).expect("process");
+        let out = processed(host.process(6));
         assert_eq!(
             *log.lock().expect("log"),
             [
@@ -654,7 +717,7 @@ mod tests {
         assert_eq!(out[0].ticks, [(2, true), (3, true), (4, true), (5, false)]);
         assert_eq!(out[0].batch.as_ref().map(|b| b.times.clone()), Some(vec![2, 2]));
         assert_eq!(host.last(), Some(5));
-        host.process(7).expect("process");
+        processed(host.process(7));
         assert_eq!(
             log.lock().expect("log").last().map(String::as_str),
             Some("@6 [11] below Some(6)")
@@ -671,7 +734,7 @@ mod tests {
         let mut host = NodeHost::new(op, vec![schema()], None, false, true, route, 1, 2);
         let rows: Vec<(i64, Time)> = (0..100).map(|v| (v, 1)).collect();
         host.receive(0, 0, part(0, &rows, &[])).expect("receive");
-        let out = host.process(2).expect("process");
+        let out = processed(host.process(2));
         assert_eq!(out.iter().map(|p| p.dest).collect::<Vec<_>>(), [0, 1]);
         let sizes: Vec<usize> =
             out.iter().map(|p| p.batch.as_ref().map_or(0, |b| b.len())).collect();
@@ -688,7 +751,7 @@ mod tests {
             let mut host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
             host.receive(0, 0, part(1, &[(10, 2), (11, 6)], &[(8, true)])).expect("receive");
             host.receive(0, 0, part(0, &[(20, 6)], &[(5, false)])).expect("receive");
-            host.process(4).expect("process");
+            processed(host.process(4));
             if restore {
                 let mut w = StateWriter::new();
                 host.save_state(3, &mut w).expect("save");
@@ -709,7 +772,7 @@ mod tests {
             // restore, the new dataflow numbers its rounds from 0 again.
             let round = if restore { 0 } else { 1 };
             host.receive(0, round, part(0, &[(30, 6)], &[])).expect("receive");
-            let out = host.process(9).expect("process");
+            let out = processed(host.process(9));
             let seen = log.lock().expect("log").clone();
             (seen, out[0].ticks.clone())
         };
@@ -734,7 +797,7 @@ mod tests {
         let op = Box::new(Probe { wakeup: Some(1), log: log.clone() });
         let mut host = NodeHost::new(op, vec![schema()], None, false, false, Route::Worker0, 1, 2);
         host.receive(0, 0, part(0, &[(1, 1)], &[])).expect("receive");
-        assert!(host.process(10).expect("process").is_empty());
+        assert!(processed(host.process(10)).is_empty());
         assert!(log.lock().expect("log").is_empty());
     }
 }

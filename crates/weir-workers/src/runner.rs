@@ -224,11 +224,16 @@ impl Hosted {
     }
 
     fn check_alive(&self) -> Result<()> {
+        match self.take_failure()? {
+            Some((e, _)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The failure a worker reported, with the instant before which the output is exact.
+    fn take_failure(&self) -> Result<Option<(WeirError, Option<Time>)>> {
         match self.status.error.lock() {
-            Ok(mut e) => match e.take() {
-                Some(e) => Err(e),
-                None => Ok(()),
-            },
+            Ok(mut e) => Ok(e.take()),
             Err(_) => Err(WeirError::internal("a worker failed while reporting an error")),
         }
     }
@@ -328,12 +333,31 @@ impl Hosted {
         self.feed()?;
         let done = self.workers.advance(self.id, self.round, frontier)?;
         self.round += 1;
-        self.check_alive()?;
+        let failure = self.take_failure()?;
         if let Ok(last) = self.status.last.lock() {
             self.last = *last;
         }
         let batches: Vec<ChangeBatch> =
             done.batches.into_iter().filter(|b| !b.is_empty()).collect();
+        if let Some((e, at)) = failure {
+            // What the instants before the first failing one gave is exact: deliver it.
+            let Some(at) = at else { return Err(e) };
+            let mut before = Vec::new();
+            for b in batches {
+                let idx: Vec<u32> =
+                    (0..b.len() as u32).filter(|&i| b.times[i as usize] < at).collect();
+                if !idx.is_empty() {
+                    before.push(b.take(&idx)?);
+                }
+            }
+            self.deliver(before, out)?;
+            return Err(e);
+        }
+        self.deliver(batches, out)
+    }
+
+    /// The round's output, in time order (a relation's consolidated per instant), into `out`.
+    fn deliver(&self, batches: Vec<ChangeBatch>, out: &mut Vec<ChangeBatch>) -> Result<()> {
         if batches.is_empty() {
             return Ok(());
         }
@@ -464,7 +488,7 @@ impl Hosted {
     fn check_alive_keep(&self) -> Result<()> {
         match self.status.error.lock() {
             Ok(e) => match &*e {
-                Some(e) => Err(e.clone()),
+                Some((e, _)) => Err(e.clone()),
                 None => Ok(()),
             },
             Err(_) => Err(WeirError::internal("a worker failed while reporting an error")),

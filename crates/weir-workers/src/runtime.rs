@@ -52,12 +52,13 @@ use weir_plan::LogicalPlan;
 use crate::node::{runs_everywhere, NodeHost, Route};
 use crate::part::Part;
 
-/// What a query's workers share: the last instant any of its nodes evaluated, and the first
-/// error one of them met.
+/// What a query's workers share: the last instant any of its nodes evaluated, and the error
+/// one of them met at the earliest instant, with that instant (the query's output before it
+/// is exact; None: none of the round's output is).
 #[derive(Debug, Default)]
 pub(crate) struct Status {
     pub last: Mutex<Option<Time>>,
-    pub error: Mutex<Option<WeirError>>,
+    pub error: Mutex<Option<(WeirError, Option<Time>)>>,
 }
 
 impl Status {
@@ -67,9 +68,23 @@ impl Status {
         }
     }
 
+    /// A failure with nothing of the round known to be right.
     pub fn fail(&self, e: WeirError) {
+        self.fail_at(e, None);
+    }
+
+    /// A failure at instant `at` (None: of the whole round): kept if it is the earliest.
+    pub fn fail_at(&self, e: WeirError, at: Option<Time>) {
         if let Ok(mut slot) = self.error.lock() {
-            slot.get_or_insert(e);
+            let earlier = match (&*slot, at) {
+                (None, _) => true,
+                (Some((_, Some(t))), Some(at)) => at < *t,
+                (Some((_, Some(_))), None) => true,
+                (Some((_, None)), _) => false,
+            };
+            if earlier {
+                *slot = Some((e, at));
+            }
         }
     }
 }
@@ -603,16 +618,16 @@ fn build_nodes<'s>(
                     frontiers.borrow().range(next.get()..upto).map(|(r, f)| (*r, *f)).collect();
                 for (round, frontier) in rounds {
                     c.downgrade(&round);
-                    match host.process(frontier) {
-                        Ok(parts) if !parts.is_empty() => {
-                            let mut out = output.activate();
-                            let mut session = out.session(c);
-                            for p in parts {
-                                session.give(p);
-                            }
+                    let (parts, failure) = host.process(frontier);
+                    if !parts.is_empty() {
+                        let mut out = output.activate();
+                        let mut session = out.session(c);
+                        for p in parts {
+                            session.give(p);
                         }
-                        Ok(_) => {}
-                        Err(e) => status.fail(e),
+                    }
+                    if let Some((e, at)) = failure {
+                        status.fail_at(e, at);
                     }
                     status.evaluated(host.last());
                     next.set(round + 1);
@@ -627,6 +642,27 @@ fn build_nodes<'s>(
         streams[i] = Some(stream);
     }
     streams.pop().flatten()
+}
+
+/// The exchanges of `plan`'s dataflow on several workers, for EXPLAIN: per node of the plan in
+/// post-order (the order `compile` adds them), how its output reaches its consumer if it
+/// leaves the worker that made it. (The root's output is always gathered on worker 0, which
+/// is not listed.)
+pub fn exchanges(plan: &LogicalPlan) -> Result<Vec<Option<String>>> {
+    let nodes = compile(plan)?.into_nodes();
+    let (routes, _) = layout(&nodes)?;
+    let root = routes.len().saturating_sub(1);
+    Ok(routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| match r {
+            _ if i == root => None,
+            Route::Here => None,
+            Route::Worker0 => Some("Exchange: all rows to one worker".to_string()),
+            Route::ByInstant => Some("Exchange: by instant".to_string()),
+            Route::Keyed(k) => Some(format!("Exchange: by hash of {}", k.describe())),
+        })
+        .collect())
 }
 
 /// Where each node's output goes, and whether each node runs on every worker (else on worker

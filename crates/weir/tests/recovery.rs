@@ -247,7 +247,7 @@ fn a_failed_sink_stays_failed_after_recovery() {
     let failures: Vec<String> = e.failures().iter().map(|(n, e)| format!("{n}: {e}")).collect();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert!(
-        failures[0].starts_with("sink 'q': ") && failures[0].contains("ivide by zero"),
+        failures[0].starts_with("sink 'q': ") && failures[0].contains("division by zero"),
         "{failures:?}"
     );
     e.checkpoint().unwrap();

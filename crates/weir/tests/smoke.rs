@@ -19,10 +19,12 @@ fn explain_names_every_cql_operator() {
     assert_eq!(
         plan,
         "ISTREAM  -> stream
-  Project: s.k, count(*)  -> relation
-    Aggregate: group=[s.k] aggs=[count(*)]  -> relation
-      Window: [RANGE 10 SLIDE 5]  -> relation
-        StreamScan: s  -> stream
+  Exchange: by instant  -> relation
+    Project: s.k, count(*) AS COUNT(*)  -> relation
+      Aggregate: group=[s.k] aggs=[count(*)]  -> relation
+        Exchange: by hash of s.k  -> relation
+          Window: [RANGE 10 SLIDE 5]  -> relation
+            StreamScan: s  -> stream
 "
     );
 }

@@ -100,3 +100,48 @@ fn the_worker_count_is_chosen_before_queries_start() {
     dir_engine.set_workers(2).expect("workers with a data directory");
     assert_eq!(dir_engine.workers(), 2);
 }
+
+#[test]
+fn explain_shows_the_exchanges_between_workers() {
+    let explain = |workers: usize, sql: &str| {
+        let mut engine = Engine::new();
+        engine.set_workers(workers).expect("workers");
+        engine.execute(EVENTS).expect("ddl");
+        match engine.execute(sql).expect("explain").pop() {
+            Some(weir::ExecResult::Explain(text)) => text,
+            other => panic!("{other:?}"),
+        }
+    };
+    let grouped = "EXPLAIN SELECT ISTREAM k, COUNT(*) FROM s [RANGE 10 SLIDE 5] GROUP BY k";
+    assert_eq!(
+        explain(2, grouped),
+        "ISTREAM  -> stream
+  Exchange: by instant  -> relation
+    Project: s.k, count(*) AS COUNT(*)  -> relation
+      Aggregate: group=[s.k] aggs=[count(*)]  -> relation
+        Exchange: by hash of s.k  -> relation
+          Window: [RANGE 10 SLIDE 5]  -> relation
+            StreamScan: s  -> stream
+"
+    );
+    // The plan reads the same on one worker, where nothing moves.
+    assert_eq!(explain(1, grouped), explain(2, grouped));
+    assert_eq!(
+        explain(2, "EXPLAIN SELECT DISTINCT k FROM s [ROWS 3]"),
+        "Distinct  -> relation
+  Exchange: by hash of the whole row  -> relation
+    Project: s.k  -> relation
+      Window: [ROWS 3]  -> relation
+        Exchange: all rows to one worker  -> stream
+          StreamScan: s  -> stream
+"
+    );
+    // A partitioned ROWS window and a window function exchange by their partition key.
+    let partitioned = explain(
+        2,
+        "EXPLAIN SELECT k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v) AS rn \
+         FROM s [PARTITION BY k ROWS 2]",
+    );
+    assert_eq!(partitioned.matches("Exchange: by hash of").count(), 2, "{partitioned}");
+    assert!(partitioned.contains("Exchange: by hash of k  -> stream"), "{partitioned}");
+}

@@ -53,6 +53,10 @@ impl<M: RowMap> Operator for Linear<M> {
         true
     }
 
+    fn stateless(&self) -> bool {
+        true
+    }
+
     /// Row by row: a row can be mapped on any worker.
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)

@@ -78,6 +78,17 @@ impl Operator for RowsWindow {
         Ok(ChangeBatch::new(data, vec![t; diffs.len()], diffs))
     }
 
+    /// A partition's elements meet on one worker, by the hash of the partition key; `[ROWS N]`
+    /// (one partition) runs on worker 0. An instant's elements reach a worker in the order
+    /// they arrived (they come from the one worker the instant's rows were split to).
+    fn placement(&self, _input: usize) -> Result<crate::route::Placement> {
+        if self.by.is_empty() {
+            return Ok(crate::route::Placement::Single);
+        }
+        let key = crate::route::KeyRoute::columns(&self.by, &self.schema)?;
+        Ok(crate::route::Placement::Keyed(key))
+    }
+
     /// State: section `rows_window`, every partition's queue (`key`, `row` Binary), oldest
     /// first within a partition, partitions sorted by key.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {

@@ -342,20 +342,10 @@ impl<'a> Binder<'a> {
         timestamps_in_micros(&mut query);
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
-        let plan =
-            match planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone()))) {
-                Err(e)
-                    if e.to_string().contains("Projections require unique expression names")
-                        || e.to_string().contains("which would be ambiguous") =>
-                {
-                    // SQL allows repeated output names; DataFusion does not. Name the columns after
-                    // their SQL text and plan again.
-                    let mut query = query.clone();
-                    name_duplicate_columns(&mut query);
-                    planner.sql_statement_to_plan(sql::Statement::Query(Box::new(query)))
-                }
-                other => other,
-            }
+        // Output columns are named as written (`1 + 1`, `sum(v)`), repeated names told apart.
+        name_duplicate_columns(&mut query);
+        let plan = planner
+            .sql_statement_to_plan(sql::Statement::Query(Box::new(query)))
             .map_err(df_error)?;
         let plan = mark_bag_set_operations(plan).map_err(df_error)?;
         // Before type coercion: a text or binary literal tested for membership in numbers.

@@ -39,7 +39,7 @@ use std::time::Duration as WallDuration;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use weir_common::{Result, Time, TimeDomain, Watermark, WeirError};
-use weir_plan::{explain, LogicalPlan};
+use weir_plan::LogicalPlan;
 use weir_sql::parser::{ObjectKind, ParsedStatement, Statement};
 use weir_sql::{bind_query, parse_script, CqlQuery};
 
@@ -214,7 +214,13 @@ impl Engine {
                 let n = self.checkpoint()?;
                 Ok(ExecResult::Done(format!("CHECKPOINT {n}")))
             }
-            Statement::Explain(q) => Ok(ExecResult::Explain(explain(self.bind(&q)?.as_ref()))),
+            Statement::Explain(q) => {
+                let plan = self.bind(&q)?;
+                // Where rows move between workers on several (on one, nothing moves), so the
+                // plan reads the same whatever the worker count.
+                let notes = weir_workers::exchanges(&plan).unwrap_or_default();
+                Ok(ExecResult::Explain(weir_plan::explain::explain_with(&plan, &notes)))
+            }
             Statement::Query(q) => {
                 if self.catalog.is_continuous(&q) {
                     let plan = self.bind(&q)?;

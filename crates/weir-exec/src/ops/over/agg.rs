@@ -506,6 +506,11 @@ impl Operator for OverAgg {
         true
     }
 
+    /// A partition's rows meet on one worker (see [`OverKeys::placement`]).
+    fn placement(&self, _input: usize) -> Result<crate::route::Placement> {
+        self.keys.placement()
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

@@ -26,6 +26,7 @@ use weir_common::{ChangeBatch, Result, Time};
 
 use crate::expr::ScalarExpr;
 use crate::ops::topk::{sort_key_converter, SortKey};
+use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
 
 /// The encodings shared by the window-function operators: partition key, order key, row.
@@ -66,6 +67,15 @@ impl OverKeys {
             order_conv,
             codec: RowCodec::for_schema(&in_schema)?,
         })
+    }
+
+    /// Where the operator's input rows must be on several workers: a partition's rows on one
+    /// worker, by the hash of the partition key; without PARTITION BY, every row on worker 0.
+    pub fn placement(&self) -> Result<Placement> {
+        if self.partition.is_empty() {
+            return Ok(Placement::Single);
+        }
+        Ok(Placement::Keyed(KeyRoute::new(self.partition.clone(), self.part_types.clone())?))
     }
 
     /// What a checkpoint signature must pin: the key types and directions.

@@ -266,6 +266,11 @@ impl Operator for Ranking {
         true
     }
 
+    /// A partition's rows meet on one worker (see [`OverKeys::placement`]).
+    fn placement(&self, _input: usize) -> Result<crate::route::Placement> {
+        self.keys.placement()
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }
