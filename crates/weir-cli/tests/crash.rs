@@ -1,5 +1,7 @@
 //! Exactly-once recovery, the hard way: a multi-query workload (windows, a join, aggregates,
-//! views over views, DISTINCT, DSTREAM) reads files into file sinks under `weir --data-dir`
+//! views over views, DISTINCT, DSTREAM, the late and unreadable rows of `bids$late` and
+//! `bids$errors`, and a sink whose query fails at a division by zero part way through) reads
+//! files into file sinks under `weir --data-dir`
 //! with frequent checkpoints; the process is killed with SIGKILL at random moments (some of
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
 //! files must be byte-identical to those of a run that was never interrupted.
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 const SCRIPT: &str = "\
 CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, t BIGINT,
                     WATERMARK FOR t AS t - 5)
-  WITH (source = 'file', path = 'data/bids-*.csv');
+  WITH (source = 'file', path = 'data/bids-*.csv', bad_rows = 'skip');
 CREATE STREAM auctions (id BIGINT, seller BIGINT, t BIGINT, WATERMARK FOR t AS t)
   WITH (source = 'file', path = 'data/auctions.csv');
 CREATE VIEW hot AS
@@ -33,6 +35,10 @@ CREATE SINK sellers WITH (path = 'out/sellers.csv') AS
   WHERE b.auction = a.id AND b.price > 900;
 CREATE SINK bidders WITH (path = 'out/bidders.csv') AS
   SELECT DSTREAM DISTINCT bidder FROM bids [ROWS 30];
+CREATE SINK late WITH (path = 'out/late.csv') AS SELECT * FROM bids$late;
+CREATE SINK unreadable WITH (path = 'out/unreadable.jsonl') AS SELECT * FROM bids$errors;
+CREATE SINK ratio WITH (path = 'out/ratio.csv') AS
+  SELECT ISTREAM auction, 1000 / (price - 997) AS r FROM bids;
 ";
 
 /// A small deterministic generator (xorshift).
@@ -65,10 +71,20 @@ fn workload(dir: &Path, seed: u64, scale: u64) {
         let mut bids = String::from("auction,bidder,price,t\n");
         for _ in 0..12_000 * scale {
             t += rng.below(2);
-            // Up to 4 ticks of disorder, within the declared 5.
-            let ts = t.saturating_sub(rng.below(5));
+            // Up to 4 ticks of disorder, within the declared 5; one row in 400 is 60 ticks
+            // late, one in 500 unreadable.
+            let mut ts = t.saturating_sub(rng.below(5));
+            if rng.below(400) == 0 {
+                ts = ts.saturating_sub(60);
+            }
             let auction = (t / 10).saturating_sub(rng.below(20));
-            writeln!(bids, "{auction},{},{},{ts}", rng.below(300), rng.below(1000)).unwrap();
+            let price = match rng.below(500) {
+                0 => "x".to_string(),
+                // The ratio sink fails at its first price of 997, some way into the input.
+                _ if t < 3000 => (rng.below(1000) % 997).to_string(),
+                _ => rng.below(1000).to_string(),
+            };
+            writeln!(bids, "{auction},{},{price},{ts}", rng.below(300)).unwrap();
         }
         std::fs::write(dir.join(format!("data/bids-{part}.csv")), bids).unwrap();
     }
@@ -136,7 +152,10 @@ fn crash_loop(workers: usize, default_kills: usize) {
 
     let start = Instant::now();
     let out = weir(&reference, None, 1).wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The ratio sink fails (and says so); the run goes on and exits 1.
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sink 'ratio' failed: division by zero"), "{stderr}");
     let full = start.elapsed();
     let expected = outputs(&reference);
     assert!(expected.iter().all(|(_, b)| b.len() > 100), "the workload produces output");
@@ -171,14 +190,14 @@ fn crash_loop(workers: usize, default_kills: usize) {
                 std::thread::sleep(Duration::from_micros(200));
             }
             let status = child.wait().unwrap();
-            if status.success() {
-                break; // it finished before the kill
+            if status.code().is_some() {
+                break; // it finished (exit 1: the ratio sink failed) before the kill
             }
             killed += 1;
             continue;
         }
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
         break;
     }
     let got = outputs(&crashed);
