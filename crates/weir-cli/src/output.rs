@@ -8,6 +8,8 @@
 //! printed as n identical changes, each with diff 1, in every format.
 //!
 //! `table` (the default, for people):
+//! - in a script (`weir run`), a query first prints `[N] ` and its SQL on one line (shortened
+//!   past 100 characters), so a reader knows which query `[N]` is;
 //! - a query prints `[N] _time | _diff | col...` when it starts (no `_diff` for stream
 //!   outputs), then one line per change `[N] 3     | +1    | a | 2`; cells are padded to the
 //!   widest value printed so far in their column; when new lines widen a column, the header is
@@ -320,6 +322,18 @@ impl QueryOutput {
 }
 
 /// Width of a cell on a terminal (wide characters count two columns).
+/// A statement's text on one line (runs of white space as one space), shortened to 100
+/// characters with `...`.
+pub fn one_line(sql: &str) -> String {
+    let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= 100 {
+        return flat;
+    }
+    let mut short: String = flat.chars().take(97).collect();
+    short.push_str("...");
+    short
+}
+
 fn text_width(s: &str) -> usize {
     unicode_width::UnicodeWidthStr::width(s)
 }

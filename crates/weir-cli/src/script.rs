@@ -251,8 +251,12 @@ impl<W: Write> Session<W> {
                     output.reserve_time_width(output::LIVE_TIMESTAMP_WIDTH);
                     output.reserve_value_widths(&sub.schema);
                 }
-                let header = output.header(self.format)?;
+                let mut header = output.header(self.format)?;
                 let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
+                if !self.interactive && self.format == Format::Table {
+                    // Which query `[N]` is, for a reader of a script's output.
+                    header = format!("[{}] {}\n{header}", self.started, output::one_line(&sql));
+                }
                 self.queries.push(Running { sub, output, sql });
                 header
             }
@@ -490,7 +494,10 @@ mod tests {
             Format::Table,
         );
         assert_eq!(err, None);
-        assert_eq!(out, "[1] _time | a\n[1] 1     | 3\n[1] 2     | 2\n");
+        assert_eq!(
+            out,
+            "[1] SELECT a FROM s WHERE a > 1\n[1] _time | a\n[1] 1     | 3\n[1] 2     | 2\n"
+        );
     }
 
     #[test]

@@ -71,8 +71,11 @@ const TABLE: &str = "\
 | y | NULL        |
 +---+-------------+
 (2 rows)
+[1] SELECT k, a FROM s WHERE a > 1
 [1] _time | k | a
+[2] SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k
 [2] _time | _diff | k | n
+[3] SELECT ISTREAM s.a, p.label FROM s [NOW] JOIN p ON s.k = p.k
 [3] _time | a | label
 [1] 1     | y | 3
 [2] 1     | +1    | x | 1
@@ -214,7 +217,10 @@ fn inline_sql_with_c() {
         None,
     );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    assert_eq!(r.stdout, "[1] _time | a\n[1] 1     | 10\n[1] 3     | 20\n");
+    assert_eq!(
+        r.stdout,
+        "[1] SELECT ISTREAM a FROM s [RANGE 2]\n[1] _time | a\n[1] 1     | 10\n[1] 3     | 20\n"
+    );
 }
 
 #[test]
@@ -242,7 +248,7 @@ fn sql_error_stops_with_a_caret() {
     let r = weir(&["run", path.to_str().unwrap()], None);
     assert_eq!(r.code, 1);
     // Output up to the failing statement is printed; nothing after it runs.
-    assert_eq!(r.stdout, "[1] _time | a\n[1] 1     | 1\n");
+    assert_eq!(r.stdout, "[1] SELECT a FROM s\n[1] _time | a\n[1] 1     | 1\n");
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines.len(), 3, "{}", r.stderr);
     assert_eq!(lines[0], "error: column 'nope' not found at line 5, column 8");
@@ -264,7 +270,10 @@ fn syntax_error_stops_where_it_is() {
         ],
         None,
     );
-    assert_eq!((r.code, r.stdout.as_str()), (1, "[1] _time | a\n[1] 1     | 1\n"));
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (1, "[1] SELECT a FROM s\n[1] _time | a\n[1] 1     | 1\n")
+    );
     assert!(r.stderr.starts_with("error: syntax error: "), "{}", r.stderr);
     assert!(r.stderr.contains(" at line 3, column 1\n  SELEC 1;\n  ^"), "{}", r.stderr);
 }
@@ -303,8 +312,11 @@ fn ticks_example() {
     assert_eq!(
         r.stdout,
         "\
+[1] SELECT sensor, temp FROM readings WHERE temp > 30
 [1] _time | sensor | temp
+[2] SELECT sensor, COUNT(*) AS n, MAX(temp) AS hottest FROM readings [RANGE 3] GROUP BY sensor
 [2] _time | _diff | sensor | n | hottest
+[3] SELECT DSTREAM sensor, temp, t FROM readings [RANGE 2]
 [3] _time | sensor | temp | t
 [1] 1     | b      | 35
 [2] 1     | +1    | a      | 1 | 21
@@ -368,7 +380,7 @@ fn error_positions_count_from_the_start_of_stdin() {
              SELECT a FROM s; SELECT zz FROM s;\n",
         ),
     );
-    assert_eq!((r.code, r.stdout.as_str()), (1, "[1] _time | a\n"));
+    assert_eq!((r.code, r.stdout.as_str()), (1, "[1] SELECT a FROM s\n[1] _time | a\n"));
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(lines[0], "error: column 'zz' not found at line 4, column 25");
     assert_eq!(lines[1], "  SELECT a FROM s; SELECT zz FROM s;");
@@ -389,7 +401,7 @@ fn error_positions_in_later_lines_and_statements() {
         // a later line of a statement that starts after another on its line
         (
             "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s; SELECT a,\n  zz FROM s;\n",
-            "[1] _time | a\n",
+            "[1] SELECT a FROM s\n[1] _time | a\n",
             "error: column 'zz' not found at line 3, column 3\n    zz FROM s;\n    ^^\n",
         ),
         // the second statement of a line, after non-ASCII text (columns count characters)
@@ -401,7 +413,7 @@ fn error_positions_in_later_lines_and_statements() {
         // tabs before the error: kept in the caret line
         (
             "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\tSELECT a FROM s;\tSELECT\n\t\tzz FROM s;\n",
-            "[1] _time | a\n",
+            "[1] SELECT a FROM s\n[1] _time | a\n",
             "error: column 'zz' not found at line 3, column 3\n  \t\tzz FROM s;\n  \t\t^^\n",
         ),
         // the second statement of the first line
