@@ -61,6 +61,9 @@ pub struct Report {
     pub peak_rss_mb: f64,
     /// p50 and p99 latency (memory mode), if there was output.
     pub latency: Option<(Duration, Duration)>,
+    /// On several workers: rows and bytes sent from one worker to another
+    /// ([`weir::Engine::worker_traffic`]).
+    pub traffic: Option<(u64, u64)>,
 }
 
 impl Report {
@@ -78,7 +81,7 @@ impl Report {
             ),
             None => "latency -".into(),
         };
-        format!(
+        let mut line = format!(
             "{:<3} {:<6} events {:>10}  {:>8.3} s  {:>12.0} events/s  peak RSS {:>7.1} MB  {lat}  outputs {}",
             self.query.name(),
             self.input,
@@ -87,7 +90,16 @@ impl Report {
             self.events_per_sec(),
             self.peak_rss_mb,
             self.outputs
-        )
+        );
+        if let Some((rows, bytes)) = self.traffic {
+            let per = |n: u64| n as f64 / self.events.max(1) as f64;
+            line.push_str(&format!(
+                "  exchanged {:.2} rows/event {:.1} B/event",
+                per(rows),
+                per(bytes)
+            ));
+        }
+        line
     }
 }
 
@@ -255,6 +267,7 @@ pub fn run(cfg: &RunConfig) -> Result<Report> {
         outputs: sink.outputs,
         peak_rss_mb: peak_rss_mb(),
         latency: sink.latency(),
+        traffic: (cfg.workers > 1).then(|| engine.worker_traffic()),
     })
 }
 

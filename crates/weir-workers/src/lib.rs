@@ -15,4 +15,4 @@ mod runner;
 mod runtime;
 
 pub use runner::{other_worker_count, Runner};
-pub use runtime::{exchanges, Workers};
+pub use runtime::{exchanges, Traffic, Workers};

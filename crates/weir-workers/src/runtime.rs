@@ -130,6 +130,36 @@ pub(crate) struct Done {
 pub struct Workers {
     peers: usize,
     inner: Mutex<Inner>,
+    traffic: Arc<Traffic>,
+}
+
+/// What moved between workers, over every query: the rows and bytes of the parts a node sent
+/// to another worker (exchanges by key or instant, rows to worker 0, the output gathered
+/// there). Bytes are the Arrow buffers of the rows sent plus 16 per row (time and diff): about
+/// what a part takes on the wire between processes.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    pub rows: std::sync::atomic::AtomicU64,
+    pub bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Traffic {
+    /// Counts `parts` that leave worker `me`.
+    pub(crate) fn count(&self, me: u32, parts: &[Part]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for p in parts.iter().filter(|p| p.dest != me) {
+            if let Some(b) = &p.batch {
+                let data: usize = b
+                    .data
+                    .columns()
+                    .iter()
+                    .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+                    .sum();
+                self.rows.fetch_add(b.len() as u64, Relaxed);
+                self.bytes.fetch_add((data + 16 * b.len()) as u64, Relaxed);
+            }
+        }
+    }
 }
 
 struct Inner {
@@ -166,6 +196,8 @@ impl Workers {
         let inboxes = Arc::new(Mutex::new(inboxes));
         let reply_tx = Mutex::new(reply_tx);
         let setup_tx = Mutex::new(setup_tx);
+        let traffic = Arc::new(Traffic::default());
+        let counted = traffic.clone();
         let config = timely::Config {
             communication: timely::CommunicationConfig::Process(n),
             worker: WorkerConfig::default(),
@@ -182,7 +214,7 @@ impl Workers {
             // A path no dataflow has: activating it only unparks the thread.
             let _ = setup.send((index, worker.sync_activator_for(vec![usize::MAX])));
             drop(setup);
-            run_worker(worker, inbox, replies);
+            run_worker(worker, inbox, replies, counted.clone());
         })
         .map_err(|e| WeirError::exec(format!("starting {n} workers: {e}")))?;
         let mut wake: Vec<Option<SyncActivator>> = (0..n).map(|_| None).collect();
@@ -195,6 +227,7 @@ impl Workers {
         let wake = wake.into_iter().flatten().collect();
         Ok(Arc::new(Workers {
             peers: n,
+            traffic,
             inner: Mutex::new(Inner {
                 to,
                 wake,
@@ -209,6 +242,12 @@ impl Workers {
     /// The number of workers.
     pub fn peers(&self) -> usize {
         self.peers
+    }
+
+    /// Rows and bytes sent between workers so far (see [`Traffic`]).
+    pub fn traffic(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.traffic.rows.load(Relaxed), self.traffic.bytes.load(Relaxed))
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
@@ -395,12 +434,17 @@ fn busy() -> WeirError {
     WeirError::internal("a node's state was asked for while it ran")
 }
 
-fn run_worker(worker: &mut Worker, inbox: Receiver<Command>, replies: Sender<Done>) {
+fn run_worker(
+    worker: &mut Worker,
+    inbox: Receiver<Command>,
+    replies: Sender<Done>,
+    traffic: Arc<Traffic>,
+) {
     let mut queries: HashMap<u64, Installed> = HashMap::new();
     loop {
         loop {
             match inbox.try_recv() {
-                Ok(cmd) => handle(worker, &mut queries, cmd, &replies),
+                Ok(cmd) => handle(worker, &mut queries, cmd, &replies, &traffic),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,
             }
@@ -421,10 +465,11 @@ fn handle(
     queries: &mut HashMap<u64, Installed>,
     cmd: Command,
     replies: &Sender<Done>,
+    traffic: &Arc<Traffic>,
 ) {
     match cmd {
         Command::Install { id, plan, status } => {
-            let q = install(worker, id, &plan, status, replies.clone());
+            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone());
             queries.insert(id, q);
         }
         Command::Feed { id, part } => {
@@ -480,6 +525,7 @@ fn install(
     plan: &LogicalPlan,
     status: Arc<Status>,
     replies: Sender<Done>,
+    traffic: Arc<Traffic>,
 ) -> Installed {
     let me = worker.index() as u32;
     let peers = worker.peers() as u32;
@@ -509,6 +555,7 @@ fn install(
                     &status,
                     &mut progress,
                     &mut hosts,
+                    &traffic,
                 )
             }
             Err(e) => {
@@ -535,6 +582,7 @@ fn build_nodes<'s>(
     status: &Arc<Status>,
     progress: &mut Vec<Rc<Cell<u64>>>,
     hosts: &mut Vec<Rc<RefCell<NodeHost>>>,
+    traffic: &Arc<Traffic>,
 ) -> Option<Stream<'s, u64, Vec<Part>>> {
     let nodes = graph.into_nodes();
     let n = nodes.len();
@@ -591,6 +639,7 @@ fn build_nodes<'s>(
         progress.push(next.clone());
         let frontiers = frontiers.clone();
         let status = status.clone();
+        let traffic = traffic.clone();
         b.build(move |mut caps| {
             let mut cap = caps.pop();
             move |input_frontiers: &[MutableAntichain<u64>]| {
@@ -619,6 +668,7 @@ fn build_nodes<'s>(
                 for (round, frontier) in rounds {
                     c.downgrade(&round);
                     let (parts, failure) = host.process(frontier);
+                    traffic.count(me, &parts);
                     if !parts.is_empty() {
                         let mut out = output.activate();
                         let mut session = out.session(c);

@@ -145,3 +145,24 @@ fn explain_shows_the_exchanges_between_workers() {
     assert_eq!(partitioned.matches("Exchange: by hash of").count(), 2, "{partitioned}");
     assert!(partitioned.contains("Exchange: by hash of k  -> stream"), "{partitioned}");
 }
+
+#[test]
+fn traffic_between_workers_is_counted() {
+    let traffic = |workers: usize, query: &str| {
+        let mut engine = Engine::new();
+        engine.set_workers(workers).expect("workers");
+        engine.execute(EVENTS).expect("ddl");
+        let sub = engine.subscribe(query).expect("query");
+        engine.execute(INSERTS).expect("inserts");
+        engine.close_all().expect("close");
+        drop(sub.poll_changes().expect("changes"));
+        engine.worker_traffic()
+    };
+    let grouped = "SELECT k, COUNT(*) FROM s [RANGE 3] GROUP BY k";
+    assert_eq!(traffic(1, grouped), (0, 0), "one worker sends nothing");
+    let (rows, bytes) = traffic(2, grouped);
+    // Eight elements, about half of them exchanged to the other worker by key, plus the
+    // output's changes gathered on worker 0; each row at least its time and diff.
+    assert!((1..=40).contains(&rows), "{rows}");
+    assert!(bytes >= 16 * rows, "{bytes} bytes for {rows} rows");
+}

@@ -176,6 +176,11 @@ impl Dataflow {
         Ok(())
     }
 
+    /// Rows and bytes sent between workers so far, over every query (0 on one worker).
+    pub fn traffic(&self) -> (u64, u64) {
+        self.workers.as_ref().map_or((0, 0), |w| w.traffic())
+    }
+
     /// The number of workers queries run on.
     pub fn workers(&self) -> usize {
         self.workers.as_ref().map_or(1, |w| w.peers())

@@ -141,6 +141,14 @@ impl Engine {
         self.dataflow.workers()
     }
 
+    /// Rows and bytes the continuous queries have sent from one worker to another so far
+    /// (exchanges by key or instant, rows to worker 0, output gathered there); (0, 0) on one
+    /// worker. The bytes are those of the rows' Arrow buffers plus 16 per row (time and diff):
+    /// about what they would take on the wire between processes.
+    pub fn worker_traffic(&self) -> (u64, u64) {
+        self.dataflow.traffic()
+    }
+
     /// Executes a script of `;`-separated statements, in order, stopping at the first error.
     /// Errors in SQL text render with the line and a caret.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<ExecResult>> {
