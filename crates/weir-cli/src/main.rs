@@ -41,12 +41,12 @@ fn main() -> ExitCode {
     let result = match args.command.clone() {
         Command::Help => write_stdout(args::USAGE),
         Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
-        Command::Inline(sql) => run_input(sql.as_bytes(), None, None, &args),
+        Command::Inline(sql) => run_input(sql.as_bytes(), None, None, Some(&sql), &args),
         Command::Run(path) if path.as_os_str() == "-" => {
-            run_input(io::stdin().lock(), None, None, &args)
+            run_input(io::stdin().lock(), None, None, None, &args)
         }
         Command::Run(path) => match std::fs::read_to_string(&path) {
-            Ok(text) => run_input(text.as_bytes(), path.parent(), Some(&path), &args),
+            Ok(text) => run_input(text.as_bytes(), path.parent(), Some(&path), Some(&text), &args),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
         Command::Default if io::stdin().is_terminal() => {
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             "weir demo is interactive: run it in a terminal (or try weir run examples/auction.sql)"
                 .into(),
         )),
-        Command::Default => run_input(io::stdin().lock(), None, None, &args),
+        Command::Default => run_input(io::stdin().lock(), None, None, None, &args),
         Command::Serve => serve(&args),
     };
     match result {
@@ -121,9 +121,19 @@ fn write_stdout(text: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The checkpoint note that holds the script's fingerprint.
+const SCRIPT_NOTE: &str = "weir run script crc32";
+
 /// A session over an engine: with `--data-dir`, restored from the newest checkpoint there
 /// (reported on standard error) and checkpointing into it. Whether a checkpoint was restored.
-fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure> {
+/// With the `script`'s text, its fingerprint is kept in the checkpoints, and a checkpoint taken
+/// with another script is refused: a restart resumes the statements the checkpoint holds and
+/// would silently ignore an edited script.
+fn session<W: Write>(
+    args: &Args,
+    out: W,
+    script: Option<&str>,
+) -> Result<(Session<W>, bool), Failure> {
     let Some(dir) = &args.data_dir else {
         let mut engine = weir::Engine::new();
         engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
@@ -135,6 +145,19 @@ fn session<W: Write>(args: &Args, out: W) -> Result<(Session<W>, bool), Failure>
         let _ = writeln!(io::stderr(), "warning: {w}");
     }
     engine.set_checkpoint_interval(args.checkpoint_interval);
+    if let Some(text) = script {
+        let fingerprint = format!("{:08x}", crc32fast::hash(text.as_bytes()));
+        let taken_with = recovery.notes.get(SCRIPT_NOTE);
+        if recovery.checkpoint.is_some() && taken_with.is_some_and(|f| *f != fingerprint) {
+            return Err(Failure::Statement(format!(
+                "the script changed since the checkpoint in {dir} was taken, and a restart \
+                 resumes the statements of the checkpoint, not the script: put the script back \
+                 as it was to resume, or delete {dir} to start over with the new one",
+                dir = dir.display()
+            )));
+        }
+        engine.set_checkpoint_note(SCRIPT_NOTE, &fingerprint);
+    }
     let mut session = Session::with_engine(engine, args.format, out, false);
     let restored = match recovery.checkpoint {
         Some(n) => {
@@ -156,9 +179,10 @@ fn run_input(
     input: impl io::BufRead,
     base_dir: Option<&Path>,
     script: Option<&Path>,
+    text: Option<&str>,
     args: &Args,
 ) -> Result<(), Failure> {
-    let (mut session, restored) = session(args, io::stdout().lock())?;
+    let (mut session, restored) = session(args, io::stdout().lock(), text)?;
     if restored {
         return session.finish();
     }

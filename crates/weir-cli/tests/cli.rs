@@ -552,3 +552,53 @@ fn failures_are_reported_and_the_rest_goes_on() {
     );
     assert_eq!(errors[1], "error: sink 'k' failed: division by zero, evaluating 12 / (good.v - 3)");
 }
+
+/// A restart with `--data-dir` resumes the statements its checkpoint holds, not the script:
+/// an edited script, or a sink file that went missing, is refused with what to do.
+#[test]
+fn a_resume_refuses_an_edited_script_and_a_missing_sink_file() {
+    let dir = std::env::temp_dir().join(format!("weir-cli-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("in.csv"), "v,t\n1,1\n2,2\n").unwrap();
+    let script = "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)\n  \
+                  WITH (source = 'file', path = 'in.csv');\n\
+                  CREATE SINK o WITH (path = 'out.csv') AS SELECT ISTREAM v FROM s;\n";
+    let path = dir.join("p.sql");
+    std::fs::write(&path, script).unwrap();
+    let state = dir.join("state");
+    let run =
+        || weir(&["--data-dir", state.to_str().unwrap(), "run", path.to_str().unwrap()], None);
+    let first = run();
+    assert_eq!((first.code, first.stderr.as_str()), (0, ""));
+    assert_eq!(std::fs::read_to_string(dir.join("out.csv")).unwrap(), "_time,v\n1,1\n2,2\n");
+    // The same script resumes.
+    let again = run();
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(again.stderr.starts_with("weir: resuming from checkpoint"), "{}", again.stderr);
+    // An edited one is refused, and nothing is touched.
+    std::fs::write(&path, script.replace("SELECT ISTREAM v", "SELECT ISTREAM v * 10 AS w"))
+        .unwrap();
+    let edited = run();
+    assert_eq!(edited.code, 1);
+    assert!(
+        edited.stderr.contains("the script changed since the checkpoint in"),
+        "{}",
+        edited.stderr
+    );
+    assert!(edited.stderr.contains("delete") && edited.stderr.contains("to start over"));
+    assert_eq!(std::fs::read_to_string(dir.join("out.csv")).unwrap(), "_time,v\n1,1\n2,2\n");
+    // Back as it was, but with the sink's file gone.
+    std::fs::write(&path, script).unwrap();
+    std::fs::remove_file(dir.join("out.csv")).unwrap();
+    let missing = run();
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains(
+            "sink 'out.csv': the file is missing, but the checkpoint holds its first 16 bytes"
+        ),
+        "{}",
+        missing.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -112,15 +112,24 @@ impl FileSink {
         let file = match resume_at {
             None => File::create(&file_path).map_err(|e| fail("cannot create the file", e))?,
             Some(committed) => {
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&file_path)
-                    .map_err(|e| fail("cannot reopen the file", e))?;
+                let what_to_do = "put the file back as it was, or delete the data directory \
+                                  to start over";
+                let mut file = match std::fs::OpenOptions::new().write(true).open(&file_path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(WeirError::exec(format!(
+                            "sink '{}': the file is missing, but the checkpoint holds its first \
+                             {committed} bytes as written: {what_to_do}",
+                            spec.path
+                        )))
+                    }
+                    Err(e) => return Err(fail("cannot reopen the file", e)),
+                };
                 let len = file.metadata().map_err(|e| fail("cannot read the file", e))?.len();
                 if len < committed {
                     return Err(WeirError::exec(format!(
                         "sink '{}': the file has {len} bytes, fewer than the {committed} the \
-                         checkpoint committed; it was changed outside Weir",
+                         checkpoint committed; it was changed outside Weir: {what_to_do}",
                         spec.path
                     )));
                 }

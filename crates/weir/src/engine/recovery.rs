@@ -51,6 +51,8 @@ pub struct Recovery {
     pub warnings: Vec<String>,
     /// Subscribers' queries waiting for [`Engine::resume`], by query text.
     pub parked: Vec<String>,
+    /// The notes the checkpoint was taken with ([`Engine::set_checkpoint_note`]).
+    pub notes: BTreeMap<String, String>,
 }
 
 /// Where checkpoints go, how often, and (during recovery) where sinks reopen.
@@ -59,6 +61,8 @@ pub(super) struct Checkpoints {
     data_dir: Option<PathBuf>,
     interval: Option<WallDuration>,
     sequence: u64,
+    /// What the embedding application keeps with each checkpoint.
+    notes: BTreeMap<String, String>,
     /// Processing time of the last checkpoint.
     last: WallDuration,
     /// A hash of the last checkpoint's contents (its sequence number left out): a periodic
@@ -96,6 +100,9 @@ struct Manifest {
     /// checkpoints older than the field.
     #[serde(default = "one_worker")]
     workers: usize,
+    /// The application's notes ([`Engine::set_checkpoint_note`]); none in older checkpoints.
+    #[serde(default)]
+    notes: BTreeMap<String, String>,
 }
 
 fn one_worker() -> usize {
@@ -196,7 +203,15 @@ impl Engine {
         };
         engine.checkpoints.sequence = stored.sequence;
         let parked = engine.restore(&stored)?;
-        Ok((engine, Recovery { checkpoint: Some(stored.sequence), warnings, parked }))
+        let notes = engine.checkpoints.notes.clone();
+        Ok((engine, Recovery { checkpoint: Some(stored.sequence), warnings, parked, notes }))
+    }
+
+    /// Keeps `value` under `key` in every checkpoint from now on, for the application to read
+    /// back from [`Recovery::notes`] (`weir run` keeps a fingerprint of its script, to refuse
+    /// resuming after the script was edited).
+    pub fn set_checkpoint_note(&mut self, key: &str, value: &str) {
+        self.checkpoints.notes.insert(key.to_string(), value.to_string());
     }
 
     /// Keep checkpoints in `dir` from now on (the API equivalent of `weir --data-dir` for an
@@ -306,6 +321,7 @@ impl Engine {
             queries,
             failed,
             workers: self.workers(),
+            notes: self.checkpoints.notes.clone(),
         };
         let contents = {
             use std::hash::{Hash, Hasher};
@@ -337,6 +353,7 @@ impl Engine {
             return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
         }
         self.base_dir = manifest.base_dir.clone();
+        self.checkpoints.notes = manifest.notes.clone();
         // Sinks reopen their files at the committed position rather than truncating them.
         self.checkpoints.resume_sinks = manifest.sinks.clone();
         for s in &manifest.statements {
