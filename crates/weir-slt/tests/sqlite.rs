@@ -1,29 +1,44 @@
 //! Runs SQLite's sqllogictest corpus (`shared/conformance/sqlite/`, beside the repository)
 //! against the recorded baseline in `crates/weir-slt/sqlite/`: fails if any file passes fewer
 //! records than recorded, skipping the listed known failures. Without the corpus (a checkout
-//! with no `shared/` beside it) the test prints a notice and passes.
+//! with no `shared/` beside it) the test is reported as ignored, the reason in its kind
+//! (`test [no SQLite corpus at ...] sqlite::corpus ... ignored`), never as a pass.
 //!
 //! The same check from the command line, at the repository root:
 //! `cargo run -p weir-slt -- --baseline crates/weir-slt/sqlite/baseline.txt ../shared/conformance/sqlite/`
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use libtest_mimic::{Arguments, Failed, Trial};
 use weir_slt::lists::{Baseline, KnownFailures};
 use weir_slt::{collect_files, runner};
 
-#[test]
-fn sqlite_corpus_holds_its_baseline() {
+fn main() {
+    let args = Arguments::from_args();
     let krate = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = krate.join("../../../shared/conformance/sqlite");
-    if !corpus.is_dir() {
-        println!("notice: no SQLite corpus at {}; not run", corpus.display());
-        return;
-    }
-    let baseline = Baseline::load(&krate.join("sqlite/baseline.txt")).expect("baseline");
-    let known = KnownFailures::load(&krate.join("sqlite/known-failures.txt")).expect("skip list");
+    let trial = if corpus.is_dir() {
+        Trial::test("sqlite::corpus_holds_its_baseline", move || holds_its_baseline(corpus))
+    } else {
+        let why = format!("no SQLite corpus at {}", corpus.display());
+        Trial::test("sqlite::corpus_holds_its_baseline", || Ok(()))
+            .with_kind(why)
+            .with_ignored_flag(true)
+    };
+    libtest_mimic::run(&args, vec![trial]).exit();
+}
+
+fn holds_its_baseline(corpus: PathBuf) -> Result<(), Failed> {
+    let krate = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let baseline = Baseline::load(&krate.join("sqlite/baseline.txt"))
+        .map_err(|e| format!("the baseline: {e}"))?;
+    let known = KnownFailures::load(&krate.join("sqlite/known-failures.txt"))
+        .map_err(|e| format!("the known failures: {e}"))?;
     let mut files = Vec::new();
-    collect_files(&corpus, &mut files).expect("the corpus is readable");
-    assert!(!files.is_empty(), "no test files under {}", corpus.display());
+    collect_files(&corpus, &mut files).map_err(|e| format!("reading the corpus: {e}"))?;
+    if files.is_empty() {
+        return Err(format!("no test files under {}", corpus.display()).into());
+    }
 
     let opts =
         runner::Options { known_failures: Some(&known), quiet: true, ..runner::Options::default() };
@@ -54,9 +69,9 @@ fn sqlite_corpus_holds_its_baseline() {
         }
     }
     println!("sqlite corpus: {total}");
-    assert!(
-        problems.is_empty(),
-        "the SQLite corpus fell below its baseline:\n{}",
-        problems.join("\n")
-    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the SQLite corpus fell below its baseline:\n{}", problems.join("\n")).into())
+    }
 }
