@@ -279,6 +279,45 @@ fn place_function_error(e: WeirError, q: &sql::Query) -> WeirError {
     }
 }
 
+/// DataFusion refuses a relation named twice in one FROM without aliases (`FROM t, t`) with
+/// "Schema contains duplicate qualified field name t.a"; says what is wrong and how to mend
+/// it, at the second mention.
+fn place_duplicate_relation(e: WeirError, q: &sql::Query) -> WeirError {
+    let WeirError::Plan(d) = &e else { return e };
+    let Some(field) = d.message.strip_prefix("Schema contains duplicate qualified field name ")
+    else {
+        return e;
+    };
+    let qualifier = field.rsplit_once('.').map_or(field, |(q, _)| q).trim_matches('"');
+    let mut found: Option<(String, Option<Span>)> = None;
+    if let sql::SetExpr::Select(select) = q.body.as_ref() {
+        let mut seen: Vec<String> = Vec::new();
+        let factors = select.from.iter().flat_map(|twj| {
+            std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation))
+        });
+        for f in factors {
+            if let sql::TableFactor::Table { name, alias, .. } = f {
+                let shown = alias
+                    .as_ref()
+                    .map_or_else(|| object_name(name), |a| a.name.value.to_ascii_lowercase());
+                if shown.eq_ignore_ascii_case(qualifier) && seen.contains(&shown) {
+                    found = Some((shown.clone(), Span::from_sql(sql::Spanned::span(f))));
+                    break;
+                }
+                seen.push(shown);
+            }
+        }
+    }
+    let Some((name, span)) = found else { return e };
+    WeirError::plan_at(
+        format!(
+            "'{name}' is named twice in FROM: give each its own alias \
+             (FROM {name} AS a, {name} AS b) and qualify the columns with them"
+        ),
+        span,
+    )
+}
+
 impl<'a> Binder<'a> {
     pub fn new(catalog: &'a dyn Catalog) -> Self {
         Binder { catalog }
@@ -288,8 +327,9 @@ impl<'a> Binder<'a> {
     pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
-        let df =
-            self.plan_sql(&q.query, &q.windows).map_err(|e| place_function_error(e, &q.query))?;
+        let df = self
+            .plan_sql(&q.query, &q.windows)
+            .map_err(|e| place_duplicate_relation(place_function_error(e, &q.query), &q.query))?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
         // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).
         let plan = if q.query.fetch.as_ref().is_some_and(|f| f.with_ties) {
