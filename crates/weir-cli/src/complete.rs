@@ -78,6 +78,7 @@ pub const KEYWORDS: &[&str] = &[
     "ON",
     "OR",
     "PARTITION",
+    "QUERIES",
     "RANGE",
     "REAL",
     "REPLACE",

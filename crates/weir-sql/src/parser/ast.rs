@@ -181,6 +181,13 @@ pub enum Statement {
     Show(ObjectKind),
     /// `SHOW STREAM STATS`: per stream, accepted, late and bad rows, watermark, buffering.
     ShowStreamStats,
+    /// `SHOW QUERIES`: the continuous queries running, with what they feed.
+    ShowQueries,
+    /// `SHOW CREATE name`: the statement that created a stream, table, view or sink.
+    ShowCreate {
+        name: String,
+        span: Option<Span>,
+    },
     /// `CHECKPOINT`: write a checkpoint of the engine now.
     Checkpoint,
     /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own

@@ -148,6 +148,20 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             c.end()?;
             return Ok(Statement::ShowStreamStats);
         }
+        if c.eat_word("QUERIES") {
+            c.end()?;
+            return Ok(Statement::ShowQueries);
+        }
+        if c.eat_word("CREATE") {
+            // `SHOW CREATE VIEW v` as MySQL and Materialize write it; the kind is optional.
+            let _ = c.eat_word("STREAM")
+                || c.eat_word("TABLE")
+                || c.eat_word("VIEW")
+                || c.eat_word("SINK");
+            let (name, span) = c.ident("a stream, table, view or sink name")?;
+            c.end()?;
+            return Ok(Statement::ShowCreate { name, span });
+        }
         let kind = if c.eat_word("STREAMS") {
             ObjectKind::Stream
         } else if c.eat_word("TABLES") {
@@ -157,7 +171,7 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
         } else if c.eat_word("SINKS") {
             ObjectKind::Sink
         } else {
-            return Err(c.err("STREAMS, TABLES, VIEWS, SINKS or STREAM STATS"));
+            return Err(c.err("STREAMS, TABLES, VIEWS, SINKS, QUERIES, CREATE or STREAM STATS"));
         };
         c.end()?;
         return Ok(Statement::Show(kind));

@@ -197,6 +197,11 @@ impl Catalog {
         }
     }
 
+    /// The CREATE statement of `name`, if it exists.
+    pub fn statement_of(&self, name: &str) -> Option<&str> {
+        self.ddl.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, s)| s.as_str())
+    }
+
     /// The CREATE statements of what exists, in order.
     pub fn statements(&self) -> impl Iterator<Item = &str> {
         self.ddl.iter().map(|(_, s)| s.as_str())

@@ -218,6 +218,8 @@ impl Engine {
                 self.catalog.stream(s).map_or(TimeDomain::Ticks, |d| d.domain)
             }),
             Statement::Describe { name, span } => show::describe(&self.catalog, &name, span),
+            Statement::ShowQueries => Ok(show::queries(self.dataflow.queries())),
+            Statement::ShowCreate { name, span } => show::create(&self.catalog, &name, span),
             Statement::Checkpoint => {
                 let n = self.checkpoint()?;
                 Ok(ExecResult::Done(format!("CHECKPOINT {n}")))

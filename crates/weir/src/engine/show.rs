@@ -11,6 +11,7 @@ use weir_sql::parser::ObjectKind;
 use weir_sql::types::sql_type_name;
 
 use super::catalog::Catalog;
+use super::dataflow::{RunningQuery, Target};
 use super::{CatalogObject, ExecResult};
 use crate::intake::{format_watermark, StreamStats};
 
@@ -84,6 +85,52 @@ pub(crate) fn describe(catalog: &Catalog, name: &str, span: Option<Span>) -> Res
         });
     }
     Ok(text_rows(&["column", "type", "notes"], vec![cols, types, notes]))
+}
+
+/// `SHOW QUERIES`: each running continuous query, in start order: its id, what it feeds (a
+/// view, a sink or a subscriber), whether it outputs a stream or a relation, the streams and
+/// tables it reads, the last instant it evaluated, and a subscriber's query text.
+pub(crate) fn queries(running: &[RunningQuery]) -> ExecResult {
+    let mut cols: Vec<Vec<String>> = vec![Vec::new(); 6];
+    for q in running {
+        let (feeds, text) = match &q.target {
+            Target::View(v) => (format!("view {v}"), String::new()),
+            Target::Sink(s) => (format!("sink {s}"), String::new()),
+            Target::Subscriber(sql) => ("subscriber".to_string(), sql.clone().unwrap_or_default()),
+        };
+        let kind = match q.plan.kind() {
+            PlanKind::Stream => "stream",
+            PlanKind::Relation => "relation",
+        };
+        let domain = q.plan.time_domain().unwrap_or(TimeDomain::Ticks);
+        let last = q
+            .runner
+            .last_instant()
+            .map_or_else(|| "-".to_string(), |t| weir_common::time::format_time(t, domain));
+        for (col, v) in cols.iter_mut().zip([
+            q.id.to_string(),
+            feeds,
+            kind.to_string(),
+            q.runner.sources().join(", "),
+            last,
+            text,
+        ]) {
+            col.push(v);
+        }
+    }
+    text_rows(&["id", "feeds", "output", "reads", "last_instant", "query"], cols)
+}
+
+/// `SHOW CREATE name`: the statement that created it, as written.
+pub(crate) fn create(catalog: &Catalog, name: &str, span: Option<Span>) -> Result<ExecResult> {
+    let name = name.to_ascii_lowercase();
+    let Some(text) = catalog.statement_of(&name) else {
+        return Err(WeirError::plan_at(
+            format!("unknown stream, table, view or sink '{name}'"),
+            span,
+        ));
+    };
+    Ok(text_rows(&["name", "statement"], vec![vec![name.clone()], vec![text.to_string()]]))
 }
 
 /// Columns of text as a result.
