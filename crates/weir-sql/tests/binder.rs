@@ -136,3 +136,35 @@ fn binder_errors_name_what_and_where() {
         "{domain}"
     );
 }
+
+/// The `null_order` setting decides where an `ORDER BY` term without `NULLS FIRST/LAST` puts
+/// NULL: smallest (the default, SQLite's) or largest (PostgreSQL's). A written `NULLS ...` and
+/// window functions' `ORDER BY` (PostgreSQL's either way) do not change.
+#[test]
+fn the_null_order_setting_decides_an_unwritten_nulls_clause() {
+    use weir_sql::{bind_query_with, BindOptions, NullOrder};
+    let c = stub();
+    let bound = |sql: &str, null_order| {
+        let mut stmts = parse_script(sql).unwrap();
+        let Some(Statement::Query(q)) = stmts.pop().map(|s| s.statement) else { panic!() };
+        explain(&bind_query_with(&c, BindOptions { null_order }, &q).unwrap())
+    };
+    let sql = "SELECT k, name FROM t ORDER BY k, name DESC, k NULLS LAST LIMIT 2";
+    let smallest = bound(sql, NullOrder::Smallest);
+    assert!(
+        smallest
+            .contains("order=[t.k ASC NULLS FIRST, t.name DESC NULLS LAST, t.k ASC NULLS LAST]"),
+        "{smallest}"
+    );
+    let largest = bound(sql, NullOrder::Largest);
+    assert!(
+        largest.contains("order=[t.k ASC NULLS LAST, t.name DESC NULLS FIRST, t.k ASC NULLS LAST]"),
+        "{largest}"
+    );
+    assert_eq!(bound(sql, NullOrder::Smallest), plan(&c, sql).unwrap(), "the default");
+    let window = "SELECT k, ROW_NUMBER() OVER (ORDER BY name) AS rn FROM t";
+    assert_eq!(bound(window, NullOrder::Smallest), bound(window, NullOrder::Largest));
+    assert_eq!(NullOrder::parse("PostgreSQL"), Some(NullOrder::Largest));
+    assert_eq!(NullOrder::parse("sqlite"), Some(NullOrder::Smallest));
+    assert_eq!(NullOrder::parse("nulls_last"), None);
+}

@@ -53,11 +53,59 @@ use names::{
 /// Binds queries against a catalog.
 pub struct Binder<'a> {
     catalog: &'a dyn Catalog,
+    options: BindOptions,
+}
+
+/// Where an `ORDER BY` term without `NULLS FIRST` or `NULLS LAST` puts NULL: the engine's
+/// `null_order` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NullOrder {
+    /// NULL is smaller than every value: first for `ASC`, last for `DESC` (SQLite, MySQL).
+    #[default]
+    Smallest,
+    /// NULL is larger than every value: last for `ASC`, first for `DESC` (PostgreSQL,
+    /// RisingWave, Flink, Oracle).
+    Largest,
+}
+
+impl NullOrder {
+    /// The setting's values, as `SET null_order = ...` takes them: `smallest` (or `sqlite`)
+    /// and `largest` (or `postgres`, `postgresql`), in any case.
+    pub fn parse(value: &str) -> Option<NullOrder> {
+        match value.to_ascii_lowercase().as_str() {
+            "smallest" | "sqlite" => Some(NullOrder::Smallest),
+            "largest" | "postgres" | "postgresql" => Some(NullOrder::Largest),
+            _ => None,
+        }
+    }
+
+    /// The value as `SHOW null_order` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NullOrder::Smallest => "smallest",
+            NullOrder::Largest => "largest",
+        }
+    }
+}
+
+/// What a query's meaning depends on besides its text and the catalog: the engine's settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BindOptions {
+    pub null_order: NullOrder,
 }
 
 /// Binds a continuous or one-shot query: see the module docs.
 pub fn bind_query(catalog: &dyn Catalog, query: &CqlQuery) -> Result<Arc<LogicalPlan>> {
     Binder::new(catalog).bind(query)
+}
+
+/// [`bind_query`] under the given settings.
+pub fn bind_query_with(
+    catalog: &dyn Catalog,
+    options: BindOptions,
+    query: &CqlQuery,
+) -> Result<Arc<LogicalPlan>> {
+    Binder::with_options(catalog, options).bind(query)
 }
 
 /// The functions `SqlToRel` can call, by name and alias. Ordered maps: DataFusion suggests
@@ -281,7 +329,11 @@ fn place_function_error(e: WeirError, q: &sql::Query) -> WeirError {
 
 impl<'a> Binder<'a> {
     pub fn new(catalog: &'a dyn Catalog) -> Self {
-        Binder { catalog }
+        Binder { catalog, options: BindOptions::default() }
+    }
+
+    pub fn with_options(catalog: &'a dyn Catalog, options: BindOptions) -> Self {
+        Binder { catalog, options }
     }
 
     /// Binds one query. See the module docs.
@@ -326,10 +378,17 @@ impl<'a> Binder<'a> {
         // Weir has no physical subquery operator: every scalar subquery becomes a join.
         options.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
         let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
+        // NULL sorts as the smallest value, as in SQLite, unless the `null_order` setting says
+        // largest, as in PostgreSQL. This is every ORDER BY without NULLS FIRST/LAST: the
+        // query's (and its top-k's) and an aggregate's own; window functions' ORDER BY is
+        // PostgreSQL's either way (`window_null_order`).
+        let default_null_ordering = match self.options.null_order {
+            NullOrder::Smallest => datafusion_sql::planner::NullOrdering::NullsMin,
+            NullOrder::Largest => datafusion_sql::planner::NullOrdering::NullsMax,
+        };
         let parser_options = ParserOptions {
             collect_spans: true,
-            // NULL sorts as the smallest value, as in SQLite.
-            default_null_ordering: datafusion_sql::planner::NullOrdering::NullsMin,
+            default_null_ordering,
             map_string_types_to_utf8view: false,
             ..ParserOptions::default()
         };
