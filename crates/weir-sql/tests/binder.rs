@@ -168,3 +168,34 @@ fn the_null_order_setting_decides_an_unwritten_nulls_clause() {
     assert_eq!(NullOrder::parse("sqlite"), Some(NullOrder::Smallest));
     assert_eq!(NullOrder::parse("nulls_last"), None);
 }
+
+/// An outer reference in an inner join's ON inside EXISTS moves above the join and the
+/// subquery decorrelates into a semi join; in a LEFT JOIN's ON it is refused at its position.
+#[test]
+fn a_correlated_inner_join_condition_decorrelates_and_an_outer_one_is_refused() {
+    let mut c = stub();
+    for name in ["u", "w"] {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("k", DataType::Utf8, true),
+        ]);
+        let def = TableDef { name: name.into(), schema: Arc::new(schema) };
+        c.0.insert(name.into(), CatalogEntry::Table(def));
+    }
+    let inner = plan(
+        &c,
+        "SELECT t.k FROM t WHERE EXISTS (SELECT 1 FROM u JOIN w ON u.a = w.a AND w.k = t.k)",
+    )
+    .unwrap();
+    assert!(inner.contains("Join: left semi"), "{inner}");
+    let sql =
+        "SELECT t.k FROM t WHERE EXISTS (SELECT 1 FROM u LEFT JOIN w ON u.a = w.a AND w.k = t.k)";
+    let outer = plan(&c, sql).unwrap_err();
+    assert!(
+        outer.starts_with(
+            "a LEFT JOIN's ON condition inside a subquery refers to the outer query (t.k)"
+        ),
+        "{outer}"
+    );
+    assert!(outer.contains("at line 1, column 84"), "{outer}");
+}

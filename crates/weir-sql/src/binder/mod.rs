@@ -423,6 +423,8 @@ impl<'a> Binder<'a> {
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
         // Integer literal arithmetic overflows as an error, not a wrap (see `checked_literals`).
         let plan = crate::checked_literals::rewrite(plan).map_err(df_error)?;
+        // A subquery's correlated join condition moves out of its inner join (`correlated_on`).
+        let plan = crate::correlated_on::rewrite(plan, &query)?;
         // IN nested in a larger condition keeps SQL's unknown result (see `in_subquery`).
         let plan = crate::in_subquery::rewrite(plan).map_err(df_error)?;
         // Three steps: subqueries become joins; Weir orders each tree of inner joins (see
