@@ -448,7 +448,8 @@ impl<'a> Binder<'a> {
         Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
     }
 
-    /// Every window names a stream (base or derived), with durations in its time domain.
+    /// Every window names a stream (base or derived), with durations in its time domain;
+    /// `TUMBLE` and `HOP` may also name a table or a relation view.
     fn check_windows(&self, windows: &[WindowAst]) -> Result<()> {
         for w in windows {
             match self.catalog.lookup(&w.stream) {
@@ -458,6 +459,10 @@ impl<'a> Binder<'a> {
                         w.span,
                     ))
                 }
+                // TUMBLE and HOP map each row of a relation to its windows (see `convert`).
+                Some(CatalogEntry::Table(_)) if w.kind.has_bounds_columns() => {}
+                Some(CatalogEntry::View(v))
+                    if v.kind() == PlanKind::Relation && w.kind.has_bounds_columns() => {}
                 Some(CatalogEntry::Table(_)) => {
                     return Err(WeirError::plan_at(
                         format!("window over a relation: '{}' is a table, not a stream", w.stream),
