@@ -106,6 +106,9 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 Box::new(RowsWindow::new(by.clone(), *rows, schema)?)
             }
         },
+        LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(
+            crate::ops::time_windows::TimeWindows::new(*column, *size, *slide, schema)?,
+        )),
         LogicalPlan::Filter { predicate, input } => {
             let p = ScalarExpr::compile(predicate, &input.schema())?;
             Box::new(Linear::new(Filter::new(p)))

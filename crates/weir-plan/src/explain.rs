@@ -77,6 +77,19 @@ fn label(plan: &LogicalPlan) -> String {
                 format!("Window: [{label}]")
             }
         }
+        LogicalPlan::TimeWindows { column, size, slide, domain, input, .. } => {
+            let col = names(&input.schema()).get(*column).cloned().unwrap_or_default();
+            let d = |t| LogicalPlan::duration_label(t, *domain);
+            if size == slide {
+                format!("TimeWindows: TUMBLE({col}, {}) with window_start, window_end", d(*size))
+            } else {
+                format!(
+                    "TimeWindows: HOP({col}, {}, {}) with window_start, window_end",
+                    d(*slide),
+                    d(*size)
+                )
+            }
+        }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))

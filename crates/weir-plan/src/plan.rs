@@ -446,6 +446,20 @@ pub enum LogicalPlan {
     /// with `bounds_columns` (the TUMBLE/HOP table functions), `window_start` and `window_end`:
     /// the bounds [b−T, b) of the window current at each instant.
     Window { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef, bounds_columns: bool },
+    /// `TUMBLE`/`HOP` over a relation: each input row once for every window [b − `size`, b),
+    /// b a multiple of `slide`, that holds the time in its column `column`, with that
+    /// window's `window_start` and `window_end` appended (`size` = `slide` for TUMBLE). A row
+    /// whose time is NULL is in no window. Each row maps on its own, so the node is linear: an
+    /// inserted row adds its window rows, a deleted one retracts them. Times and sizes are in
+    /// `domain`'s units (microseconds for a TIMESTAMP column).
+    TimeWindows {
+        column: usize,
+        size: i64,
+        slide: i64,
+        domain: TimeDomain,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -535,6 +549,7 @@ impl LogicalPlan {
             LogicalPlan::StreamScan { schema, .. }
             | LogicalPlan::TableScan { schema, .. }
             | LogicalPlan::Window { schema, .. }
+            | LogicalPlan::TimeWindows { schema, .. }
             | LogicalPlan::Project { schema, .. }
             | LogicalPlan::Join { schema, .. }
             | LogicalPlan::Aggregate { schema, .. }
@@ -568,6 +583,7 @@ impl LogicalPlan {
             | LogicalPlan::TableScan { .. }
             | LogicalPlan::Values { .. } => vec![],
             LogicalPlan::Window { input, .. }
+            | LogicalPlan::TimeWindows { input, .. }
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }
@@ -666,6 +682,16 @@ impl LogicalPlan {
                 schema: schema.clone(),
                 bounds_columns: *bounds_columns,
             },
+            LogicalPlan::TimeWindows { column, size, slide, domain, input, schema } => {
+                LogicalPlan::TimeWindows {
+                    column: *column,
+                    size: *size,
+                    slide: *slide,
+                    domain: *domain,
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
             LogicalPlan::Filter { predicate, input } => {
                 LogicalPlan::Filter { predicate: f(predicate), input: m(input) }
             }
@@ -819,5 +845,13 @@ impl LogicalPlan {
 
     pub(crate) fn window_label(spec: &WindowSpec, domain: TimeDomain, names: &[String]) -> String {
         spec.fmt_with(domain, names)
+    }
+
+    /// A duration in `domain`'s units as EXPLAIN prints it (`5`, `10 SECONDS`).
+    pub(crate) fn duration_label(t: Time, domain: TimeDomain) -> String {
+        match domain {
+            TimeDomain::Ticks => t.to_string(),
+            TimeDomain::Micros => format_micros_duration(t),
+        }
     }
 }

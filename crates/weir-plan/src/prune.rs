@@ -19,7 +19,8 @@
 //!   operations (`IntersectAll`, `ExceptAll`), `UnionAll`, `TopK` and `Ranking` (ties are broken by value),
 //!   relation-to-stream operators, and [`LogicalPlan::Apply`] (its subqueries see the row);
 //! - a `Window` keeps its input whole and in place (its input stays a stream, `PARTITION BY`
-//!   and the event-time column keep their positions): narrowing happens above it;
+//!   and the event-time column keep their positions): narrowing happens above it; so does a
+//!   `TimeWindows` (its time column keeps its position);
 //! - a `Project` drops only output columns that are plain column references nothing reads;
 //!   computed expressions stay, so an expression that would fail still fails;
 //! - the root keeps all its columns: the query's output schema is unchanged.
@@ -77,6 +78,16 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 input: whole(input)?,
                 schema: s.clone(),
                 bounds_columns: *bounds_columns,
+            })
+        }
+        LogicalPlan::TimeWindows { column, size, slide, domain, input, schema: s } => {
+            unchanged(LogicalPlan::TimeWindows {
+                column: *column,
+                size: *size,
+                slide: *slide,
+                domain: *domain,
+                input: whole(input)?,
+                schema: s.clone(),
             })
         }
         LogicalPlan::Distinct { input } => {

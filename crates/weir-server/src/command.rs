@@ -168,7 +168,11 @@ impl<'a> Words<'a> {
 }
 
 /// The Weir statements that begin with `SHOW`.
-const WEIR_SHOW: &[&str] = &["streams", "tables", "views", "sinks", "stream"];
+const WEIR_SHOW: &[&str] = &["streams", "tables", "views", "sinks", "stream", "null_order"];
+
+/// The engine's own settings: `SET`, `RESET` and `SHOW` of these are Weir SQL (they apply to
+/// the engine, so to every session), not session settings.
+const WEIR_SETTINGS: &[&str] = &["null_order"];
 
 /// What a statement is.
 pub(crate) fn classify(text: &str) -> Command {
@@ -192,6 +196,7 @@ pub(crate) fn classify(text: &str) -> Command {
         "discard" => Command::Discard,
         "set" => set(&mut w),
         "reset" => match w.next() {
+            Some(name) if WEIR_SETTINGS.contains(&name.as_str()) => Command::Weir,
             Some(name) => Command::Set { name, value: None },
             None => refused("42601", "RESET needs a setting name"),
         },
@@ -463,6 +468,9 @@ fn fetch(w: &mut Words<'_>) -> Command {
 fn set(w: &mut Words<'_>) -> Command {
     let _ = w.eat("session") || w.eat("local");
     let Some(mut name) = w.next() else { return refused("42601", "SET needs a setting name") };
+    if WEIR_SETTINGS.contains(&name.as_str()) {
+        return Command::Weir;
+    }
     // `SET TIME ZONE x`, `SET NAMES x`.
     if name == "time" && w.eat("zone") {
         name = "timezone".into();
@@ -549,6 +557,10 @@ mod tests {
             Command::Set { name: "application_name".into(), value: Some("psql".into()) }
         );
         assert_eq!(classify("SHOW STREAMS"), Command::Weir);
+        // The engine's own setting is Weir SQL.
+        assert_eq!(classify("SET null_order = 'largest'"), Command::Weir);
+        assert_eq!(classify("RESET null_order"), Command::Weir);
+        assert_eq!(classify("SHOW null_order"), Command::Weir);
         assert_eq!(
             classify("SHOW server_version"),
             Command::ShowSetting { name: "server_version".into() }

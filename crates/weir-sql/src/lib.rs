@@ -13,6 +13,8 @@
 //! - [`ddl`]: the column and watermark clauses of `CREATE STREAM`/`TABLE` -> catalog definitions.
 //! - [`types`]: declared SQL column types <-> Arrow types.
 //! - [`join_order`]: binder rewrite: reorders inner and comma joins so each join has a key.
+//! - [`correlated_on`]: binder rewrite: outer references in an inner join's `ON` in a subquery
+//!   move to a filter above the join (so the subquery decorrelates); refused in an outer join's.
 //! - [`in_subquery`]: binder rewrite: nested `x [NOT] IN (subquery)` -> exact EXISTS tests.
 //! - [`mixed_types`]: binder rewrite: `IN` between a text literal and numbers, as SQLite answers.
 //! - [`checked_literals`]: binder rewrite: integer literal arithmetic folded with overflow checks.
@@ -20,6 +22,7 @@
 pub mod binder;
 pub mod catalog;
 pub mod checked_literals;
+pub mod correlated_on;
 pub mod ddl;
 pub mod in_subquery;
 pub mod join_order;
@@ -27,7 +30,7 @@ pub mod mixed_types;
 pub mod parser;
 pub mod types;
 
-pub use binder::{bind_query, Binder};
+pub use binder::{bind_query, bind_query_with, BindOptions, Binder, NullOrder};
 pub use catalog::{Catalog, CatalogEntry, StreamDef, TableDef, ViewDef};
 pub use parser::{parse_script, CqlQuery, Statement, WindowAst};
 /// The SQL parser Weir builds on, for its AST types.

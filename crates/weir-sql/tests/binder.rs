@@ -137,3 +137,66 @@ fn binder_errors_name_what_and_where() {
         "{domain}"
     );
 }
+
+/// The `null_order` setting decides where an `ORDER BY` term without `NULLS FIRST/LAST` puts
+/// NULL: smallest (the default, SQLite's) or largest (PostgreSQL's). A written `NULLS ...` and
+/// window functions' `ORDER BY` (PostgreSQL's either way) do not change.
+#[test]
+fn the_null_order_setting_decides_an_unwritten_nulls_clause() {
+    use weir_sql::{bind_query_with, BindOptions, NullOrder};
+    let c = stub();
+    let bound = |sql: &str, null_order| {
+        let mut stmts = parse_script(sql).unwrap();
+        let Some(Statement::Query(q)) = stmts.pop().map(|s| s.statement) else { panic!() };
+        explain(&bind_query_with(&c, BindOptions { null_order }, &q).unwrap())
+    };
+    let sql = "SELECT k, name FROM t ORDER BY k, name DESC, k NULLS LAST LIMIT 2";
+    let smallest = bound(sql, NullOrder::Smallest);
+    assert!(
+        smallest
+            .contains("order=[t.k ASC NULLS FIRST, t.name DESC NULLS LAST, t.k ASC NULLS LAST]"),
+        "{smallest}"
+    );
+    let largest = bound(sql, NullOrder::Largest);
+    assert!(
+        largest.contains("order=[t.k ASC NULLS LAST, t.name DESC NULLS FIRST, t.k ASC NULLS LAST]"),
+        "{largest}"
+    );
+    assert_eq!(bound(sql, NullOrder::Smallest), plan(&c, sql).unwrap(), "the default");
+    let window = "SELECT k, ROW_NUMBER() OVER (ORDER BY name) AS rn FROM t";
+    assert_eq!(bound(window, NullOrder::Smallest), bound(window, NullOrder::Largest));
+    assert_eq!(NullOrder::parse("PostgreSQL"), Some(NullOrder::Largest));
+    assert_eq!(NullOrder::parse("sqlite"), Some(NullOrder::Smallest));
+    assert_eq!(NullOrder::parse("nulls_last"), None);
+}
+
+/// An outer reference in an inner join's ON inside EXISTS moves above the join and the
+/// subquery decorrelates into a semi join; in a LEFT JOIN's ON it is refused at its position.
+#[test]
+fn a_correlated_inner_join_condition_decorrelates_and_an_outer_one_is_refused() {
+    let mut c = stub();
+    for name in ["u", "w"] {
+        let schema = Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("k", DataType::Utf8, true),
+        ]);
+        let def = TableDef { name: name.into(), schema: Arc::new(schema) };
+        c.0.insert(name.into(), CatalogEntry::Table(def));
+    }
+    let inner = plan(
+        &c,
+        "SELECT t.k FROM t WHERE EXISTS (SELECT 1 FROM u JOIN w ON u.a = w.a AND w.k = t.k)",
+    )
+    .unwrap();
+    assert!(inner.contains("Join: left semi"), "{inner}");
+    let sql =
+        "SELECT t.k FROM t WHERE EXISTS (SELECT 1 FROM u LEFT JOIN w ON u.a = w.a AND w.k = t.k)";
+    let outer = plan(&c, sql).unwrap_err();
+    assert!(
+        outer.starts_with(
+            "a LEFT JOIN's ON condition inside a subquery refers to the outer query (t.k)"
+        ),
+        "{outer}"
+    );
+    assert!(outer.contains("at line 1, column 84"), "{outer}");
+}

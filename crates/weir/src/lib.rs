@@ -58,3 +58,4 @@ pub use weir_common::{
 };
 pub use weir_plan::PlanKind;
 pub use weir_sql::parser::{ObjectKind, ParsedStatement};
+pub use weir_sql::NullOrder;

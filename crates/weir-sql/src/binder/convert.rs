@@ -156,6 +156,16 @@ impl Converter<'_> {
                     LogicalPlan::TableScan { name, .. } => {
                         LogicalPlan::TableScan { name: name.clone(), schema }
                     }
+                    LogicalPlan::TimeWindows { column, size, slide, domain, input, .. } => {
+                        LogicalPlan::TimeWindows {
+                            column: *column,
+                            size: *size,
+                            slide: *slide,
+                            domain: *domain,
+                            input: input.clone(),
+                            schema,
+                        }
+                    }
                     LogicalPlan::Rename { input, .. } => {
                         LogicalPlan::Rename { input: input.clone(), schema }
                     }
@@ -275,6 +285,10 @@ impl Converter<'_> {
     fn scan(&self, name: &str, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
         if let Some(w) = self.windows.iter().find(|w| w.synthetic == name) {
             let source = self.source(&w.stream)?;
+            if source.kind() == PlanKind::Relation {
+                // TUMBLE/HOP over a table or a relation view (`check_windows`).
+                return self.relation_windows(w, source, schema);
+            }
             let spec = self.window_spec(w, &source)?;
             let bounds_columns = w.kind.has_bounds_columns();
             return Ok(Arc::new(LogicalPlan::Window {
@@ -311,6 +325,85 @@ impl Converter<'_> {
             Some(CatalogEntry::View(v)) => Ok(v.plan.clone()),
             None => Err(WeirError::plan(format!("unknown stream, table or view '{name}'"))),
         }
+    }
+
+    /// `TUMBLE`/`HOP` over a relation: a [`LogicalPlan::TimeWindows`] mapping each row to
+    /// its windows by the time in the DESCRIPTOR column (integer ticks, or a TIMESTAMP with
+    /// durations that have a unit). Not event time: no watermark, no window closes.
+    fn relation_windows(
+        &self,
+        w: &WindowAst,
+        source: Arc<LogicalPlan>,
+        schema: Arc<DFSchema>,
+    ) -> Result<Arc<LogicalPlan>> {
+        let (column, size, slide) = match &w.kind {
+            WindowKind::Tumble { column, size } => (column, *size, *size),
+            WindowKind::Hop { column, slide, size } => (column, *size, *slide),
+            _ => {
+                return Err(WeirError::internal("a window over a relation that is not TUMBLE/HOP"))
+            }
+        };
+        let in_schema = source.schema();
+        let idx = in_schema.fields().iter().position(|f| f.name() == column).ok_or_else(|| {
+            WeirError::plan_at(
+                format!("unknown column '{column}' in DESCRIPTOR of '{}'", w.stream),
+                w.span,
+            )
+        })?;
+        let domain = match in_schema.field(idx).data_type() {
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, _) => TimeDomain::Micros,
+            t if t.is_integer() => TimeDomain::Ticks,
+            other => {
+                return Err(WeirError::plan_at(
+                    format!(
+                        "TUMBLE and HOP need a time column of an integer or TIMESTAMP type: \
+                         '{column}' of '{}' is {}",
+                        w.stream,
+                        crate::types::sql_type_name(other)
+                    ),
+                    w.span,
+                ))
+            }
+        };
+        let ticks = |d: Duration| -> Result<i64> {
+            let v = match (d, domain) {
+                (Duration::Ticks(t), TimeDomain::Ticks)
+                | (Duration::Micros(t), TimeDomain::Micros) => t,
+                (Duration::Ticks(t), TimeDomain::Micros) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{column}' of '{}' is a TIMESTAMP: give the duration a unit \
+                             (e.g. {t} SECONDS)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                (Duration::Micros(_), TimeDomain::Ticks) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{column}' of '{}' is an integer: give the duration as a bare integer",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            };
+            if v <= 0 {
+                return Err(WeirError::plan_at("a window duration must be positive", w.span));
+            }
+            Ok(v)
+        };
+        let (size, slide) = (ticks(size)?, ticks(slide)?);
+        check_hop_windows(w, size, slide)?;
+        Ok(Arc::new(LogicalPlan::TimeWindows {
+            column: idx,
+            size,
+            slide,
+            domain,
+            input: source,
+            schema,
+        }))
     }
 
     fn window_spec(&self, w: &WindowAst, source: &LogicalPlan) -> Result<WindowSpec> {
@@ -359,16 +452,7 @@ impl Converter<'_> {
             WindowKind::Hop { column, slide, size } => {
                 self.check_descriptor(w, source, column)?;
                 let (range, slide) = (ticks(*size)?, ticks(*slide)?);
-                let windows = (range as i128 + slide as i128 - 1) / slide as i128;
-                if windows > MAX_HOP_WINDOWS {
-                    return Err(WeirError::plan_at(
-                        format!(
-                            "HOP puts each element in {windows} windows (size / slide); at most \
-                             {MAX_HOP_WINDOWS} are allowed: choose a larger slide"
-                        ),
-                        w.span,
-                    ));
-                }
+                check_hop_windows(w, range, slide)?;
                 WindowSpec::RangeSlide { range, slide }
             }
             WindowKind::PartitionRows(cols, n) => {
@@ -505,6 +589,21 @@ impl Converter<'_> {
     }
 }
 
+/// `HOP` repeats each element (or row) once per window it is in: at most [`MAX_HOP_WINDOWS`].
+fn check_hop_windows(w: &WindowAst, size: i64, slide: i64) -> Result<()> {
+    let windows = (size as i128 + slide as i128 - 1) / slide as i128;
+    if windows > MAX_HOP_WINDOWS {
+        return Err(WeirError::plan_at(
+            format!(
+                "HOP puts each element in {windows} windows (size / slide); at most \
+                 {MAX_HOP_WINDOWS} are allowed: choose a larger slide"
+            ),
+            w.span,
+        ));
+    }
+    Ok(())
+}
+
 /// The schema a windowed stream shows the query: the stream's columns, plus `window_start`
 /// and `window_end` for the window table functions.
 pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<SchemaRef> {
@@ -517,7 +616,20 @@ pub(super) fn window_schema(catalog: &dyn Catalog, w: &WindowAst) -> Option<Sche
         CatalogEntry::Stream(s) if s.domain == TimeDomain::Micros => {
             DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)
         }
-        _ => DataType::Int64,
+        CatalogEntry::Stream(_) => DataType::Int64,
+        // Over a relation the bounds have the type of the DESCRIPTOR column's times.
+        _ => {
+            let column = match &w.kind {
+                WindowKind::Tumble { column, .. } | WindowKind::Hop { column, .. } => column,
+                _ => return Some(schema),
+            };
+            match schema.field_with_name(column).map(|f| f.data_type()) {
+                Ok(t @ DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, _)) => {
+                    t.clone()
+                }
+                _ => DataType::Int64,
+            }
+        }
     };
     let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
     fields.push(Arc::new(arrow::datatypes::Field::new("window_start", ty.clone(), true)));

@@ -53,11 +53,59 @@ use names::{
 /// Binds queries against a catalog.
 pub struct Binder<'a> {
     catalog: &'a dyn Catalog,
+    options: BindOptions,
+}
+
+/// Where an `ORDER BY` term without `NULLS FIRST` or `NULLS LAST` puts NULL: the engine's
+/// `null_order` setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NullOrder {
+    /// NULL is smaller than every value: first for `ASC`, last for `DESC` (SQLite, MySQL).
+    #[default]
+    Smallest,
+    /// NULL is larger than every value: last for `ASC`, first for `DESC` (PostgreSQL,
+    /// RisingWave, Flink, Oracle).
+    Largest,
+}
+
+impl NullOrder {
+    /// The setting's values, as `SET null_order = ...` takes them: `smallest` (or `sqlite`)
+    /// and `largest` (or `postgres`, `postgresql`), in any case.
+    pub fn parse(value: &str) -> Option<NullOrder> {
+        match value.to_ascii_lowercase().as_str() {
+            "smallest" | "sqlite" => Some(NullOrder::Smallest),
+            "largest" | "postgres" | "postgresql" => Some(NullOrder::Largest),
+            _ => None,
+        }
+    }
+
+    /// The value as `SHOW null_order` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NullOrder::Smallest => "smallest",
+            NullOrder::Largest => "largest",
+        }
+    }
+}
+
+/// What a query's meaning depends on besides its text and the catalog: the engine's settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BindOptions {
+    pub null_order: NullOrder,
 }
 
 /// Binds a continuous or one-shot query: see the module docs.
 pub fn bind_query(catalog: &dyn Catalog, query: &CqlQuery) -> Result<Arc<LogicalPlan>> {
     Binder::new(catalog).bind(query)
+}
+
+/// [`bind_query`] under the given settings.
+pub fn bind_query_with(
+    catalog: &dyn Catalog,
+    options: BindOptions,
+    query: &CqlQuery,
+) -> Result<Arc<LogicalPlan>> {
+    Binder::with_options(catalog, options).bind(query)
 }
 
 /// The functions `SqlToRel` can call, by name and alias. Ordered maps: DataFusion suggests
@@ -320,7 +368,11 @@ fn place_duplicate_relation(e: WeirError, q: &sql::Query) -> WeirError {
 
 impl<'a> Binder<'a> {
     pub fn new(catalog: &'a dyn Catalog) -> Self {
-        Binder { catalog }
+        Binder { catalog, options: BindOptions::default() }
+    }
+
+    pub fn with_options(catalog: &'a dyn Catalog, options: BindOptions) -> Self {
+        Binder { catalog, options }
     }
 
     /// Binds one query. See the module docs.
@@ -366,10 +418,17 @@ impl<'a> Binder<'a> {
         // Weir has no physical subquery operator: every scalar subquery becomes a join.
         options.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
         let provider = Provider { catalog: self.catalog, windows, options: options.clone() };
+        // NULL sorts as the smallest value, as in SQLite, unless the `null_order` setting says
+        // largest, as in PostgreSQL. This is every ORDER BY without NULLS FIRST/LAST: the
+        // query's (and its top-k's) and an aggregate's own; window functions' ORDER BY is
+        // PostgreSQL's either way (`window_null_order`).
+        let default_null_ordering = match self.options.null_order {
+            NullOrder::Smallest => datafusion_sql::planner::NullOrdering::NullsMin,
+            NullOrder::Largest => datafusion_sql::planner::NullOrdering::NullsMax,
+        };
         let parser_options = ParserOptions {
             collect_spans: true,
-            // NULL sorts as the smallest value, as in SQLite.
-            default_null_ordering: datafusion_sql::planner::NullOrdering::NullsMin,
+            default_null_ordering,
             map_string_types_to_utf8view: false,
             ..ParserOptions::default()
         };
@@ -385,7 +444,7 @@ impl<'a> Binder<'a> {
         // Output columns are named as written (`1 + 1`, `sum(v)`), repeated names told apart.
         name_duplicate_columns(&mut query);
         let plan = planner
-            .sql_statement_to_plan(sql::Statement::Query(Box::new(query)))
+            .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
             .map_err(df_error)?;
         let plan = mark_bag_set_operations(plan).map_err(df_error)?;
         // Before type coercion: a text or binary literal tested for membership in numbers.
@@ -394,6 +453,8 @@ impl<'a> Binder<'a> {
             Analyzer::new().execute_and_check(plan, &options, |_, _| {}).map_err(df_error)?;
         // Integer literal arithmetic overflows as an error, not a wrap (see `checked_literals`).
         let plan = crate::checked_literals::rewrite(plan).map_err(df_error)?;
+        // A subquery's correlated join condition moves out of its inner join (`correlated_on`).
+        let plan = crate::correlated_on::rewrite(plan, &query)?;
         // IN nested in a larger condition keeps SQL's unknown result (see `in_subquery`).
         let plan = crate::in_subquery::rewrite(plan).map_err(df_error)?;
         // Three steps: subqueries become joins; Weir orders each tree of inner joins (see
@@ -417,7 +478,8 @@ impl<'a> Binder<'a> {
         Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
     }
 
-    /// Every window names a stream (base or derived), with durations in its time domain.
+    /// Every window names a stream (base or derived), with durations in its time domain;
+    /// `TUMBLE` and `HOP` may also name a table or a relation view.
     fn check_windows(&self, windows: &[WindowAst]) -> Result<()> {
         for w in windows {
             match self.catalog.lookup(&w.stream) {
@@ -427,6 +489,10 @@ impl<'a> Binder<'a> {
                         w.span,
                     ))
                 }
+                // TUMBLE and HOP map each row of a relation to its windows (see `convert`).
+                Some(CatalogEntry::Table(_)) if w.kind.has_bounds_columns() => {}
+                Some(CatalogEntry::View(v))
+                    if v.kind() == PlanKind::Relation && w.kind.has_bounds_columns() => {}
                 Some(CatalogEntry::Table(_)) => {
                     return Err(WeirError::plan_at(
                         format!("window over a relation: '{}' is a table, not a stream", w.stream),

@@ -190,6 +190,21 @@ pub enum Statement {
     },
     /// `CHECKPOINT`: write a checkpoint of the engine now.
     Checkpoint,
+    /// `SET name = value` (or `TO value`); `value` is `None` for `SET name = DEFAULT` and
+    /// `RESET name`. The engine knows the settings and checks the name and the value.
+    Set {
+        name: String,
+        value: Option<String>,
+        /// Where the name is written.
+        span: Option<Span>,
+        /// Where the value is written.
+        value_span: Option<Span>,
+    },
+    /// `SHOW name` of a setting.
+    ShowSetting {
+        name: String,
+        span: Option<Span>,
+    },
     /// `CREATE INDEX ... ON table (...)`: accepted and ignored (operators index their own
     /// state).
     CreateIndex {

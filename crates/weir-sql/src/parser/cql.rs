@@ -64,8 +64,9 @@ fn parse_window(
     Ok(kind)
 }
 
-/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)` or `HOP(TABLE s, DESCRIPTOR(col), slide, size)`:
-/// the tokens inside `TABLE( ... )`.
+/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)` or `HOP(TABLE s, DESCRIPTOR(col), slide, size)`
+/// (the tokens inside Flink's `TABLE( ... )`), or RisingWave's `TUMBLE(s, col, size)` and
+/// `HOP(s, col, slide, size)`.
 fn parse_window_function(
     toks: &[TokenWithSpan],
     close: &TokenWithSpan,
@@ -78,13 +79,19 @@ fn parse_window_function(
         true
     };
     c.expect(&Token::LParen, "'('")?;
-    c.expect_word("TABLE")?;
-    let (stream, _) = c.ident("a stream name")?;
+    // Flink's `TABLE s, DESCRIPTOR(col)` or RisingWave's `s, col`.
+    let flink = c.eat_word("TABLE");
+    let (stream, _) = c.ident("a stream, table or view name")?;
     c.expect(&Token::Comma, "','")?;
-    c.expect_word("DESCRIPTOR")?;
-    c.expect(&Token::LParen, "'('")?;
-    let (column, _) = c.ident("the event-time column")?;
-    c.expect(&Token::RParen, "')'")?;
+    let column = if flink {
+        c.expect_word("DESCRIPTOR")?;
+        c.expect(&Token::LParen, "'('")?;
+        let (column, _) = c.ident("the time column")?;
+        c.expect(&Token::RParen, "')'")?;
+        column
+    } else {
+        c.ident("the time column")?.0
+    };
     c.expect(&Token::Comma, "','")?;
     let first = parse_duration(&mut c, &[])?;
     let kind = if hop {
@@ -274,6 +281,34 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 i = close + 1;
                 continue;
             }
+            // RisingWave's form, without TABLE( ... ) around it: `FROM TUMBLE(t, ts, size)`.
+            Token::Word(w)
+                if in_from.last() == Some(&From::In)
+                    && w.quote_style.is_none()
+                    && (w.value.eq_ignore_ascii_case("TUMBLE")
+                        || w.value.eq_ignore_ascii_case("HOP"))
+                    && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen) =>
+            {
+                let close =
+                    matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
+                        WeirError::syntax_at(
+                            format!("{}( is never closed: expected ')'", w.value),
+                            tok_span(t),
+                        )
+                    })?;
+                let end = toks.get(close + 1).unwrap_or(&toks[close]);
+                let (stream, kind) = parse_window_function(&toks[i..=close], end)?;
+                let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    t.span.start,
+                    toks[close].span.end,
+                ));
+                let name = word_token(&stream, Keyword::NoKeyword, t.span);
+                push_windowed(&mut out, &synthetic, name, toks.get(close + 1));
+                windows.push(WindowAst { synthetic, stream, kind, span });
+                i = close + 1;
+                continue;
+            }
             Token::Word(w) if w.quote_style.is_none() => {
                 let up = w.value.to_ascii_uppercase();
                 if let Some(top) = in_from.last_mut() {
@@ -413,6 +448,37 @@ mod tests {
             "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
             "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
         ] {
+            round_trip(sql);
+        }
+    }
+
+    /// RisingWave's spelling, `TUMBLE(t, col, size)` and `HOP(t, col, slide, size)` in FROM,
+    /// is the same window as Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(col), size))`.
+    #[test]
+    fn risingwave_spelling_of_the_window_functions() {
+        let q = query("SELECT * FROM TUMBLE(t, ts, INTERVAL '10' SECOND) w JOIN u ON w.k = u.k");
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 w JOIN u ON w.k = u.k");
+        assert_eq!(q.windows[0].stream, "t");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Tumble { column: "ts".into(), size: Duration::Micros(10_000_000) }
+        );
+        let q = query("SELECT window_start FROM hop(t, ts, 2, 4)");
+        assert_eq!(q.query.to_string(), "SELECT window_start FROM __weir_w0 AS t");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Hop {
+                column: "ts".into(),
+                slide: Duration::Ticks(2),
+                size: Duration::Ticks(4)
+            }
+        );
+        let e = crate::parser::parse_script("SELECT * FROM TUMBLE(t, ts)").unwrap_err().to_string();
+        assert!(e.contains("expected ','"), "{e}");
+        // A column named tumble is still a column.
+        let q = query("SELECT tumble FROM t WHERE tumble > 1");
+        assert!(q.windows.is_empty());
+        for sql in ["SELECT * FROM TUMBLE(t, ts, 5) AS x", "SELECT * FROM HOP(t, ts, 5, 10)"] {
             round_trip(sql);
         }
     }

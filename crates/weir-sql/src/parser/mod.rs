@@ -170,11 +170,25 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             ObjectKind::View
         } else if c.eat_word("SINKS") {
             ObjectKind::Sink
+        } else if c.peek().is_some_and(|t| matches!(t.token, Token::Word(_))) {
+            let (name, span) = c.ident("a setting name")?;
+            c.end()?;
+            return Ok(Statement::ShowSetting { name, span });
         } else {
-            return Err(c.err("STREAMS, TABLES, VIEWS, SINKS, QUERIES, CREATE or STREAM STATS"));
+            return Err(c.err(
+                "STREAMS, TABLES, VIEWS, SINKS, QUERIES, CREATE, STREAM STATS or a setting name",
+            ));
         };
         c.end()?;
         return Ok(Statement::Show(kind));
+    }
+    if c.eat_word("SET") {
+        return parse_set(&mut c);
+    }
+    if c.eat_word("RESET") {
+        let (name, span) = c.ident("a setting name")?;
+        c.end()?;
+        return Ok(Statement::Set { name, value: None, span, value_span: None });
     }
     if c.eat_word("CHECKPOINT") {
         c.end()?;
@@ -227,7 +241,34 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
 
 /// What a statement can begin with, as the error for anything else lists it.
 const STATEMENTS: &str = "a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, DROP, SHOW, \
-                          DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT)";
+                          DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT, SET, RESET)";
+
+/// `SET [SESSION] name {= | TO} value`, after `SET`: the value is a quoted text, a word, a
+/// number, or `DEFAULT`.
+fn parse_set(c: &mut Cursor) -> Result<Statement> {
+    c.eat_word("SESSION");
+    let (name, span) = c.ident("a setting name")?;
+    if !c.eat(&Token::Eq) {
+        c.expect_word("TO").map_err(|_| c.err("'=' or TO"))?;
+    }
+    let value_span = c.peek().and_then(tokens::tok_span);
+    let value = match c.next().map(|t| &t.token) {
+        Some(Token::Word(w))
+            if w.quote_style.is_none() && w.value.eq_ignore_ascii_case("DEFAULT") =>
+        {
+            None
+        }
+        Some(Token::SingleQuotedString(s)) => Some(s.clone()),
+        Some(Token::Word(w)) => Some(w.value.clone()),
+        Some(Token::Number(n, _)) => Some(n.clone()),
+        _ => {
+            c.pos_back();
+            return Err(c.err("a setting value (a quoted text, a word, a number or DEFAULT)"));
+        }
+    };
+    c.end()?;
+    Ok(Statement::Set { name, value, span, value_span })
+}
 
 fn object_kind(c: &mut Cursor) -> Result<ObjectKind> {
     if c.eat_word("STREAM") {
@@ -284,6 +325,8 @@ mod tests {
             ("ADVANCE", "ADVANCE s TO 1"),
             ("CLOSE", "CLOSE s"),
             ("CHECKPOINT", "CHECKPOINT"),
+            ("SET", "SET null_order = 'largest'"),
+            ("RESET", "RESET null_order"),
         ];
         let listed: Vec<&str> = STATEMENTS
             .trim_start_matches("a statement (")
@@ -294,6 +337,30 @@ mod tests {
         for (_, sql) in examples {
             assert!(parse_script(sql).is_ok(), "{sql}: {:?}", parse_script(sql).err());
         }
+    }
+
+    #[test]
+    fn set_reset_and_show_a_setting() {
+        let set = |sql: &str| match testing::one(sql) {
+            Statement::Set { name, value, .. } => (name, value),
+            other => panic!("{sql}: {other:?}"),
+        };
+        let largest = ("null_order".to_string(), Some("largest".to_string()));
+        assert_eq!(set("SET null_order = 'largest'"), largest);
+        assert_eq!(set("SET SESSION null_order TO largest"), largest);
+        assert_eq!(set("set NULL_ORDER to 'largest'"), largest);
+        assert_eq!(set("SET null_order = DEFAULT"), ("null_order".to_string(), None));
+        assert_eq!(set("RESET null_order"), ("null_order".to_string(), None));
+        assert!(matches!(
+            testing::one("SHOW null_order"),
+            Statement::ShowSetting { name, .. } if name == "null_order"
+        ));
+        let e = parse_script("SET null_order 'largest'").unwrap_err().to_string();
+        assert!(e.contains("expected '=' or TO, found ''largest'' at line 1, column 16"), "{e}");
+        let e = parse_script("SET null_order =").unwrap_err().to_string();
+        assert!(e.contains("expected a setting value"), "{e}");
+        let e = parse_script("SET null_order = 'a' 'b'").unwrap_err().to_string();
+        assert!(e.contains("expected end of statement"), "{e}");
     }
 
     #[test]

@@ -160,6 +160,11 @@ impl<'a> Cursor<'a> {
         t
     }
 
+    /// Steps back over the token [`Cursor::next`] took.
+    pub(super) fn pos_back(&mut self) {
+        self.pos = self.pos.saturating_sub(1);
+    }
+
     pub(super) fn at_end(&self) -> bool {
         self.pos >= self.toks.len()
     }

@@ -124,8 +124,10 @@ impl Catalog {
     /// names a stream (base or derived) directly. Otherwise it is one-shot: it reads tables and
     /// views and returns their current relation.
     pub fn is_continuous(&self, q: &CqlQuery) -> bool {
+        // TUMBLE/HOP over a table is a one-shot relation like the table; over a stream, the
+        // stream's name makes the query continuous.
         q.r2s.is_some()
-            || !q.windows.is_empty()
+            || q.windows.iter().any(|w| !w.kind.has_bounds_columns())
             || referenced_names(q).iter().any(|n| {
                 self.streams.contains_key(n)
                     || self.views.get(n).is_some_and(|v| v.def.kind() == PlanKind::Stream)

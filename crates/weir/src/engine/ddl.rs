@@ -95,7 +95,7 @@ impl Engine {
         // A replaced view's maintained relation and query are replaced too.
         self.tables.remove_view(name);
         self.dataflow.stop_where(|q| q.target == Target::View(name.to_string()));
-        self.catalog.record_created(name, text);
+        self.catalog.record_created(name, &self.settings.wrap(text));
         if maintained {
             let contents = self.tables.add_view(name, schema)?;
             self.launch(&plan, Target::View(name.to_string()), Some(Box::new(contents)))?;
@@ -132,7 +132,7 @@ impl Engine {
             self.sinks.remove(name);
             return Err(e);
         }
-        self.catalog.record_created(name, text);
+        self.catalog.record_created(name, &self.settings.wrap(text));
         Ok(ExecResult::Done("CREATE SINK".into()))
     }
 

@@ -27,6 +27,7 @@ pub(crate) mod dataflow;
 mod ddl;
 mod dml;
 mod recovery;
+mod settings;
 pub(crate) mod show;
 mod sources;
 pub(crate) mod tables;
@@ -41,7 +42,7 @@ use arrow::datatypes::{DataType, SchemaRef};
 use weir_common::{Result, Time, TimeDomain, Watermark, WeirError};
 use weir_plan::LogicalPlan;
 use weir_sql::parser::{ObjectKind, ParsedStatement, Statement};
-use weir_sql::{bind_query, parse_script, CqlQuery};
+use weir_sql::{bind_query_with, parse_script, CqlQuery};
 
 use catalog::Catalog;
 pub use copy::{CopyIn, CopyReport};
@@ -121,6 +122,8 @@ pub struct Engine {
     confined: Option<std::path::PathBuf>,
     /// Subscriptions to a maintained view itself, by id: the view they tap.
     taps: BTreeMap<u64, String>,
+    /// `SET` settings: how queries are planned from now on.
+    settings: settings::Settings,
 }
 
 impl Engine {
@@ -220,6 +223,11 @@ impl Engine {
             Statement::Describe { name, span } => show::describe(&self.catalog, &name, span),
             Statement::ShowQueries => Ok(show::queries(self.dataflow.queries())),
             Statement::ShowCreate { name, span } => show::create(&self.catalog, &name, span),
+            Statement::Set { name, value, span, value_span } => {
+                self.set_setting_at(&name, value.as_deref(), span, value_span)?;
+                Ok(ExecResult::Done(if value.is_some() { "SET" } else { "RESET" }.into()))
+            }
+            Statement::ShowSetting { name, span } => self.show_setting(&name, span),
             Statement::Checkpoint => {
                 let n = self.checkpoint()?;
                 Ok(ExecResult::Done(format!("CHECKPOINT {n}")))
@@ -237,7 +245,7 @@ impl Engine {
                     let sql = text.trim().trim_end_matches(';').trim().to_string();
                     Ok(ExecResult::Subscribed(self.start_query(plan, Some(sql))?))
                 } else {
-                    let plan = bind_query(&self.catalog.binder(true), &q)?;
+                    let plan = bind_query_with(&self.catalog.binder(true), self.settings.bind, &q)?;
                     let batch = expand(&self.tables.evaluate(&plan, false)?)?;
                     Ok(ExecResult::Rows { schema: batch.schema(), batches: vec![batch] })
                 }
@@ -258,8 +266,8 @@ impl Engine {
             return Ok(None);
         };
         let continuous = self.catalog.is_continuous(&q);
-        let plan =
-            bind_query(&self.catalog.binder(!continuous), &q).map_err(|e| e.with_source(sql))?;
+        let plan = bind_query_with(&self.catalog.binder(!continuous), self.settings.bind, &q)
+            .map_err(|e| e.with_source(sql))?;
         Ok(Some(QueryShape {
             schema: weir_exec::compile::exec_schema(&plan.schema()),
             continuous,
@@ -341,7 +349,7 @@ impl Engine {
     }
 
     fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
-        bind_query(&self.catalog.binder(false), q)
+        bind_query_with(&self.catalog.binder(false), self.settings.bind, q)
     }
 
     fn start_query(&mut self, plan: Arc<LogicalPlan>, sql: Option<String>) -> Result<Subscription> {

@@ -134,7 +134,7 @@ pub(crate) fn create(catalog: &Catalog, name: &str, span: Option<Span>) -> Resul
 }
 
 /// Columns of text as a result.
-fn text_rows(names: &[&str], cols: Vec<Vec<String>>) -> ExecResult {
+pub(super) fn text_rows(names: &[&str], cols: Vec<Vec<String>>) -> ExecResult {
     let schema: SchemaRef = Arc::new(Schema::new(
         names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>(),
     ));
