@@ -33,6 +33,7 @@ pub mod ops;
 pub mod query;
 pub mod route;
 pub mod row;
+pub mod sketch;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;
