@@ -222,8 +222,8 @@ impl SketchAggregate {
                 ));
             }
             let Some((idx, enter, leave)) = self.slice_of(d.times[i]) else { continue };
-            if !self.slices.contains_key(&idx) {
-                self.slices.insert(idx, HashMap::new());
+            if let std::collections::btree_map::Entry::Vacant(e) = self.slices.entry(idx) {
+                e.insert(HashMap::new());
                 self.pending.extend(enter);
                 self.pending.extend(leave);
             }
