@@ -375,3 +375,84 @@ pub fn scaling(
         drain_outputs,
     })
 }
+
+/// One run of the sketch benchmark (see [`sketch`]).
+#[derive(Debug)]
+pub struct SketchPoint {
+    pub query: String,
+    pub events: u64,
+    pub seconds: f64,
+    pub peak_rss_mb: f64,
+    /// The RSS when the run started (the process's baseline, in the peak too).
+    pub start_rss_mb: f64,
+    pub outputs: u64,
+}
+
+impl SketchPoint {
+    pub fn line(&self) -> String {
+        format!(
+            "{:<58} events {}  {:.3} s  {:>10.0} events/s  peak RSS {:>8.1} MB (at start {:.1} MB)  outputs {}",
+            self.query,
+            self.events,
+            self.seconds,
+            self.events as f64 / self.seconds.max(1e-9),
+            self.peak_rss_mb,
+            self.start_rss_mb,
+            self.outputs,
+        )
+    }
+}
+
+/// The sketch benchmark: `SELECT ISTREAM <agg> FROM s [RANGE 3600 SLIDE 60]` (an hour sliding
+/// by a minute, one tick a second) over `events` events, `per_tick` per tick, keys uniform
+/// below `keys`. Times the engine (pushes, the final drain included); the peak RSS is the
+/// process's, reset before the run.
+pub fn sketch(
+    agg: &str,
+    events: u64,
+    keys: u64,
+    per_tick: u64,
+    chunk: usize,
+) -> Result<SketchPoint> {
+    reset_peak_rss();
+    let start_rss_mb = peak_rss_mb();
+    let mut engine = Engine::new();
+    engine.execute("CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
+    let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
+    let sub = engine.subscribe(&query)?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let mut rng = SplitMix64::new(11);
+    let mut busy = Duration::ZERO;
+    let mut outputs = 0u64;
+    let mut next = 0u64;
+    let per_tick = per_tick.max(1);
+    while next < events {
+        let n = (events - next).min(chunk as u64);
+        let ks: Vec<i64> = (0..n).map(|_| rng.below(keys) as i64).collect();
+        let ts: Vec<i64> = (next..next + n).map(|i| (i / per_tick) as i64).collect();
+        next += n;
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from(ks)), Arc::new(Int64Array::from(ts))],
+        )?;
+        let start = Instant::now();
+        engine.push("s", batch)?;
+        outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
+        busy += start.elapsed();
+    }
+    let start = Instant::now();
+    engine.close_all()?;
+    outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
+    busy += start.elapsed();
+    Ok(SketchPoint {
+        query,
+        events,
+        seconds: busy.as_secs_f64(),
+        peak_rss_mb: peak_rss_mb(),
+        start_rss_mb,
+        outputs,
+    })
+}

@@ -4,6 +4,7 @@
 //! weir-bench [--query q0|q1|...|q8|q9|q18|q19|all] [--events N] [--input memory|csv|json]
 //!            [--chunk N] [--rate EVENTS_PER_SEC] [--seed N] [--data DIR] [--workers N]
 //! weir-bench --scaling [--events N] [--ratios 1,10,60,360,3600]
+//! weir-bench --sketch [--events N] [--keys N] [--agg 'COUNT(DISTINCT k)']
 //! weir-bench --write csv|json [--events N] [--data DIR]
 //! ```
 
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use anyhow::{bail, Context, Result};
-use weir_bench::driver::{reset_peak_rss, run, scaling, Input, RunConfig};
+use weir_bench::driver::{reset_peak_rss, run, scaling, sketch, Input, RunConfig};
 use weir_bench::files::{path_of, write_events, Format};
 use weir_bench::{Config, Params, Query};
 
@@ -28,6 +29,9 @@ struct Args {
     seed: u64,
     data: Option<PathBuf>,
     scaling: bool,
+    sketch: bool,
+    keys: u64,
+    agg: Option<String>,
     ratios: Vec<i64>,
     write: Option<Format>,
     workers: usize,
@@ -51,6 +55,9 @@ fn parse_args() -> Result<Args> {
         seed: Config::default().seed,
         data: None,
         scaling: false,
+        sketch: false,
+        keys: 1_000_000,
+        agg: None,
         ratios: vec![1, 10, 60, 360, 3600],
         write: None,
         workers: 1,
@@ -77,6 +84,9 @@ fn parse_args() -> Result<Args> {
             "--workers" => a.workers = value()?.parse()?,
             "--data" => a.data = Some(PathBuf::from(value()?)),
             "--scaling" => a.scaling = true,
+            "--sketch" => a.sketch = true,
+            "--agg" => a.agg = Some(value()?),
+            "--keys" => a.keys = value()?.replace('_', "").parse()?,
             "--ratios" => {
                 a.ratios = value()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?
             }
@@ -84,7 +94,7 @@ fn parse_args() -> Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "{}",
-                    include_str!("main.rs").lines().skip(2).take(6).collect::<Vec<_>>().join("\n")
+                    include_str!("main.rs").lines().skip(2).take(7).collect::<Vec<_>>().join("\n")
                 );
                 std::process::exit(0);
             }
@@ -110,6 +120,17 @@ fn main() -> Result<()> {
         for r in &a.ratios {
             let p = scaling(*r, 10, a.events, 10, 1000, a.chunk)?;
             println!("{}", p.line());
+        }
+        return Ok(());
+    }
+    if a.sketch {
+        println!(
+            "# one hour sliding by a minute (a tick is a second), 1000 events per tick, {} keys",
+            a.keys
+        );
+        for agg in ["COUNT(DISTINCT k)", "APPROX_COUNT_DISTINCT(k)", "APPROX_COUNT_DISTINCT(k, 12)"]
+        {
+            println!("{}", sketch(agg, a.events, a.keys, 1000, a.chunk)?.line());
         }
         return Ok(());
     }

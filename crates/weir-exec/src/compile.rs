@@ -34,6 +34,7 @@ use crate::ops::project::Project;
 use crate::ops::r2s::ToStream;
 use crate::ops::rename::Rename;
 use crate::ops::scan::Scan;
+use crate::ops::sketch_aggregate::SketchAggregate;
 use crate::ops::topk::{SortKey, TopK};
 use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
@@ -63,11 +64,40 @@ pub fn compile(plan: &LogicalPlan) -> Result<Graph> {
 /// and returns the index of its own node. A deep plan (a 64-way join) recurses through this
 /// small stack frame only, not through the large one that [`build`] needs.
 fn add(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
+    if has_sketch(plan) {
+        return add_sketch_aggregate(plan, flow);
+    }
     let mut inputs = Vec::new();
     for input in plan.inputs() {
         inputs.push(add(input, flow)?);
     }
     flow.add(build(plan)?, inputs)
+}
+
+/// Whether `plan` is an aggregate with a sketch (its own function: see [`add_sketch_aggregate`]).
+#[inline(never)]
+fn has_sketch(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Aggregate { aggs, .. } if aggs.iter().any(|a| a.func.is_sketch()))
+}
+
+/// Adds an aggregate with a sketch: a [`SketchAggregate`] over the plan of its rows (the
+/// window, if any, is applied by the aggregate itself, slice by slice). Its own function, so
+/// that [`add`]'s stack frame stays small.
+#[inline(never)]
+fn add_sketch_aggregate(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
+    let LogicalPlan::Aggregate { group, aggs, input, .. } = plan else {
+        return Err(WeirError::internal("a sketch aggregate that is not an aggregate"));
+    };
+    let (window, rows) = weir_plan::sketch_input(input).ok_or_else(|| {
+        WeirError::internal("a sketch aggregate over an input that can delete rows")
+    })?;
+    let in_schema = input.schema();
+    let keys = group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
+    let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
+    let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
+    let op = SketchAggregate::new(window, keys, key_types, specs, exec_schema(&plan.schema()))?;
+    let input = add(&rows, flow)?;
+    flow.add(Box::new(op), vec![input])
 }
 
 /// Apply's [`SubqueryEval`]: compiles a bound subquery and evaluates it at `t`, consolidated.

@@ -19,7 +19,9 @@
 //! query's wake-up and the order of the saved state ([`state`]). Operators live in [`ops`],
 //! one per file (or directory), each documenting its delta semantics. Rows that operators keep
 //! in state are encoded with Arrow's row format ([`row::RowCodec`]); scalar expressions are
-//! DataFusion physical expressions evaluated on whole batches ([`expr`]).
+//! DataFusion physical expressions evaluated on whole batches ([`expr`]). Sketches (mergeable
+//! approximate summaries: HyperLogLog) are in [`sketch`], and the aggregate that keeps them
+//! per window slice in [`ops::sketch_aggregate`].
 //!
 //! Start reading at [`QueryRunner::advance`], then [`Graph::eval`] and an operator such as
 //! [`ops::aggregate`].
@@ -33,6 +35,7 @@ pub mod ops;
 pub mod query;
 pub mod route;
 pub mod row;
+pub mod sketch;
 pub mod state;
 #[cfg(test)]
 pub(crate) mod testing;

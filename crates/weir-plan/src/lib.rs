@@ -23,7 +23,8 @@ pub mod prune;
 
 pub use explain::explain;
 pub use plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
-    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec, R2S,
+    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan,
+    OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow, WindowFrame,
+    WindowSpec, DEFAULT_HLL_PRECISION, HLL_PRECISIONS, R2S,
 };
 pub use prune::prune;

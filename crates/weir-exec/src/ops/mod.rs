@@ -14,6 +14,7 @@ pub mod project;
 pub mod r2s;
 pub mod rename;
 pub mod scan;
+pub mod sketch_aggregate;
 pub mod time_windows;
 pub mod topk;
 pub mod union;

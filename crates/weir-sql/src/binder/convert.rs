@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::tree_node::TreeNode;
-use datafusion_common::{DFSchema, TableReference};
+use datafusion_common::{DFSchema, ScalarValue, TableReference};
 use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
@@ -125,12 +125,9 @@ impl Converter<'_> {
                     group.push(g.clone());
                 }
                 let aggs = a.aggr_expr.iter().map(agg_call).collect::<Result<Vec<_>>>()?;
-                LogicalPlan::Aggregate {
-                    group,
-                    aggs,
-                    input: self.convert(&a.input)?,
-                    schema: a.schema.clone(),
-                }
+                let input = self.convert(&a.input)?;
+                check_sketch_input(&aggs, &input)?;
+                LogicalPlan::Aggregate { group, aggs, input, schema: a.schema.clone() }
             }
             DfPlan::Distinct(Distinct::All(input)) => {
                 LogicalPlan::Distinct { input: self.convert(input)? }
@@ -1245,8 +1242,13 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
     if p.null_treatment.is_some() {
         return Err(unsupported(&format!("IGNORE NULLS or RESPECT NULLS in aggregate {name}")));
     }
+    let mut precision = weir_plan::DEFAULT_HLL_PRECISION;
     let (arg, separator) = match (name.as_str(), p.args.as_slice()) {
         (_, []) => (None, None),
+        ("approx_count_distinct" | "approx_distinct", [a, prec]) => {
+            precision = hll_precision(prec)?;
+            (Some(a.clone()), None)
+        }
         ("string_agg", [a, sep]) => (Some(a.clone()), string_agg_separator(sep)?),
         (_, [a]) => (Some(a.clone()), None),
         _ => return Err(unsupported(&format!("aggregate {name} with several arguments"))),
@@ -1269,6 +1271,7 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         "array_agg" => AggFunc::ArrayAgg,
         "first_value" => AggFunc::FirstValue,
         "last_value" => AggFunc::LastValue,
+        "approx_count_distinct" | "approx_distinct" => AggFunc::ApproxCountDistinct { precision },
         other => return Err(unsupported(&format!("aggregate function {other}"))),
     };
     let arg = if func == AggFunc::CountStar { None } else { arg };
@@ -1289,6 +1292,63 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
     }
     let filter = p.filter.as_deref().cloned();
     Ok(AggCall { func, arg, distinct: p.distinct, filter, order_by, separator })
+}
+
+/// `APPROX_COUNT_DISTINCT`'s precision: an integer constant in [`weir_plan::HLL_PRECISIONS`]
+/// (the binder checks it first on the syntax tree, where it can point at it).
+fn hll_precision(e: &Expr) -> Result<u8> {
+    let range = weir_plan::HLL_PRECISIONS;
+    let bad = || {
+        WeirError::plan(format!(
+            "APPROX_COUNT_DISTINCT's precision must be an integer constant from {} to {}, found {e}",
+            range.start(),
+            range.end()
+        ))
+    };
+    let lit = match e {
+        Expr::Cast(c) => c.expr.as_ref(),
+        Expr::TryCast(c) => c.expr.as_ref(),
+        e => e,
+    };
+    let Expr::Literal(v, _) = lit else { return Err(bad()) };
+    let p = match v {
+        ScalarValue::Int64(Some(p)) => *p,
+        ScalarValue::Int32(Some(p)) => *p as i64,
+        ScalarValue::Int16(Some(p)) => *p as i64,
+        ScalarValue::Int8(Some(p)) => *p as i64,
+        ScalarValue::UInt64(Some(p)) => i64::try_from(*p).unwrap_or(i64::MAX),
+        ScalarValue::UInt32(Some(p)) => *p as i64,
+        ScalarValue::UInt16(Some(p)) => *p as i64,
+        ScalarValue::UInt8(Some(p)) => *p as i64,
+        _ => return Err(bad()),
+    };
+    u8::try_from(p).ok().filter(|p| range.contains(p)).ok_or_else(bad)
+}
+
+/// Refuses a sketch aggregate whose input can delete rows: a sketch cannot forget a value.
+/// Accepted: a time window over a stream (counted slice by slice), or an append-only input.
+fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>) -> Result<()> {
+    let Some(sketch) = aggs.iter().find(|a| a.func.is_sketch()) else { return Ok(()) };
+    let name = sketch.func.to_string().to_uppercase();
+    if weir_plan::sketch_input(input).is_none() {
+        return Err(WeirError::plan(format!(
+            "{name} cannot forget rows, and its input here can delete them: give it a stream with \
+             a time window ([NOW], [RANGE ...], [RANGE ... SLIDE ...]) or an append-only input \
+             (a stream [UNBOUNDED], joins of such); a table, a ROWS window, an aggregate or an \
+             outer join below it can delete rows"
+        )));
+    }
+    if let Some(other) = aggs.iter().find(|a| {
+        !(a.func.is_sketch() || matches!(a.func, AggFunc::CountStar | AggFunc::Count))
+            || (a.distinct && !a.func.is_sketch())
+    }) {
+        return Err(WeirError::plan(format!(
+            "{name} can be computed beside COUNT only, not beside {}: compute {} in another query",
+            other.func.to_string().to_uppercase(),
+            other.func.to_string().to_uppercase()
+        )));
+    }
+    Ok(())
 }
 
 /// `STRING_AGG`'s second argument: a text constant, or NULL (the values are then joined with

@@ -41,6 +41,7 @@ use crate::parser::{object_name, CqlQuery, WindowAst, WINDOW_PREFIX};
 
 pub mod convert;
 pub mod names;
+mod sketch_udf;
 mod window_udf;
 
 use convert::{window_schema, Converter};
@@ -135,6 +136,9 @@ fn functions() -> &'static Functions {
             for alias in f.aliases() {
                 aggregate.insert(alias.clone(), f.clone());
             }
+            aggregate.insert(f.name().to_string(), f);
+        }
+        for f in sketch_udf::known_sketch_aggregates() {
             aggregate.insert(f.name().to_string(), f);
         }
         let planners: Vec<Arc<dyn ExprPlanner>> = vec![
@@ -366,6 +370,67 @@ fn place_duplicate_relation(e: WeirError, q: &sql::Query) -> WeirError {
     )
 }
 
+/// The sketch aggregates' names (see [`sketch_udf`]).
+const SKETCH_NAMES: [&str; 2] = ["approx_count_distinct", "approx_distinct"];
+
+/// Checks `APPROX_COUNT_DISTINCT(x, precision)`'s precision on the syntax tree, where an error
+/// can point at it: an integer constant in [`weir_plan::HLL_PRECISIONS`].
+fn check_sketch_args(q: &sql::Query) -> Result<()> {
+    let range = weir_plan::HLL_PRECISIONS;
+    let found = sql::visit_expressions(q, |e| {
+        let sql::Expr::Function(f) = e else { return std::ops::ControlFlow::Continue(()) };
+        let name = f.name.to_string().to_ascii_lowercase();
+        if !SKETCH_NAMES.contains(&name.as_str()) {
+            return std::ops::ControlFlow::Continue(());
+        }
+        let sql::FunctionArguments::List(list) = &f.args else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let Some(arg) = list.args.get(1) else { return std::ops::ControlFlow::Continue(()) };
+        let value = match arg {
+            sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(sql::Expr::Value(v))) => {
+                match &v.value {
+                    sql::Value::Number(n, _) => n.parse::<u8>().ok(),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if value.is_some_and(|p| range.contains(&p)) {
+            return std::ops::ControlFlow::Continue(());
+        }
+        std::ops::ControlFlow::Break(WeirError::plan_at(
+            format!(
+                "{}'s precision must be an integer constant from {} to {} (2^precision \
+                 registers), found {arg}",
+                name.to_uppercase(),
+                range.start(),
+                range.end()
+            ),
+            Span::from_sql(sql::Spanned::span(arg)),
+        ))
+    });
+    match found {
+        std::ops::ControlFlow::Break(e) => Err(e),
+        std::ops::ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+/// Places an error about a sketch aggregate (its message starts with its name) at its call.
+fn place_sketch_error(e: WeirError, q: &sql::Query) -> WeirError {
+    let WeirError::Plan(d) = &e else { return e };
+    if d.span.is_some() {
+        return e;
+    }
+    if !d.message.starts_with("APPROX_COUNT_DISTINCT") {
+        return e;
+    }
+    match SKETCH_NAMES.iter().find_map(|name| function_span(q, name)) {
+        Some(span) => WeirError::plan_at(d.message.clone(), Some(span)),
+        None => e,
+    }
+}
+
 impl<'a> Binder<'a> {
     pub fn new(catalog: &'a dyn Catalog) -> Self {
         Binder { catalog, options: BindOptions::default() }
@@ -379,10 +444,13 @@ impl<'a> Binder<'a> {
     pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
+        check_sketch_args(&q.query)?;
         let df = self
             .plan_sql(&q.query, &q.windows)
             .map_err(|e| place_duplicate_relation(place_function_error(e, &q.query), &q.query))?;
-        let plan = Converter { catalog: self.catalog, windows: &q.windows }.convert(&df)?;
+        let plan = Converter { catalog: self.catalog, windows: &q.windows }
+            .convert(&df)
+            .map_err(|e| place_sketch_error(e, &q.query))?;
         // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).
         let plan = if q.query.fetch.as_ref().is_some_and(|f| f.with_ties) {
             keep_ties(&plan).ok_or_else(|| {

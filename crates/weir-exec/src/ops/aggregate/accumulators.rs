@@ -90,7 +90,8 @@ pub(super) enum Kind {
 impl Kind {
     pub(super) fn of(spec: &AggSpec) -> Kind {
         match spec.func {
-            AggFunc::CountStar | AggFunc::Count => Kind::Int,
+            // Sketches are evaluated by `SketchAggregate`; `Aggregate::new` refuses them.
+            AggFunc::CountStar | AggFunc::Count | AggFunc::ApproxCountDistinct { .. } => Kind::Int,
             AggFunc::Avg => Kind::Float,
             AggFunc::Sum => match &spec.arg_type {
                 DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,

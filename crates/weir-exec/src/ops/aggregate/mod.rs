@@ -286,6 +286,9 @@ impl Aggregate {
         aggs: Vec<AggSpec>,
         schema: SchemaRef,
     ) -> Result<Self> {
+        if let Some(a) = aggs.iter().find(|a| a.func.is_sketch()) {
+            return Err(WeirError::internal(format!("{} compiled as a plain aggregate", a.func)));
+        }
         let value_codecs = aggs
             .iter()
             .map(|a| match a.arg {

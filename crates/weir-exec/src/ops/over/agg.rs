@@ -131,7 +131,8 @@ impl Acc {
             | AggFunc::StringAgg
             | AggFunc::ArrayAgg
             | AggFunc::FirstValue
-            | AggFunc::LastValue => {}
+            | AggFunc::LastValue
+            | AggFunc::ApproxCountDistinct { .. } => {}
         }
         Ok(())
     }
