@@ -89,6 +89,16 @@ impl ChangeBatch {
         Ok(ChangeBatch { data, times, diffs })
     }
 
+    /// The rows stamped before `at`, in their order: a slice when the batch is sorted by time.
+    pub fn before(&self, at: Time) -> Result<ChangeBatch> {
+        if self.times.is_sorted() {
+            return Ok(self.slice(0, self.times.partition_point(|&t| t < at)));
+        }
+        let idx: Vec<u32> =
+            (0..self.len() as u32).filter(|&i| self.times[i as usize] < at).collect();
+        self.take(&idx)
+    }
+
     /// Rows `[offset, offset + len)` (zero-copy for the data columns).
     ///
     /// Panics if the range is out of bounds, as slicing does: callers slice ranges they
@@ -155,6 +165,14 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
+
+    #[test]
+    fn before_keeps_the_rows_stamped_earlier_sorted_or_not() {
+        assert_eq!(batch(&[1, 2, 3], &[1, 2, 2]).before(2).expect("before").times, [1]);
+        let b = batch(&[1, 2, 3, 4], &[3, 1, 5, 2]).before(3).expect("before");
+        assert_eq!((b.times, b.diffs), (vec![1, 2], vec![20, 40]));
+        assert!(batch(&[1], &[7]).before(7).expect("before").is_empty());
+    }
 
     /// Values `v` at `times`, each with diff `10 * v`, so every row can be checked by eye.
     fn batch(values: &[i64], times: &[Time]) -> ChangeBatch {

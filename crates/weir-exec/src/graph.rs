@@ -183,15 +183,7 @@ impl Graph {
         match failed {
             None => Ok(root),
             Some((at, error)) => {
-                let keep = root.times.partition_point(|&t| t < at);
-                let output = if root.times[..keep].iter().all(|&t| t < at) && root.times.is_sorted()
-                {
-                    root.slice(0, keep)
-                } else {
-                    let idx: Vec<u32> =
-                        (0..root.len() as u32).filter(|&r| root.times[r as usize] < at).collect();
-                    root.take(&idx).map_err(fail)?
-                };
+                let output = root.before(at).map_err(fail)?;
                 Err(Box::new(Failure { error, at, output: Some(output) }))
             }
         }

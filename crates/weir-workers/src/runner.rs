@@ -342,15 +342,8 @@ impl Hosted {
         if let Some((e, at)) = failure {
             // What the instants before the first failing one gave is exact: deliver it.
             let Some(at) = at else { return Err(e) };
-            let mut before = Vec::new();
-            for b in batches {
-                let idx: Vec<u32> =
-                    (0..b.len() as u32).filter(|&i| b.times[i as usize] < at).collect();
-                if !idx.is_empty() {
-                    before.push(b.take(&idx)?);
-                }
-            }
-            self.deliver(before, out)?;
+            let before = batches.iter().map(|b| b.before(at)).collect::<Result<Vec<_>>>()?;
+            self.deliver(before.into_iter().filter(|b| !b.is_empty()).collect(), out)?;
             return Err(e);
         }
         self.deliver(batches, out)
