@@ -55,6 +55,20 @@ pub enum Query {
     /// orders by price only, date_time makes ties deterministic whatever the columns). A
     /// relation.
     Q19,
+    /// The bid count and highest price per auction in each 10 s tumbling window, written as
+    /// Flink users write it: `TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), ...))` grouped
+    /// by `window_start, window_end, auction`, `ISTREAM`: each window's rows once, when it
+    /// closes (the peers' "tumble" query, `../shared/peers/`).
+    Tumble,
+    /// The bid count per auction in each 10 s window sliding by 2 s, `TABLE(HOP(...))`
+    /// grouped by `window_start, window_end, auction`, `ISTREAM` (the peers' "hop").
+    Hop,
+    /// [`Query::Tumble`]'s aggregate over the CQL window `[RANGE 10 SECONDS SLIDE 10 SECONDS]`,
+    /// without the bounds: a relation of +1/−1 changes per auction. The cost the table
+    /// function's form is held to.
+    TumbleCql,
+    /// [`Query::Hop`]'s aggregate over `[RANGE 10 SECONDS SLIDE 2 SECONDS]`, a relation.
+    HopCql,
 }
 
 /// Window sizes, in microseconds.
@@ -85,7 +99,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 12] = [
+    pub const ALL: [Query; 16] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -98,6 +112,10 @@ impl Query {
         Query::Q9,
         Query::Q18,
         Query::Q19,
+        Query::Tumble,
+        Query::Hop,
+        Query::TumbleCql,
+        Query::HopCql,
     ];
 
     pub fn parse(name: &str) -> Option<Query> {
@@ -118,15 +136,27 @@ impl Query {
             Query::Q9 => "q9",
             Query::Q18 => "q18",
             Query::Q19 => "q19",
+            Query::Tumble => "tumble",
+            Query::Hop => "hop",
+            Query::TumbleCql => "tumble_cql",
+            Query::HopCql => "hop_cql",
         }
     }
 
     /// The streams the query reads.
     pub fn streams(self) -> &'static [&'static str] {
         match self {
-            Query::Q0 | Query::Q1 | Query::Q2 | Query::Q5 | Query::Q7 | Query::Q18 | Query::Q19 => {
-                &["bid"]
-            }
+            Query::Q0
+            | Query::Q1
+            | Query::Q2
+            | Query::Q5
+            | Query::Q7
+            | Query::Q18
+            | Query::Q19
+            | Query::Tumble
+            | Query::Hop
+            | Query::TumbleCql
+            | Query::HopCql => &["bid"],
             Query::Q3 | Query::Q8 => &["person", "auction"],
             Query::Q4 | Query::Q6 | Query::Q9 => &["auction", "bid"],
         }
@@ -209,6 +239,30 @@ impl Query {
                  JOIN auction [RANGE {w} SLIDE {w}] AS a ON p.id = a.seller \
                  GROUP BY p.id, p.name",
                 w = us(p.tumble)
+            ),
+            Query::Tumble => format!(
+                "SELECT ISTREAM window_start, window_end, auction, COUNT(*) AS cnt, \
+                   MAX(price) AS max_price \
+                 FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), {w})) \
+                 GROUP BY window_start, window_end, auction",
+                w = us(p.tumble)
+            ),
+            Query::Hop => format!(
+                "SELECT ISTREAM window_start, window_end, auction, COUNT(*) AS cnt \
+                 FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), {s}, {r})) \
+                 GROUP BY window_start, window_end, auction",
+                r = us(p.q5_range),
+                s = us(p.q5_slide)
+            ),
+            Query::TumbleCql => format!(
+                "SELECT auction, COUNT(*) AS cnt, MAX(price) AS max_price \
+                 FROM bid [RANGE {w} SLIDE {w}] GROUP BY auction",
+                w = us(p.tumble)
+            ),
+            Query::HopCql => format!(
+                "SELECT auction, COUNT(*) AS cnt FROM bid [RANGE {r} SLIDE {s}] GROUP BY auction",
+                r = us(p.q5_range),
+                s = us(p.q5_slide)
             ),
         }
     }

@@ -330,6 +330,35 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Tumble | Query::Hop | Query::TumbleCql | Query::HopCql => {
+            let tvf = matches!(q, Query::Tumble | Query::Hop);
+            let (r, s) = match q {
+                Query::Tumble | Query::TumbleCql => (p.tumble, p.tumble),
+                _ => (p.q5_range, p.q5_slide),
+            };
+            let with_max = matches!(q, Query::Tumble | Query::TumbleCql);
+            // The TVF forms are ISTREAM over the rows with the window's bounds, the CQL forms
+            // the relation of the groups.
+            differentiate(&boundaries(first, last, r, s), !tvf, |tau| {
+                let mut per: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+                for b in bids.iter().filter(|b| in_slide(b.date_time, tau, r, s)) {
+                    let e = per.entry(b.auction).or_insert((0, i64::MIN));
+                    e.0 += 1;
+                    e.1 = e.1.max(b.price);
+                }
+                let end = s * (tau + 1).div_euclid(s);
+                let mut bag = Bag::new();
+                for (a, (n, top)) in per {
+                    let mut row = if tvf { vec![ts(end - r), ts(end)] } else { vec![] };
+                    row.extend([int(a), int(n)]);
+                    if with_max {
+                        row.push(int(top));
+                    }
+                    add(&mut bag, row);
+                }
+                bag
+            })
+        }
         Query::Q7 => {
             let w = p.tumble;
             differentiate(&boundaries(first, last, w, w), false, |tau| {
@@ -422,6 +451,13 @@ fn q5_finds_the_hottest_auctions() {
 #[test]
 fn q7_finds_the_highest_bids() {
     check(Query::Q7, 3000);
+}
+
+#[test]
+fn tumble_and_hop_table_functions_and_their_cql_windows_count_bids_per_auction() {
+    for q in [Query::Tumble, Query::Hop, Query::TumbleCql, Query::HopCql] {
+        check(q, 3000);
+    }
 }
 
 #[test]

@@ -38,6 +38,7 @@ use crate::ops::sketch_aggregate::SketchAggregate;
 use crate::ops::topk::{SortKey, TopK};
 use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
+use crate::ops::window_bounds::WindowBounds;
 use crate::ops::window_rows::RowsWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
@@ -122,6 +123,9 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             };
             let bounds = TimeBounds::Slide { range: *range, slide: *slide };
             Box::new(TimeWindow::with_bounds_columns(bounds, schema))
+        }
+        LogicalPlan::WindowBounds { range, slide, .. } => {
+            Box::new(WindowBounds::new(*range, *slide, schema)?)
         }
         LogicalPlan::Window { spec, .. } => match spec {
             WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),

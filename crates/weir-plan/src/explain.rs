@@ -90,6 +90,15 @@ fn label(plan: &LogicalPlan) -> String {
                 )
             }
         }
+        LogicalPlan::WindowBounds { range, slide, input, .. } => {
+            let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
+            let d = |t| LogicalPlan::duration_label(t, domain);
+            format!(
+                "WindowBounds: window_start, window_end of [RANGE {} SLIDE {}]",
+                d(*range),
+                d(*slide)
+            )
+        }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))

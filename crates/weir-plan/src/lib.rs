@@ -13,13 +13,15 @@
 //! (a table's changes). Every node knows its output [`PlanKind`] (stream or relation) and its
 //! schema; scalar expressions are DataFusion [`Expr`]s over the input's schema, already
 //! type-coerced by the binder. [`explain`] prints the tree for `EXPLAIN`; [`prune`] narrows
-//! each join input to the columns used above it.
+//! each join input to the columns used above it; [`lift_window_bounds`] computes an aggregate
+//! per TUMBLE/HOP window over the plain window and adds the window's bounds after.
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
 pub mod explain;
 pub mod plan;
 pub mod prune;
+pub mod window_bounds;
 
 pub use explain::explain;
 pub use plan::{
@@ -28,3 +30,4 @@ pub use plan::{
     WindowSpec, DEFAULT_HLL_PRECISION, HLL_PRECISIONS, R2S,
 };
 pub use prune::prune;
+pub use window_bounds::lift_window_bounds;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use datafusion_common::DFSchemaRef;
 use datafusion_expr::{Expr, SortExpr};
-use weir_common::{Time, TimeDomain};
+use weir_common::{Result, Time, TimeDomain};
 
 /// Whether a plan's output is a stream (timestamped elements, append-only) or a relation
 /// (a bag that changes over time).
@@ -484,6 +484,13 @@ pub enum LogicalPlan {
         input: Arc<LogicalPlan>,
         schema: DFSchemaRef,
     },
+    /// The input relation with `window_start` and `window_end` appended: the bounds [b − `range`,
+    /// b) of the `[RANGE range SLIDE slide]` window current at each instant (b = slide ·
+    /// ⌊(τ+1)/slide⌋), as the last two columns of `schema`. Where the window moves, every row
+    /// is retracted with the old bounds and inserted with the new. The planner puts it above an
+    /// aggregate per TUMBLE/HOP window computed over the plain window (see
+    /// [`crate::window_bounds`]), whose input changes only where the window moves.
+    WindowBounds { range: Time, slide: Time, input: Arc<LogicalPlan>, schema: DFSchemaRef },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -574,6 +581,7 @@ impl LogicalPlan {
             | LogicalPlan::TableScan { schema, .. }
             | LogicalPlan::Window { schema, .. }
             | LogicalPlan::TimeWindows { schema, .. }
+            | LogicalPlan::WindowBounds { schema, .. }
             | LogicalPlan::Project { schema, .. }
             | LogicalPlan::Join { schema, .. }
             | LogicalPlan::Aggregate { schema, .. }
@@ -608,6 +616,7 @@ impl LogicalPlan {
             | LogicalPlan::Values { .. } => vec![],
             LogicalPlan::Window { input, .. }
             | LogicalPlan::TimeWindows { input, .. }
+            | LogicalPlan::WindowBounds { input, .. }
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }
@@ -712,6 +721,14 @@ impl LogicalPlan {
                     size: *size,
                     slide: *slide,
                     domain: *domain,
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
+            LogicalPlan::WindowBounds { range, slide, input, schema } => {
+                LogicalPlan::WindowBounds {
+                    range: *range,
+                    slide: *slide,
                     input: m(input),
                     schema: schema.clone(),
                 }
@@ -849,6 +866,43 @@ impl LogicalPlan {
                 }
             }
         }
+    }
+
+    /// The same node with each input replaced by `f` of it (left to right); a leaf is cloned.
+    pub fn map_inputs(
+        &self,
+        f: &mut dyn FnMut(&Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>>,
+    ) -> Result<LogicalPlan> {
+        let mut out = self.clone();
+        match &mut out {
+            LogicalPlan::StreamScan { .. }
+            | LogicalPlan::TableScan { .. }
+            | LogicalPlan::Values { .. } => {}
+            LogicalPlan::Window { input, .. }
+            | LogicalPlan::TimeWindows { input, .. }
+            | LogicalPlan::WindowBounds { input, .. }
+            | LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Project { input, .. }
+            | LogicalPlan::Aggregate { input, .. }
+            | LogicalPlan::Distinct { input }
+            | LogicalPlan::ToStream { input, .. }
+            | LogicalPlan::TopK { input, .. }
+            | LogicalPlan::Apply { input, .. }
+            | LogicalPlan::Ranking { input, .. }
+            | LogicalPlan::OverAggregate { input, .. }
+            | LogicalPlan::OverRelation { input, .. }
+            | LogicalPlan::Rename { input, .. } => *input = f(input)?,
+            LogicalPlan::Join { left, right, .. } => {
+                *left = f(left)?;
+                *right = f(right)?;
+            }
+            LogicalPlan::UnionAll { inputs, .. } => {
+                for i in inputs.iter_mut() {
+                    *i = f(i)?;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every base stream the plan reads, with its time domain.

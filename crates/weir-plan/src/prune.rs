@@ -90,6 +90,14 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
+        LogicalPlan::WindowBounds { range, slide, input, schema: s } => {
+            unchanged(LogicalPlan::WindowBounds {
+                range: *range,
+                slide: *slide,
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::Distinct { input } => {
             unchanged(LogicalPlan::Distinct { input: whole(input)? })
         }
@@ -382,7 +390,7 @@ fn cheapest(schema: &DFSchema, candidates: &[usize]) -> Option<usize> {
 }
 
 /// The schema of `schema`'s columns at `positions`, in that order, with their qualifiers.
-fn select_fields(schema: &DFSchemaRef, positions: &[usize]) -> Result<DFSchemaRef> {
+pub(crate) fn select_fields(schema: &DFSchemaRef, positions: &[usize]) -> Result<DFSchemaRef> {
     if positions.len() == schema.fields().len()
         && positions.iter().enumerate().all(|(i, p)| i == *p)
     {
@@ -416,7 +424,7 @@ fn is_plain(e: &Expr) -> bool {
 /// cannot be placed exactly (unknown, or unqualified and matching several) adds every
 /// candidate, and an expression holding a subquery (whose outer references are not plain
 /// columns) reads everything.
-fn expr_columns(e: &Expr, schema: &DFSchema, out: &mut Cols) {
+pub(crate) fn expr_columns(e: &Expr, schema: &DFSchema, out: &mut Cols) {
     let has_subquery = e
         .exists(|x| {
             Ok(matches!(

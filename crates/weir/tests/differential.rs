@@ -11,7 +11,9 @@
 //!
 //! - windows: `[UNBOUNDED]` = S(≤τ); `[NOW]` = stamped τ; `[RANGE T]` = stamped in (τ−T, τ];
 //!   `[RANGE T SLIDE S]` = stamped in [b−T, b), b = S·⌊(τ+1)/S⌋; `[ROWS N]` = the last N of S(≤τ)
-//!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k;
+//!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k; the window table
+//!   function `HOP(TABLE s, DESCRIPTOR(t), S, T)` = `[RANGE T SLIDE S]` with the bounds
+//!   (b−T, b) on every row;
 //! - relational operators evaluated on the instantaneous bags, with SQL NULL semantics
 //!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
 //!   FILTER (WHERE ...) on them (only rows whose condition is true), BOOL_AND/BOOL_OR (NULLs
@@ -489,6 +491,45 @@ fn q_group_count(w: Win) -> Case {
         Box::new(move |i, tau| {
             let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
             bag(g.into_iter().map(|(k, vs)| vec![int(k), int(vs.len() as i64)]))
+        }),
+    )
+}
+
+/// An aggregate per HOP window (TUMBLE when size = slide) grouped by its bounds and k: at τ,
+/// the groups of the `[RANGE T SLIDE S]` window's contents by k, each with the window's bounds
+/// [b−T, b), b = S·⌊(τ+1)/S⌋. With `by_key` false, one row per non-empty window (no row for an
+/// empty one, unlike a scalar aggregate). `reads_bounds` adds a filter on the bounds, which is
+/// always true but keeps them on every row (the plan without WindowBounds): the same oracle.
+fn q_window_tvf(w: Win, by_key: bool, reads_bounds: bool) -> Case {
+    let Win::Slide(size, slide) = w else { unreachable!("window table functions slide") };
+    let tvf = format!("TABLE(HOP(TABLE s, DESCRIPTOR(t), {slide}, {size}))");
+    let filter = if reads_bounds { " WHERE window_end > window_start" } else { "" };
+    let sql = if by_key {
+        format!(
+            "SELECT window_start, window_end, k, COUNT(*), SUM(v) FROM {tvf}{filter} \
+             GROUP BY window_start, window_end, k"
+        )
+    } else {
+        format!("SELECT window_end, COUNT(*), MAX(v) FROM {tvf}{filter} GROUP BY window_end")
+    };
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let rows = s_at(w, i, tau);
+            let b = slide * (tau + 1).div_euclid(slide);
+            if by_key {
+                bag(groups_of(rows).into_iter().map(|(k, es)| {
+                    let vs: Vec<Option<i64>> = es.iter().map(|e| e.v).collect();
+                    vec![int(b - size), int(b), int(k), int(es.len() as i64), sum(&vs)]
+                }))
+            } else if rows.is_empty() {
+                Bag::new()
+            } else {
+                let vs: Vec<Option<i64>> = rows.iter().map(|e| e.v).collect();
+                bag([vec![int(b), int(rows.len() as i64), max(&vs)]])
+            }
         }),
     )
 }
@@ -2515,6 +2556,22 @@ proptest! {
     #[test]
     fn group_sum_min_max_matches_oracle(s in elements()) {
         check_all_windows(q_group_sum_min_max, &Input::single(s))?;
+    }
+
+    #[test]
+    fn window_table_function_aggregates_match_oracle(s in elements()) {
+        let input = Input::single(s);
+        // TUMBLE and two HOPs (slide dividing the size, and not), each shape once: by key,
+        // by the window alone (no row for an empty window), and read the general way.
+        let cases = [
+            (Win::Slide(4, 4), true, false),
+            (Win::Slide(3, 2), false, false),
+            (Win::Slide(5, 2), true, false),
+            (Win::Slide(3, 1), true, true),
+        ];
+        for (w, by_key, reads_bounds) in cases {
+            check(&q_window_tvf(w, by_key, reads_bounds), &input)?;
+        }
     }
 
     #[test]

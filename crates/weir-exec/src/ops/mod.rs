@@ -19,6 +19,7 @@ pub mod time_windows;
 pub mod topk;
 pub mod union;
 pub mod values;
+pub mod window_bounds;
 pub mod window_rows;
 pub mod window_time;
 

@@ -29,7 +29,9 @@
 //! window's `window_start` = b−T and `window_end` = b. When the window slides, every row still
 //! inside changes (its bounds do), so the output is −(old rows, old bounds) +(new rows, new
 //! bounds): proportional to the window's contents, which is the size of the change itself.
-//! Such a window is evaluated instant by instant, on a path of its own.
+//! Its output changes only at slide boundaries, so a step, one instant or a span alike, admits
+//! its elements and then moves the window to each boundary in it that changes the output; the
+//! ticks in between cost nothing.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -37,7 +39,7 @@ use std::sync::Arc;
 use arrow::array::ArrayRef;
 
 use arrow::datatypes::SchemaRef;
-use weir_common::{ChangeBatch, Result, Time};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::operator::{min_wakeup, take_inputs, Operator, Step};
 use crate::ops::batch_of;
@@ -59,7 +61,7 @@ pub enum TimeBounds {
 impl TimeBounds {
     /// [lo, hi) at instant t. Computed in i128: bounds may lie outside the i64 tick domain
     /// (a window at the domain's ends), and must not be clamped into it.
-    fn at(self, t: Time) -> (i128, i128) {
+    pub(crate) fn at(self, t: Time) -> (i128, i128) {
         let t = t as i128;
         match self {
             TimeBounds::Unbounded => (i128::MIN, t + 1),
@@ -334,12 +336,62 @@ impl TimeWindow {
         min_wakeup([entry, exit])
     }
 
-    /// The changes of a window with bounds columns at instant `t`, given the input changes
-    /// `d` at `t` (see the module docs).
-    fn bounds_step(&mut self, t: Time, d: ChangeBatch) -> Result<ChangeBatch> {
-        if !d.is_empty() && self.entry_tick(t).is_some() {
-            self.elems.push_back(Elements { time: t, batch: d, inside: false });
+    /// The changes of a window with bounds columns over the instants [lo, hi], given the input
+    /// changes `d` stamped in [lo, hi] (see the module docs). Every element is admitted first;
+    /// then the window is moved to each tick of the step at which its output changes (a slide
+    /// boundary with rows inside before or after it), in order, exactly as instant-by-instant
+    /// evaluation moves it at those instants, and at no other tick: between two boundaries the
+    /// contents and the bounds stay as they are.
+    fn bounds_step(&mut self, lo: Time, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
+        for (start, end) in runs(&d.times) {
+            let t = d.times[start];
+            if self.entry_tick(t).is_some() {
+                self.elems.push_back(Elements {
+                    time: t,
+                    batch: d.slice(start, end - start),
+                    inside: false,
+                });
+            }
         }
+        let mut parts = Vec::new();
+        let mut last = None::<Time>;
+        while let Some(x) = self.next_change(lo).filter(|&x| x <= hi) {
+            if last.is_some_and(|l| x <= l) {
+                return Err(WeirError::internal("a TUMBLE/HOP window did not advance"));
+            }
+            let out = self.move_to(x)?;
+            if !out.is_empty() {
+                parts.push(out);
+            }
+            last = Some(x);
+        }
+        // The instants of the step after the last change see the same window.
+        self.current = Some(self.bounds.at(hi));
+        match parts.len() {
+            0 => Ok(ChangeBatch::empty(self.schema.clone())),
+            1 => Ok(parts.remove(0)),
+            _ => ChangeBatch::concat(&self.schema, &parts),
+        }
+    }
+
+    /// The first tick from `from` on at which the window's output can change: a queued element
+    /// enters, or the window with rows inside slides on (which is also when its rows leave).
+    fn next_change(&self, from: Time) -> Option<Time> {
+        let entry = self.elems.get(self.entered).and_then(|e| self.entry_tick(e.time));
+        let slide = match (self.bounds, self.current) {
+            (TimeBounds::Slide { slide, .. }, Some((_, hi)))
+                if self.elems.front().is_some_and(|e| e.inside) =>
+            {
+                Time::try_from(hi + slide as i128 - 1).ok()
+            }
+            _ => None,
+        };
+        min_wakeup([entry, slide]).map(|t| t.max(from))
+    }
+
+    /// Moves the window to its position at instant `t`: if it slid, −(the rows inside, old
+    /// bounds) +(the rows inside now, new bounds); else +(the rows that entered). Stamped `t`.
+    fn move_to(&mut self, t: Time) -> Result<ChangeBatch> {
         let (lo, hi) = self.bounds.at(t);
         let slid = self.current.is_some_and(|c| c != (lo, hi));
         let before = if slid { self.inside() } else { vec![] };
@@ -356,7 +408,7 @@ impl TimeWindow {
         }
         while self.entered > 0 && self.elems.front().is_some_and(|e| (e.time as i128) < lo) {
             if let Some(e) = self.elems.pop_front() {
-                if e.inside {
+                if e.inside && !slid {
                     out.push(e.batch.negate());
                 }
             }
@@ -374,6 +426,13 @@ impl TimeWindow {
     }
 }
 
+/// (start, end) of each run of equal times in `times` (which is sorted).
+fn runs(times: &[Time]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let ends = crate::operator::time_runs(times);
+    let starts = std::iter::once(0).chain(ends.clone());
+    starts.zip(ends)
+}
+
 impl Operator for TimeWindow {
     fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
         let [d] = take_inputs::<1>(inputs)?;
@@ -384,11 +443,11 @@ impl Operator for TimeWindow {
         if !self.bounds_columns {
             return self.plain_step(step.hi, d);
         }
-        self.bounds_step(step.instant()?, d)
+        self.bounds_step(step.lo, step.hi, d)
     }
 
     fn span_capable(&self) -> bool {
-        !self.bounds_columns
+        true
     }
 
     /// State (see the module docs): section `time_window` (one row: `entered`, the queued
@@ -620,6 +679,79 @@ mod tests {
                     got.extend(raw(&w.eval(lo, lo + width, &ctx).unwrap()));
                 }
                 assert_eq!(got, want, "{bounds:?} width {width}");
+            }
+        }
+    }
+
+    /// TUMBLE/HOP's bounds columns, from scratch: the rows at instant τ are the elements
+    /// stamped in the window current at τ, each with that window's bounds; the output at τ is
+    /// what changed since τ−1.
+    fn bounds_oracle(range: Time, slide: Time, elems: &[(Time, &str)], end: Time) -> Vec<String> {
+        let bounds = TimeBounds::Slide { range, slide };
+        let at = |t: Time| -> std::collections::BTreeMap<String, i64> {
+            let (lo, hi) = bounds.at(t);
+            let mut m = std::collections::BTreeMap::new();
+            for &(e, k) in elems {
+                if (e as i128) >= lo && (e as i128) < hi && e <= t {
+                    *m.entry(format!("{k} {e} {lo} {hi}")).or_insert(0) += 1;
+                }
+            }
+            m
+        };
+        let mut out = vec![];
+        let mut prev = std::collections::BTreeMap::new();
+        for t in 0..=end {
+            let now = at(t);
+            let mut rows = vec![];
+            for (row, n) in &now {
+                let d = n - prev.get(row).copied().unwrap_or(0);
+                if d != 0 {
+                    rows.push(format!("@{t} {d:+} {row}"));
+                }
+            }
+            for (row, n) in &prev {
+                if !now.contains_key(row) {
+                    rows.push(format!("@{t} {:+} {row}", -n));
+                }
+            }
+            rows.sort();
+            out.extend(rows);
+            prev = now;
+        }
+        out
+    }
+
+    #[test]
+    fn bounds_columns_follow_their_definition_instant_by_instant_and_over_spans() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Int64, true),
+            arrow::datatypes::Field::new("window_start", arrow::datatypes::DataType::Int64, true),
+            arrow::datatypes::Field::new("window_end", arrow::datatypes::DataType::Int64, true),
+        ]));
+        // Elements at ticks with gaps (no element between 9 and 23), two at once at 4.
+        let elems: Vec<(Time, &str)> =
+            vec![(0, "a"), (1, "b"), (4, "c"), (4, "d"), (6, "e"), (9, "f"), (23, "g"), (24, "h")];
+        let ticks = || -> Vec<Tick> {
+            let mut by: std::collections::BTreeMap<Time, Vec<String>> = Default::default();
+            for &(t, k) in &elems {
+                by.entry(t).or_default().push(format!("+1 {k} {t}"));
+            }
+            by.into_iter().map(|(t, rows)| kv(t, &rows.join(", "))).collect()
+        };
+        // TUMBLE 5, HOP 2/6 (slide divides), HOP 4/6 (does not), HOP 5/3 (gaps).
+        for (range, slide) in [(5, 5), (6, 2), (6, 4), (3, 5)] {
+            let mut want = bounds_oracle(range, slide, &elems, 60);
+            want.sort();
+            assert!(!want.is_empty());
+            for width in [0, 1, 3, 7, 100] {
+                let op = TimeWindow::with_bounds_columns(
+                    TimeBounds::Slide { range, slide },
+                    schema.clone(),
+                );
+                let mut got = crate::testing::run_spans(&mut fed(op, [ticks()]), width);
+                got.sort();
+                assert_eq!(got, want, "RANGE {range} SLIDE {slide}, spans of {width}");
             }
         }
     }

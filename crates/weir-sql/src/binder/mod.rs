@@ -459,6 +459,8 @@ impl<'a> Binder<'a> {
         } else {
             plan
         };
+        // Aggregates per TUMBLE/HOP window run over the plain window, the bounds added after.
+        let plan = weir_plan::lift_window_bounds(&plan)?;
         // Joins store whole input rows: each input keeps only the columns used above it.
         let plan = weir_plan::prune(&plan)?;
         let domains = plan.stream_domains();

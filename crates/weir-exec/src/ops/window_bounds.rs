@@ -1,0 +1,312 @@
+//! Window bounds: a relation with the bounds of the current `[RANGE T SLIDE S]` window appended.
+//!
+//! Input: a relation A. Output: A(τ) × {(lo(τ), hi(τ))}, the input's rows each with the
+//! `window_start` lo and `window_end` hi of the window current at τ, [b−T, b) with
+//! b = S·⌊(τ+1)/S⌋ (see [`crate::ops::window_time`]); the bounds are the last two columns.
+//!
+//! Delta semantics: at an instant τ where the window is the one current at the last instant,
+//! the output is ΔA(τ) with the current bounds appended. At an instant where the window has
+//! moved, it is −(every row of A before τ, old bounds) +(every row of A at τ, new bounds):
+//! rows that stay change their bounds, the others leave or enter. The window moves at ticks
+//! kS−1, so while A holds rows the operator asks to be woken at the next of them.
+//!
+//! The planner uses it for an aggregate per TUMBLE/HOP window (`weir_plan::window_bounds`):
+//! there A is the aggregate over the plain window, which changes only where the window moves,
+//! so each move costs one retraction and one insertion per group, and each element enters and
+//! leaves the aggregate once, whatever T/S is.
+//!
+//! State: the multiset A (encoded rows with their counts) and the bounds at the last instant,
+//! checkpointed as sections `window_bounds` (one row: `current_lo`, `current_hi`, 16-byte
+//! Binary, NULL before the first instant) and `window_bounds.rows` (`row`, `count`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use crate::consolidate::net_diffs;
+use crate::operator::{take_inputs, time_runs, Operator, Step};
+use crate::ops::batch_of;
+use crate::ops::window_time::TimeBounds;
+use crate::route::Placement;
+use crate::row::{RowBytes, RowCodec};
+use crate::state::{
+    invalid, opt_i128_col, put_counts, signature, take_counts, StateReader, StateWriter,
+};
+
+#[derive(Debug)]
+pub struct WindowBounds {
+    range: Time,
+    slide: Time,
+    /// The input's columns then `window_start`, `window_end`.
+    schema: SchemaRef,
+    /// The input's columns.
+    data_schema: SchemaRef,
+    codec: RowCodec,
+    /// A: every input row present, with its multiplicity.
+    rows: HashMap<RowBytes, i64>,
+    /// The bounds [lo, hi) at the last instant.
+    current: Option<(i128, i128)>,
+}
+
+impl WindowBounds {
+    /// Bounds of `[RANGE range SLIDE slide]` appended to rows of `schema` less its last two
+    /// columns.
+    pub fn new(range: Time, slide: Time, schema: SchemaRef) -> Result<Self> {
+        if range <= 0 || slide <= 0 {
+            return Err(WeirError::internal("window bounds of a window that is not positive"));
+        }
+        let n = schema.fields().len().checked_sub(2).ok_or_else(|| {
+            WeirError::internal("window bounds: a schema without the two bounds columns")
+        })?;
+        let data_schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
+        let codec = RowCodec::for_schema(&data_schema)?;
+        Ok(WindowBounds {
+            range,
+            slide,
+            schema,
+            data_schema,
+            codec,
+            rows: HashMap::new(),
+            current: None,
+        })
+    }
+
+    fn bounds(&self) -> TimeBounds {
+        TimeBounds::Slide { range: self.range, slide: self.slide }
+    }
+
+    /// `data` (rows of the input's columns) with the bounds appended, each row's diff taken
+    /// from `diffs`, stamped `t`.
+    fn with_bounds(
+        &self,
+        data: Vec<ArrayRef>,
+        n: usize,
+        bounds: (i128, i128),
+        diffs: Vec<i64>,
+        t: Time,
+    ) -> Result<ChangeBatch> {
+        let clamp = |v: i128| v.clamp(Time::MIN as i128, Time::MAX as i128) as i64;
+        let mut cols = data;
+        for v in [bounds.0, bounds.1] {
+            cols.push(Arc::new(arrow::array::Int64Array::from(vec![clamp(v); n])) as ArrayRef);
+        }
+        Ok(ChangeBatch::new(batch_of(&self.schema, cols, n)?, vec![t; n], diffs))
+    }
+
+    /// Every row of A with `bounds`, each with its count times `sign`, stamped `t`.
+    fn all_rows(&self, bounds: (i128, i128), sign: i64, t: Time) -> Result<ChangeBatch> {
+        let mut rows: Vec<(&RowBytes, &i64)> = self.rows.iter().collect();
+        rows.sort_unstable();
+        let data = self.codec.decode(rows.iter().map(|(r, _)| &r[..]))?;
+        let diffs = rows.iter().map(|(_, c)| **c * sign).collect();
+        self.with_bounds(data, rows.len(), bounds, diffs, t)
+    }
+
+    /// Adds the changes `d` (all at one instant) to A.
+    fn apply(&mut self, d: &ChangeBatch) -> Result<()> {
+        for (row, diff) in net_diffs(&self.codec, d)? {
+            if diff == 0 {
+                continue;
+            }
+            let c = self.rows.entry(row.clone()).or_insert(0);
+            *c += diff;
+            if *c == 0 {
+                self.rows.remove(&row);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next tick at which the window moves, if A holds rows (else nothing can change
+    /// without input).
+    fn next_move(&self) -> Option<Time> {
+        let (_, hi) = self.current?;
+        if self.rows.is_empty() {
+            return None;
+        }
+        Time::try_from(hi + self.slide as i128 - 1).ok()
+    }
+}
+
+impl Operator for WindowBounds {
+    /// The output at each instant of the step: the input's instants, and each tick in between
+    /// where the window moves while A holds rows (see the module docs).
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        let d = d.with_schema(self.data_schema.clone())?;
+        let ends = time_runs(&d.times);
+        let mut parts = Vec::new();
+        let (mut run, mut start) = (0usize, 0usize);
+        loop {
+            let next_input = ends.get(run).map(|_| d.times[start]);
+            let next_move = self.next_move().map(|t| t.max(step.lo));
+            let Some(t) = [next_input, next_move].into_iter().flatten().min() else { break };
+            if t > step.hi {
+                break;
+            }
+            let now = self.bounds().at(t);
+            let moved = self.current.is_some_and(|c| c != now);
+            if moved && !self.rows.is_empty() {
+                if let Some(old) = self.current {
+                    parts.push(self.all_rows(old, -1, t)?);
+                }
+            }
+            let changes = if next_input == Some(t) {
+                let end = ends[run];
+                let c = d.slice(start, end - start);
+                run += 1;
+                start = end;
+                Some(c)
+            } else {
+                None
+            };
+            if let Some(c) = &changes {
+                self.apply(c)?;
+            }
+            self.current = Some(now);
+            if moved {
+                if !self.rows.is_empty() {
+                    parts.push(self.all_rows(now, 1, t)?);
+                }
+            } else if let Some(c) = changes {
+                let n = c.len();
+                parts.push(self.with_bounds(c.data.columns().to_vec(), n, now, c.diffs, t)?);
+            }
+        }
+        self.current = Some(self.bounds().at(step.hi));
+        match parts.len() {
+            0 => Ok(ChangeBatch::empty(self.schema.clone())),
+            1 => Ok(parts.remove(0)),
+            _ => ChangeBatch::concat(&self.schema, &parts),
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.next_move()
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    /// Each row gets the bounds on its own: rows stay where they are.
+    fn placement(&self, _input: usize) -> Result<Placement> {
+        Ok(Placement::Local)
+    }
+
+    /// State (see the module docs): sections `window_bounds` and `window_bounds.rows`.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = signature("window_bounds", &self.schema, (self.range, self.slide));
+        w.put(
+            "window_bounds",
+            &sig,
+            1,
+            vec![
+                ("current_lo", opt_i128_col([self.current.map(|c| c.0)])),
+                ("current_hi", opt_i128_col([self.current.map(|c| c.1)])),
+            ],
+        )?;
+        put_counts(w, "window_bounds.rows", &sig, &self.rows)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = signature("window_bounds", &self.schema, (self.range, self.slide));
+        let s = r.take("window_bounds", &sig)?;
+        let (lo, hi) = (s.opt_i128s("current_lo")?, s.opt_i128s("current_hi")?);
+        self.current = match (lo.as_slice(), hi.as_slice()) {
+            ([Some(lo)], [Some(hi)]) => Some((*lo, *hi)),
+            ([None], [None]) => None,
+            _ => return Err(invalid("section 'window_bounds': bad current bounds")),
+        };
+        self.rows = take_counts(r, "window_bounds.rows", &sig)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{fed, kv, kv_schema, run_spans, Tick};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn schema() -> SchemaRef {
+        let mut fields: Vec<Field> =
+            kv_schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("window_start", DataType::Int64, true));
+        fields.push(Field::new("window_end", DataType::Int64, true));
+        Arc::new(Schema::new(fields))
+    }
+
+    fn bounds(range: Time, slide: Time, input: Vec<Tick>, width: Time) -> Vec<String> {
+        let op = WindowBounds::new(range, slide, schema()).unwrap();
+        let mut out = run_spans(&mut fed(op, [input]), width);
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn rows_take_the_bounds_of_the_current_window_and_change_them_when_it_moves() {
+        // TUMBLE 5: windows [0,5) current at 4..8, [5,10) at 9..13, [10,15) at 14..18.
+        let input = || {
+            vec![
+                kv(4, "+1 a 1"),
+                kv(6, "+1 b 2"),
+                kv(9, "-1 a 1, +1 c 3"),
+                kv(15, "-1 b 2, -1 c 3"),
+            ]
+        };
+        let mut want = vec![
+            "@4 +1 a 1 0 5",
+            "@6 +1 b 2 0 5",
+            // the window moves at 9: everything at the old bounds out, A at 9 in
+            "@9 -1 a 1 0 5",
+            "@9 -1 b 2 0 5",
+            "@9 +1 b 2 5 10",
+            "@9 +1 c 3 5 10",
+            // no input at 14: the rows move on their own
+            "@14 -1 b 2 5 10",
+            "@14 -1 c 3 5 10",
+            "@14 +1 b 2 10 15",
+            "@14 +1 c 3 10 15",
+            // the window has not moved since 14: the changes take its bounds; then A is empty
+            // and nothing moves any more
+            "@15 -1 b 2 10 15",
+            "@15 -1 c 3 10 15",
+        ];
+        want.sort();
+        for width in [0, 2, 7] {
+            let got = bounds(5, 5, input(), width);
+            assert_eq!(got, want, "spans of {width}");
+        }
+    }
+
+    #[test]
+    fn an_empty_relation_asks_for_no_wakeup() {
+        let op = WindowBounds::new(10, 2, schema()).unwrap();
+        let mut flow = fed(op, [vec![kv(3, "+1 a 1"), kv(4, "-1 a 1")]]);
+        let out = run_spans(&mut flow, 0);
+        // HOP 2/10 at 3: window [-6, 4); at 4 the rows are gone, nothing moves after.
+        assert_eq!(out, ["@3 +1 a 1 -6 4", "@4 -1 a 1 -6 4"]);
+    }
+
+    #[test]
+    fn state_round_trips() {
+        let mut a = WindowBounds::new(5, 5, schema()).unwrap();
+        let ctx = crate::operator::EvalCtx::default();
+        let (_, d) = kv(4, "+2 a 1, +1 b 2");
+        let step = Step { lo: 4, hi: 4, ctx: &ctx, input_wakeup: None };
+        a.eval(&step, vec![d]).unwrap();
+        let mut w = StateWriter::new();
+        a.save_state(&mut w).unwrap();
+        let mut b = WindowBounds::new(5, 5, schema()).unwrap();
+        let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+        b.restore_state(&mut r).unwrap();
+        r.finish().unwrap();
+        assert_eq!(b.rows, a.rows);
+        assert_eq!(b.current, a.current);
+        assert_eq!(b.next_wakeup(), Some(9));
+    }
+}
