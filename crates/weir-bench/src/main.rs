@@ -1,12 +1,5 @@
-//! `weir-bench`: NEXMark and the sliding-window scaling benchmark. See `docs/benchmarks.md`.
-//!
-//! ```text
-//! weir-bench [--query q0|q1|...|q8|q9|q18|q19|all] [--events N] [--input memory|csv|json]
-//!            [--chunk N] [--rate EVENTS_PER_SEC] [--seed N] [--data DIR] [--workers N]
-//! weir-bench --scaling [--events N] [--ratios 1,10,60,360,3600]
-//! weir-bench --sketch [--events N] [--keys N] [--agg 'COUNT(DISTINCT k)']
-//! weir-bench --write csv|json [--events N] [--data DIR]
-//! ```
+//! `weir-bench`: NEXMark and the sliding-window scaling benchmark. `weir-bench --help` lists
+//! the options; `docs/benchmarks.md` says what each run measures.
 
 use std::path::PathBuf;
 
@@ -15,97 +8,113 @@ use std::path::PathBuf;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
+use clap::Parser;
 use weir_bench::driver::{reset_peak_rss, run, scaling, sketch, Input, RunConfig};
 use weir_bench::files::{path_of, write_events, Format};
 use weir_bench::{Config, Params, Query};
 
+/// The aggregates `--sketch` compares when no `--agg` is given.
+const SKETCH_AGGS: [&str; 3] =
+    ["COUNT(DISTINCT k)", "APPROX_COUNT_DISTINCT(k)", "APPROX_COUNT_DISTINCT(k, 12)"];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir-bench",
+    version,
+    about = "NEXMark for Weir: seeded events, the NEXMark queries, and the benchmark driver \
+             (docs/benchmarks.md)",
+    after_help = "\
+Examples:
+  weir-bench --query q5 --events 10_000_000
+  weir-bench --query all --input csv
+  weir-bench --scaling --events 2000000
+  weir-bench --sketch --events 10000000 --keys 1000000
+  weir-bench --write csv --events 1000000 --data /tmp/nexmark"
+)]
 struct Args {
-    queries: Vec<Query>,
+    /// The NEXMark queries to run: q0 ... q9, q18, q19, a list (q1,q5) or all
+    #[arg(long, value_name = "QUERIES", default_value = "q0", value_parser = parse_queries)]
+    query: Queries,
+    /// Events generated (underscores allowed: 10_000_000)
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_count)]
     events: u64,
+    /// Where the events come from: memory, or files in --data written first if missing (csv,
+    /// json)
+    #[arg(long, value_name = "FROM", default_value = "memory", value_parser = ["memory", "csv", "json", "jsonl"])]
     input: String,
+    /// Events pushed into the engine at a time
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
     chunk: usize,
+    /// Generator: events per second of event time
+    #[arg(long, value_name = "EVENTS_PER_SEC", default_value_t = Config::default().rate)]
     rate: u64,
+    /// Generator: the seed
+    #[arg(long, value_name = "N", default_value_t = Config::default().seed)]
     seed: u64,
+    /// Directory of the event files (default target/nexmark/N-events-seedS-rateR)
+    #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    /// Timely workers the query runs on
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    workers: u64,
+    /// Instead of NEXMark: COUNT(*) and MAX(v) per key over [RANGE w SLIDE s], for each
+    /// w/s in --ratios
+    #[arg(long, conflicts_with_all = ["sketch", "write"])]
     scaling: bool,
-    sketch: bool,
-    keys: u64,
-    agg: Option<String>,
+    /// With --scaling: the window/slide ratios
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1,10,60,360,3600")]
     ratios: Vec<i64>,
+    /// Instead of NEXMark: exact and approximate distinct counts over an hour sliding by a
+    /// minute
+    #[arg(long, conflicts_with = "write")]
+    sketch: bool,
+    /// With --sketch: distinct keys
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_count)]
+    keys: u64,
+    /// With --sketch: run this aggregate alone (default: COUNT(DISTINCT k),
+    /// APPROX_COUNT_DISTINCT(k) and APPROX_COUNT_DISTINCT(k, 12))
+    #[arg(long, value_name = "AGG", requires = "sketch")]
+    agg: Option<String>,
+    /// Only write the events to --data, as csv or json, and stop
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     write: Option<Format>,
-    workers: usize,
 }
 
-fn format_of(s: &str) -> Result<Format> {
+/// The queries of one `--query` value.
+#[derive(Debug, Clone)]
+struct Queries(Vec<Query>);
+
+fn parse_queries(s: &str) -> Result<Queries, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Queries(Query::ALL.to_vec()));
+    }
+    s.split(',')
+        .map(|q| {
+            Query::parse(q.trim()).ok_or_else(|| {
+                let names: Vec<&str> = Query::ALL.iter().map(|q| q.name()).collect();
+                format!("unknown query '{q}' (the queries: {}, or all)", names.join(", "))
+            })
+        })
+        .collect::<Result<_, _>>()
+        .map(Queries)
+}
+
+fn parse_count(s: &str) -> Result<u64, String> {
+    s.replace('_', "").parse().map_err(|_| format!("'{s}' is not a number"))
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
     match s {
         "csv" => Ok(Format::Csv),
         "json" | "jsonl" => Ok(Format::Json),
-        other => bail!("unknown file format {other} (csv or json)"),
+        other => Err(format!("unknown file format '{other}' (csv or json)")),
     }
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        queries: vec![Query::Q0],
-        events: 1_000_000,
-        input: "memory".into(),
-        chunk: 10_000,
-        rate: Config::default().rate,
-        seed: Config::default().seed,
-        data: None,
-        scaling: false,
-        sketch: false,
-        keys: 1_000_000,
-        agg: None,
-        ratios: vec![1, 10, 60, 360, 3600],
-        write: None,
-        workers: 1,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--query" => {
-                let v = value()?;
-                a.queries = if v == "all" {
-                    Query::ALL.to_vec()
-                } else {
-                    v.split(',')
-                        .map(|q| Query::parse(q).with_context(|| format!("unknown query {q}")))
-                        .collect::<Result<_>>()?
-                };
-            }
-            "--events" => a.events = value()?.replace('_', "").parse()?,
-            "--input" => a.input = value()?,
-            "--chunk" => a.chunk = value()?.parse()?,
-            "--rate" => a.rate = value()?.parse()?,
-            "--seed" => a.seed = value()?.parse()?,
-            "--workers" => a.workers = value()?.parse()?,
-            "--data" => a.data = Some(PathBuf::from(value()?)),
-            "--scaling" => a.scaling = true,
-            "--sketch" => a.sketch = true,
-            "--agg" => a.agg = Some(value()?),
-            "--keys" => a.keys = value()?.replace('_', "").parse()?,
-            "--ratios" => {
-                a.ratios = value()?.split(',').map(|r| r.parse()).collect::<Result<_, _>>()?
-            }
-            "--write" => a.write = Some(format_of(&value()?)?),
-            "-h" | "--help" => {
-                println!(
-                    "{}",
-                    include_str!("main.rs").lines().skip(2).take(7).collect::<Vec<_>>().join("\n")
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other} (try --help)"),
-        }
-    }
-    Ok(a)
 }
 
 fn main() -> Result<()> {
-    let a = parse_args()?;
+    let a = Args::parse();
+    let queries = a.query.0.clone();
     let generator = Config { seed: a.seed, rate: a.rate, ..Config::default() };
     let data = a.data.clone().unwrap_or_else(|| {
         PathBuf::from(format!("target/nexmark/{}-events-seed{}-rate{}", a.events, a.seed, a.rate))
@@ -128,8 +137,11 @@ fn main() -> Result<()> {
             "# one hour sliding by a minute (a tick is a second), 1000 events per tick, {} keys",
             a.keys
         );
-        for agg in ["COUNT(DISTINCT k)", "APPROX_COUNT_DISTINCT(k)", "APPROX_COUNT_DISTINCT(k, 12)"]
-        {
+        let aggs: Vec<&str> = match &a.agg {
+            Some(agg) => vec![agg.as_str()],
+            None => SKETCH_AGGS.to_vec(),
+        };
+        for agg in aggs {
             println!("{}", sketch(agg, a.events, a.keys, 1000, a.chunk)?.line());
         }
         return Ok(());
@@ -137,7 +149,7 @@ fn main() -> Result<()> {
     let input = match a.input.as_str() {
         "memory" => Input::Memory,
         f => {
-            let format = format_of(f)?;
+            let format = parse_format(f).map_err(anyhow::Error::msg)?;
             if !path_of(&data, "bid", format).exists() {
                 eprintln!("writing {} events to {} (not timed)", a.events, data.display());
                 write_events(&data, format, &generator, a.events)?;
@@ -145,7 +157,7 @@ fn main() -> Result<()> {
             Input::Files(format, data.clone())
         }
     };
-    for q in a.queries {
+    for q in queries {
         reset_peak_rss();
         let cfg = RunConfig {
             query: q,
@@ -154,7 +166,7 @@ fn main() -> Result<()> {
             generator: generator.clone(),
             params: Params::default(),
             input: input.clone(),
-            workers: a.workers,
+            workers: usize::try_from(a.workers)?,
         };
         let report = run(&cfg)?;
         println!("{}", report.line());

@@ -1,51 +1,140 @@
-//! Command-line arguments: `weir [run FILE | -c SQL] [--format table|csv|jsonl]`.
+//! Command-line arguments of `weir`, parsed with clap: `weir [run FILE | -c SQL | demo | serve]
+//! [OPTIONS]`. The options that apply to every command (`--format`, `--workers`, ...) may come
+//! before or after the command and its file; `serve`'s own options follow `serve`. Mistakes
+//! that are habits from other tools (`weir FILE.sql`, psql's `weir -f FILE`) are answered with
+//! the form that works.
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::output::Format;
 
-pub const USAGE: &str = "\
-Weir: continuous SQL queries over streams (CQL)
+/// What `weir --help` prints after the options.
+const AFTER_HELP: &str = "\
+Examples:
+  weir run FILE.sql                 run a script ('-' reads standard input)
+  weir -c \"SQL\"                     run the statements given
+  weir                              a REPL on a terminal; otherwise runs standard input
+  weir demo                         the REPL with a live stream of auction bids to query
+  weir serve                        a PostgreSQL-protocol server (docs/server.md)
+  weir run FILE.sql --format csv --output-dir out
+                                    each continuous query's changes in out/query-N.csv
 
-Usage:
-  weir run FILE.sql [--format F]   run a script ('-' reads standard input)
-  weir -c \"SQL\" [--format F]       run the statements given
-  weir [--format F]                a REPL on a terminal; otherwise runs standard input
-  weir demo [--format F]           the REPL with a live stream of auction bids to query
-  weir serve [--listen ADDR]       a PostgreSQL-protocol server: connect with psql or any
-                                   PostgreSQL driver (docs/server.md)
-
-After each statement Weir prints the new output of every running continuous query; at the
-end of a script every stream is closed, so all pending instants are emitted. In the REPL,
+After each statement Weir prints the new output of every running continuous query; at the end
+of a script every stream is closed, so all pending instants are emitted. In the REPL,
 continuous queries print their changes live and \\help lists the commands (docs/repl.md).
+Output formats: docs/repl.md, section \"Output formats\".";
 
-Options:
-  --format F      table (default), csv or jsonl
-  --data-dir DIR  keep checkpoints in DIR; if it holds one, resume from it (a script is then
-                  not run again: its streams, views and sinks are in the checkpoint)
-  --checkpoint-interval T
-                  with --data-dir, checkpoint every T while sources are read (e.g. 500ms,
-                  2s, 1m); CHECKPOINT takes one at any time (docs/recovery.md)
-  --listen ADDR   with serve: the address to listen on (default 127.0.0.1:6875); beyond
-                  loopback only with a password: set WEIR_PASSWORD, and every client then
-                  authenticates with SCRAM-SHA-256 as --user (default weir)
-  --user NAME     with serve and WEIR_PASSWORD: the user clients log in as
-  --tls-cert FILE, --tls-key FILE
-                  with serve: a PEM certificate chain and its private key; clients may then
-                  connect with TLS (sslmode=require)
-  --file-dir DIR  with serve: streams read and sinks write only files inside DIR (relative
-                  paths are read from it), and no stream reads the server's standard input
-  --subscriber-buffer N
-                  with serve: rows that may wait for one slow subscriber before its
-                  subscription is ended (default 1000000)
-  --workers N     run continuous queries on N timely workers, threads of this process
-                  (default 1: the calling thread; docs/architecture.md); a checkpoint
-                  in --data-dir restores on the worker count it was taken on
-  -c SQL          run SQL instead of a file
-  -h, --help      this help
-  -V, --version   the version
-";
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "Weir: continuous SQL queries over streams (CQL)",
+    after_help = AFTER_HELP,
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    /// Run the statements of SQL (instead of a script)
+    #[arg(short = 'c', value_name = "SQL")]
+    sql: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// The options of every command, accepted before or after it.
+#[derive(Debug, clap::Args)]
+struct Common {
+    /// How results are printed: table (for people, the default),
+    /// csv or jsonl. A script's CSV on standard output holds one
+    /// continuous query: with more, give --output-dir
+    #[arg(long, global = true, value_name = "F", value_parser = parse_format, verbatim_doc_comment)]
+    format: Option<Format>,
+    /// Write each continuous query's changes to a file of its own:
+    /// DIR/query-N.csv (DIR/query-N.jsonl with --format jsonl),
+    /// listed in DIR/queries.csv; one-shot results still go to
+    /// standard output
+    #[arg(long, global = true, value_name = "DIR", verbatim_doc_comment)]
+    output_dir: Option<PathBuf>,
+    /// Keep checkpoints in DIR; if it holds one, resume from it
+    /// (a script is then not run again: its streams, views and
+    /// sinks are in the checkpoint; docs/recovery.md)
+    #[arg(long, global = true, value_name = "DIR", verbatim_doc_comment)]
+    data_dir: Option<PathBuf>,
+    /// With --data-dir: checkpoint every T while sources are read
+    /// (e.g. 500ms, 2s, 1m); CHECKPOINT takes one at any time
+    #[arg(
+        long,
+        global = true,
+        value_name = "T",
+        requires = "data_dir",
+        value_parser = parse_interval,
+        verbatim_doc_comment
+    )]
+    checkpoint_interval: Option<Duration>,
+    /// Run continuous queries on N timely workers, threads of this
+    /// process (1: the calling thread); a checkpoint restores on
+    /// the worker count it was taken on
+    #[arg(
+        long,
+        global = true,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = parse_workers,
+        verbatim_doc_comment
+    )]
+    workers: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Run a script: its statements in order, then its streams' sources to their end
+    #[command(after_help = "Relative paths in the script (its sources' and sinks' files) are \
+                            read from the script's directory.\nAt the end every stream is \
+                            closed, so all pending instants are emitted.")]
+    Run {
+        /// The script; '-' reads standard input
+        #[arg(value_name = "FILE.sql")]
+        file: PathBuf,
+    },
+    /// The REPL with a live, generated stream of auction bids to query
+    Demo,
+    /// A PostgreSQL-protocol server: connect with psql or any driver (docs/server.md)
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on (default 127.0.0.1:6875); beyond
+    /// loopback only with a password: set WEIR_PASSWORD, and every
+    /// client then authenticates with SCRAM-SHA-256 as --user
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen, verbatim_doc_comment)]
+    pub listen: Option<SocketAddr>,
+    /// With WEIR_PASSWORD: the user clients log in as (default weir)
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// A PEM certificate chain; with --tls-key, clients may
+    /// connect with TLS (sslmode=require)
+    #[arg(long, value_name = "FILE", requires = "tls_key", verbatim_doc_comment)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, in PEM
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Streams read and sinks write only files inside DIR (relative
+    /// paths are read from it); no stream reads standard input
+    #[arg(long, value_name = "DIR", verbatim_doc_comment)]
+    pub file_dir: Option<PathBuf>,
+    /// Rows that may wait for one slow subscriber before its
+    /// subscription is ended (default 1000000)
+    #[arg(long, value_name = "N", value_parser = parse_positive, verbatim_doc_comment)]
+    pub subscriber_buffer: Option<usize>,
+}
 
 /// What to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,188 +148,139 @@ pub enum Command {
     /// The REPL with a generated stream of bids flowing.
     Demo,
     /// A PostgreSQL-protocol server.
-    Serve,
-    Help,
-    Version,
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {
     pub command: Command,
     pub format: Format,
+    /// `--output-dir`: one file per continuous query.
+    pub output_dir: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
-    pub checkpoint_interval: Option<std::time::Duration>,
-    /// `serve --listen`.
-    pub listen: Option<std::net::SocketAddr>,
-    /// `serve --subscriber-buffer`.
-    pub subscriber_buffer: Option<usize>,
-    /// `serve --user`.
-    pub user: Option<String>,
-    /// `serve --file-dir`.
-    pub file_dir: Option<PathBuf>,
-    /// `serve --tls-cert` and `--tls-key`.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
+    pub checkpoint_interval: Option<Duration>,
     /// `--workers`.
     pub workers: usize,
 }
 
-/// Parses the arguments after the program name.
-pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, String> {
-    let mut command = Command::Default;
-    let mut format = Format::Table;
-    let mut data_dir = None;
-    let mut checkpoint_interval = None;
-    let mut listen = None;
-    let mut subscriber_buffer = None;
-    let mut user = None;
-    let mut file_dir = None;
-    let mut tls_cert = None;
-    let mut tls_key = None;
-    let mut workers = 1;
-    let mut awaiting_file = false;
-    let mut args = args.into_iter();
-    let set = |command: &mut Command, new: Command| -> Result<(), String> {
-        if *command != Command::Default {
-            return Err("give one of 'run FILE', '-c SQL' or 'demo', once".to_string());
+/// Parses the arguments after the program name. The error is clap's, ready to print (it
+/// also carries `--help` and `--version`, and their exit status, 0).
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Error> {
+    let args: Vec<OsString> = args.into_iter().collect();
+    let mut command = Cli::command();
+    let matches = command
+        .try_get_matches_from_mut(std::iter::once(OsString::from("weir")).chain(args.clone()))
+        .map_err(|e| suggest(&mut command, &args, e))?;
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+    let Common { format, output_dir, data_dir, checkpoint_interval, workers } = cli.common;
+    let command_of = match (cli.sql, cli.command) {
+        (Some(_), Some(_)) => {
+            return Err(command.error(
+                ErrorKind::ArgumentConflict,
+                "give either -c SQL or a command (run, demo, serve), not both",
+            ))
         }
-        *command = new;
-        Ok(())
+        (Some(sql), None) => Command::Inline(sql),
+        (None, None) => Command::Default,
+        (None, Some(Sub::Run { file })) => Command::Run(file),
+        (None, Some(Sub::Demo)) => Command::Demo,
+        (None, Some(Sub::Serve(s))) => Command::Serve(s),
     };
-    while let Some(arg) = args.next() {
-        let Some(s) = arg.to_str() else {
-            return Err(format!("unexpected argument '{}'", arg.to_string_lossy()));
-        };
-        match s {
-            "-h" | "--help" | "-V" | "--version" => {
-                let command = if s.starts_with("-h") || s == "--help" {
-                    Command::Help
-                } else {
-                    Command::Version
-                };
-                return Ok(Args {
-                    command,
-                    format,
-                    data_dir,
-                    checkpoint_interval,
-                    listen,
-                    subscriber_buffer,
-                    user,
-                    file_dir,
-                    tls_cert,
-                    tls_key,
-                    workers,
-                });
-            }
-            "--listen" => {
-                let v = args.next().ok_or("--listen needs an address, e.g. 127.0.0.1:6875")?;
-                let v = v.to_string_lossy();
-                listen = Some(v.parse().map_err(|_| {
-                    format!("--listen: '{v}' is not an address with a port, e.g. 127.0.0.1:6875")
-                })?);
-            }
-            "--tls-cert" => {
-                let v = args.next().ok_or("--tls-cert needs a PEM file")?;
-                tls_cert = Some(PathBuf::from(v));
-            }
-            "--tls-key" => {
-                let v = args.next().ok_or("--tls-key needs a PEM file")?;
-                tls_key = Some(PathBuf::from(v));
-            }
-            "--file-dir" => {
-                let v = args.next().ok_or("--file-dir needs a directory")?;
-                file_dir = Some(PathBuf::from(v));
-            }
-            "--user" => {
-                let v = args.next().ok_or("--user needs a user name")?;
-                user = Some(v.to_string_lossy().into_owned());
-            }
-            "--subscriber-buffer" => {
-                let v = args.next().ok_or("--subscriber-buffer needs a number of rows")?;
-                let v = v.to_string_lossy();
-                subscriber_buffer =
-                    Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                        format!("--subscriber-buffer: '{v}' is not a positive number")
-                    })?);
-            }
-            "--workers" => {
-                let v = args.next().ok_or("--workers needs a number, e.g. --workers 2")?;
-                let v = v.to_string_lossy();
-                workers = v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    format!("--workers: '{v}' is not a positive number of workers")
-                })?;
-            }
-            "--data-dir" => {
-                let v = args.next().ok_or("--data-dir needs a directory")?;
-                data_dir = Some(PathBuf::from(v));
-            }
-            "--checkpoint-interval" => {
-                let v = args.next().ok_or("--checkpoint-interval needs a value, e.g. 2s")?;
-                checkpoint_interval = Some(
-                    weir::parse_wall_duration(&v.to_string_lossy())
-                        .map_err(|e| format!("--checkpoint-interval: {e}"))?,
-                );
-            }
-            "--format" => {
-                let v = args.next().ok_or("--format needs a value: table, csv or jsonl")?;
-                format = v.to_string_lossy().parse()?;
-            }
-            _ if s.starts_with("--format=") => {
-                format = s["--format=".len()..].parse()?;
-            }
-            "-c" => {
-                let v = args.next().ok_or("-c needs the SQL to run")?;
-                let sql = v.into_string().map_err(|_| "-c: the SQL is not valid UTF-8")?;
-                set(&mut command, Command::Inline(sql))?;
-            }
-            "demo" if command == Command::Default => set(&mut command, Command::Demo)?,
-            "serve" if command == Command::Default => set(&mut command, Command::Serve)?,
-            // The file may come after options: `weir run --workers 2 x.sql`.
-            "run" if command == Command::Default => {
-                set(&mut command, Command::Run(PathBuf::new()))?;
-                awaiting_file = true;
-            }
-            _ if awaiting_file && !(s.starts_with('-') && s != "-") => {
-                command = Command::Run(PathBuf::from(s));
-                awaiting_file = false;
-            }
-            _ if s.starts_with('-') && s != "-" => return Err(format!("unknown option '{s}'")),
-            _ => return Err(format!("unexpected argument '{s}'")),
+    let format = match (format, &output_dir) {
+        (Some(Format::Table), Some(_)) => {
+            return Err(command.error(
+                ErrorKind::ArgumentConflict,
+                "--output-dir writes CSV or JSON lines files: give --format csv (the default \
+                 with --output-dir) or --format jsonl",
+            ))
         }
+        (Some(f), _) => f,
+        (None, Some(_)) => Format::Csv,
+        (None, None) => Format::Table,
+    };
+    if output_dir.is_some() && matches!(command_of, Command::Demo | Command::Serve(_)) {
+        return Err(command.error(
+            ErrorKind::ArgumentConflict,
+            "--output-dir is for scripts: weir run FILE, weir -c SQL, or statements on \
+             standard input",
+        ));
     }
-    if awaiting_file {
-        return Err("run needs a file: weir run FILE.sql".into());
+    Ok(Args { command: command_of, format, output_dir, data_dir, checkpoint_interval, workers })
+}
+
+/// Replaces clap's error for a script given without `run` (`weir FILE.sql`) or with psql's
+/// `-f` by one that shows `weir run FILE`; other errors are left as they are.
+fn suggest(command: &mut clap::Command, args: &[OsString], e: clap::Error) -> clap::Error {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    match e.kind() {
+        ErrorKind::InvalidSubcommand => {
+            let Some(name) = context(ContextKind::InvalidSubcommand) else { return e };
+            let lower = name.to_ascii_lowercase();
+            let msg = if lower.ends_with(".sql") || std::path::Path::new(&name).is_file() {
+                format!("'{name}' is not a command: to run a script, use 'weir run {name}'")
+            } else {
+                format!(
+                    "'{name}' is not a command: the commands are run, demo and serve (a script \
+                     runs with 'weir run FILE.sql')"
+                )
+            };
+            command.error(ErrorKind::InvalidSubcommand, msg)
+        }
+        ErrorKind::UnknownArgument => {
+            let Some(arg) = context(ContextKind::InvalidArg) else { return e };
+            let flag = arg.split('=').next().unwrap_or(&arg);
+            if flag != "-f" && flag != "--file" {
+                return e;
+            }
+            // The file given with it (`-f F`, `--file=F`), for the suggestion.
+            let attached = format!("{flag}=");
+            let file = args.iter().enumerate().find_map(|(i, a)| {
+                let a = a.to_string_lossy();
+                if let Some(f) = a.strip_prefix(&attached) {
+                    return Some(f.to_string());
+                }
+                (a == flag)
+                    .then(|| args.get(i + 1).map(|f| f.to_string_lossy().into_owned()))
+                    .flatten()
+                    .filter(|f| !f.starts_with('-') || f == "-")
+            });
+            let file = file.unwrap_or_else(|| "FILE.sql".to_string());
+            command.error(
+                ErrorKind::UnknownArgument,
+                format!("weir has no {flag} option: to run a script, use 'weir run {file}'"),
+            )
+        }
+        _ => e,
     }
-    if checkpoint_interval.is_some() && data_dir.is_none() {
-        return Err("--checkpoint-interval needs --data-dir".into());
-    }
-    let serve_only = listen.is_some()
-        || subscriber_buffer.is_some()
-        || user.is_some()
-        || file_dir.is_some()
-        || tls_cert.is_some()
-        || tls_key.is_some();
-    if serve_only && command != Command::Serve {
-        return Err("--listen, --user, --file-dir, --tls-cert, --tls-key and \
-                    --subscriber-buffer are options of 'weir serve'"
-            .into());
-    }
-    if tls_cert.is_some() != tls_key.is_some() {
-        return Err("--tls-cert and --tls-key go together".into());
-    }
-    Ok(Args {
-        command,
-        format,
-        data_dir,
-        checkpoint_interval,
-        listen,
-        subscriber_buffer,
-        user,
-        file_dir,
-        tls_cert,
-        tls_key,
-        workers,
-    })
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse()
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    weir::parse_wall_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_workers(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("'{s}' is not a positive number of workers"))
+}
+
+fn parse_positive(s: &str) -> Result<usize, String> {
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("'{s}' is not a positive number"))
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| format!("'{s}' is not an address with a port, e.g. 127.0.0.1:6875"))
 }
 
 #[cfg(test)]
@@ -248,24 +288,22 @@ mod tests {
     use super::*;
 
     fn p(args: &[&str]) -> Result<Args, String> {
-        parse(args.iter().map(OsString::from))
+        parse(args.iter().map(OsString::from)).map_err(|e| e.to_string())
+    }
+
+    fn args(command: Command, format: Format) -> Args {
+        Args {
+            command,
+            format,
+            output_dir: None,
+            data_dir: None,
+            checkpoint_interval: None,
+            workers: 1,
+        }
     }
 
     #[test]
-    fn parses_commands_and_format_anywhere() {
-        let args = |command, format| Args {
-            command,
-            format,
-            data_dir: None,
-            checkpoint_interval: None,
-            listen: None,
-            subscriber_buffer: None,
-            user: None,
-            file_dir: None,
-            tls_cert: None,
-            tls_key: None,
-            workers: 1,
-        };
+    fn parses_commands_and_options_anywhere() {
         assert_eq!(p(&[]).unwrap(), args(Command::Default, Format::Table));
         assert_eq!(
             p(&["run", "a.sql", "--format", "csv"]).unwrap(),
@@ -275,51 +313,144 @@ mod tests {
             p(&["--format=jsonl", "-c", "SELECT 1"]).unwrap(),
             args(Command::Inline("SELECT 1".into()), Format::Jsonl)
         );
+        assert_eq!(
+            p(&["-c", "SELECT 1", "--format", "jsonl"]).unwrap(),
+            args(Command::Inline("SELECT 1".into()), Format::Jsonl)
+        );
         let a = p(&["--data-dir", "d", "--checkpoint-interval", "250ms", "run", "x.sql"]).unwrap();
         assert_eq!(a.data_dir, Some("d".into()));
-        assert_eq!(a.checkpoint_interval, Some(std::time::Duration::from_millis(250)));
+        assert_eq!(a.checkpoint_interval, Some(Duration::from_millis(250)));
         assert_eq!(p(&["--format", "csv"]).unwrap().command, Command::Default);
         assert_eq!(p(&["run", "-"]).unwrap().command, Command::Run("-".into()));
-        // Options before the file, and a missing file.
-        let a = p(&["run", "--workers", "2", "--format", "csv", "x.sql"]).unwrap();
-        assert_eq!(
-            (a.command, a.workers, a.format),
-            (Command::Run("x.sql".into()), 2, Format::Csv)
-        );
-        assert_eq!(
-            p(&["run", "--workers", "2"]).unwrap_err(),
-            "run needs a file: weir run FILE.sql"
-        );
-        assert_eq!(p(&["run", "--help"]).unwrap().command, Command::Help);
-        assert_eq!(p(&["-h"]).unwrap().command, Command::Help);
-        assert_eq!(p(&["--version"]).unwrap().command, Command::Version);
+        // Options between `run` and its file, after it, before `run`.
+        for argv in [
+            &["run", "--workers", "2", "--format", "csv", "x.sql"][..],
+            &["run", "--format", "csv", "x.sql", "--workers", "2"],
+            &["--workers=2", "run", "x.sql", "--format=csv"],
+        ] {
+            let a = p(argv).unwrap();
+            assert_eq!(
+                (a.command, a.workers, a.format),
+                (Command::Run("x.sql".into()), 2, Format::Csv)
+            );
+        }
         assert_eq!(p(&["demo"]).unwrap().command, Command::Demo);
         assert_eq!(p(&["demo", "--format", "csv"]).unwrap().format, Format::Csv);
         let a = p(&["serve", "--listen", "127.0.0.1:7000", "--subscriber-buffer", "10"]).unwrap();
-        assert_eq!(a.command, Command::Serve);
-        assert_eq!(a.listen, Some("127.0.0.1:7000".parse().unwrap()));
-        assert_eq!(a.subscriber_buffer, Some(10));
+        let Command::Serve(s) = a.command else { panic!("{a:?}") };
+        assert_eq!(s.listen, Some("127.0.0.1:7000".parse().unwrap()));
+        assert_eq!(s.subscriber_buffer, Some(10));
+        let a =
+            p(&["--workers", "3", "serve", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap();
+        let Command::Serve(s) = a.command else { panic!("{a:?}") };
+        assert_eq!(
+            (s.tls_cert, s.tls_key, a.workers),
+            (Some("c.pem".into()), Some("k.pem".into()), 3)
+        );
+        // --output-dir: CSV unless jsonl is asked for.
+        let a = p(&["run", "x.sql", "--output-dir", "out"]).unwrap();
+        assert_eq!((a.output_dir, a.format), (Some("out".into()), Format::Csv));
+        let a = p(&["--output-dir", "out", "--format", "jsonl", "-c", "SELECT 1"]).unwrap();
+        assert_eq!((a.output_dir, a.format), (Some("out".into()), Format::Jsonl));
+    }
+
+    /// The first line of an error (clap follows it with the usage and a pointer to --help).
+    fn first_line(args: &[&str]) -> String {
+        p(args).unwrap_err().lines().next().unwrap_or("").to_string()
     }
 
     #[test]
-    fn rejects_bad_arguments() {
-        assert_eq!(p(&["--bogus"]).unwrap_err(), "unknown option '--bogus'");
-        assert_eq!(p(&["x.sql"]).unwrap_err(), "unexpected argument 'x.sql'");
-        assert!(p(&["run"]).unwrap_err().contains("run needs a file"));
-        assert!(p(&["-c"]).unwrap_err().contains("-c needs"));
-        assert!(p(&["--format", "xml"]).unwrap_err().contains("unknown format 'xml'"));
-        assert!(p(&["--format"]).unwrap_err().contains("--format needs a value"));
-        assert!(p(&["-c", "a", "run", "f"]).is_err());
-        assert!(p(&["run", "f", "run", "g"]).is_err());
-        assert!(p(&["demo", "demo"]).is_err());
-        assert!(p(&["run", "f", "demo"]).is_err());
-        assert!(p(&["--checkpoint-interval", "2s"]).unwrap_err().contains("needs --data-dir"));
-        assert!(p(&["--listen", "127.0.0.1:1"]).unwrap_err().contains("options of 'weir serve'"));
-        assert!(p(&["serve", "--listen", "localhost"]).unwrap_err().contains("not an address"));
-        assert!(p(&["serve", "--subscriber-buffer", "0"]).unwrap_err().contains("not a positive"));
-        assert!(p(&["serve", "--tls-cert", "c.pem"]).unwrap_err().contains("go together"));
+    fn rejects_bad_arguments_with_the_right_form() {
+        assert_eq!(
+            first_line(&["x.sql"]),
+            "error: 'x.sql' is not a command: to run a script, use 'weir run x.sql'"
+        );
+        assert_eq!(
+            first_line(&["--format", "csv", "Q.SQL"]),
+            "error: 'Q.SQL' is not a command: to run a script, use 'weir run Q.SQL'"
+        );
+        assert_eq!(
+            first_line(&["-f", "x.sql"]),
+            "error: weir has no -f option: to run a script, use 'weir run x.sql'"
+        );
+        assert_eq!(
+            first_line(&["--file=y.sql"]),
+            "error: weir has no --file option: to run a script, use 'weir run y.sql'"
+        );
+        assert_eq!(
+            first_line(&["-f"]),
+            "error: weir has no -f option: to run a script, use 'weir run FILE.sql'"
+        );
+        assert_eq!(
+            first_line(&["rnu"]),
+            "error: 'rnu' is not a command: the commands are run, demo and serve (a script runs with 'weir run FILE.sql')"
+        );
+        assert_eq!(first_line(&["--bogus"]), "error: unexpected argument '--bogus' found");
+        assert_eq!(
+            first_line(&["run"]),
+            "error: the following required arguments were not provided:"
+        );
+        assert_eq!(
+            first_line(&["-c"]),
+            "error: a value is required for '-c <SQL>' but none was supplied"
+        );
+        assert_eq!(
+            first_line(&["--format", "xml"]),
+            "error: invalid value 'xml' for '--format <F>': unknown format 'xml' (expected table, csv or jsonl)"
+        );
+        assert_eq!(
+            first_line(&["-c", "a", "run", "f"]),
+            "error: give either -c SQL or a command (run, demo, serve), not both"
+        );
+        assert_eq!(first_line(&["run", "f", "run", "g"]), "error: unexpected argument 'run' found");
+        assert_eq!(first_line(&["demo", "demo"]), "error: unexpected argument 'demo' found");
+        assert_eq!(
+            first_line(&["--checkpoint-interval", "2s"]),
+            "error: the following required arguments were not provided:"
+        );
+        assert!(p(&["--checkpoint-interval", "2s"]).unwrap_err().contains("--data-dir <DIR>"));
+        assert_eq!(
+            first_line(&["--listen", "127.0.0.1:1"]),
+            "error: unexpected argument '--listen' found"
+        );
+        assert_eq!(
+            first_line(&["serve", "--listen", "localhost"]),
+            "error: invalid value 'localhost' for '--listen <ADDR>': 'localhost' is not an address with a port, e.g. 127.0.0.1:6875"
+        );
+        assert!(p(&["serve", "--subscriber-buffer", "0"])
+            .unwrap_err()
+            .contains("'0' is not a positive number"));
+        assert!(p(&["serve", "--tls-cert", "c.pem"]).unwrap_err().contains("--tls-key <FILE>"));
         assert!(p(&["--data-dir", "d", "--checkpoint-interval", "2x"])
             .unwrap_err()
-            .contains("--checkpoint-interval: bad duration '2x'"));
+            .contains("bad duration '2x'"));
+        assert!(p(&["--workers", "0"])
+            .unwrap_err()
+            .contains("'0' is not a positive number of workers"));
+        assert_eq!(
+            first_line(&["run", "x.sql", "--output-dir", "o", "--format", "table"]),
+            "error: --output-dir writes CSV or JSON lines files: give --format csv (the default with --output-dir) or --format jsonl"
+        );
+        assert_eq!(
+            first_line(&["demo", "--output-dir", "o"]),
+            "error: --output-dir is for scripts: weir run FILE, weir -c SQL, or statements on standard input"
+        );
+    }
+
+    #[test]
+    fn help_and_version_are_answers_not_errors() {
+        for argv in [
+            &["--help"][..],
+            &["-h"],
+            &["run", "--help"],
+            &["serve", "--help"],
+            &["demo", "-h"],
+            &["--version"],
+        ] {
+            let e = parse(argv.iter().map(OsString::from)).unwrap_err();
+            assert_eq!(e.exit_code(), 0, "{argv:?}");
+        }
+        let help = parse(["run", "--help"].map(OsString::from)).unwrap_err().to_string();
+        assert!(help.starts_with("Run a script"), "{help}");
     }
 }

@@ -32,15 +32,13 @@ pub(crate) fn report(msg: &str) {
 fn main() -> ExitCode {
     let args = match args::parse(std::env::args_os().skip(1)) {
         Ok(a) => a,
+        // Also --help and --version (to standard output, status 0).
         Err(e) => {
-            report(&e);
-            let _ = writeln!(io::stderr(), "(see weir --help)");
-            return ExitCode::from(2);
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
     let result = match args.command.clone() {
-        Command::Help => write_stdout(args::USAGE),
-        Command::Version => write_stdout(&format!("weir {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Inline(sql) => run_input(sql.as_bytes(), None, None, Some(&sql), &args),
         Command::Run(path) if path.as_os_str() == "-" => {
             run_input(io::stdin().lock(), None, None, None, &args)
@@ -49,6 +47,13 @@ fn main() -> ExitCode {
             Ok(text) => run_input(text.as_bytes(), path.parent(), Some(&path), Some(&text), &args),
             Err(e) => Err(Failure::Statement(format!("cannot read {}: {e}", path.display()))),
         },
+        Command::Default if io::stdin().is_terminal() && args.output_dir.is_some() => {
+            Err(Failure::Statement(
+                "--output-dir is for scripts: weir run FILE, weir -c SQL, or statements on \
+                 standard input"
+                    .into(),
+            ))
+        }
         Command::Default if io::stdin().is_terminal() => {
             repl::run(&args, false).map_err(|e| Failure::Statement(format!("{e:#}")))
         }
@@ -60,7 +65,7 @@ fn main() -> ExitCode {
                 .into(),
         )),
         Command::Default => run_input(io::stdin().lock(), None, None, None, &args),
-        Command::Serve => serve(&args),
+        Command::Serve(s) => serve(&args, &s),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,22 +84,22 @@ fn main() -> ExitCode {
 }
 
 /// `weir serve`: runs the PostgreSQL-protocol server until it fails or is interrupted.
-fn serve(args: &Args) -> Result<(), Failure> {
+fn serve(args: &Args, s: &args::ServeArgs) -> Result<(), Failure> {
     let mut config = weir_server::Config {
         data_dir: args.data_dir.clone(),
         checkpoint_interval: args.checkpoint_interval,
-        file_dir: args.file_dir.clone(),
-        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        file_dir: s.file_dir.clone(),
+        tls: s.tls_cert.clone().zip(s.tls_key.clone()),
         workers: args.workers,
         ..Default::default()
     };
-    if let Some(addr) = args.listen {
+    if let Some(addr) = s.listen {
         config.listen = addr;
     }
-    if let Some(n) = args.subscriber_buffer {
+    if let Some(n) = s.subscriber_buffer {
         config.subscriber_buffer = n;
     }
-    if let Some(u) = &args.user {
+    if let Some(u) = &s.user {
         config.user = u.clone();
     }
     // From the environment, not the command line, where other users' `ps` would show it.
@@ -114,13 +119,6 @@ fn serve(args: &Args) -> Result<(), Failure> {
     .map_err(|e| Failure::Statement(e.to_string()))
 }
 
-fn write_stdout(text: &str) -> Result<(), Failure> {
-    let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
-}
-
 /// The checkpoint note that holds the script's fingerprint.
 const SCRIPT_NOTE: &str = "weir run script crc32";
 
@@ -137,7 +135,11 @@ fn session<W: Write>(
     let Some(dir) = &args.data_dir else {
         let mut engine = weir::Engine::new();
         engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
-        return Ok((Session::with_engine(engine, args.format, out, false), false));
+        let mut session = Session::with_engine(engine, args.format, out, false);
+        if let Some(dir) = &args.output_dir {
+            session.set_output_dir(dir)?;
+        }
+        return Ok((session, false));
     };
     let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)
         .map_err(|e| Failure::Statement(e.to_string()))?;
@@ -159,6 +161,9 @@ fn session<W: Write>(
         engine.set_checkpoint_note(SCRIPT_NOTE, &fingerprint);
     }
     let mut session = Session::with_engine(engine, args.format, out, false);
+    if let Some(dir) = &args.output_dir {
+        session.set_output_dir(dir)?;
+    }
     let restored = match recovery.checkpoint {
         Some(n) => {
             let _ =

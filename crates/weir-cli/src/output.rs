@@ -10,25 +10,31 @@
 //! `table` (the default, for people):
 //! - in a script (`weir run`), a query first prints `[N] ` and its SQL on one line (shortened
 //!   past 100 characters), so a reader knows which query `[N]` is;
-//! - a query prints `[N] _time | _diff | col...` when it starts (no `_diff` for stream
+//! - a query prints `[N] _time | _diff | col...` once, when it starts (no `_diff` for stream
 //!   outputs), then one line per change `[N] 3     | +1    | a | 2`; cells are padded to the
-//!   widest value printed so far in their column; when new lines widen a column, the header is
-//!   printed again above them, aligned. Values are as in `weir::format` (NULL as `NULL`),
-//!   with line breaks and tabs in strings written `\n`, `\r`, `\t`;
+//!   width of their column's type (TIMESTAMP instants to 26 characters, text to 10, BIGINT to
+//!   8, ...: see `type_width`) or their header if wider; a value wider than that widens its
+//!   column from its line on (the header is not printed again). Values are as in
+//!   `weir::format` (NULL as `NULL`), with line breaks and tabs in strings written `\n`, `\r`,
+//!   `\t`;
 //! - one-shot rows are a boxed table followed by `(1 row)` / `(N rows)`;
 //! - EXPLAIN prints its text; statement tags (`INSERT 3`) print only in the REPL.
 //!
 //! `csv`:
 //! - a query prints its header `_query,_time,[_diff,]col...` when it starts, then one record
-//!   per change `N,time,[diff,]values...`. `_query` is there because the changes of several
-//!   queries interleave in one output. Diffs are plain integers; NULL is an empty field;
-//!   quoting follows RFC 4180 (the `csv` crate);
+//!   per change `N,time,[diff,]values...`. Diffs are plain integers; NULL is an empty field;
+//!   quoting follows RFC 4180 (the `csv` crate). In a script, standard output holds one
+//!   continuous query's CSV and nothing after it (a second is refused, see `script.rs`); with
+//!   `--output-dir` each query's changes go to `DIR/query-N.csv` instead, without `_query`
+//!   (the columns of a CSV sink), listed in `DIR/queries.csv`. In the REPL queries may
+//!   interleave, told apart by `_query`;
 //! - one-shot rows are a header and records; EXPLAIN prints its text; tags print nothing.
 //!
 //! `jsonl`:
 //! - each change is one object `{"_query":N,"_time":...,"_diff":d,"col":value,...}` with typed
 //!   values (numbers, strings, booleans, null), `_time` a number for tick streams and an
 //!   ISO-8601 string for TIMESTAMP streams, `_diff` always present (1 for stream elements);
+//!   with `--output-dir`, in `DIR/query-N.jsonl`, without `_query`;
 //! - one-shot rows are one object per row; EXPLAIN is `{"explain":"..."}`; tags print nothing.
 
 use std::fmt::Write as _;
@@ -83,19 +89,50 @@ pub struct QueryOutput {
     domain: TimeDomain,
     /// Table format: the width of each cell (`_time`, `_diff`, columns), the widest so far.
     widths: Vec<usize>,
+    /// CSV and JSON lines: whether each change starts with the query's number (`_query`).
+    query_column: bool,
 }
 
-/// Width of `2024-01-01T12:00:05`, the usual instant of a TIMESTAMP stream.
-const TIMESTAMP_WIDTH: usize = 19;
+/// The width a table column of type `t` is given before any value is seen (see
+/// [`QueryOutput::reserve_value_widths`]).
+fn type_width(t: &DataType) -> usize {
+    match t {
+        DataType::Boolean => 5,
+        DataType::Int8 | DataType::UInt8 => 4,
+        DataType::Int16 | DataType::UInt16 => 6,
+        t if t.is_integer() => 8,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => 10,
+        // Digits, sign and decimal point.
+        DataType::Decimal128(p, _) | DataType::Decimal256(p, _) => usize::from(*p) + 2,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => 10,
+        DataType::Date32 | DataType::Date64 => 10,
+        // `2024-01-01T12:00:05`, then the fraction its unit can have.
+        DataType::Timestamp(unit, tz) => {
+            let fraction = match unit {
+                TimeUnit::Second => 0,
+                TimeUnit::Millisecond => 4,
+                TimeUnit::Microsecond => 7,
+                TimeUnit::Nanosecond => 10,
+            };
+            // An offset such as `+05:30`.
+            19 + fraction + if tz.is_some() { 6 } else { 0 }
+        }
+        DataType::Time32(_) | DataType::Time64(_) => 15,
+        _ => 0,
+    }
+}
 
-/// Width of `2024-01-01T12:00:04.999999`, an instant with microseconds: what the REPL reserves
-/// for the instants of live TIMESTAMP queries, whose windows close a microsecond before a
-/// boundary.
-pub const LIVE_TIMESTAMP_WIDTH: usize = 26;
+/// Width of `2024-01-01T12:00:04.999999`, the widest instant of a TIMESTAMP stream (a
+/// microsecond before a window boundary, where windows close): the `_time` cells of TIMESTAMP
+/// queries are this wide from the start.
+const TIMESTAMP_WIDTH: usize = 26;
 
 impl QueryOutput {
+    /// The printing state of `sub`'s output, its columns as wide as their types need.
     pub fn new(number: usize, sub: &Subscription) -> Self {
-        Self::with_shape(number, sub.column_names(), sub.kind, sub.domain)
+        let mut q = Self::with_shape(number, sub.column_names(), sub.kind, sub.domain);
+        q.reserve_value_widths(&sub.schema);
+        q
     }
 
     pub fn with_shape(
@@ -104,7 +141,8 @@ impl QueryOutput {
         kind: PlanKind,
         domain: TimeDomain,
     ) -> Self {
-        let mut q = QueryOutput { number, columns, kind, domain, widths: vec![] };
+        let mut q =
+            QueryOutput { number, columns, kind, domain, widths: vec![], query_column: true };
         q.widths = q.header_cells().iter().map(|c| text_width(c)).collect();
         if let (TimeDomain::Micros, Some(w)) = (domain, q.widths.first_mut()) {
             *w = (*w).max(TIMESTAMP_WIDTH);
@@ -112,30 +150,22 @@ impl QueryOutput {
         q
     }
 
-    /// Pads the `_time` cells of a TIMESTAMP query to at least `width`.
-    pub fn reserve_time_width(&mut self, width: usize) {
-        if let (TimeDomain::Micros, Some(w)) = (self.domain, self.widths.first_mut()) {
-            *w = (*w).max(width);
-        }
+    /// Leaves out the `_query` column of CSV and the `_query` field of JSON lines: the output
+    /// goes to a file of the query's own (`--output-dir`).
+    pub fn without_query_column(mut self) -> Self {
+        self.query_column = false;
+        self
     }
 
-    /// Pads each column to a width typical of its type (4 for integers, 10 for strings...), so
-    /// that live output rarely has to print its header again when a wider value arrives.
-    pub fn reserve_value_widths(&mut self, schema: &Schema) {
+    /// Pads each column to the width its type needs: the widest value of types whose values
+    /// have a bounded width (booleans, small integers, dates, timestamps, decimals), a typical
+    /// width for the others (8 for larger integers, 10 for floating point and text). The
+    /// header is printed once, so a value wider than its column widens it from its line on.
+    fn reserve_value_widths(&mut self, schema: &Schema) {
         let first = if self.is_relation() { 2 } else { 1 };
         for (i, f) in schema.fields().iter().enumerate() {
-            let typical = match f.data_type() {
-                t if t.is_integer() => 4,
-                DataType::Float16 | DataType::Float32 | DataType::Float64 => 8,
-                DataType::Decimal128(p, _) | DataType::Decimal256(p, _) => usize::from(*p) + 2,
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => 10,
-                DataType::Boolean => 5,
-                DataType::Date32 | DataType::Date64 => 10,
-                DataType::Timestamp(_, _) => 23,
-                _ => 0,
-            };
             if let Some(w) = self.widths.get_mut(first + i) {
-                *w = (*w).max(typical);
+                *w = (*w).max(type_width(f.data_type()));
             }
         }
     }
@@ -163,7 +193,10 @@ impl QueryOutput {
                 Ok(self.render(&cells))
             }
             Format::Csv => {
-                let mut cells = vec!["_query".to_string()];
+                let mut cells = Vec::new();
+                if self.query_column {
+                    cells.push("_query".to_string());
+                }
                 cells.extend(self.header_cells());
                 csv_records(std::iter::once(cells))
             }
@@ -209,27 +242,17 @@ impl QueryOutput {
         Ok(out)
     }
 
-    /// Widens the columns to fit `lines`; whether a column that is padded (any but the
-    /// last) grew.
-    fn fit(&mut self, lines: &[Vec<String>]) -> bool {
-        let mut grew = false;
+    /// Widens the columns to fit `lines`.
+    fn fit(&mut self, lines: &[Vec<String>]) {
         for cells in lines {
             for (i, cell) in cells.iter().enumerate() {
                 let w = text_width(cell);
                 match self.widths.get_mut(i) {
-                    Some(width) if *width >= w => {}
-                    Some(width) => {
-                        *width = w;
-                        grew |= i + 1 < cells.len();
-                    }
-                    None => {
-                        self.widths.push(w);
-                        grew = true;
-                    }
+                    Some(width) => *width = (*width).max(w),
+                    None => self.widths.push(w),
                 }
             }
         }
-        grew
     }
 
     /// Table-format lines `[N] a | b | c`, every cell but the last padded to its column's
@@ -253,23 +276,19 @@ impl QueryOutput {
         out
     }
 
-    /// Table-format lines aligned with each other and with what was printed before; the
-    /// header is printed again, aligned, when the lines widen a column.
+    /// Table-format lines aligned with what was printed before. The header is not printed
+    /// again: a value wider than its column widens the column from its line on.
     fn table_lines(&mut self, lines: &[Vec<String>]) -> String {
-        if lines.is_empty() {
-            return String::new();
+        let mut out = String::new();
+        for line in lines {
+            self.fit(std::slice::from_ref(line));
+            out.push_str(&self.render(std::slice::from_ref(line)));
         }
-        let header = self.header_cells();
-        if self.fit(lines) {
-            let mut out = self.render(&[header]);
-            out.push_str(&self.render(lines));
-            out
-        } else {
-            self.render(lines)
-        }
+        out
     }
 
-    /// The batch with `_query`, `_time` and (if `with_diff`) `_diff` columns in front, stream
+    /// The batch with `_query` (unless left out), `_time` and (if `with_diff`) `_diff`
+    /// columns in front, stream
     /// elements repeated by their multiplicity.
     fn annotated(&self, batch: &ChangeBatch, with_diff: bool) -> Result<RecordBatch> {
         let (data, times, diffs) = if self.is_relation() {
@@ -309,6 +328,10 @@ impl QueryOutput {
         if !with_diff {
             fields.remove(2);
             columns.remove(2);
+        }
+        if !self.query_column {
+            fields.remove(0);
+            columns.remove(0);
         }
         fields.extend(data.schema().fields().iter().map(|f| f.as_ref().clone()));
         columns.extend(data.columns().iter().cloned());
@@ -513,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn table_lines_grow_to_fit() {
+    fn the_header_is_printed_once_and_wide_values_widen_their_column() {
         let mut q = QueryOutput::with_shape(
             2,
             vec!["k".into(), "n".into()],
@@ -523,57 +546,57 @@ mod tests {
         assert_eq!(q.header(Format::Table).unwrap(), "[2] _time | _diff | k | n\n");
         let lines = q.table_lines(&[vec!["3".into(), "+1".into(), "a".into(), "7".into()]]);
         assert_eq!(lines, "[2] 3     | +1    | a | 7\n");
+        // `abc` is wider than `k`: no second header; the lines from it on are aligned.
         let lines = q.table_lines(&[
             vec!["4".into(), "-1".into(), "a".into(), "7".into()],
             vec!["4".into(), "+1".into(), "abc".into(), "8".into()],
+            vec!["5".into(), "-1".into(), "ab".into(), "8".into()],
         ]);
         assert_eq!(
             lines,
-            "[2] _time | _diff | k   | n\n[2] 4     | -1    | a   | 7\n[2] 4     | +1    | abc | 8\n"
+            "[2] 4     | -1    | a | 7\n[2] 4     | +1    | abc | 8\n[2] 5     | -1    | ab  | 8\n"
         );
-        let lines = q.table_lines(&[vec!["5".into(), "-1".into(), "ab".into(), "8".into()]]);
-        assert_eq!(lines, "[2] 5     | -1    | ab  | 8\n");
     }
 
     #[test]
-    fn timestamp_queries_reserve_the_time_width() {
-        let mut q =
-            QueryOutput::with_shape(1, vec!["a".into()], PlanKind::Stream, TimeDomain::Micros);
-        assert_eq!(q.header(Format::Table).unwrap(), "[1] _time               | a\n");
-        assert_eq!(q.header(Format::Csv).unwrap(), "_query,_time,a\n");
-    }
-
-    #[test]
-    fn live_output_reserves_typical_widths() {
+    fn columns_are_as_wide_as_their_types_from_the_start() {
         let schema = Schema::new(vec![
             Field::new("item", DataType::Utf8, true),
             Field::new("n", DataType::Int64, true),
             Field::new("ok", DataType::Boolean, true),
+            Field::new("at", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("last", DataType::Int64, true),
         ]);
         let mut q = QueryOutput::with_shape(
             1,
-            vec!["item".into(), "n".into(), "ok".into()],
+            schema.fields().iter().map(|f| f.name().clone()).collect(),
             PlanKind::Relation,
             TimeDomain::Micros,
         );
-        q.reserve_time_width(LIVE_TIMESTAMP_WIDTH);
         q.reserve_value_widths(&schema);
         assert_eq!(
             q.header(Format::Table).unwrap(),
-            "[1] _time                      | _diff | item       | n    | ok\n"
+            "[1] _time                      | _diff | item       | n        | ok    | at                      | last\n"
         );
-        // A 23-character instant and a 9-character string fit: no second header.
+        assert_eq!(q.header(Format::Csv).unwrap(), "_query,_time,_diff,item,n,ok,at,last\n");
+        // An instant with microseconds, a 9-character string, a millisecond timestamp: they fit.
         let line = vec![
-            "2024-05-01T12:00:01.500".to_string(),
+            "2024-05-01T12:00:04.999999".to_string(),
             "+1".to_string(),
             "telescope".to_string(),
-            "12".to_string(),
-            "true".to_string(),
+            "12345678".to_string(),
+            "false".to_string(),
+            "2024-05-01T12:00:01.500".to_string(),
+            "1".to_string(),
         ];
         assert_eq!(
             q.table_lines(&[line]),
-            "[1] 2024-05-01T12:00:01.500    | +1    | telescope  | 12   | true\n"
+            "[1] 2024-05-01T12:00:04.999999 | +1    | telescope  | 12345678 | false | 2024-05-01T12:00:01.500 | 1\n"
         );
+        assert_eq!(type_width(&DataType::Timestamp(TimeUnit::Second, Some("+05:30".into()))), 25);
+        assert_eq!(type_width(&DataType::Decimal128(10, 2)), 12);
+        let mut q = q.without_query_column();
+        assert_eq!(q.header(Format::Csv).unwrap(), "_time,_diff,item,n,ok,at,last\n");
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! input. Errors that carry no position (a late element, a closed stream) are followed by the
 //! line of the statement that failed.
 
-use std::io::{self, BufRead, IsTerminal, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 use weir::{Engine, ExecResult, Subscription, WeirError};
 use weir_sql::sqlparser::dialect::GenericDialect;
@@ -53,6 +55,49 @@ struct Running {
     output: QueryOutput,
     /// The statement that started it, for `\queries`.
     sql: String,
+    /// With `--output-dir`: the file its changes go to, instead of the session's output.
+    file: Option<QueryFile>,
+}
+
+/// A continuous query's own output file (`--output-dir`).
+#[derive(Debug)]
+struct QueryFile {
+    path: PathBuf,
+    writer: BufWriter<File>,
+}
+
+impl QueryFile {
+    /// Creates `path` (truncated), or with `append` adds to it; the header is written to a
+    /// file that is new or empty.
+    fn open(path: PathBuf, append: bool, header: &str) -> Result<Self, Failure> {
+        let cannot =
+            |e: io::Error| Failure::Statement(format!("cannot write {}: {e}", path.display()));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .map_err(cannot)?;
+        let empty = file.metadata().map_err(cannot)?.len() == 0;
+        let mut q = QueryFile { writer: BufWriter::new(file), path };
+        if empty {
+            q.write(header)?;
+        }
+        Ok(q)
+    }
+
+    fn write(&mut self, text: &str) -> Result<(), Failure> {
+        self.writer.write_all(text.as_bytes()).map_err(|e| self.failed(e))
+    }
+
+    fn flush(&mut self) -> Result<(), Failure> {
+        self.writer.flush().map_err(|e| self.failed(e))
+    }
+
+    fn failed(&self, e: io::Error) -> Failure {
+        Failure::Statement(format!("cannot write {}: {e}", self.path.display()))
+    }
 }
 
 /// A running continuous query, as listed by the REPL.
@@ -76,6 +121,26 @@ pub struct Session<W: Write> {
     /// Not interactive: the failures reported on standard error so far (query, source and
     /// sink errors, each once), by message.
     reported: Vec<String>,
+    /// `--output-dir`: each continuous query's changes go to a file of its own there.
+    output_dir: Option<PathBuf>,
+    /// The queries started with `--output-dir`, `(number, file name, SQL)`, listed in its
+    /// `queries.csv`.
+    listed: Vec<(usize, String, String)>,
+    /// Continuous queries are being resumed from a checkpoint: their files are added to.
+    resuming: bool,
+    /// A script in CSV without `--output-dir`: the continuous query whose CSV standard output
+    /// holds. Nothing else may be printed after its header.
+    csv_owner: Option<usize>,
+}
+
+/// The message for output refused because a continuous query's CSV holds standard output.
+fn csv_taken(owner: usize) -> String {
+    format!(
+        "with --format csv, standard output holds the CSV of one continuous query and nothing \
+         after it, and query {owner} writes there already: give --output-dir DIR to write each \
+         continuous query to a CSV file of its own (DIR/query-N.csv), or use --format jsonl, \
+         whose lines say which query they belong to"
+    )
 }
 
 impl<W: Write> Session<W> {
@@ -94,18 +159,39 @@ impl<W: Write> Session<W> {
             out,
             interactive,
             reported: Vec::new(),
+            output_dir: None,
+            listed: Vec::new(),
+            resuming: false,
+            csv_owner: None,
         }
+    }
+
+    /// Writes each continuous query's changes to a file of its own in `dir` (created if
+    /// missing): `query-N.csv` or `query-N.jsonl`, without the `_query` column, listed in
+    /// `dir/queries.csv` (`query,file,sql`).
+    pub fn set_output_dir(&mut self, dir: &Path) -> Result<(), Failure> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::Statement(format!("cannot create the directory {}: {e}", dir.display()))
+        })?;
+        self.output_dir = Some(dir.to_path_buf());
+        Ok(())
     }
 
     /// Takes over the continuous queries a checkpoint restored (they print from the instant
     /// they resume at; output after the checkpoint may be printed again: file sinks, not
     /// standard output, are exactly-once).
     pub fn resume_parked(&mut self, parked: &[String]) -> Result<(), Failure> {
+        self.resuming = true;
         for sql in parked {
-            let (sub, _from) =
-                self.engine.resume(sql).map_err(|e| Failure::Statement(e.to_string()))?;
-            self.show(ExecResult::Subscribed(sub), sql)?;
+            let resumed = self.engine.resume(sql).map_err(|e| Failure::Statement(e.to_string()));
+            let shown =
+                resumed.and_then(|(sub, _from)| self.show(ExecResult::Subscribed(sub), sql));
+            if let Err(e) = shown {
+                self.resuming = false;
+                return Err(e);
+            }
         }
+        self.resuming = false;
         self.print_new_output()
     }
 
@@ -120,6 +206,9 @@ impl<W: Write> Session<W> {
         }
         self.format = format;
         for q in &mut self.queries {
+            if q.file.is_some() {
+                continue;
+            }
             let header = q.output.header(format)?;
             self.out.write_all(header.as_bytes())?;
         }
@@ -136,6 +225,14 @@ impl<W: Write> Session<W> {
         for stmt in stmts {
             // Kept for the output (`\queries`) and for an error without a position.
             let (sql, line) = (stmt.text.clone(), stmt.span.line);
+            // No position in a message: say which statement failed.
+            let at_statement = || {
+                let mut lines = sql.lines();
+                let first = lines.next().unwrap_or("").trim_end();
+                let more = if lines.next().is_some() { " ..." } else { "" };
+                let at = first_line.saturating_add(line.saturating_sub(1));
+                format!("\n  at line {at}: {first}{more}")
+            };
             let result = match self.engine.execute_statement(stmt) {
                 Ok(r) => r,
                 Err(e) => {
@@ -145,18 +242,20 @@ impl<W: Write> Session<W> {
                     );
                     let mut msg = relocate(e, text, first_line);
                     if !located && !self.interactive {
-                        // No position in the message: say which statement failed.
-                        let mut lines = sql.lines();
-                        let first = lines.next().unwrap_or("").trim_end();
-                        let more = if lines.next().is_some() { " ..." } else { "" };
-                        let at = first_line.saturating_add(line.saturating_sub(1));
-                        msg.push_str(&format!("\n  at line {at}: {first}{more}"));
+                        msg.push_str(&at_statement());
                     }
                     self.out.flush()?;
                     return Err(Failure::Statement(msg));
                 }
             };
-            self.show(result, &sql)?;
+            match self.show(result, &sql) {
+                Err(Failure::Statement(mut msg)) if !self.interactive => {
+                    msg.push_str(&at_statement());
+                    self.out.flush()?;
+                    return Err(Failure::Statement(msg));
+                }
+                shown => shown?,
+            }
             self.print_new_output()?;
         }
         Ok(())
@@ -238,31 +337,68 @@ impl<W: Write> Session<W> {
     }
 
     fn show(&mut self, r: ExecResult, sql: &str) -> Result<(), Failure> {
+        // A script's CSV on standard output is one query's: refuse what would follow it.
+        let refuse = |text: &str, owner: Option<usize>| match owner {
+            Some(n) if !text.is_empty() => Err(Failure::Statement(csv_taken(n))),
+            _ => Ok(()),
+        };
+        let owner =
+            if self.interactive || self.format != Format::Csv { None } else { self.csv_owner };
         let text = match r {
             ExecResult::Done(tag) => output::done(self.format, &tag, self.interactive),
             ExecResult::Rows { schema, batches } => output::rows(self.format, &schema, &batches)?,
             ExecResult::Explain(text) => output::explain(self.format, &text)?,
             ExecResult::Subscribed(sub) => {
+                if let (Some(n), None) = (owner, &self.output_dir) {
+                    self.engine.unsubscribe(sub.id);
+                    return Err(Failure::Statement(csv_taken(n)));
+                }
                 self.started += 1;
-                let mut output = QueryOutput::new(self.started, &sub);
-                if self.interactive {
-                    // Live output: leave room for sub-second instants, so the header is not
-                    // printed again as soon as one arrives.
-                    output.reserve_time_width(output::LIVE_TIMESTAMP_WIDTH);
-                    output.reserve_value_widths(&sub.schema);
-                }
-                let mut header = output.header(self.format)?;
+                let number = self.started;
                 let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
-                if !self.interactive && self.format == Format::Table {
-                    // Which query `[N]` is, for a reader of a script's output.
-                    header = format!("[{}] {}\n{header}", self.started, output::one_line(&sql));
-                }
-                self.queries.push(Running { sub, output, sql });
-                header
+                let mut output = QueryOutput::new(number, &sub);
+                let mut file = None;
+                let text = match self.output_dir.clone() {
+                    Some(dir) => {
+                        output = output.without_query_column();
+                        let ext = if self.format == Format::Jsonl { "jsonl" } else { "csv" };
+                        let name = format!("query-{number}.{ext}");
+                        let header = output.header(self.format)?;
+                        file = Some(QueryFile::open(dir.join(&name), self.resuming, &header)?);
+                        self.listed.push((number, name, output::one_line(&sql)));
+                        self.write_list(&dir)?;
+                        String::new()
+                    }
+                    None => {
+                        let mut header = output.header(self.format)?;
+                        if !self.interactive && self.format == Format::Table {
+                            // Which query `[N]` is, for a reader of a script's output.
+                            header = format!("[{number}] {}\n{header}", output::one_line(&sql));
+                        }
+                        if !self.interactive && self.format == Format::Csv {
+                            self.csv_owner = Some(number);
+                        }
+                        header
+                    }
+                };
+                self.queries.push(Running { sub, output, sql, file });
+                text
             }
         };
+        refuse(&text, owner)?;
         self.out.write_all(text.as_bytes())?;
         Ok(())
+    }
+
+    /// Writes `dir/queries.csv`: the number, file and SQL of each query with a file there.
+    fn write_list(&self, dir: &Path) -> Result<(), Failure> {
+        let records = std::iter::once(["query".to_string(), "file".into(), "sql".into()]).chain(
+            self.listed.iter().map(|(n, file, sql)| [n.to_string(), file.clone(), sql.clone()]),
+        );
+        let text = output::csv_records(records)?;
+        let path = dir.join("queries.csv");
+        std::fs::write(&path, text)
+            .map_err(|e| Failure::Statement(format!("cannot write {}: {e}", path.display())))
     }
 
     /// Prints every change produced since the last call, query by query in start order. A
@@ -276,7 +412,13 @@ impl<W: Write> Session<W> {
             match q.sub.poll() {
                 Ok(batches) => {
                     let text = q.output.changes(format, &q.sub, &batches)?;
-                    self.out.write_all(text.as_bytes())?;
+                    match &mut q.file {
+                        Some(f) => {
+                            f.write(&text)?;
+                            f.flush()?;
+                        }
+                        None => self.out.write_all(text.as_bytes())?,
+                    }
                     if !q.sub.is_closed() {
                         i += 1;
                         continue;

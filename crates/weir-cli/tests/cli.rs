@@ -63,6 +63,7 @@ ADVANCE s TO 2;
 INSERT INTO s VALUES ('y', 3, 4), ('y', 3, 4);
 ";
 
+/// Each query's header once, its columns as wide as their types (text 10, BIGINT 8).
 const TABLE: &str = "\
 +---+-------------+
 | k | label       |
@@ -72,30 +73,30 @@ const TABLE: &str = "\
 +---+-------------+
 (2 rows)
 [1] SELECT k, a FROM s WHERE a > 1
-[1] _time | k | a
+[1] _time | k          | a
 [2] SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k
-[2] _time | _diff | k | n
+[2] _time | _diff | k          | n
 [3] SELECT ISTREAM s.a, p.label FROM s [NOW] JOIN p ON s.k = p.k
-[3] _time | a | label
-[1] 1     | y | 3
-[2] 1     | +1    | x | 1
-[2] 1     | +1    | y | 1
-[3] 1     | 1 | say \"hi\", x
-[3] 1     | 3 | NULL
-[1] 2     | x | 5
-[2] 2     | -1    | x | 1
-[2] 2     | +1    | x | 2
-[3] 2     | 5 | say \"hi\", x
-[2] 3     | +1    | x | 1
-[2] 3     | -1    | x | 2
-[2] 3     | -1    | y | 1
-[1] 4     | y | 3
-[1] 4     | y | 3
-[2] 4     | -1    | x | 1
-[2] 4     | +1    | y | 2
-[2] 6     | -1    | y | 2
-[3] 4     | 3 | NULL
-[3] 4     | 3 | NULL
+[3] _time | a        | label
+[1] 1     | y          | 3
+[2] 1     | +1    | x          | 1
+[2] 1     | +1    | y          | 1
+[3] 1     | 1        | say \"hi\", x
+[3] 1     | 3        | NULL
+[1] 2     | x          | 5
+[2] 2     | -1    | x          | 1
+[2] 2     | +1    | x          | 2
+[3] 2     | 5        | say \"hi\", x
+[2] 3     | +1    | x          | 1
+[2] 3     | -1    | x          | 2
+[2] 3     | -1    | y          | 1
+[1] 4     | y          | 3
+[1] 4     | y          | 3
+[2] 4     | -1    | x          | 1
+[2] 4     | +1    | y          | 2
+[2] 6     | -1    | y          | 2
+[3] 4     | 3        | NULL
+[3] 4     | 3        | NULL
 ";
 
 #[test]
@@ -109,41 +110,120 @@ fn table_format() {
     assert_eq!(r.stdout, TABLE);
 }
 
+/// A fresh temporary directory.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-cli-dir-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every file of `dir`, by name, with its text.
+fn files_of(dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// CSV on standard output is one continuous query's: a second is refused before it starts,
+/// saying what to do instead.
 #[test]
-fn csv_format() {
+fn csv_on_standard_output_holds_one_query() {
     let path = script_file("csv", SCRIPT);
     let r = weir(&["--format", "csv", "run", path.to_str().unwrap()], None);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.stdout, "k,label\nx,\"say \"\"hi\"\", x\"\ny,\n_query,_time,k,a\n");
+    assert_eq!(
+        r.stderr,
+        "error: with --format csv, standard output holds the CSV of one continuous query and \
+         nothing after it, and query 1 writes there already: give --output-dir DIR to write each \
+         continuous query to a CSV file of its own (DIR/query-N.csv), or use --format jsonl, \
+         whose lines say which query they belong to\n  \
+         at line 6: SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k\n"
+    );
+    // One query: plain CSV, as before.
+    let r = weir(
+        &[
+            "-c",
+            "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+             SELECT a FROM s; INSERT INTO s VALUES (1, 1), (2, 2);",
+            "--format",
+            "csv",
+        ],
+        None,
+    );
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (0, "_query,_time,a\n1,1,1\n1,2,2\n", "")
+    );
+    // Nor may a one-shot result follow it.
+    let r = weir(
+        &["--format=csv", "-c", "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s;\nSELECT 1 AS one;"],
+        None,
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (1, "_query,_time,a\n"));
+    assert!(r.stderr.ends_with("\n  at line 3: SELECT 1 AS one\n"), "{}", r.stderr);
+}
+
+/// `--output-dir`: one CSV file per continuous query (the columns of a CSV sink), listed with
+/// its SQL in queries.csv; one-shot rows still go to standard output.
+#[test]
+fn output_dir_writes_a_csv_file_per_query() {
+    let path = script_file("outdir", SCRIPT);
+    let dir = temp_dir("outdir");
+    let out = dir.join("out");
+    let r = weir(&["run", path.to_str().unwrap(), "--output-dir", out.to_str().unwrap()], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    assert_eq!(r.stdout, "k,label\nx,\"say \"\"hi\"\", x\"\ny,\n");
+    let files = files_of(&out);
+    let expected = [
+        (
+            "queries.csv",
+            "query,file,sql\n\
+             1,query-1.csv,\"SELECT k, a FROM s WHERE a > 1\"\n\
+             2,query-2.csv,\"SELECT k, COUNT(*) AS n FROM s [RANGE 2] GROUP BY k\"\n\
+             3,query-3.csv,\"SELECT ISTREAM s.a, p.label FROM s [NOW] JOIN p ON s.k = p.k\"\n",
+        ),
+        ("query-1.csv", "_time,k,a\n1,y,3\n2,x,5\n4,y,3\n4,y,3\n"),
+        (
+            "query-2.csv",
+            "_time,_diff,k,n\n1,1,x,1\n1,1,y,1\n2,-1,x,1\n2,1,x,2\n3,1,x,1\n3,-1,x,2\n3,-1,y,1\n\
+             4,-1,x,1\n4,1,y,2\n6,-1,y,2\n",
+        ),
+        (
+            "query-3.csv",
+            "_time,a,label\n1,1,\"say \"\"hi\"\", x\"\n1,3,\n2,5,\"say \"\"hi\"\", x\"\n4,3,\n4,3,\n",
+        ),
+    ];
+    let expected: Vec<(String, String)> =
+        expected.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+    assert_eq!(files, expected);
+    // JSON lines files: the stdout objects without `_query`.
+    let out = dir.join("json");
+    let r = weir(
+        &[
+            "--format",
+            "jsonl",
+            "--output-dir",
+            out.to_str().unwrap(),
+            "run",
+            path.to_str().unwrap(),
+        ],
+        None,
+    );
     assert_eq!((r.code, r.stderr.as_str()), (0, ""));
     assert_eq!(
-        r.stdout,
-        "\
-k,label
-x,\"say \"\"hi\"\", x\"
-y,
-_query,_time,k,a
-_query,_time,_diff,k,n
-_query,_time,a,label
-1,1,y,3
-2,1,1,x,1
-2,1,1,y,1
-3,1,1,\"say \"\"hi\"\", x\"
-3,1,3,
-1,2,x,5
-2,2,-1,x,1
-2,2,1,x,2
-3,2,5,\"say \"\"hi\"\", x\"
-2,3,1,x,1
-2,3,-1,x,2
-2,3,-1,y,1
-1,4,y,3
-1,4,y,3
-2,4,-1,x,1
-2,4,1,y,2
-2,6,-1,y,2
-3,4,3,
-3,4,3,
-"
+        std::fs::read_to_string(out.join("query-3.jsonl")).unwrap().lines().next().unwrap(),
+        r#"{"_time":1,"_diff":1,"a":1,"label":"say \"hi\", x"}"#
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -296,13 +376,69 @@ fn runtime_error_names_the_statement() {
 fn bad_arguments() {
     let r = weir(&["--format", "xml", "-c", "SELECT 1"], None);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.starts_with("error: unknown format 'xml'"), "{}", r.stderr);
+    assert_eq!(
+        r.stderr,
+        "error: invalid value 'xml' for '--format <F>': unknown format 'xml' (expected table, \
+         csv or jsonl)\n\nFor more information, try '--help'.\n"
+    );
     let r = weir(&["run", "/definitely/not/here.sql"], None);
     assert_eq!(r.code, 1);
     assert!(r.stderr.starts_with("error: cannot read /definitely/not/here.sql: "));
     let r = weir(&["--help"], None);
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("weir run FILE.sql"));
+}
+
+/// Options go before or after the command and its file; every command has its --help; a
+/// script given as psql or other tools take it is answered with `weir run FILE`.
+#[test]
+fn options_go_anywhere_and_mistakes_suggest_weir_run() {
+    let path = script_file(
+        "anywhere",
+        "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+         SELECT a FROM s; INSERT INTO s VALUES (7, 1);\n",
+    );
+    let file = path.to_str().unwrap();
+    let jsonl = "{\"_query\":1,\"_time\":1,\"_diff\":1,\"a\":7}\n";
+    for args in [
+        &["run", "--format", "jsonl", file][..],
+        &["run", file, "--format", "jsonl"],
+        &["--format", "jsonl", "run", file],
+        &["run", "--workers", "2", "--format=jsonl", file],
+    ] {
+        let r = weir(args, None);
+        assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, jsonl, ""), "{args:?}");
+    }
+    for command in ["run", "demo", "serve"] {
+        let r = weir(&[command, "--help"], None);
+        assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{command}");
+        assert!(r.stdout.contains(&format!("\nUsage: weir {command} ")), "{}", r.stdout);
+    }
+    let r = weir(&["run", "--help"], None);
+    assert!(r.stdout.starts_with(
+        "Run a script: its statements in order, then its streams' sources to their end\n\n\
+         Usage: weir run [OPTIONS] <FILE.sql>\n"
+    ));
+    let usage = "\n\nUsage: weir [OPTIONS] [COMMAND]\n\nFor more information, try '--help'.\n";
+    let r = weir(&[file], None);
+    assert_eq!(r.code, 2);
+    assert_eq!(
+        r.stderr,
+        format!("error: '{file}' is not a command: to run a script, use 'weir run {file}'{usage}")
+    );
+    let r = weir(&["-f", file], None);
+    assert_eq!(r.code, 2);
+    assert_eq!(
+        r.stderr,
+        format!("error: weir has no -f option: to run a script, use 'weir run {file}'{usage}")
+    );
+    let r = weir(&["--workers", "2", "bids.SQL"], None);
+    assert_eq!(
+        r.stderr,
+        format!(
+            "error: 'bids.SQL' is not a command: to run a script, use 'weir run bids.SQL'{usage}"
+        )
+    );
 }
 
 #[test]
@@ -313,34 +449,41 @@ fn ticks_example() {
         r.stdout,
         "\
 [1] SELECT sensor, temp FROM readings WHERE temp > 30
-[1] _time | sensor | temp
+[1] _time | sensor     | temp
 [2] SELECT sensor, COUNT(*) AS n, MAX(temp) AS hottest FROM readings [RANGE 3] GROUP BY sensor
-[2] _time | _diff | sensor | n | hottest
+[2] _time | _diff | sensor     | n        | hottest
 [3] SELECT DSTREAM sensor, temp, t FROM readings [RANGE 2]
-[3] _time | sensor | temp | t
-[1] 1     | b      | 35
-[2] 1     | +1    | a      | 1 | 21
-[2] 1     | +1    | b      | 1 | 35
-[2] 2     | -1    | a      | 1 | 21
-[2] 2     | +1    | a      | 2 | 24
-[3] 3     | a      | 21   | 1
-[3] 3     | b      | 35   | 1
-[1] 4     | b      | 33
-[2] 4     | +1    | a      | 1 | 24
-[2] 4     | -1    | a      | 2 | 24
-[2] 4     | +1    | b      | 1 | 33
-[2] 4     | -1    | b      | 1 | 35
-[2] 5     | -1    | a      | 1 | 24
-[3] 4     | a      | 24   | 2
-[3] 6     | b      | 33   | 4
-[2] 7     | -1    | b      | 1 | 33
+[3] _time | sensor     | temp     | t
+[1] 1     | b          | 35
+[2] 1     | +1    | a          | 1        | 21
+[2] 1     | +1    | b          | 1        | 35
+[2] 2     | -1    | a          | 1        | 21
+[2] 2     | +1    | a          | 2        | 24
+[3] 3     | a          | 21       | 1
+[3] 3     | b          | 35       | 1
+[1] 4     | b          | 33
+[2] 4     | +1    | a          | 1        | 24
+[2] 4     | -1    | a          | 2        | 24
+[2] 4     | +1    | b          | 1        | 33
+[2] 4     | -1    | b          | 1        | 35
+[2] 5     | -1    | a          | 1        | 24
+[3] 4     | a          | 24       | 2
+[3] 6     | b          | 33       | 4
+[2] 7     | -1    | b          | 1        | 33
 "
     );
 }
 
 #[test]
 fn auction_example_runs_in_every_format() {
-    for format in ["table", "csv", "jsonl"] {
+    let out = temp_dir("auction");
+    let r = weir(&["run", &example("auction.sql"), "--output-dir", out.to_str().unwrap()], None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
+    let files = files_of(&out);
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["queries.csv", "query-1.csv", "query-2.csv", "query-3.csv", "query-4.csv"]);
+    assert!(files.iter().map(|(_, t)| t.lines().count()).sum::<usize>() > 40);
+    for format in ["table", "jsonl"] {
         let r = weir(&["run", &example("auction.sql"), "--format", format], None);
         assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{format}");
         assert!(r.stdout.lines().count() > 40, "{format}: {}", r.stdout);
@@ -468,39 +611,57 @@ fn sources_from_stdin_and_a_file_beside_the_script() {
     );
     let dir = path.parent().unwrap();
     std::fs::write(dir.join("asks.jsonl"), "{\"auction\": 7, \"t\": 1}\n").unwrap();
+    let out = dir.join("out");
     let r = weir(
-        &["--format", "csv", "run", path.to_str().unwrap()],
+        &["--output-dir", out.to_str().unwrap(), "run", path.to_str().unwrap()],
         Some("auction,price,t\n1,10,1\n1,12,3\n2,oops,4\n2,5,2\n"),
     );
-    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    // The queries' outputs interleave as the sources deliver; each query's is in order.
-    let of = |q: &str| -> Vec<&str> { r.stdout.lines().filter(|l| l.starts_with(q)).collect() };
-    assert_eq!(of("1,"), ["1,1,1,10", "1,2,2,5", "1,3,1,12"]);
-    assert_eq!(of("2,"), ["2,3,4,cannot read 'oops' as BIGINT"]);
-    assert_eq!(of("3,"), ["3,1,7"]);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    assert_eq!(read("query-1.csv"), "_time,auction,top\n1,1,10\n2,2,5\n3,1,12\n");
+    assert_eq!(read("query-2.csv"), "_time,line,reason\n3,4,cannot read 'oops' as BIGINT\n");
+    assert_eq!(read("query-3.csv"), "_time,auction\n1,7\n");
 }
 
 /// The bundled messy-file example: out-of-order rows released in time order, a late element in
 /// the late stream, unreadable rows in the error stream.
 #[test]
 fn messy_bids_example() {
-    let r = weir(&["--format", "csv", "run", &example("messy_bids.sql")], None);
-    assert_eq!((r.code, r.stderr.as_str()), (0, ""));
-    assert_eq!(
-        r.stdout,
-        "_query,_time,auction,best\n\
-         _query,_time,bidder,price,missed_watermark\n\
-         _query,_time,line,field,reason\n\
-         1,2024-05-01T12:00:01,1,100\n\
-         1,2024-05-01T12:00:02,1,110\n\
-         1,2024-05-01T12:00:03,2,250\n\
-         1,2024-05-01T12:00:06,3,180\n\
-         1,2024-05-01T12:00:09,2,310\n\
-         2,2024-05-01T12:00:07,grace,90,2024-05-01T12:00:07\n\
-         3,2024-05-01T12:00:06,6,price,cannot read 'twelve' as BIGINT\n\
-         1,2024-05-01T12:00:12,1,160\n\
-         3,2024-05-01T12:00:12,10,,\"expected 4 fields, found 3\"\n"
+    let out = temp_dir("messy");
+    let r = weir(
+        &[
+            "--format",
+            "csv",
+            "run",
+            &example("messy_bids.sql"),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+        None,
     );
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    assert_eq!(
+        read("query-1.csv"),
+        "_time,auction,best\n\
+         2024-05-01T12:00:01,1,100\n\
+         2024-05-01T12:00:02,1,110\n\
+         2024-05-01T12:00:03,2,250\n\
+         2024-05-01T12:00:06,3,180\n\
+         2024-05-01T12:00:09,2,310\n\
+         2024-05-01T12:00:12,1,160\n"
+    );
+    assert_eq!(
+        read("query-2.csv"),
+        "_time,bidder,price,missed_watermark\n2024-05-01T12:00:07,grace,90,2024-05-01T12:00:07\n"
+    );
+    assert_eq!(
+        read("query-3.csv"),
+        "_time,line,field,reason\n\
+         2024-05-01T12:00:06,6,price,cannot read 'twelve' as BIGINT\n\
+         2024-05-01T12:00:12,10,,\"expected 4 fields, found 3\"\n"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// A sink may not overwrite the script being run (it would be truncated before it is read to
@@ -540,10 +701,15 @@ fn failures_are_reported_and_the_rest_goes_on() {
     let dir = path.parent().unwrap();
     std::fs::write(dir.join("good.csv"), "v,t\n1,1\n3,2\n5,3\n").unwrap();
     std::fs::write(dir.join("bad.csv"), "v,t\n7,1\nx,2\n8,3\n").unwrap();
-    let run = weir(&["--format=csv", "run", path.to_str().unwrap()], None);
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    let rows: Vec<&str> = run.stdout.lines().filter(|l| !l.starts_with("_query")).collect();
-    assert_eq!(rows, ["1,1,1", "1,2,3", "2,1,7", "1,3,5"], "{}", run.stdout);
+    let out = dir.join("out");
+    let run = weir(
+        &["--format=csv", "run", path.to_str().unwrap(), "--output-dir", out.to_str().unwrap()],
+        None,
+    );
+    assert_eq!((run.code, run.stdout.as_str()), (1, ""), "{}", run.stderr);
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+    assert_eq!(read("query-1.csv"), "_time,v\n1,1\n2,3\n3,5\n");
+    assert_eq!(read("query-2.csv"), "_time,v\n1,7\n");
     let errors: Vec<&str> = run.stderr.lines().collect();
     assert_eq!(errors.len(), 2, "{}", run.stderr);
     assert_eq!(

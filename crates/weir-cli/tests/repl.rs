@@ -227,7 +227,7 @@ fn demo_shows_live_rows() {
     let home = tempfile::tempdir().unwrap();
     let mut p = weir(&["demo"], home.path());
     type_line(&mut p, "SELECT auction, bidder, price FROM bids;");
-    p.exp_string("[1] _time                      | auction | bidder | price").unwrap();
+    p.exp_string("[1] _time                      | auction  | bidder   | price").unwrap();
     // Bids arrive while the prompt waits, stamped with the wall clock.
     let row = r"\[1\] \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)? +\| \d +\| \d+ +\| \d+";
     p.exp_regex(row).unwrap();

@@ -4,7 +4,7 @@
 //! weir-slt [OPTIONS] [PATH ...]   files or directories (default: grammar-tests), *.slt and *.test
 //! weir-slt --complete PATH ...    rewrite the expectations of failing records with Weir's output
 //! ```
-//! (the options: [`HELP`]). Prints each failure with file, line, expected and actual text, then
+//! (the options: `weir-slt --help`). Prints each failure with file, line, expected and actual text, then
 //! per file and in total a line `N passed, M failed, K skipped`. Without `--baseline` it exits
 //! non-zero if anything failed; with it, if any file passed fewer records than its baseline.
 //! With `--complete` it exits non-zero if a failing record could not be completed. The file
@@ -14,105 +14,75 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use weir_slt::lists::{Baseline, KnownFailures};
 use weir_slt::{collect_files, complete, runner};
 
-const USAGE: &str = "usage: weir-slt [--baseline FILE [--write-baseline]] [--known-failures FILE] \
-[--categories] [--timing] [-q|--quiet] [-j N] [-w N] [PATH ...]   (default PATH: grammar-tests)
-       weir-slt --complete [--known-failures FILE] PATH ...";
+/// What `--help` prints after the options.
+const AFTER_HELP: &str = "\
+With --complete, each file is run and, for every failing query, output, explain, statement error
+and query error record, Weir's rows, changes, plan or error text (and the regex after `error`)
+replace the expected ones. Everything else stays byte for byte; a file that passes is not
+touched. Records whose outcome is of another kind (an error where rows or ok were expected, ok
+where an error was) are left as they are and listed. Review the diff: completed output is what
+Weir does, not what it should do.
 
-/// `weir-slt --help`.
-const HELP: &str = "\
-weir-slt [OPTIONS] [PATH ...]   run files or directories (default: grammar-tests), *.slt and *.test
-  --baseline FILE        fail if a file passes fewer records than FILE records for it
-  --write-baseline       rewrite the --baseline FILE from this run instead
-  --known-failures FILE  records to skip (default: known-failures.txt beside the baseline)
-  --categories           print the failures grouped by kind, most frequent first
-  --timing               per file: time, time in the engine, and the slowest records
-  -q, --quiet            one line per failure instead of its SQL, expected and actual text
-  -j, --jobs N           files run on N threads (default: the number of cores)
-  -w, --workers N        continuous queries run on N timely workers per file (default 1)
+The file format: grammar-tests/README.md.";
 
-weir-slt --complete PATH ...    rewrite each file's failing expectations with what Weir produced
-  Runs each file and, for every failing query, output, explain, statement error and query error
-  record, writes Weir's rows, changes, plan or error text (and the regex after `error`) in place
-  of the expected ones. Everything else stays byte for byte; a file that passes is not touched.
-  Records whose outcome is of another kind (an error where rows or ok were expected, ok where an
-  error was) are left as they are and listed. Review the diff: completed output is what Weir
-  does, not what it should do.";
-
-#[derive(Default)]
+#[derive(Debug, Parser)]
+#[command(
+    name = "weir-slt",
+    version,
+    about = "Runs grammar-tests and sqllogictest-format files (*.slt, *.test) against Weir",
+    after_help = AFTER_HELP
+)]
 struct Args {
+    /// Files or directories to run
+    #[arg(value_name = "PATH", default_value = "grammar-tests")]
     roots: Vec<PathBuf>,
+    /// Fail if a file passes fewer records than FILE records for it
+    #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
+    /// Rewrite the --baseline FILE from this run instead
+    #[arg(long, requires = "baseline")]
     write_baseline: bool,
+    /// Records to skip (default: known-failures.txt beside the baseline)
+    #[arg(long, value_name = "FILE")]
     known_failures: Option<PathBuf>,
+    /// Print the failures grouped by kind, most frequent first
+    #[arg(long)]
     categories: bool,
+    /// Per file: time, time in the engine, and the slowest records
+    #[arg(long)]
     timing: bool,
+    /// One line per failure instead of its SQL, expected and actual text
+    #[arg(short, long)]
     quiet: bool,
-    jobs: Option<usize>,
-    workers: usize,
+    /// Files run on N threads (default: the number of cores)
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+    /// Continuous queries run on N timely workers per file
+    #[arg(short, long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    workers: u64,
+    /// Rewrite each file's failing expectations with what Weir produced (see below)
+    #[arg(long, conflicts_with_all = ["baseline", "categories", "timing"])]
     complete: bool,
 }
 
-fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut a = Args::default();
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--baseline" => a.baseline = Some(PathBuf::from(value("--baseline")?)),
-            "--write-baseline" => a.write_baseline = true,
-            "--known-failures" => a.known_failures = Some(PathBuf::from(value(&arg)?)),
-            "--categories" => a.categories = true,
-            "--timing" => a.timing = true,
-            "--complete" => a.complete = true,
-            "-q" | "--quiet" => a.quiet = true,
-            "-j" | "--jobs" => {
-                let n = value(&arg)?;
-                a.jobs = Some(n.parse().map_err(|_| format!("{arg}: '{n}' is not a number"))?);
-            }
-            "-w" | "--workers" => {
-                let n = value(&arg)?;
-                a.workers = n.parse().map_err(|_| format!("{arg}: '{n}' is not a number"))?;
-                if a.workers == 0 {
-                    return Err(format!("{arg}: the number of workers must be at least 1"));
-                }
-            }
-            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
-            _ => a.roots.push(PathBuf::from(arg)),
-        }
-    }
-    if a.write_baseline && a.baseline.is_none() {
-        return Err("--write-baseline needs --baseline FILE".into());
-    }
-    if a.complete {
-        if a.baseline.is_some() || a.categories || a.timing {
-            return Err("--complete takes no --baseline, --categories or --timing".into());
-        }
-        if a.roots.is_empty() {
-            return Err("--complete needs the files or directories to rewrite".into());
-        }
-    }
-    if a.roots.is_empty() {
-        a.roots.push(PathBuf::from("grammar-tests"));
-    }
-    Ok(Some(a))
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(a)) => a,
-        Ok(None) => {
-            println!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("weir-slt: {e}\n{USAGE}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let mut command = Args::command();
+    let matches = command.get_matches_mut();
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command).exit());
+    // The default PATH is for running, not for rewriting.
+    if args.complete && matches.value_source("roots") == Some(ValueSource::DefaultValue) {
+        command
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--complete needs the files or directories to rewrite",
+            )
+            .exit();
+    }
     match run(&args) {
         Ok(code) => code,
         Err(e) => {
@@ -158,13 +128,15 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         known_failures: known.as_ref(),
         quiet: args.quiet,
         complete: false,
-        workers: args.workers,
+        workers: usize::try_from(args.workers).map_err(|e| e.to_string())?,
     };
     if args.complete {
         return complete_files(&files, &opts);
     }
-    let jobs =
-        args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = match args.jobs {
+        Some(n) => usize::try_from(n).map_err(|e| e.to_string())?,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let paths: Vec<PathBuf> = files.iter().map(|(f, _)| f.clone()).collect();
     let mut total = runner::Counts::default();
     let mut per_file: Vec<runner::Counts> = Vec::new();

@@ -1,0 +1,50 @@
+//! The `weir-bench` command line: its help is clap's list of options (not source comments),
+//! and a bad value says what the good ones are.
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-bench")).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn help_lists_the_options() {
+    let (code, stdout, stderr) = bench(&["--help"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert!(stdout.starts_with(
+        "NEXMark for Weir: seeded events, the NEXMark queries, and the benchmark driver \
+         (docs/benchmarks.md)\n\nUsage: weir-bench [OPTIONS]\n"
+    ));
+    assert!(!stdout.contains("//"), "{stdout}");
+    for option in ["--query <QUERIES>", "--events <N>", "--scaling", "--sketch", "--agg <AGG>"] {
+        assert!(stdout.contains(option), "{option}: {stdout}");
+    }
+}
+
+#[test]
+fn bad_values_name_the_good_ones() {
+    let (code, stdout, stderr) = bench(&["--query", "q1,q77"]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert_eq!(
+        stderr,
+        "error: invalid value 'q1,q77' for '--query <QUERIES>': unknown query 'q77' (the \
+         queries: q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q18, q19, or all)\n\n\
+         For more information, try '--help'.\n"
+    );
+    let (code, _, stderr) = bench(&["--events", "ten"]);
+    assert_eq!(code, 2);
+    assert!(stderr
+        .starts_with("error: invalid value 'ten' for '--events <N>': 'ten' is not a number\n"));
+    let (code, _, stderr) = bench(&["--scaling", "--sketch"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with("error: the argument '--scaling' cannot be used with '--sketch'\n"),
+        "{stderr}"
+    );
+}
