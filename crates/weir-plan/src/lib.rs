@@ -25,6 +25,7 @@ pub use explain::explain;
 pub use plan::{
     sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan,
     OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow, WindowFrame,
-    WindowSpec, DEFAULT_HLL_PRECISION, HLL_PRECISIONS, R2S,
+    WindowSpec, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, HLL_PRECISIONS, R2S,
+    TDIGEST_COMPRESSIONS, Fraction,
 };
 pub use prune::prune;
