@@ -149,7 +149,8 @@ fn approx_percentile_lies_within_its_stated_rank_error() {
         let per_tick = [1, 8][(seed % 2) as usize];
         let input: Vec<(u64, i64)> = (0..4_000)
             .map(|i| {
-                let v = if heavy { rng.below(1 << (1 + rng.below(40))) } else { rng.below(1 << 30) };
+                let bits = if heavy { 1 + rng.below(40) } else { 30 };
+                let v = rng.below(1 << bits);
                 (v, (i / per_tick) as i64)
             })
             .collect();

@@ -140,7 +140,8 @@ impl Quantiles {
     }
 
     /// The sketch as bytes: a tag, the compression, the digest's count, sum, min, max and
-    /// centroids (mean, weight), then the buffer; numbers little-endian.
+    /// centroids (mean, weight), then the buffer, sorted (so that equal sketches give equal
+    /// bytes whatever order their buffers filled in); numbers little-endian.
     pub fn to_bytes(&self) -> Vec<u8> {
         let d = &self.digest;
         let n = d.centroids().len();
@@ -156,7 +157,9 @@ impl Quantiles {
             out.extend_from_slice(&c.weight().to_le_bytes());
         }
         out.extend_from_slice(&(self.buffer.len() as u32).to_le_bytes());
-        for v in &self.buffer {
+        let mut sorted = self.buffer.clone();
+        sorted.sort_unstable_by(f64::total_cmp);
+        for v in &sorted {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out
