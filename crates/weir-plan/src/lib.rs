@@ -23,9 +23,9 @@ pub mod prune;
 
 pub use explain::explain;
 pub use plan::{
-    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan,
-    OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow, WindowFrame,
-    WindowSpec, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, HLL_PRECISIONS, R2S,
-    TDIGEST_COMPRESSIONS, Fraction,
+    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound, JoinKind,
+    LogicalPlan, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow,
+    WindowFrame, WindowSpec, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, HLL_PRECISIONS,
+    R2S, TDIGEST_COMPRESSIONS,
 };
 pub use prune::prune;

@@ -156,7 +156,9 @@ fn approx_percentile_lies_within_its_stated_rank_error() {
             .collect();
         let queries: Vec<String> = ps
             .iter()
-            .map(|p| format!("SELECT ISTREAM APPROX_PERCENTILE(v, {p}) FROM s [RANGE 100 SLIDE 20]"))
+            .map(|p| {
+                format!("SELECT ISTREAM APPROX_PERCENTILE(v, {p}) FROM s [RANGE 100 SLIDE 20]")
+            })
             .collect();
         let out = run(&queries.iter().map(|q| q.as_str()).collect::<Vec<_>>(), &input, 1_000, 1);
         let end = input.last().unwrap().1 + 100;

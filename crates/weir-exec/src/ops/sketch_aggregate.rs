@@ -17,8 +17,8 @@
 //! to be woken there) or, unbounded, where rows arrive, each group whose values change gives
 //! −(old) +(new), a group appears when it has rows in the window and disappears when it has
 //! none. Without GROUP BY the one row exists from the query's first instant (COUNT and
-//! APPROX_COUNT_DISTINCT are 0 over an empty window, a percentile NULL). Output sorted by key. Elements that fall
-//! into a gap between windows (T < S) are dropped on arrival. The input only inserts (the
+//! APPROX_COUNT_DISTINCT are 0 over an empty window, a percentile NULL). Output sorted by key.
+//! Elements that fall into a gap between windows (T < S) are dropped on arrival. The input only inserts (the
 //! binder refuses an input that can delete rows); a retraction is an internal error.
 //!
 //! Determinism: a HyperLogLog is a function of the set of hashed values, a t-digest of the
@@ -445,9 +445,10 @@ impl SketchAggregate {
             values.push(match (&spec.arg, codec) {
                 (Some(e), _) if matches!(spec.func, AggFunc::ApproxPercentile { .. }) => {
                     let col = e.eval_as(&d.data, &DataType::Float64)?;
-                    let col = col.as_any().downcast_ref::<Float64Array>().cloned().ok_or_else(
-                        || WeirError::internal("a percentile's argument is not a DOUBLE"),
-                    )?;
+                    let col =
+                        col.as_any().downcast_ref::<Float64Array>().cloned().ok_or_else(|| {
+                            WeirError::internal("a percentile's argument is not a DOUBLE")
+                        })?;
                     Arg::Numbers(col)
                 }
                 (Some(e), Some(codec)) => {

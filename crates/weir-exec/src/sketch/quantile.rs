@@ -97,7 +97,10 @@ impl Quantiles {
 
     /// The merge of `sketches`, in that order (all of compression δ): the sketch of all their
     /// values (see the module documentation).
-    pub fn merge_all<'a>(compression: u32, sketches: impl IntoIterator<Item = &'a Quantiles>) -> Self {
+    pub fn merge_all<'a>(
+        compression: u32,
+        sketches: impl IntoIterator<Item = &'a Quantiles>,
+    ) -> Self {
         let sketches: Vec<&Quantiles> = sketches.into_iter().collect();
         let mut out = Quantiles::new(compression);
         let raw: usize = sketches.iter().map(|s| s.buffer.len()).sum();

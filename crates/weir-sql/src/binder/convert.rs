@@ -1388,11 +1388,7 @@ fn tdigest_compression(e: &Expr) -> Result<u32> {
 /// Refuses a sketch aggregate whose input can delete rows: a sketch cannot forget a value.
 /// Accepted: a time window over a stream (counted slice by slice), or an append-only input.
 /// A percentile's argument must be a number, and each value counts (no DISTINCT).
-fn check_sketch_input(
-    aggs: &[AggCall],
-    input: &Arc<LogicalPlan>,
-    schema: &DFSchema,
-) -> Result<()> {
+fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>, schema: &DFSchema) -> Result<()> {
     let Some(sketch) = aggs.iter().find(|a| a.func.is_sketch()) else { return Ok(()) };
     for a in aggs.iter().filter(|a| matches!(a.func, AggFunc::ApproxPercentile { .. })) {
         let name = a.func.to_string().to_uppercase();

@@ -408,7 +408,9 @@ fn check_sketch_args(q: &sql::Query) -> Result<()> {
                 let range = weir_plan::HLL_PRECISIONS;
                 checks.push((
                     1,
-                    number(1).and_then(|n| n.parse::<u8>().ok()).is_some_and(|p| range.contains(&p)),
+                    number(1)
+                        .and_then(|n| n.parse::<u8>().ok())
+                        .is_some_and(|p| range.contains(&p)),
                     format!(
                         "precision must be an integer constant from {} to {} (2^precision \
                          registers)",
@@ -428,7 +430,9 @@ fn check_sketch_args(q: &sql::Query) -> Result<()> {
                 let range = weir_plan::TDIGEST_COMPRESSIONS;
                 checks.push((
                     2,
-                    number(2).and_then(|n| n.parse::<u32>().ok()).is_some_and(|c| range.contains(&c)),
+                    number(2)
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_some_and(|c| range.contains(&c)),
                     format!(
                         "compression must be an integer constant from {} to {} (the t-digest's \
                          δ: at most about that many centroids)",
@@ -463,9 +467,9 @@ fn place_sketch_error(e: WeirError, q: &sql::Query) -> WeirError {
         return e;
     }
     let named = |n: &str| {
-        d.message.strip_prefix(n).is_some_and(|rest| {
-            !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-        })
+        d.message
+            .strip_prefix(n)
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
     };
     let Some((_, names)) = SKETCH_NAMES.iter().find(|(n, _)| named(n)) else { return e };
     match names.iter().find_map(|name| function_span(q, name)) {
