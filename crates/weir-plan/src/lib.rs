@@ -25,9 +25,10 @@ pub mod window_bounds;
 
 pub use explain::explain;
 pub use plan::{
-    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan,
-    OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow, WindowFrame,
-    WindowSpec, DEFAULT_HLL_PRECISION, HLL_PRECISIONS, R2S,
+    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound, JoinKind,
+    LogicalPlan, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow,
+    WindowFrame, WindowSpec, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, HLL_PRECISIONS,
+    R2S, TDIGEST_COMPRESSIONS,
 };
 pub use prune::prune;
 pub use window_bounds::lift_window_bounds;

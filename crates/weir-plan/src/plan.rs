@@ -180,7 +180,38 @@ pub enum AggFunc {
     ApproxCountDistinct {
         precision: u8,
     },
+    /// `APPROX_PERCENTILE(x, p [, compression])` (`APPROX_QUANTILE`), and `APPROX_MEDIAN(x)`
+    /// (`median`: p = 0.5, so spelled in EXPLAIN and errors): a t-digest estimate of the
+    /// p-quantile of the non-NULL finite values, as `PERCENTILE_CONT(p)` defines it, with at
+    /// most about `compression` centroids. A sketch, as `ApproxCountDistinct`.
+    ApproxPercentile {
+        p: Fraction,
+        compression: u32,
+        median: bool,
+    },
 }
+
+/// A number in [0, 1], kept as its bits so that [`AggFunc`] stays `Eq` (two fractions are
+/// equal when their values are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fraction(u64);
+
+impl Fraction {
+    /// `p` if it lies in [0, 1] (NaN does not).
+    pub fn new(p: f64) -> Option<Self> {
+        (0.0..=1.0).contains(&p).then(|| Fraction((p + 0.0).to_bits()))
+    }
+
+    pub fn get(self) -> f64 {
+        f64::from_bits(self.0)
+    }
+}
+
+/// `APPROX_PERCENTILE`'s compression when none is given (t-digest's δ, DataFusion's default):
+/// at most about 100 centroids, 1.6 KiB per sketch.
+pub const DEFAULT_TDIGEST_COMPRESSION: u32 = 100;
+/// The compressions `APPROX_PERCENTILE` accepts.
+pub const TDIGEST_COMPRESSIONS: std::ops::RangeInclusive<u32> = 10..=10_000;
 
 /// `APPROX_COUNT_DISTINCT`'s precision when none is given: 2^14 registers, 0.81 % standard
 /// error, 16 KiB per sketch once it holds more than a few thousand values.
@@ -200,7 +231,7 @@ impl AggFunc {
 
     /// Whether the aggregate is a sketch: mergeable partial states, no retraction.
     pub fn is_sketch(self) -> bool {
-        matches!(self, AggFunc::ApproxCountDistinct { .. })
+        matches!(self, AggFunc::ApproxCountDistinct { .. } | AggFunc::ApproxPercentile { .. })
     }
 
     /// Whether NULL arguments are skipped (all but `ARRAY_AGG`, `FIRST_VALUE`, `LAST_VALUE`).
@@ -224,6 +255,8 @@ impl fmt::Display for AggFunc {
             AggFunc::FirstValue => "first_value",
             AggFunc::LastValue => "last_value",
             AggFunc::ApproxCountDistinct { .. } => "approx_count_distinct",
+            AggFunc::ApproxPercentile { median: true, .. } => "approx_median",
+            AggFunc::ApproxPercentile { median: false, .. } => "approx_percentile",
         })
     }
 }
@@ -282,6 +315,14 @@ impl fmt::Display for AggCall {
                 if let AggFunc::ApproxCountDistinct { precision } = self.func {
                     if precision != DEFAULT_HLL_PRECISION {
                         write!(f, ", {precision}")?;
+                    }
+                }
+                if let AggFunc::ApproxPercentile { p, compression, median } = self.func {
+                    if !median {
+                        write!(f, ", {}", p.get())?;
+                    }
+                    if compression != DEFAULT_TDIGEST_COMPRESSION {
+                        write!(f, ", {compression}")?;
                     }
                 }
                 if self.func == AggFunc::StringAgg {

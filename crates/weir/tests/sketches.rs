@@ -1,9 +1,10 @@
 //! Sketch aggregates end to end: `APPROX_COUNT_DISTINCT` against the exact `COUNT(DISTINCT)`
-//! over many seeded inputs (within the stated error in the stated share of windows, exact while
-//! a window's sketch is still sparse), the same output whatever the batching, the disorder
-//! within the watermark or the number of workers, and checkpoints that restore a run exactly.
+//! and `APPROX_PERCENTILE` against the exact percentile computed here, over many seeded inputs
+//! (within the stated error in the stated share of windows, exact while a window's sketch is
+//! still small), the same output whatever the batching, the disorder within the watermark or
+//! the number of workers, and checkpoints that restore a run exactly.
 //!
-//! `SKETCH_SEEDS` sets the number of seeded inputs of the accuracy test (default 12).
+//! `SKETCH_SEEDS` sets the number of seeded inputs of the accuracy tests (default 12).
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 
 use std::collections::BTreeMap;
@@ -116,11 +117,102 @@ fn approx_count_distinct_lies_within_its_stated_error() {
     assert!(within3 * 100 >= windows * 99, "{within3} of {windows} windows within 3 se");
 }
 
-const QUERIES: [&str; 4] = [
+/// Rank error of `estimate` as the p-quantile of `sorted`: the distance from p·(n−1) to the
+/// positions the estimate could take among the sorted values, as a share of n.
+fn rank_error(sorted: &[f64], p: f64, estimate: f64) -> f64 {
+    let lo = sorted.partition_point(|x| *x < estimate) as f64;
+    let hi = sorted.partition_point(|x| *x <= estimate) as f64;
+    let target = p * (sorted.len() - 1) as f64;
+    (lo - 1.0 - target).max(target - hi).max(0.0) / sorted.len() as f64
+}
+
+/// PERCENTILE_CONT(p) of sorted values.
+fn percentile_cont(sorted: &[f64], p: f64) -> f64 {
+    let pos = p * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Over many seeds, each window's `APPROX_PERCENTILE` (compression 100) lies within the rank
+/// error docs/sql.md states, ε(p) = (4·√(p(1−p)) + 0.5)/100, of the exact percentile in at least
+/// 99 % of the windows, and is exactly `PERCENTILE_CONT` in windows of at most 200 values.
+/// Values are uniform, or heavy-tailed (a uniform number below 2^k, k uniform below 40).
+#[test]
+fn approx_percentile_lies_within_its_stated_rank_error() {
+    let seeds: u64 = std::env::var("SKETCH_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let ps = [0.01, 0.25, 0.5, 0.9, 0.99];
+    let bound = |p: f64| (4.0 * (p * (1.0 - p)).sqrt() + 0.5) / 100.0;
+    let (mut windows, mut within, mut exact, mut worst) = (0u64, 0u64, 0u64, 0f64);
+    for seed in 0..seeds {
+        let mut rng = Rng(seed ^ 0x9E11);
+        let heavy = seed / 2 % 2 == 1;
+        let per_tick = [1, 8][(seed % 2) as usize];
+        let input: Vec<(u64, i64)> = (0..4_000)
+            .map(|i| {
+                let bits = if heavy { 1 + rng.below(40) } else { 30 };
+                let v = rng.below(1 << bits);
+                (v, (i / per_tick) as i64)
+            })
+            .collect();
+        let queries: Vec<String> = ps
+            .iter()
+            .map(|p| {
+                format!("SELECT ISTREAM APPROX_PERCENTILE(v, {p}) FROM s [RANGE 100 SLIDE 20]")
+            })
+            .collect();
+        let out = run(&queries.iter().map(|q| q.as_str()).collect::<Vec<_>>(), &input, 1_000, 1);
+        let end = input.last().unwrap().1 + 100;
+        for (p, lines) in ps.iter().zip(&out) {
+            let estimates: BTreeMap<i64, Option<f64>> = lines
+                .iter()
+                .map(|l| {
+                    let (t, v) = l.trim_start_matches('@').split_once(' ').unwrap();
+                    (t.parse().unwrap(), v.parse().ok())
+                })
+                .collect();
+            for b in (20..=end).step_by(20) {
+                let mut sorted: Vec<f64> = input
+                    .iter()
+                    .filter(|(_, t)| (b - 100..b).contains(t))
+                    .map(|(v, _)| *v as f64)
+                    .collect();
+                sorted.sort_unstable_by(f64::total_cmp);
+                let got = estimates.range(..b).next_back().and_then(|(_, v)| *v);
+                let Some(got) = got else {
+                    assert!(sorted.is_empty(), "seed {seed}, window ending {b}: no estimate");
+                    continue;
+                };
+                if sorted.len() <= 200 {
+                    assert_eq!(got, percentile_cont(&sorted, *p), "seed {seed}, window ending {b}");
+                    exact += 1;
+                }
+                let err = rank_error(&sorted, *p, got);
+                worst = worst.max(err / bound(*p));
+                windows += 1;
+                within += (err <= bound(*p)) as u64;
+            }
+        }
+    }
+    assert!(exact > 0 && exact < windows, "{exact} exact of {windows} windows");
+    assert!(
+        within * 100 >= windows * 99,
+        "{within} of {windows} windows within the bound (worst {worst:.2} × the bound)"
+    );
+}
+
+const QUERIES: [&str; 7] = [
     "SELECT v % 3 AS k, APPROX_COUNT_DISTINCT(v, 6), COUNT(*) FROM s [RANGE 12 SLIDE 4] GROUP BY v % 3",
     "SELECT ISTREAM APPROX_COUNT_DISTINCT(v) FROM s [RANGE 5]",
     "SELECT APPROX_COUNT_DISTINCT(v, 4) FILTER (WHERE v > 10), COUNT(v) FROM s WHERE v <> 7",
     "SELECT v % 2, APPROX_COUNT_DISTINCT(v * 7, 5) FROM s [NOW] GROUP BY v % 2",
+    // Compression 10: a sketch of more than 20 values is a digest, whose merges depend on
+    // the order of instants and slices only. With 3 rows a tick, a window of these holds
+    // about 36 and 27 values (merged digests of exact slices); the whole stream's sketch
+    // settles its buffer into its digest at instants.
+    "SELECT v % 3 AS k, APPROX_PERCENTILE(v * 1.5 + t, 0.3, 10), APPROX_MEDIAN(v), COUNT(*) \
+     FROM s [RANGE 36 SLIDE 12] GROUP BY v % 3",
+    "SELECT ISTREAM APPROX_PERCENTILE(v - t, 0.9, 10) FROM s [RANGE 9]",
+    "SELECT APPROX_PERCENTILE(v + t / 7.0, 0.5, 10) FILTER (WHERE v > 10), COUNT(v) FROM s",
 ];
 
 proptest! {
@@ -173,11 +265,14 @@ fn checkpoints_restore_sketch_state_exactly() {
 CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t);
 CREATE VIEW approx AS SELECT v % 4 AS k, APPROX_COUNT_DISTINCT(v, 6) AS n, COUNT(*) AS c
   FROM s [RANGE 40 SLIDE 10] GROUP BY v % 4;
-CREATE VIEW whole AS SELECT APPROX_COUNT_DISTINCT(v, 10) AS n FROM s;
+CREATE VIEW whole AS SELECT APPROX_COUNT_DISTINCT(v, 10) AS n, APPROX_MEDIAN(v * 1.0 + t) AS m
+  FROM s;
 ";
-    const SUBS: [&str; 2] = [
+    const SUBS: [&str; 3] = [
         "SELECT ISTREAM APPROX_COUNT_DISTINCT(v, 5) FROM s [RANGE 25 SLIDE 5]",
         "SELECT * FROM approx",
+        "SELECT v % 3 AS k, APPROX_PERCENTILE(v - t, 0.8, 20) AS q FROM s [RANGE 40 SLIDE 10] \
+         GROUP BY v % 3",
     ];
     let lines = |s: &weir::Subscription| -> Vec<String> {
         s.poll_changes().unwrap().iter().map(|c| c.to_string()).collect()
@@ -194,6 +289,7 @@ CREATE VIEW whole AS SELECT APPROX_COUNT_DISTINCT(v, 10) AS n FROM s;
     let want: Vec<Vec<String>> = subs_a.iter().map(lines).collect();
     let want_whole = rows_of(&mut a, "SELECT * FROM whole");
     assert!(want[1].len() > 40, "{:?}", want[1]);
+    assert!(want[2].len() > 40, "{:?}", want[2]);
 
     for cut in [3, 17, 29] {
         let dir = std::env::temp_dir().join(format!("weir-sketch-{}-{cut}", std::process::id()));

@@ -1,5 +1,6 @@
-//! Sketch aggregation: γ_{keys; aggs}(W(S)) for sketch aggregates (`APPROX_COUNT_DISTINCT`)
-//! beside `COUNT`, over a time window W of a stream S, or over an append-only input.
+//! Sketch aggregation: γ_{keys; aggs}(W(S)) for sketch aggregates (`APPROX_COUNT_DISTINCT`,
+//! `APPROX_PERCENTILE`, `APPROX_MEDIAN`) beside `COUNT`, over a time window W of a stream S, or
+//! over an append-only input.
 //!
 //! A sketch can be merged but not taken apart: rows cannot be retracted from it. So the
 //! window is not applied upstream (where it would retract every row that leaves) but here:
@@ -16,23 +17,26 @@
 //! to be woken there) or, unbounded, where rows arrive, each group whose values change gives
 //! −(old) +(new), a group appears when it has rows in the window and disappears when it has
 //! none. Without GROUP BY the one row exists from the query's first instant (COUNT and
-//! APPROX_COUNT_DISTINCT are 0 over an empty window). Output sorted by key. Elements that fall
-//! into a gap between windows (T < S) are dropped on arrival. The input only inserts (the
+//! APPROX_COUNT_DISTINCT are 0 over an empty window, a percentile NULL). Output sorted by key.
+//! Elements that fall into a gap between windows (T < S) are dropped on arrival. The input only inserts (the
 //! binder refuses an input that can delete rows); a retraction is an internal error.
 //!
-//! Determinism: a sketch is a function of the set of hashed values (see [`crate::sketch`]), so
-//! the output does not depend on batching, on the arrival order within an instant, or on the
-//! worker a group is on. State: per slice and group, its row count and partials; the current
-//! output; the instants still to evaluate. Checkpointed as the sections `sketch_aggregate`
-//! (`started`), `sketch_aggregate.slices` (`slice` Int64, `key` Binary, `rows` Int64, and per
-//! aggregate `a` a Binary `p{a}`: a count as 8 bytes little-endian, a sketch as
-//! [`Hll::to_bytes`]), `sketch_aggregate.current` (`key`, per aggregate `v{a}` Int64) and
-//! `sketch_aggregate.pending` (`t` Int64), each sorted.
+//! Determinism: a HyperLogLog is a function of the set of hashed values, a t-digest of the
+//! multisets of values of each instant, settled once per instant after its rows (see
+//! [`crate::sketch`]); a window merges its slices in slice order. So the output does not depend
+//! on batching, on the arrival order within the watermark bound, or on the worker a group is
+//! on. State: per slice and group, its row count and partials; the current output; the
+//! instants still to evaluate. Checkpointed as the sections `sketch_aggregate` (`started`),
+//! `sketch_aggregate.slices` (`slice` Int64, `key` Binary, `rows` Int64, and per aggregate `a`
+//! a Binary `p{a}`: a count as 8 bytes little-endian, a sketch as [`Hll::to_bytes`] or
+//! [`Quantiles::to_bytes`]), `sketch_aggregate.current` (`key`, per aggregate `v{a}`, Int64
+//! for a count, Float64 for a percentile) and `sketch_aggregate.pending` (`t` Int64), each
+//! sorted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, Float64Array, Int64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
@@ -45,8 +49,11 @@ use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::sketch::hll::Hll;
+use crate::sketch::quantile::Quantiles;
 use crate::sketch::value_hash;
-use crate::state::{binary_col, bool_col, i64_col, invalid, signature, StateReader, StateWriter};
+use crate::state::{
+    binary_col, bool_col, i64_col, invalid, opt_f64_col, signature, StateReader, StateWriter,
+};
 
 /// One aggregate's partial state over one slice of one group.
 #[derive(Debug, Clone)]
@@ -55,22 +62,72 @@ enum Partial {
     Count(i64),
     /// APPROX_COUNT_DISTINCT.
     Hll(Hll),
+    /// APPROX_PERCENTILE, APPROX_MEDIAN: the sketch and the quantile p asked for.
+    Quantiles(Quantiles, f64),
+}
+
+/// One aggregate's value in the output.
+#[derive(Debug, Clone, Copy)]
+enum Value {
+    /// COUNT, APPROX_COUNT_DISTINCT.
+    Int(i64),
+    /// A percentile (NULL over no values).
+    Float(Option<f64>),
+}
+
+impl PartialEq for Value {
+    /// Equal when the same bits (an output row changes exactly when its value does).
+    fn eq(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Float(a), Value::Float(b)) => a.map(f64::to_bits) == b.map(f64::to_bits),
+            _ => false,
+        }
+    }
 }
 
 impl Partial {
-    fn merge(&mut self, other: &Partial) -> Result<()> {
-        match (self, other) {
-            (Partial::Count(a), Partial::Count(b)) => *a += b,
-            (Partial::Hll(a), Partial::Hll(b)) => a.merge(b)?,
-            _ => return Err(WeirError::internal("merging partials of different aggregates")),
-        }
-        Ok(())
+    /// The merge of `parts` (one aggregate's partials over a window's slices, in slice order).
+    fn merge_all(parts: &[&Partial]) -> Result<Partial> {
+        let mixed = || WeirError::internal("merging partials of different aggregates");
+        let Some(first) = parts.first() else {
+            return Err(WeirError::internal("merging no partials"));
+        };
+        Ok(match first {
+            Partial::Count(_) => {
+                let mut n = 0;
+                for p in parts {
+                    let Partial::Count(c) = p else { return Err(mixed()) };
+                    n += c;
+                }
+                Partial::Count(n)
+            }
+            Partial::Hll(h) => {
+                let mut out = h.clone();
+                for p in &parts[1..] {
+                    let Partial::Hll(h) = p else { return Err(mixed()) };
+                    out.merge(h)?;
+                }
+                Partial::Hll(out)
+            }
+            Partial::Quantiles(q, p) => {
+                let sketches = parts
+                    .iter()
+                    .map(|p| match p {
+                        Partial::Quantiles(q, _) => Ok(q),
+                        _ => Err(mixed()),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Partial::Quantiles(Quantiles::merge_all(q.compression(), sketches), *p)
+            }
+        })
     }
 
-    fn value(&self) -> i64 {
+    fn value(&self) -> Value {
         match self {
-            Partial::Count(n) => *n,
-            Partial::Hll(h) => h.estimate() as i64,
+            Partial::Count(n) => Value::Int(*n),
+            Partial::Hll(h) => Value::Int(h.estimate() as i64),
+            Partial::Quantiles(q, p) => Value::Float(q.estimate(*p)),
         }
     }
 
@@ -78,6 +135,7 @@ impl Partial {
         match self {
             Partial::Count(n) => n.to_le_bytes().to_vec(),
             Partial::Hll(h) => h.to_bytes(),
+            Partial::Quantiles(q, _) => q.to_bytes(),
         }
     }
 }
@@ -103,7 +161,7 @@ pub struct SketchAggregate {
     /// Slice number (start / g; 0 when unbounded) -> group key -> partials.
     slices: BTreeMap<i64, HashMap<Vec<u8>, Partials>>,
     /// The output at the last evaluated instant, by key.
-    current: BTreeMap<Vec<u8>, Vec<i64>>,
+    current: BTreeMap<Vec<u8>, Vec<Value>>,
     /// Instants after the last evaluated one at which the window's slices change.
     pending: BTreeSet<Time>,
     started: bool,
@@ -165,6 +223,9 @@ impl SketchAggregate {
             .iter()
             .map(|a| match a.func {
                 AggFunc::ApproxCountDistinct { precision } => Partial::Hll(Hll::new(precision)),
+                AggFunc::ApproxPercentile { p, compression, .. } => {
+                    Partial::Quantiles(Quantiles::new(compression), p.get())
+                }
                 _ => Partial::Count(0),
             })
             .collect();
@@ -205,8 +266,9 @@ impl SketchAggregate {
         (clamp(lo), clamp(hi))
     }
 
-    /// Applies the rows `range` of `d` (all at one instant) to their slices. Returns the
-    /// touched group keys (for an unbounded window, where only they can change).
+    /// Applies the rows `range` of `d` (all at one instant, so in one slice) to their slice,
+    /// then settles the t-digests they reached (see [`Quantiles::settle`]). Adds the touched
+    /// group keys to `touched` (for an unbounded window, where only they can change).
     fn apply(
         &mut self,
         d: &ChangeBatch,
@@ -214,6 +276,8 @@ impl SketchAggregate {
         range: std::ops::Range<usize>,
         touched: &mut BTreeSet<Vec<u8>>,
     ) -> Result<()> {
+        // The (slice, group) whose t-digests got values at this instant.
+        let mut unsettled: BTreeSet<(i64, &[u8])> = BTreeSet::new();
         for i in range {
             let diff = d.diffs[i];
             if diff < 0 {
@@ -241,24 +305,43 @@ impl SketchAggregate {
                     continue;
                 }
                 match (acc, &p.values[a]) {
-                    (Partial::Count(n), None) => *n += diff,
-                    (Partial::Count(n), Some((col, _))) => {
+                    (Partial::Count(n), Arg::None) => *n += diff,
+                    (Partial::Count(n), Arg::Hashed(col, _)) => {
                         if !col.is_null(i) {
                             *n += diff;
                         }
                     }
-                    (Partial::Hll(h), Some((col, rows))) => {
+                    (Partial::Hll(h), Arg::Hashed(col, rows)) => {
                         if !col.is_null(i) {
                             h.insert(value_hash(rows.get(i)));
                         }
                     }
-                    (Partial::Hll(_), None) => {
-                        return Err(WeirError::internal("APPROX_COUNT_DISTINCT without argument"))
+                    (Partial::Quantiles(q, _), Arg::Numbers(col)) => {
+                        if !col.is_null(i) {
+                            for _ in 0..diff {
+                                q.insert(col.value(i));
+                            }
+                            unsettled.insert((idx, key));
+                        }
+                    }
+                    (acc, _) => {
+                        return Err(WeirError::internal(format!(
+                            "a sketch aggregate's argument does not suit its partial {acc:?}"
+                        )))
                     }
                 }
             }
             if matches!(self.window, SketchWindow::Unbounded) && !touched.contains(key) {
                 touched.insert(key.to_vec());
+            }
+        }
+        for (idx, key) in unsettled {
+            let group = self.slices.get_mut(&idx).and_then(|s| s.get_mut(key));
+            let group = group.ok_or_else(|| WeirError::internal("settling a missing group"))?;
+            for acc in &mut group.accs {
+                if let Partial::Quantiles(q, _) = acc {
+                    q.settle();
+                }
             }
         }
         Ok(())
@@ -272,22 +355,30 @@ impl SketchAggregate {
         only: Option<&BTreeSet<Vec<u8>>>,
     ) -> Result<BTreeMap<Vec<u8>, Partials>> {
         let (lo, hi) = self.window_at(t);
-        let mut out: BTreeMap<Vec<u8>, Partials> = BTreeMap::new();
+        // Each group's partials over the window's slices, in slice order.
+        let mut parts: BTreeMap<&[u8], Vec<&Partials>> = BTreeMap::new();
         for groups in self.slices.range(lo..hi).map(|(_, g)| g) {
             match only {
                 Some(keys) => {
                     for k in keys {
                         if let Some(p) = groups.get(k) {
-                            merge_into(&mut out, k, p)?;
+                            parts.entry(&k[..]).or_default().push(p);
                         }
                     }
                 }
                 None => {
                     for (k, p) in groups {
-                        merge_into(&mut out, k, p)?;
+                        parts.entry(&k[..]).or_default().push(p);
                     }
                 }
             }
+        }
+        let mut out = BTreeMap::new();
+        for (k, ps) in parts {
+            let accs = (0..self.aggs.len())
+                .map(|a| Partial::merge_all(&ps.iter().map(|p| &p.accs[a]).collect::<Vec<_>>()))
+                .collect::<Result<_>>()?;
+            out.insert(k.to_vec(), Partials { rows: ps.iter().map(|p| p.rows).sum(), accs });
         }
         Ok(out)
     }
@@ -303,7 +394,7 @@ impl SketchAggregate {
     ) -> Result<()> {
         let merged = self.merged(t, only)?;
         let scalar = self.keys.is_empty();
-        let mut new: BTreeMap<Vec<u8>, Vec<i64>> = BTreeMap::new();
+        let mut new: BTreeMap<Vec<u8>, Vec<Value>> = BTreeMap::new();
         for (k, p) in &merged {
             if p.rows > 0 {
                 new.insert(k.clone(), p.accs.iter().map(Partial::value).collect());
@@ -352,12 +443,20 @@ impl SketchAggregate {
         let mut filters = Vec::with_capacity(self.aggs.len());
         for (spec, codec) in self.aggs.iter().zip(&self.value_codecs) {
             values.push(match (&spec.arg, codec) {
+                (Some(e), _) if matches!(spec.func, AggFunc::ApproxPercentile { .. }) => {
+                    let col = e.eval_as(&d.data, &DataType::Float64)?;
+                    let col =
+                        col.as_any().downcast_ref::<Float64Array>().cloned().ok_or_else(|| {
+                            WeirError::internal("a percentile's argument is not a DOUBLE")
+                        })?;
+                    Arg::Numbers(col)
+                }
                 (Some(e), Some(codec)) => {
                     let col = e.eval_as(&d.data, &spec.arg_type)?;
                     let rows = codec.encode(std::slice::from_ref(&col), d.len())?;
-                    Some((col, rows))
+                    Arg::Hashed(col, rows)
                 }
-                _ => None,
+                _ => Arg::None,
             });
             filters.push(spec.filter.as_ref().map(|f| f.eval_predicate(&d.data)).transpose()?);
         }
@@ -375,6 +474,9 @@ impl SketchAggregate {
             AggFunc::ApproxCountDistinct { precision } => {
                 Ok(Partial::Hll(Hll::from_bytes(precision, b)?))
             }
+            AggFunc::ApproxPercentile { p, compression, .. } => {
+                Ok(Partial::Quantiles(Quantiles::from_bytes(compression, b)?, p.get()))
+            }
             _ => {
                 let w: [u8; 8] = b
                     .try_into()
@@ -382,6 +484,35 @@ impl SketchAggregate {
                 Ok(Partial::Count(i64::from_le_bytes(w)))
             }
         }
+    }
+
+    /// Whether aggregate `a`'s value is a DOUBLE (a percentile) rather than a BIGINT.
+    fn is_float(&self, a: usize) -> bool {
+        matches!(self.aggs[a].func, AggFunc::ApproxPercentile { .. })
+    }
+
+    /// Aggregate `a`'s values as an output column.
+    fn column(&self, a: usize, vals: &[Value]) -> Result<ArrayRef> {
+        let wrong = || WeirError::internal("a sketch aggregate's value of the wrong type");
+        Ok(if self.is_float(a) {
+            let v: Vec<Option<f64>> = vals
+                .iter()
+                .map(|v| match v {
+                    Value::Float(f) => Ok(*f),
+                    Value::Int(_) => Err(wrong()),
+                })
+                .collect::<Result<_>>()?;
+            opt_f64_col(v)
+        } else {
+            let v: Vec<i64> = vals
+                .iter()
+                .map(|v| match v {
+                    Value::Int(n) => Ok(*n),
+                    Value::Float(_) => Err(wrong()),
+                })
+                .collect::<Result<_>>()?;
+            Arc::new(Int64Array::from(v)) as ArrayRef
+        })
     }
 
     /// Memory held by the slices' partials, in bytes (an estimate, for the benchmark).
@@ -397,6 +528,7 @@ impl SketchAggregate {
                         .map(|a| match a {
                             Partial::Count(_) => 16,
                             Partial::Hll(h) => h.bytes(),
+                            Partial::Quantiles(q, _) => q.bytes(),
                         })
                         .sum::<usize>()
             })
@@ -404,40 +536,35 @@ impl SketchAggregate {
     }
 }
 
-fn merge_into(out: &mut BTreeMap<Vec<u8>, Partials>, k: &[u8], p: &Partials) -> Result<()> {
-    match out.get_mut(k) {
-        Some(m) => {
-            m.rows += p.rows;
-            for (a, b) in m.accs.iter_mut().zip(&p.accs) {
-                a.merge(b)?;
-            }
-        }
-        None => {
-            out.insert(k.to_vec(), p.clone());
-        }
-    }
-    Ok(())
-}
-
 /// An input batch evaluated for the partials.
 struct Prepared {
     keys: EncodedRows,
-    /// Per aggregate: its argument and the argument's row encoding (None: COUNT(*)).
-    values: Vec<Option<(ArrayRef, EncodedRows)>>,
+    /// Per aggregate: its argument.
+    values: Vec<Arg>,
     filters: Vec<Option<BooleanArray>>,
+}
+
+/// An aggregate's argument over an input batch.
+enum Arg {
+    /// COUNT(*).
+    None,
+    /// The argument and its row encoding (COUNT(x), APPROX_COUNT_DISTINCT).
+    Hashed(ArrayRef, EncodedRows),
+    /// The argument as numbers (a percentile).
+    Numbers(Float64Array),
 }
 
 /// Output rows collected over a step.
 #[derive(Debug, Default)]
 struct Emitted {
     keys: Vec<Vec<u8>>,
-    cols: Vec<Vec<i64>>,
+    cols: Vec<Vec<Value>>,
     times: Vec<Time>,
     diffs: Vec<i64>,
 }
 
 impl Emitted {
-    fn push(&mut self, key: &[u8], vals: &[i64], t: Time, diff: i64) {
+    fn push(&mut self, key: &[u8], vals: &[Value], t: Time, diff: i64) {
         self.keys.push(key.to_vec());
         self.cols.resize_with(vals.len(), Vec::new);
         for (col, v) in self.cols.iter_mut().zip(vals) {
@@ -516,8 +643,8 @@ impl Operator for SketchAggregate {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let mut cols = self.key_codec.decode(out.keys.iter().map(|k| &k[..]))?;
-        for vals in out.cols {
-            cols.push(Arc::new(Int64Array::from(vals)) as ArrayRef);
+        for (a, vals) in out.cols.iter().enumerate() {
+            cols.push(self.column(a, vals)?);
         }
         let data = batch_of(&self.schema, cols, n)?;
         Ok(ChangeBatch::new(data, out.times, out.diffs))
@@ -561,7 +688,8 @@ impl Operator for SketchAggregate {
         let vnames: Vec<String> = (0..self.aggs.len()).map(|a| format!("v{a}")).collect();
         let mut cols = vec![("key", binary_col(self.current.keys().map(|k| &k[..])))];
         for (a, name) in vnames.iter().enumerate() {
-            cols.push((name, i64_col(self.current.values().map(|v| v[a]))));
+            let vals: Vec<Value> = self.current.values().map(|v| v[a]).collect();
+            cols.push((name, self.column(a, &vals)?));
         }
         w.put("sketch_aggregate.current", &sig, self.current.len(), cols)?;
         w.put(
@@ -590,8 +718,19 @@ impl Operator for SketchAggregate {
         }
         let s = r.take("sketch_aggregate.current", &sig)?;
         let keys = s.binary("key")?;
-        let vals: Vec<Vec<i64>> =
-            (0..self.aggs.len()).map(|a| s.i64s(&format!("v{a}"))).collect::<Result<_>>()?;
+        let vals: Vec<Vec<Value>> = (0..self.aggs.len())
+            .map(|a| {
+                let name = format!("v{a}");
+                Ok(if self.is_float(a) {
+                    s.opt_f64s(&name)?.into_iter().map(Value::Float).collect()
+                } else {
+                    s.i64s(&name)?.into_iter().map(Value::Int).collect()
+                })
+            })
+            .collect::<Result<_>>()?;
+        if vals.iter().any(|v| v.len() != keys.len()) {
+            return Err(invalid("section 'sketch_aggregate.current': columns of unequal lengths"));
+        }
         let mut current = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
             current.insert(k.to_vec(), vals.iter().map(|v| v[i]).collect());

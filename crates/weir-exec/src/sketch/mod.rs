@@ -2,15 +2,19 @@
 //! approximately, with a known error, in bounded memory.
 //!
 //! - [`hll`]: HyperLogLog, the number of distinct values (`APPROX_COUNT_DISTINCT`).
+//! - [`quantile`]: a t-digest, quantiles (`APPROX_PERCENTILE`, `APPROX_MEDIAN`).
 //!
-//! A sketch is a function of the *set* of values it was given (not of their order, batching or
-//! worker), and two sketches merge into the sketch of the union of their values; so a window's
-//! sketch is the merge of its slices' sketches (see
-//! [`crate::ops::sketch_aggregate::SketchAggregate`]). Values are hashed with a fixed hash of
-//! their row encoding ([`value_hash`]), the same on every machine and every run, so a sketch
-//! restored from a checkpoint goes on exactly as the one that was saved.
+//! A HyperLogLog is a function of the *set* of values it was given (not of their order,
+//! batching or worker); a t-digest of the sequence of the multisets of values it was given
+//! per instant. Two sketches merge into a sketch of all their values; so a window's
+//! sketch is the merge of its slices' sketches, in slice order (see
+//! [`crate::ops::sketch_aggregate::SketchAggregate`]). HyperLogLog's values are hashed with a
+//! fixed hash of their row encoding ([`value_hash`]), the same on every machine and every run;
+//! a t-digest's are numbers. A sketch restored from a checkpoint goes on exactly as the one
+//! that was saved.
 
 pub mod hll;
+pub mod quantile;
 
 /// The 64-bit hash a sketch sees of a value: the router's fixed hash of its row encoding,
 /// mixed once more with a constant of its own, so that its bits are independent of the bits

@@ -126,7 +126,7 @@ impl Converter<'_> {
                 }
                 let aggs = a.aggr_expr.iter().map(agg_call).collect::<Result<Vec<_>>>()?;
                 let input = self.convert(&a.input)?;
-                check_sketch_input(&aggs, &input)?;
+                check_sketch_input(&aggs, &input, a.input.schema())?;
                 LogicalPlan::Aggregate { group, aggs, input, schema: a.schema.clone() }
             }
             DfPlan::Distinct(Distinct::All(input)) => {
@@ -1243,10 +1243,19 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         return Err(unsupported(&format!("IGNORE NULLS or RESPECT NULLS in aggregate {name}")));
     }
     let mut precision = weir_plan::DEFAULT_HLL_PRECISION;
+    let mut quantile = None;
+    let mut compression = weir_plan::DEFAULT_TDIGEST_COMPRESSION;
     let (arg, separator) = match (name.as_str(), p.args.as_slice()) {
         (_, []) => (None, None),
         ("approx_count_distinct" | "approx_distinct", [a, prec]) => {
             precision = hll_precision(prec)?;
+            (Some(a.clone()), None)
+        }
+        ("approx_percentile" | "approx_quantile", [a, q, rest @ ..]) if rest.len() <= 1 => {
+            quantile = Some(percentile_fraction(q)?);
+            if let [c] = rest {
+                compression = tdigest_compression(c)?;
+            }
             (Some(a.clone()), None)
         }
         ("string_agg", [a, sep]) => (Some(a.clone()), string_agg_separator(sep)?),
@@ -1272,6 +1281,13 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
         "first_value" => AggFunc::FirstValue,
         "last_value" => AggFunc::LastValue,
         "approx_count_distinct" | "approx_distinct" => AggFunc::ApproxCountDistinct { precision },
+        "approx_percentile" | "approx_quantile" | "approx_median" => {
+            let (p, median) = match quantile {
+                Some(p) => (p, false),
+                None => (weir_plan::Fraction::new(0.5).ok_or_else(|| unsupported("0.5"))?, true),
+            };
+            AggFunc::ApproxPercentile { p, compression, median }
+        }
         other => return Err(unsupported(&format!("aggregate function {other}"))),
     };
     let arg = if func == AggFunc::CountStar { None } else { arg };
@@ -1325,10 +1341,71 @@ fn hll_precision(e: &Expr) -> Result<u8> {
     u8::try_from(p).ok().filter(|p| range.contains(p)).ok_or_else(bad)
 }
 
+/// A numeric constant (under casts), as a DOUBLE.
+fn numeric_constant(e: &Expr) -> Option<f64> {
+    let lit = match e {
+        Expr::Cast(c) => c.expr.as_ref(),
+        Expr::TryCast(c) => c.expr.as_ref(),
+        e => e,
+    };
+    let Expr::Literal(v, _) = lit else { return None };
+    if !v.data_type().is_numeric() {
+        return None;
+    }
+    match v.cast_to(&DataType::Float64) {
+        Ok(ScalarValue::Float64(Some(f))) => Some(f),
+        _ => None,
+    }
+}
+
+/// `APPROX_PERCENTILE`'s quantile: a numeric constant in [0, 1] (the binder checks it first on
+/// the syntax tree, where it can point at it).
+fn percentile_fraction(e: &Expr) -> Result<weir_plan::Fraction> {
+    numeric_constant(e).and_then(weir_plan::Fraction::new).ok_or_else(|| {
+        WeirError::plan(format!(
+            "APPROX_PERCENTILE's quantile must be a numeric constant from 0 to 1, found {e}"
+        ))
+    })
+}
+
+/// `APPROX_PERCENTILE`'s compression: an integer constant in
+/// [`weir_plan::TDIGEST_COMPRESSIONS`] (checked first on the syntax tree, as the quantile).
+fn tdigest_compression(e: &Expr) -> Result<u32> {
+    let range = weir_plan::TDIGEST_COMPRESSIONS;
+    numeric_constant(e)
+        .filter(|c| c.fract() == 0.0 && *c >= *range.start() as f64 && *c <= *range.end() as f64)
+        .map(|c| c as u32)
+        .ok_or_else(|| {
+            WeirError::plan(format!(
+                "APPROX_PERCENTILE's compression must be an integer constant from {} to {}, \
+                 found {e}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
 /// Refuses a sketch aggregate whose input can delete rows: a sketch cannot forget a value.
 /// Accepted: a time window over a stream (counted slice by slice), or an append-only input.
-fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>) -> Result<()> {
+/// A percentile's argument must be a number, and each value counts (no DISTINCT).
+fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>, schema: &DFSchema) -> Result<()> {
     let Some(sketch) = aggs.iter().find(|a| a.func.is_sketch()) else { return Ok(()) };
+    for a in aggs.iter().filter(|a| matches!(a.func, AggFunc::ApproxPercentile { .. })) {
+        let name = a.func.to_string().to_uppercase();
+        if a.distinct {
+            return Err(WeirError::plan(format!(
+                "{name}(DISTINCT ...) is not supported: every value counts towards a quantile"
+            )));
+        }
+        if let Some(arg) = &a.arg {
+            let ty = arg.get_type(schema).map_err(df_error)?;
+            if !(ty.is_numeric() || ty == DataType::Null) {
+                return Err(WeirError::plan(format!(
+                    "{name} takes a number (an integer, a DOUBLE or a DECIMAL), found {ty}"
+                )));
+            }
+        }
+    }
     let name = sketch.func.to_string().to_uppercase();
     if weir_plan::sketch_input(input).is_none() {
         return Err(WeirError::plan(format!(

@@ -370,45 +370,89 @@ fn place_duplicate_relation(e: WeirError, q: &sql::Query) -> WeirError {
     )
 }
 
-/// The sketch aggregates' names (see [`sketch_udf`]).
-const SKETCH_NAMES: [&str; 2] = ["approx_count_distinct", "approx_distinct"];
+/// The sketch aggregates' names (see [`sketch_udf`]), by the name errors give them (their
+/// [`weir_plan::AggFunc`]'s, in capitals).
+const SKETCH_NAMES: [(&str, &[&str]); 3] = [
+    ("APPROX_COUNT_DISTINCT", &["approx_count_distinct", "approx_distinct"]),
+    ("APPROX_PERCENTILE", &["approx_percentile", "approx_quantile"]),
+    ("APPROX_MEDIAN", &["approx_median"]),
+];
 
-/// Checks `APPROX_COUNT_DISTINCT(x, precision)`'s precision on the syntax tree, where an error
-/// can point at it: an integer constant in [`weir_plan::HLL_PRECISIONS`].
+/// Checks the constant arguments of sketch aggregates on the syntax tree, where an error can
+/// point at them: `APPROX_COUNT_DISTINCT(x, precision)`'s precision, an integer constant in
+/// [`weir_plan::HLL_PRECISIONS`]; `APPROX_PERCENTILE(x, p, compression)`'s p, a numeric
+/// constant in [0, 1], and compression, an integer constant in
+/// [`weir_plan::TDIGEST_COMPRESSIONS`].
 fn check_sketch_args(q: &sql::Query) -> Result<()> {
-    let range = weir_plan::HLL_PRECISIONS;
     let found = sql::visit_expressions(q, |e| {
         let sql::Expr::Function(f) = e else { return std::ops::ControlFlow::Continue(()) };
         let name = f.name.to_string().to_ascii_lowercase();
-        if !SKETCH_NAMES.contains(&name.as_str()) {
-            return std::ops::ControlFlow::Continue(());
-        }
         let sql::FunctionArguments::List(list) = &f.args else {
             return std::ops::ControlFlow::Continue(());
         };
-        let Some(arg) = list.args.get(1) else { return std::ops::ControlFlow::Continue(()) };
-        let value = match arg {
-            sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(sql::Expr::Value(v))) => {
-                match &v.value {
-                    sql::Value::Number(n, _) => n.parse::<u8>().ok(),
-                    _ => None,
+        let number = |i: usize| -> Option<&str> {
+            match list.args.get(i)? {
+                sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(sql::Expr::Value(v))) => {
+                    match &v.value {
+                        sql::Value::Number(n, _) => Some(n.as_str()),
+                        _ => None,
+                    }
                 }
+                _ => None,
             }
-            _ => None,
         };
-        if value.is_some_and(|p| range.contains(&p)) {
-            return std::ops::ControlFlow::Continue(());
+        // (argument index, whether it is fine, what it must be)
+        let mut checks: Vec<(usize, bool, String)> = Vec::new();
+        match name.as_str() {
+            "approx_count_distinct" | "approx_distinct" => {
+                let range = weir_plan::HLL_PRECISIONS;
+                checks.push((
+                    1,
+                    number(1)
+                        .and_then(|n| n.parse::<u8>().ok())
+                        .is_some_and(|p| range.contains(&p)),
+                    format!(
+                        "precision must be an integer constant from {} to {} (2^precision \
+                         registers)",
+                        range.start(),
+                        range.end()
+                    ),
+                ));
+            }
+            "approx_percentile" | "approx_quantile" => {
+                checks.push((
+                    1,
+                    number(1)
+                        .and_then(|n| n.parse::<f64>().ok())
+                        .is_some_and(|p| weir_plan::Fraction::new(p).is_some()),
+                    "quantile must be a numeric constant from 0 to 1".to_string(),
+                ));
+                let range = weir_plan::TDIGEST_COMPRESSIONS;
+                checks.push((
+                    2,
+                    number(2)
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_some_and(|c| range.contains(&c)),
+                    format!(
+                        "compression must be an integer constant from {} to {} (the t-digest's \
+                         δ: at most about that many centroids)",
+                        range.start(),
+                        range.end()
+                    ),
+                ));
+            }
+            _ => {}
         }
-        std::ops::ControlFlow::Break(WeirError::plan_at(
-            format!(
-                "{}'s precision must be an integer constant from {} to {} (2^precision \
-                 registers), found {arg}",
-                name.to_uppercase(),
-                range.start(),
-                range.end()
-            ),
-            Span::from_sql(sql::Spanned::span(arg)),
-        ))
+        for (i, ok, what) in checks {
+            let Some(arg) = list.args.get(i) else { continue };
+            if !ok {
+                return std::ops::ControlFlow::Break(WeirError::plan_at(
+                    format!("{}'s {what}, found {arg}", name.to_uppercase()),
+                    Span::from_sql(sql::Spanned::span(arg)),
+                ));
+            }
+        }
+        std::ops::ControlFlow::Continue(())
     });
     match found {
         std::ops::ControlFlow::Break(e) => Err(e),
@@ -422,10 +466,13 @@ fn place_sketch_error(e: WeirError, q: &sql::Query) -> WeirError {
     if d.span.is_some() {
         return e;
     }
-    if !d.message.starts_with("APPROX_COUNT_DISTINCT") {
-        return e;
-    }
-    match SKETCH_NAMES.iter().find_map(|name| function_span(q, name)) {
+    let named = |n: &str| {
+        d.message
+            .strip_prefix(n)
+            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+    };
+    let Some((_, names)) = SKETCH_NAMES.iter().find(|(n, _)| named(n)) else { return e };
+    match names.iter().find_map(|name| function_span(q, name)) {
         Some(span) => WeirError::plan_at(d.message.clone(), Some(span)),
         None => e,
     }

@@ -1,8 +1,10 @@
 //! The sketch aggregates the binder knows, as DataFusion `AggregateUDF`s: names, argument
-//! counts and result types only, so that `SqlToRel` plans `APPROX_COUNT_DISTINCT(x, 12)`.
+//! counts and result types only, so that `SqlToRel` plans `APPROX_COUNT_DISTINCT(x, 12)` and
+//! `APPROX_PERCENTILE(x, 0.9)`.
 //! They are never executed by DataFusion: the converter turns them into
 //! [`weir_plan::AggFunc`]s, which Weir's executor evaluates. DataFusion's own `approx_distinct`
-//! takes one argument and a fixed precision, so the name is registered here too, over it.
+//! takes one argument and a fixed precision, and its `approx_median` is a t-digest Weir cannot
+//! slice, so those names are registered here too, over DataFusion's.
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use datafusion_expr::{
 struct Known {
     name: &'static str,
     signature: Signature,
+    returns: DataType,
 }
 
 impl AggregateUDFImpl for Known {
@@ -30,7 +33,7 @@ impl AggregateUDFImpl for Known {
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Int64)
+        Ok(self.returns.clone())
     }
 
     fn accumulator(&self, _acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
@@ -41,8 +44,18 @@ impl AggregateUDFImpl for Known {
 /// Every sketch aggregate the binder knows by name.
 pub(super) fn known_sketch_aggregates() -> Vec<Arc<AggregateUDF>> {
     let v = Volatility::Immutable;
-    // One argument, or the value and a precision.
-    let one_or_two = || Signature::one_of(vec![TypeSignature::Any(1), TypeSignature::Any(2)], v);
-    let f = |name| Arc::new(AggregateUDF::new_from_impl(Known { name, signature: one_or_two() }));
-    vec![f("approx_count_distinct"), f("approx_distinct")]
+    let known = |name, counts: &[usize], returns| {
+        let signature =
+            Signature::one_of(counts.iter().map(|n| TypeSignature::Any(*n)).collect(), v);
+        Arc::new(AggregateUDF::new_from_impl(Known { name, signature, returns }))
+    };
+    vec![
+        // The value, and optionally a precision.
+        known("approx_count_distinct", &[1, 2], DataType::Int64),
+        known("approx_distinct", &[1, 2], DataType::Int64),
+        // The value, the quantile, and optionally a compression.
+        known("approx_percentile", &[2, 3], DataType::Float64),
+        known("approx_quantile", &[2, 3], DataType::Float64),
+        known("approx_median", &[1], DataType::Float64),
+    ]
 }

@@ -92,7 +92,7 @@ impl Kind {
         match spec.func {
             // Sketches are evaluated by `SketchAggregate`; `Aggregate::new` refuses them.
             AggFunc::CountStar | AggFunc::Count | AggFunc::ApproxCountDistinct { .. } => Kind::Int,
-            AggFunc::Avg => Kind::Float,
+            AggFunc::Avg | AggFunc::ApproxPercentile { .. } => Kind::Float,
             AggFunc::Sum => match &spec.arg_type {
                 DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
                 DataType::Decimal128(p, s) => Kind::Dec(*p, *s),

@@ -132,7 +132,8 @@ impl Acc {
             | AggFunc::ArrayAgg
             | AggFunc::FirstValue
             | AggFunc::LastValue
-            | AggFunc::ApproxCountDistinct { .. } => {}
+            | AggFunc::ApproxCountDistinct { .. }
+            | AggFunc::ApproxPercentile { .. } => {}
         }
         Ok(())
     }
