@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use weir::arrow::array::{Int64Array, RecordBatch, StringArray};
+use weir::arrow::datatypes::{DataType, Field, Schema};
 use weir::{Engine, ExecResult, Value};
 
 fn main() -> anyhow::Result<()> {

@@ -35,6 +35,11 @@
 
 pub mod checkpoint;
 pub mod engine;
+
+/// docs/embedding.md's Rust examples, compiled and run as doctests so the guide cannot drift.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct EmbeddingGuide;
 pub mod format;
 pub mod intake;
 pub mod sink;
@@ -51,7 +56,7 @@ pub use engine::{
 pub use intake::{BadRowPolicy, LatePolicy, StreamPolicy, StreamStats};
 pub use sink::{SinkFormat, SinkSpec};
 pub use source::{Format, Input, SourceProgress, SourceSpec};
-pub use subscription::{Change, Subscription};
+pub use subscription::{Batches, Change, Row, Subscription};
 pub use weir_common::{
     parse_wall_duration, ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError,
     WATERMARK_CLOSED, WATERMARK_MIN,

@@ -3,15 +3,46 @@
 //! A stream output is a sequence of elements, each with its instant (diff = multiplicity); a
 //! relation output is a sequence of changes, each with its instant and a `+1`/`-1` diff (or a
 //! larger weight), consolidated per instant like Materialize's SUBSCRIBE.
+//!
+//! Three ways to read them, all over one channel from the engine:
+//! - [`Subscription::poll`] takes what is there without waiting (the engine and the reader on
+//!   one thread: push, advance, then poll);
+//! - [`Subscription::recv`] and [`Subscription::iter`] wait for the next batch (the reader on
+//!   its own thread, while another drives the engine);
+//! - [`Subscription`] is a [`futures::Stream`] of batches for async code.
+//!
+//! Batches can be read as Arrow data ([`ChangeBatch`]), as text ([`Change`]) or as typed
+//! values ([`Row`], whose values are [`crate::Value`]s).
 
+use std::cell::RefCell;
 use std::fmt;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
+use datafusion_common::ScalarValue;
+use futures::channel::mpsc::{TryRecvError, UnboundedReceiver, UnboundedSender};
+use futures::StreamExt;
 use weir_common::{format_time, ChangeBatch, Result, Time, TimeDomain, WeirError};
 use weir_plan::PlanKind;
 
 use crate::format::rows_as_text;
+
+/// The engine's end of a subscription's channel.
+pub(crate) type OutputSender = UnboundedSender<Result<ChangeBatch>>;
+/// The subscriber's end.
+pub(crate) type OutputReceiver = UnboundedReceiver<Result<ChangeBatch>>;
+
+/// A new output channel. It is unbounded: a subscriber that never reads keeps every change
+/// (the engine never waits for a reader, so one slow subscriber cannot stop the others).
+pub(crate) fn output_channel() -> (OutputSender, OutputReceiver) {
+    futures::channel::mpsc::unbounded()
+}
+
+/// Sends one item; false once the subscriber is gone.
+pub(crate) fn send(tx: &OutputSender, item: Result<ChangeBatch>) -> bool {
+    tx.unbounded_send(item).is_ok()
+}
 
 /// One row of output with its instant and diff, values already formatted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,14 +69,28 @@ impl fmt::Display for Change {
     }
 }
 
+/// One row of output with its instant and diff, as typed values: a BIGINT column gives
+/// `Value::Int64`, VARCHAR `Value::Utf8`, TIMESTAMP `Value::TimestampMicrosecond`, NULL the
+/// type's `None`. `i64::try_from(row.values[0].clone())` and the like take them out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub values: Vec<ScalarValue>,
+    pub time: Time,
+    /// +1/-1 (or a weight) for relation changes; stream elements are repeated, diff 1 each.
+    pub diff: i64,
+}
+
 /// The receiving end of a continuous query. Dropping it stops the query.
+///
+/// It can be moved to another thread (it is `Send`), so one thread can block in
+/// [`Subscription::recv`] while another drives the engine.
 #[derive(Debug)]
 pub struct Subscription {
     pub id: u64,
     pub schema: SchemaRef,
     pub kind: PlanKind,
     pub domain: TimeDomain,
-    pub(crate) rx: Receiver<Result<ChangeBatch>>,
+    pub(crate) rx: RefCell<OutputReceiver>,
     /// Set once the engine has stopped the query (its input was dropped, or it failed).
     pub(crate) closed: std::cell::Cell<bool>,
     /// A failure received after output in the same poll: returned by the next poll, so the
@@ -61,8 +106,9 @@ impl Subscription {
             return Err(e);
         }
         let mut out = Vec::new();
+        let mut rx = self.rx.borrow_mut();
         loop {
-            match self.rx.try_recv() {
+            match rx.try_recv() {
                 Ok(Ok(b)) => out.push(b),
                 Ok(Err(e)) => {
                     self.closed.set(true);
@@ -73,12 +119,88 @@ impl Subscription {
                     return Ok(out);
                 }
                 Err(TryRecvError::Empty) => return Ok(out),
-                Err(TryRecvError::Disconnected) => {
+                Err(TryRecvError::Closed) => {
                     self.closed.set(true);
                     return Ok(out);
                 }
             }
         }
+    }
+
+    /// Waits for the next change batch. `Ok(None)` once the query has stopped for good and
+    /// everything it produced has been read; an error once if it failed (after its earlier
+    /// output). Blocking: call it on a thread other than the one driving the engine, or it
+    /// waits forever.
+    pub fn recv(&self) -> Result<Option<ChangeBatch>> {
+        if let Some(e) = self.failure.borrow_mut().take() {
+            return Err(e);
+        }
+        if self.closed.get() {
+            // After the failure or the end nothing more is sent (the engine may still hold
+            // its end for a while, so waiting could last forever).
+            return Ok(None);
+        }
+        let next = futures::executor::block_on(self.rx.borrow_mut().next());
+        self.settle(next)
+    }
+
+    /// A blocking iterator over the change batches (see [`Subscription::recv`]); it ends when
+    /// the query stops, after yielding its failure if it failed.
+    pub fn iter(&self) -> Batches<'_> {
+        Batches { sub: self }
+    }
+
+    /// What one received item means: a batch, the end, or the failure (which closes).
+    fn settle(&self, next: Option<Result<ChangeBatch>>) -> Result<Option<ChangeBatch>> {
+        match next {
+            Some(Ok(b)) => Ok(Some(b)),
+            Some(Err(e)) => {
+                self.closed.set(true);
+                Err(e)
+            }
+            None => {
+                self.closed.set(true);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Like [`Subscription::poll`], as rows of typed values. Stream elements with
+    /// multiplicity n are repeated n times (diff 1 each).
+    pub fn poll_rows(&self) -> Result<Vec<Row>> {
+        let mut out = Vec::new();
+        for b in self.poll()? {
+            out.extend(self.rows(&b)?);
+        }
+        Ok(out)
+    }
+
+    /// One change batch as rows of typed values.
+    pub fn rows(&self, b: &ChangeBatch) -> Result<Vec<Row>> {
+        let columns = b.data.columns();
+        let mut out = Vec::with_capacity(b.len());
+        for i in 0..b.data.num_rows() {
+            let values = columns
+                .iter()
+                .map(|c| ScalarValue::try_from_array(c, i))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| WeirError::exec(format!("reading output row {i}: {e}")))?;
+            let (time, diff) = (b.times[i], b.diffs[i]);
+            if self.kind == PlanKind::Stream {
+                if diff < 0 {
+                    return Err(WeirError::internal("negative multiplicity in a stream"));
+                }
+                for _ in 1..diff {
+                    out.push(Row { values: values.clone(), time, diff: 1 });
+                }
+                if diff > 0 {
+                    out.push(Row { values, time, diff: 1 });
+                }
+            } else {
+                out.push(Row { values, time, diff });
+            }
+        }
+        Ok(out)
     }
 
     /// Like [`Subscription::poll`], as rows of text. Stream elements with multiplicity n are
@@ -128,5 +250,49 @@ impl Subscription {
     /// Column names of the output.
     pub fn column_names(&self) -> Vec<String> {
         self.schema.fields().iter().map(|f| f.name().clone()).collect()
+    }
+}
+
+/// The blocking iterator of [`Subscription::iter`].
+#[derive(Debug)]
+pub struct Batches<'a> {
+    sub: &'a Subscription,
+}
+
+impl Iterator for Batches<'_> {
+    type Item = Result<ChangeBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.sub.recv().transpose()
+    }
+}
+
+impl<'a> IntoIterator for &'a Subscription {
+    type Item = Result<ChangeBatch>;
+    type IntoIter = Batches<'a>;
+
+    fn into_iter(self) -> Batches<'a> {
+        self.iter()
+    }
+}
+
+/// An async stream of change batches: each item is a batch, or the query's failure (the last
+/// item); the stream ends when the query stops. Wakes when the engine delivers output, from
+/// whatever thread drives it.
+impl futures::Stream for Subscription {
+    type Item = Result<ChangeBatch>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(e) = this.failure.get_mut().take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if this.closed.get() {
+            return Poll::Ready(None);
+        }
+        match this.rx.get_mut().poll_next_unpin(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(next) => Poll::Ready(this.settle(next).transpose()),
+        }
     }
 }

@@ -204,3 +204,119 @@ fn pushed_rows_that_do_not_fit_follow_the_bad_row_policy() {
     let stats = &e.stream_stats()[0];
     assert_eq!((stats.accepted, stats.bad), (1, 1));
 }
+
+/// A reader thread blocks in the subscription's iterator while this thread drives the engine;
+/// it sees every change in order, and the iterator ends when the stream is dropped.
+#[test]
+fn a_subscription_read_on_another_thread_blocks_until_output_and_ends_with_the_query() {
+    let mut e = Engine::new();
+    e.execute("CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+    let sub = e.subscribe("SELECT k, SUM(v) AS total FROM s [RANGE 10] GROUP BY k").unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for batch in &sub {
+            for c in sub.changes(&batch.unwrap()).unwrap() {
+                lines.push(c.to_string());
+            }
+        }
+        // After the end, a blocking receive returns at once.
+        assert!(sub.recv().unwrap().is_none());
+        lines
+    });
+    e.execute("INSERT INTO s VALUES ('a', 1, 1), ('a', 2, 3)").unwrap();
+    e.advance("s", 3).unwrap();
+    e.execute("INSERT INTO s VALUES ('b', 5, 4)").unwrap();
+    e.advance("s", 4).unwrap();
+    e.execute("DROP STREAM s").unwrap();
+    let lines = reader.join().unwrap();
+    assert_eq!(lines, ["@1 +1 a 1", "@3 -1 a 1", "@3 +1 a 3", "@4 +1 b 5"]);
+}
+
+/// A failure reaches a blocking reader after the output before it, and ends the iterator.
+#[test]
+fn a_blocking_reader_gets_the_output_then_the_failure() {
+    let mut e = Engine::new();
+    e.execute("CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+    let sub = e.subscribe("SELECT ISTREAM 12 / v AS q FROM s").unwrap();
+    let reader = std::thread::spawn(move || {
+        sub.iter()
+            .map(|r| match r {
+                Ok(b) => sub.changes(&b).unwrap().iter().map(|c| c.to_string()).collect(),
+                Err(e) => vec![format!("error: {e}")],
+            })
+            .collect::<Vec<Vec<String>>>()
+            .concat()
+    });
+    e.execute("INSERT INTO s VALUES (3, 1)").unwrap();
+    e.advance("s", 1).unwrap();
+    e.execute("INSERT INTO s VALUES (0, 2)").unwrap();
+    e.advance("s", 2).unwrap();
+    let lines = reader.join().unwrap();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0], "@1 4");
+    assert!(lines[1].starts_with("error: ") && lines[1].contains("division by zero"), "{lines:?}");
+}
+
+/// The subscription is an async Stream: a task awaits changes that another thread produces.
+#[test]
+fn a_subscription_is_an_async_stream_woken_by_the_engine() {
+    use futures::StreamExt;
+    let mut e = Engine::new();
+    e.execute("CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
+    let mut sub = e.subscribe("SELECT ISTREAM v FROM s WHERE v > 1").unwrap();
+    let reader = std::thread::spawn(move || {
+        futures::executor::block_on(async {
+            let mut rows = Vec::new();
+            while let Some(batch) = sub.next().await {
+                for r in sub.rows(&batch.unwrap()).unwrap() {
+                    rows.push((r.time, i64::try_from(r.values[0].clone()).unwrap()));
+                }
+            }
+            rows
+        })
+    });
+    for t in 1..=4 {
+        e.push_rows("s", &[vec![Value::Int64(Some(t)), Value::Int64(Some(t))]]).unwrap();
+        e.advance("s", t).unwrap();
+    }
+    e.execute("DROP STREAM s").unwrap();
+    assert_eq!(reader.join().unwrap(), [(2, 2), (3, 3), (4, 4)]);
+}
+
+/// Typed rows: values keep their SQL types (NULLs included), stream multiplicities are
+/// repeated, and relation changes keep their diffs.
+#[test]
+fn rows_carry_typed_values() {
+    let mut e = Engine::new();
+    e.execute("CREATE STREAM s (k VARCHAR, v DOUBLE, t TIMESTAMP, WATERMARK FOR t AS t)").unwrap();
+    let stream = e.subscribe("SELECT ISTREAM k, v, t FROM s").unwrap();
+    let counts = e.subscribe("SELECT k, COUNT(*) AS n FROM s [RANGE 1 SECOND] GROUP BY k").unwrap();
+    e.execute(
+        "INSERT INTO s VALUES ('a', 1.5, TIMESTAMP '2026-01-01 00:00:00'), \
+         ('a', 1.5, TIMESTAMP '2026-01-01 00:00:00'), (NULL, NULL, TIMESTAMP '2026-01-01 00:00:00')",
+    )
+    .unwrap();
+    e.execute("ADVANCE s TO TIMESTAMP '2026-01-01 00:00:02'").unwrap();
+    let rows = stream.poll_rows().unwrap();
+    assert_eq!(rows.len(), 3);
+    let a = Value::Utf8(Some("a".into()));
+    // An instant's output is consolidated in a deterministic order (NULLs first here).
+    assert_eq!(rows[0].values[..2], [Value::Utf8(None), Value::Float64(None)]);
+    assert_eq!(rows[1].values[..2], [a.clone(), Value::Float64(Some(1.5))]);
+    assert_eq!(rows[1], rows[2], "an element of multiplicity 2 is two rows");
+    assert!(matches!(rows[1].values[2], Value::TimestampMicrosecond(Some(_), _)));
+    assert!(rows.iter().all(|r| r.time == rows[0].time));
+    assert!(rows.iter().all(|r| r.diff == 1));
+    let changes: Vec<(i64, Value, i64)> = counts
+        .poll_rows()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.values[0] == a)
+        .map(|r| (r.diff, r.values[1].clone(), r.time - rows[0].time))
+        .collect();
+    assert_eq!(
+        changes,
+        [(1, Value::Int64(Some(2)), 0), (-1, Value::Int64(Some(2)), 1_000_000)],
+        "the count enters at the elements' instant and leaves a second later"
+    );
+}

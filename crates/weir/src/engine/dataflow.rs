@@ -12,7 +12,6 @@
 //! evaluated is applied at the query's next instant ([`Dataflow::forward_table_change`]).
 
 use std::collections::HashMap;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use weir_common::{ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED};
@@ -22,7 +21,7 @@ use weir_workers::{Runner, Workers};
 use super::tables::{Maintained, Shared};
 use crate::intake::is_or_companion_of;
 use crate::sink::FileSink;
-use crate::subscription::Subscription;
+use crate::subscription::{output_channel, send, OutputReceiver, OutputSender, Subscription};
 
 /// Where a running query's output goes.
 pub(crate) trait Output: Send + std::fmt::Debug {
@@ -35,15 +34,15 @@ pub(crate) trait Output: Send + std::fmt::Debug {
 
 /// A subscriber's channel: the changes, then an error if the query failed.
 #[derive(Debug)]
-pub(crate) struct Subscriber(pub Sender<Result<ChangeBatch>>);
+pub(crate) struct Subscriber(pub OutputSender);
 
 impl Output for Subscriber {
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
-        let delivered = changes.into_iter().all(|b| self.0.send(Ok(b)).is_ok());
+        let delivered = changes.into_iter().all(|b| send(&self.0, Ok(b)));
         match outcome {
             Ok(()) => delivered,
             Err(e) => {
-                let _ = self.0.send(Err(e));
+                send(&self.0, Err(e));
                 false
             }
         }
@@ -61,9 +60,9 @@ impl Output for Shared<Maintained> {
         }
         let failure = result.as_ref().err().cloned();
         view.taps.retain(|(_, tx)| {
-            changes.iter().all(|b| b.is_empty() || tx.send(Ok(b.clone())).is_ok())
+            changes.iter().all(|b| b.is_empty() || send(tx, Ok(b.clone())))
                 && failure.as_ref().is_none_or(|e| {
-                    let _ = tx.send(Err(e.clone()));
+                    send(tx, Err(e.clone()));
                     false
                 })
         });
@@ -341,7 +340,7 @@ impl Dataflow {
             .ok_or_else(|| {
                 WeirError::exec(format!("no restored query waits to be resumed as '{sql}'"))
             })?;
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = output_channel();
         q.output = Some(Box::new(Subscriber(tx)));
         let from = q.runner.last_instant().map(|t| t.saturating_add(1));
         Ok((subscription(q.id, &q.plan, rx), from))
@@ -360,17 +359,13 @@ impl Dataflow {
 }
 
 /// The subscriber's end of query `id`'s output channel.
-pub(crate) fn subscription(
-    id: u64,
-    plan: &LogicalPlan,
-    rx: std::sync::mpsc::Receiver<Result<ChangeBatch>>,
-) -> Subscription {
+pub(crate) fn subscription(id: u64, plan: &LogicalPlan, rx: OutputReceiver) -> Subscription {
     Subscription {
         id,
         schema: weir_exec::compile::exec_schema(&plan.schema()),
         kind: plan.kind(),
         domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
-        rx,
+        rx: std::cell::RefCell::new(rx),
         closed: std::cell::Cell::new(false),
         failure: std::cell::RefCell::new(None),
     }
@@ -378,8 +373,6 @@ pub(crate) fn subscription(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::channel;
-
     use arrow::array::{Int64Array, RecordBatch};
     use arrow::datatypes::{DataType, Field, Schema};
 
@@ -394,12 +387,11 @@ mod tests {
 
     #[test]
     fn a_subscriber_gets_the_output_then_the_failure() {
-        let (tx, rx) = channel();
+        let (tx, mut rx) = output_channel();
         let mut out = Subscriber(tx);
         assert!(out.deliver(vec![batch(&[1])], Ok(())));
         assert!(!out.deliver(vec![batch(&[2])], Err(WeirError::exec("boom"))));
-        let got: Vec<String> = rx
-            .try_iter()
+        let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
             .map(|r| match r {
                 Ok(b) => format!("{} rows", b.len()),
                 Err(e) => e.to_string(),
@@ -410,7 +402,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_that_went_away_stops_its_query() {
-        let (tx, rx) = channel();
+        let (tx, rx) = output_channel();
         drop(rx);
         assert!(!Subscriber(tx).deliver(vec![batch(&[1])], Ok(())));
     }

@@ -33,7 +33,6 @@ mod sources;
 pub(crate) mod tables;
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::channel;
 use std::sync::Arc;
 use std::time::Duration as WallDuration;
 
@@ -54,7 +53,7 @@ use tables::{expand, Shared, Tables};
 
 use crate::intake::{Arrival, Intake, StreamPolicy, StreamStats};
 use crate::source::{SourceProgress, SourceSpec};
-use crate::subscription::Subscription;
+use crate::subscription::{output_channel, send, Subscription};
 
 /// What one statement did.
 #[derive(Debug)]
@@ -310,7 +309,7 @@ impl Engine {
         let plan = def.def.plan.clone();
         let view = view.clone();
         let id = self.dataflow.allocate_id();
-        let (tx, rx) = channel();
+        let (tx, rx) = output_channel();
         {
             let mut v = view.lock();
             if let Some(e) = &v.failed {
@@ -320,7 +319,7 @@ impl Engine {
                 // Restored from a checkpoint, a view's latest change is not known: the clock.
                 let at = v.changed_at.unwrap_or(self.clock);
                 let snapshot = v.contents.snapshot(&v.schema, at)?;
-                let _ = tx.send(Ok(snapshot));
+                send(&tx, Ok(snapshot));
             }
             v.taps.push((id, tx));
         }
@@ -353,7 +352,7 @@ impl Engine {
     }
 
     fn start_query(&mut self, plan: Arc<LogicalPlan>, sql: Option<String>) -> Result<Subscription> {
-        let (tx, rx) = channel();
+        let (tx, rx) = output_channel();
         let output = Box::new(Subscriber(tx));
         let id = self.launch(&plan, Target::Subscriber(sql), Some(output))?;
         Ok(subscription(id, &plan, rx))

@@ -92,7 +92,7 @@ pub(crate) struct Maintained {
     pub changed_at: Option<Time>,
     /// Subscribers to the view itself (`Engine::subscribe("v")`), by subscription id: each
     /// got the contents when it subscribed and gets every change after.
-    pub taps: Vec<(u64, std::sync::mpsc::Sender<Result<ChangeBatch>>)>,
+    pub taps: Vec<(u64, crate::subscription::OutputSender)>,
 }
 
 impl Maintained {
