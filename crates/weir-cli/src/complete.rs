@@ -28,6 +28,7 @@ pub const KEYWORDS: &[&str] = &[
     "CAST",
     "CLOSE",
     "COALESCE",
+    "COPY",
     "COUNT",
     "CREATE",
     "DATE",
@@ -267,7 +268,7 @@ fn mentioned<'c>(
 
 /// Keywords after which only a stream, table or view name makes sense.
 const NAME_CONTEXT: &[&str] =
-    &["FROM", "JOIN", "INTO", "DESCRIBE", "ADVANCE", "CLOSE", "STREAM", "TABLE", "VIEW"];
+    &["FROM", "JOIN", "INTO", "DESCRIBE", "ADVANCE", "CLOSE", "COPY", "STREAM", "TABLE", "VIEW"];
 
 /// Completions of the word ending at the end of `before` (the statement typed so far, up to
 /// the cursor): where the word starts (a byte offset into `before`) and the candidates.

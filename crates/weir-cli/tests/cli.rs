@@ -575,7 +575,7 @@ fn error_positions_in_later_lines_and_statements() {
         (
             "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);\nSELECT a FROM s; SELEC 1;\n",
             "",
-            "error: syntax error: expected a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT, SET, RESET), found 'SELEC' at line 2, column 18\n  SELECT a FROM s; SELEC 1;\n                   ^^^^^\n",
+            "error: syntax error: expected a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, COPY, DROP, SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT, SET, RESET), found 'SELEC' at line 2, column 18\n  SELECT a FROM s; SELEC 1;\n                   ^^^^^\n",
         ),
         // a DELETE's condition
         (

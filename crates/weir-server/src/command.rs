@@ -373,11 +373,9 @@ fn copy(w: &mut Words<'_>) -> Command {
         return refused("0A000", "Weir copies into a stream only: COPY s FROM STDIN");
     }
     if !w.eat("stdin") {
-        return refused(
-            "0A000",
-            "COPY FROM a file is not supported: give the stream a source \
-             (CREATE STREAM ... WITH (path = '...')) or use psql's \\copy",
-        );
+        // `COPY t FROM 'file'` is Weir SQL: the engine reads the file (on the server's machine,
+        // within `--file-dir`).
+        return Command::Weir;
     }
     let opts = match options(w.rest()) {
         Ok(o) => o,
@@ -527,7 +525,8 @@ mod tests {
             classify("copy bids from stdin (format json)"),
             Command::CopyIn { stream: "bids".into(), format: Format::JsonLines }
         );
-        assert!(matches!(classify("COPY bids FROM '/etc/passwd'"), Command::Refused { .. }));
+        // A server-side file is Weir SQL: the engine reads it, confined to --file-dir.
+        assert_eq!(classify("COPY bids FROM '/etc/passwd'"), Command::Weir);
         assert!(matches!(
             classify("COPY bids FROM STDIN (FORMAT binary)"),
             Command::Refused { code: "0A000", .. }

@@ -153,7 +153,18 @@ pub enum Statement {
     CreateTable {
         name: String,
         columns: Vec<ColumnAst>,
+        /// `WITH (source = 'file', path = '...', ...)`: a file the table is loaded from.
+        options: Vec<StreamOption>,
         if_not_exists: bool,
+        span: Option<Span>,
+    },
+    /// `COPY t FROM 'path' [WITH] [(options)]`: appends a file's rows to table or stream `t`.
+    /// Options are PostgreSQL's (`FORMAT csv, HEADER, DELIMITER ';'`) or Weir's
+    /// (`format = 'json'`), as for a stream's source.
+    Copy {
+        target: String,
+        path: String,
+        options: Vec<StreamOption>,
         span: Option<Span>,
     },
     CreateView {

@@ -8,7 +8,9 @@ use weir_common::{Result, Span, WeirError};
 
 use super::ast::{ColumnAst, OptionValue, Statement, StreamOption, WatermarkAst};
 use super::time::{parse_duration, unit_micros};
-use super::tokens::{ident_of, object_name, sql_err, sub_parser, tok_span, word_is, Cursor};
+use super::tokens::{
+    ident_of, matching, object_name, sql_err, sub_parser, tok_span, word_is, Cursor,
+};
 
 /// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])
 /// [WITH (key = value, ...)]`.
@@ -74,14 +76,36 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
 
 /// `( key = value, ... )` after `CREATE STREAM ... WITH`.
 pub(super) fn parse_stream_options(c: &mut Cursor) -> Result<Vec<StreamOption>> {
-    c.expect(&Token::LParen, "'(' and stream options, e.g. (source = 'file', path = 'x.csv')")?;
+    parse_options(c, false)
+}
+
+/// `( key [=] value, ... )` after `COPY ... FROM 'path' [WITH]`: PostgreSQL's form, where `=`
+/// may be left out and a key alone (`HEADER`) means TRUE, or Weir's.
+pub(super) fn parse_copy_options(c: &mut Cursor) -> Result<Vec<StreamOption>> {
+    parse_options(c, true)
+}
+
+fn parse_options(c: &mut Cursor, postgres: bool) -> Result<Vec<StreamOption>> {
+    c.expect(&Token::LParen, "'(' and options, e.g. (source = 'file', path = 'x.csv')")?;
     let mut options: Vec<StreamOption> = Vec::new();
     loop {
         let (key, span) = c.ident("an option name (source, path, format, ...)")?;
         if options.iter().any(|o| o.key == key) {
             return Err(WeirError::syntax_at(format!("option '{key}' is given twice"), span));
         }
-        c.expect(&Token::Eq, "'='")?;
+        let alone = matches!(c.peek().map(|t| &t.token), Some(Token::Comma | Token::RParen));
+        if postgres && alone {
+            options.push(StreamOption { key, value: OptionValue::Bool(true), span });
+            if c.eat(&Token::Comma) {
+                continue;
+            }
+            c.expect(&Token::RParen, "',' or ')'")?;
+            return Ok(options);
+        }
+        // PostgreSQL's `FORMAT csv` leaves the '=' out.
+        if !postgres || c.peek().is_some_and(|t| t.token == Token::Eq) {
+            c.expect(&Token::Eq, "'='")?;
+        }
         let value = if c.peek_word("INTERVAL") {
             OptionValue::Duration(parse_duration(c, &[])?)
         } else {
@@ -187,6 +211,21 @@ fn parse_watermark(elem: &[TokenWithSpan]) -> Result<WatermarkAst> {
 }
 
 pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> Result<Statement> {
+    // `WITH (...)` after the column list is Weir's (the file the table is loaded from), parsed
+    // here; sqlparser gets the rest.
+    let close = toks
+        .iter()
+        .position(|t| t.token == Token::LParen)
+        .and_then(|open| matching(toks, open, &Token::LParen, &Token::RParen));
+    let (toks, options) = match close {
+        Some(close) if toks.get(close + 1).is_some_and(|t| word_is(t, "WITH")) => {
+            let mut c = Cursor::new(&toks[close + 2..]);
+            let options = parse_stream_options(&mut c)?;
+            c.end()?;
+            (&toks[..=close], options)
+        }
+        _ => (toks, Vec::new()),
+    };
     let toks = &keyword_column_names(toks);
     let mut p = sub_parser(toks)?;
     let stmt = p.parse_statement().map_err(|e| sql_err(e, toks))?;
@@ -211,6 +250,7 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
             Ok(Statement::CreateTable {
                 name,
                 columns,
+                options,
                 if_not_exists: ct.if_not_exists,
                 span: Span::from_sql(sqlparser::ast::Spanned::span(&ct.name)),
             })
@@ -309,5 +349,47 @@ mod tests {
             .to_string();
         assert!(err.contains("expected '='"), "{err}");
         assert!(matches!(one("SHOW STREAM STATS"), Statement::ShowStreamStats));
+    }
+
+    #[test]
+    fn create_table_with_options_and_copy() {
+        let kv = |options: Vec<StreamOption>| -> Vec<(String, OptionValue)> {
+            options.into_iter().map(|o| (o.key, o.value)).collect()
+        };
+        match one("CREATE TABLE t (a BIGINT, key VARCHAR) WITH (source = 'file', path = 'x.csv')") {
+            Statement::CreateTable { columns, options, .. } => {
+                assert_eq!(columns.len(), 2);
+                assert_eq!(
+                    kv(options),
+                    [
+                        ("source".into(), OptionValue::Text("file".into())),
+                        ("path".into(), OptionValue::Text("x.csv".into()))
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match one("COPY t FROM 'x.csv' WITH (FORMAT csv, HEADER, DELIMITER ';', epoch = 'ms')") {
+            Statement::Copy { target, path, options, .. } => {
+                assert_eq!((target.as_str(), path.as_str()), ("t", "x.csv"));
+                assert_eq!(
+                    kv(options),
+                    [
+                        ("format".into(), OptionValue::Text("csv".into())),
+                        ("header".into(), OptionValue::Bool(true)),
+                        ("delimiter".into(), OptionValue::Text(";".into())),
+                        ("epoch".into(), OptionValue::Text("ms".into()))
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(one("COPY t FROM 'x.csv'"), Statement::Copy { options, .. } if options.is_empty())
+        );
+        let err = parse_script("COPY t (a) FROM 'x.csv'").unwrap_err().to_string();
+        assert!(err.contains("not a column list"), "{err}");
+        let err = parse_script("CREATE TABLE t (a BIGINT) WITH (a 1)").unwrap_err().to_string();
+        assert!(err.contains("expected '='"), "{err}");
     }
 }

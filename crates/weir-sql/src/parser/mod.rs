@@ -40,7 +40,7 @@ use sqlparser::dialect::GenericDialect;
 use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use weir_common::{Result, Span, WeirError};
 
-use ddl::{parse_create_stream, parse_create_table, parse_stream_options};
+use ddl::{parse_copy_options, parse_create_stream, parse_create_table, parse_stream_options};
 use dml::parse_dml;
 use time::parse_time_lit;
 use tokens::{span_of, Cursor, Source};
@@ -217,6 +217,9 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
         c.end()?;
         return Ok(Statement::Close { stream: Some(stream), span });
     }
+    if c.eat_word("COPY") {
+        return parse_copy(&mut c);
+    }
     if c.eat_word("EXPLAIN") {
         return Ok(Statement::Explain(Box::new(parse_cql_query(c.rest())?)));
     }
@@ -240,8 +243,35 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
 }
 
 /// What a statement can begin with, as the error for anything else lists it.
-const STATEMENTS: &str = "a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, DROP, SHOW, \
-                          DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT, SET, RESET)";
+const STATEMENTS: &str = "a statement (SELECT, WITH, VALUES, CREATE, INSERT, DELETE, COPY, DROP, \
+                          SHOW, DESCRIBE, EXPLAIN, ADVANCE, CLOSE, CHECKPOINT, SET, RESET)";
+
+/// `COPY name FROM 'path' [WITH] [(options)]`, after `COPY`.
+fn parse_copy(c: &mut Cursor) -> Result<Statement> {
+    let (target, span) = c.ident("a table or stream name")?;
+    if c.peek().is_some_and(|t| t.token == Token::LParen) {
+        return Err(c.err("FROM: COPY takes a whole table or stream, not a column list"));
+    }
+    if c.eat_word("TO") {
+        c.pos_back();
+        return Err(c.err(
+            "FROM: COPY ... TO is not a script statement (a sink writes a query's output: \
+             CREATE SINK name WITH (path = '...') AS SELECT ...)",
+        ));
+    }
+    c.expect_word("FROM")?;
+    if c.peek_word("STDIN") {
+        return Err(c.err(
+            "a quoted file path: COPY FROM STDIN is for clients of `weir serve`; a script \
+             reads standard input with a stream source (source = 'stdin')",
+        ));
+    }
+    let path = c.string("a quoted file path")?;
+    c.eat_word("WITH");
+    let options = if c.at_end() { Vec::new() } else { parse_copy_options(c)? };
+    c.end()?;
+    Ok(Statement::Copy { target, path, options, span })
+}
 
 /// `SET [SESSION] name {= | TO} value`, after `SET`: the value is a quoted text, a word, a
 /// number, or `DEFAULT`.

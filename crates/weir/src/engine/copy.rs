@@ -64,8 +64,9 @@ impl Engine {
             Format::Csv { delimiter, .. } => Framing::Csv { quote: b'"', delimiter },
             Format::JsonLines => Framing::Lines,
         };
-        let decoder = RowDecoder::new(def.schema.clone(), def.time_column, format, epoch_unit)
-            .map_err(WeirError::plan)?;
+        let decoder =
+            RowDecoder::new(def.schema.clone(), Some(def.time_column), format, epoch_unit)
+                .map_err(WeirError::plan)?;
         Ok(CopyIn {
             header_pending: decoder.wants_header(),
             stream: name.clone(),

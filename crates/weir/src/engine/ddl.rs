@@ -12,7 +12,8 @@ use super::catalog::{referenced_names, ViewEntry};
 use super::dataflow::{SinkFile, Target};
 use super::tables::Shared;
 use super::{Engine, ExecResult};
-use crate::intake::{policy::parse_options, Intake};
+use crate::intake::policy::{parse_options, parse_table_options};
+use crate::intake::Intake;
 use crate::sink::{FileSink, SinkSpec};
 use std::path::{Path, PathBuf};
 
@@ -48,10 +49,13 @@ impl Engine {
         Ok(ExecResult::Done("CREATE STREAM".into()))
     }
 
+    /// A table, empty or loaded from the file its options name (see `load.rs`); a file that
+    /// cannot be read whole leaves no table behind.
     pub(super) fn create_table(
         &mut self,
         name: &str,
         columns: &[ColumnAst],
+        options: &[StreamOption],
         if_not_exists: bool,
         span: Option<Span>,
         text: &str,
@@ -61,8 +65,19 @@ impl Engine {
         }
         self.catalog.check_free(name, span)?;
         let def = table_def(name, columns)?;
+        let source = parse_table_options(options, false)?;
+        if let Some(spec) = &source {
+            self.check_confined(&format!("table '{name}'"), "read", &spec.input, span)?;
+        }
         self.tables.add_table(name, def.schema.clone())?;
         self.catalog.add_table(def);
+        if let Some(spec) = source.filter(|_| !self.checkpoints.replaying()) {
+            if let Err(e) = self.load_table(name, spec) {
+                self.catalog.remove(ObjectKind::Table, name);
+                self.tables.remove_table(name);
+                return Err(e);
+            }
+        }
         self.catalog.record_created(name, text);
         Ok(ExecResult::Done("CREATE TABLE".into()))
     }

@@ -87,7 +87,7 @@ impl Engine {
     }
 
     /// The instant of a table change: its `AT`, or the engine's clock; the clock follows.
-    fn table_time(&mut self, at: Option<TimeLit>) -> Time {
+    pub(super) fn table_time(&mut self, at: Option<TimeLit>) -> Time {
         let t = match at {
             None => self.clock,
             Some(TimeLit::Ticks(t)) | Some(TimeLit::Micros(t)) => t,
@@ -97,7 +97,7 @@ impl Engine {
     }
 
     /// Applies changes to a table and hands them to the queries reading it.
-    fn change_table(&mut self, name: &str, changes: ChangeBatch, t: Time) -> Result<()> {
+    pub(super) fn change_table(&mut self, name: &str, changes: ChangeBatch, t: Time) -> Result<()> {
         self.tables.apply(name, &changes)?;
         self.dataflow.forward_table_change(name, &changes, t)?;
         self.run_queries();

@@ -26,6 +26,7 @@ mod copy;
 pub(crate) mod dataflow;
 mod ddl;
 mod dml;
+mod load;
 mod recovery;
 mod settings;
 pub(crate) mod show;
@@ -179,8 +180,11 @@ impl Engine {
                     &text,
                 )
             }
-            Statement::CreateTable { name, columns, if_not_exists, span } => {
-                self.create_table(&name, &columns, if_not_exists, span, &text)
+            Statement::CreateTable { name, columns, options, if_not_exists, span } => {
+                self.create_table(&name, &columns, &options, if_not_exists, span, &text)
+            }
+            Statement::Copy { target, path, options, span } => {
+                self.copy_from_file(&target, &path, &options, span)
             }
             Statement::CreateView { name, query, sql, or_replace, span } => {
                 self.create_view(&name, &query, sql, or_replace, span, &text)
@@ -708,6 +712,17 @@ mod tests {
         e.execute("CREATE SINK k1 WITH (path = 'out.csv') AS SELECT a FROM s1").unwrap();
         let sink = e.execute("CREATE SINK k2 WITH (path = '../out.csv') AS SELECT a FROM s1");
         assert!(sink.unwrap_err().to_string().contains("sink 'k2' cannot write '../out.csv'"));
+        // Tables loaded from files and COPY are confined the same way.
+        e.execute("CREATE TABLE t1 (a BIGINT, b BIGINT) WITH (source = 'file', path = 'in.csv', header = false); COPY t1 FROM 'in.csv'").unwrap();
+        for sql in [
+            "CREATE TABLE t2 (a BIGINT, b BIGINT) WITH (source = 'file', path = '../secret.csv')"
+                .to_string(),
+            format!("COPY t1 FROM '{outside}'"),
+            "COPY s1 FROM '../secret.csv'".to_string(),
+        ] {
+            let err = e.execute(&sql).unwrap_err().to_string();
+            assert!(err.contains("files are confined to"), "{sql}: {err}");
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -70,9 +70,17 @@ pub(super) struct Checkpoints {
     last_contents: Option<u64>,
     /// During recovery: each sink's committed position, to reopen its file at.
     resume_sinks: BTreeMap<String, u64>,
+    /// Set while recovery replays the catalog: a table created from a file is not loaded
+    /// again, its contents come from the checkpoint.
+    replaying: bool,
 }
 
 impl Checkpoints {
+    /// Whether recovery is replaying the catalog's statements.
+    pub fn replaying(&self) -> bool {
+        self.replaying
+    }
+
     /// The committed position to reopen sink `name` at, during recovery.
     pub fn sink_resume_position(&self, name: &str) -> Option<u64> {
         self.resume_sinks.get(name).copied()
@@ -356,9 +364,12 @@ impl Engine {
         self.checkpoints.notes = manifest.notes.clone();
         // Sinks reopen their files at the committed position rather than truncating them.
         self.checkpoints.resume_sinks = manifest.sinks.clone();
-        for s in &manifest.statements {
-            self.execute(s).map_err(|e| bad(&format!("replaying '{s}': {e}")))?;
-        }
+        self.checkpoints.replaying = true;
+        let replayed = manifest.statements.iter().try_for_each(|s| {
+            self.execute(s).map(|_| ()).map_err(|e| bad(&format!("replaying '{s}': {e}")))
+        });
+        self.checkpoints.replaying = false;
+        replayed?;
         self.checkpoints.resume_sinks.clear();
         // What had failed stays failed: its query does not start over from here.
         for (key, message) in &manifest.failed {
@@ -395,9 +406,12 @@ impl Engine {
             st.source = match j.source {
                 None => None,
                 Some(src) => {
-                    let mut reader =
-                        SourceReader::new(src.spec, st.def.schema.clone(), st.def.time_column)
-                            .map_err(|e| bad(&e))?;
+                    let mut reader = SourceReader::new(
+                        src.spec,
+                        st.def.schema.clone(),
+                        Some(st.def.time_column),
+                    )
+                    .map_err(|e| bad(&e))?;
                     reader
                         .restore(&base, src.position)
                         .map_err(|e| bad(&format!("stream '{name}': {e}")))?;

@@ -172,7 +172,7 @@ impl Intake {
         let name = def.name.clone();
         let mut st = StreamState::new(def, policy, now);
         if let Some(spec) = source {
-            let reader = SourceReader::new(spec, st.def.schema.clone(), st.def.time_column)
+            let reader = SourceReader::new(spec, st.def.schema.clone(), Some(st.def.time_column))
                 .map_err(WeirError::plan)?;
             st.source = Some(SourceState { reader, failed: None });
         }
@@ -385,7 +385,7 @@ impl Intake {
         if st.source.as_ref().is_some_and(|s| s.reader.started()) {
             return Err(WeirError::exec(format!("stream '{name}' is already reading its source")));
         }
-        let reader = SourceReader::new(spec, st.def.schema.clone(), st.def.time_column)
+        let reader = SourceReader::new(spec, st.def.schema.clone(), Some(st.def.time_column))
             .map_err(WeirError::plan)?;
         st.source = Some(SourceState { reader, failed: None });
         Ok(())

@@ -64,6 +64,57 @@ pub(crate) fn parse_options(
     def: &StreamDef,
     options: &[StreamOption],
 ) -> Result<(StreamPolicy, Option<SourceSpec>)> {
+    parse_with(Some(def.domain), options)
+}
+
+/// The options of `CREATE TABLE ... WITH (...)` and `COPY t FROM 'path' WITH (...)`: the file
+/// a table is loaded from, read once. The file options mean what they mean for a stream's
+/// source; a stream's policies and `follow` do not apply to a table.
+pub(crate) fn parse_table_options(
+    options: &[StreamOption],
+    needs_source: bool,
+) -> Result<Option<SourceSpec>> {
+    const KNOWN: &str = "source, path, format, header, delimiter, epoch";
+    for o in options {
+        match o.key.as_str() {
+            "source" | "path" | "format" | "header" | "delimiter" | "epoch" => {}
+            "follow" | "late" | "bad_rows" | "idle_timeout" => {
+                return Err(WeirError::plan_at(
+                    format!(
+                        "option {} applies to streams: a table is loaded from its file once, \
+                         and a row that cannot be read is an error (known: {KNOWN})",
+                        o.key
+                    ),
+                    o.span,
+                ))
+            }
+            other => {
+                return Err(WeirError::plan_at(
+                    format!("unknown table option '{other}' (known: {KNOWN})"),
+                    o.span,
+                ))
+            }
+        }
+    }
+    let (_, spec) = parse_with(None, options)?;
+    if let Some(SourceSpec { input: Input::Stdin, .. }) = spec {
+        let span = options.iter().find(|o| o.key == "source").and_then(|o| o.span);
+        return Err(WeirError::plan_at(
+            "a table is loaded from a file: source = 'file', path = '...'",
+            span,
+        ));
+    }
+    if spec.is_none() && needs_source {
+        return Err(WeirError::plan("COPY ... FROM 'path' needs a path"));
+    }
+    Ok(spec)
+}
+
+/// Options of a stream (`domain`: its event-time domain) or of a table (None).
+fn parse_with(
+    domain: Option<TimeDomain>,
+    options: &[StreamOption],
+) -> Result<(StreamPolicy, Option<SourceSpec>)> {
     const KNOWN: &str = "source, path, format, header, delimiter, follow, epoch, late, bad_rows, \
                          idle_timeout";
     let mut policy = StreamPolicy::default();
@@ -198,7 +249,7 @@ pub(crate) fn parse_options(
             }
         }
     }
-    if epoch.is_some() && def.domain == TimeDomain::Ticks {
+    if epoch.is_some() && domain == Some(TimeDomain::Ticks) {
         return Err(WeirError::plan_at(
             "option epoch applies to TIMESTAMP event times; this stream counts integer ticks",
             span_of("epoch"),

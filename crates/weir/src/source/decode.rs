@@ -65,7 +65,8 @@ struct CsvLayout {
 #[derive(Debug)]
 pub(crate) struct RowDecoder {
     schema: SchemaRef,
-    time_column: usize,
+    /// A stream's event-time column, which may not be empty; None for a table.
+    time_column: Option<usize>,
     /// Microseconds per unit of an epoch number in a TIMESTAMP field.
     epoch_scale: i64,
     epoch_unit: &'static str,
@@ -85,7 +86,7 @@ impl RowDecoder {
     /// `epoch_unit` is `s`, `ms` or `us`: how epoch numbers in TIMESTAMP fields are read.
     pub fn new(
         schema: SchemaRef,
-        time_column: usize,
+        time_column: Option<usize>,
         format: Format,
         epoch_unit: &str,
     ) -> Result<Self, String> {
@@ -303,8 +304,10 @@ impl RowDecoder {
             };
             cols.push(col);
         }
-        if let Some(row) = (0..raw.num_rows()).find(|&r| cols[self.time_column].is_null(r)) {
-            return Err((row, self.time_column, "no event time".into()));
+        if let Some(t) = self.time_column {
+            if let Some(row) = (0..raw.num_rows()).find(|&r| cols[t].is_null(r)) {
+                return Err((row, t, "no event time".into()));
+            }
         }
         RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| (0, 0, e.to_string()))
     }
@@ -359,7 +362,7 @@ impl RowDecoder {
     /// Whether one field's text (None: empty or missing) fits its column.
     fn check_value(&self, c: usize, text: Option<&str>) -> Result<(), String> {
         let Some(text) = text else {
-            return if c == self.time_column { Err("no event time".into()) } else { Ok(()) };
+            return if Some(c) == self.time_column { Err("no event time".into()) } else { Ok(()) };
         };
         let t = self.schema.field(c).data_type();
         if matches!(t, DataType::Timestamp(_, _)) {
@@ -602,7 +605,7 @@ mod tests {
     #[test]
     fn csv_by_header_with_bad_rows_located() {
         let mut d =
-            RowDecoder::new(schema(), 2, Format::Csv { header: true, delimiter: b',' }, "s")
+            RowDecoder::new(schema(), Some(2), Format::Csv { header: true, delimiter: b',' }, "s")
                 .unwrap();
         let recs = frame(
             "ts,extra,name,id\n\
@@ -625,7 +628,7 @@ mod tests {
             ]
         );
         let mut d2 =
-            RowDecoder::new(schema(), 2, Format::Csv { header: true, delimiter: b',' }, "s")
+            RowDecoder::new(schema(), Some(2), Format::Csv { header: true, delimiter: b',' }, "s")
                 .unwrap();
         assert_eq!(
             d2.set_header(b"id,ts\n"),
@@ -642,9 +645,13 @@ mod tests {
             Field::new("y", DataType::Float32, true),
             Field::new("t", DataType::Int64, true),
         ]));
-        let d =
-            RowDecoder::new(schema.clone(), 2, Format::Csv { header: false, delimiter: b',' }, "s")
-                .unwrap();
+        let d = RowDecoder::new(
+            schema.clone(),
+            Some(2),
+            Format::Csv { header: false, delimiter: b',' },
+            "s",
+        )
+        .unwrap();
         let got =
             show(&d.decode(&frame("1e400,1,1\n2.5,1e39,2\n-Infinity,inf,3\n1.5,2.5,4\n", true)));
         assert_eq!(got.0, vec!["-inf,inf,3", "1.5,2.5,4"]);
@@ -655,7 +662,7 @@ mod tests {
                 "#1 line 2 @10 [y] '1e39' is out of range for REAL | 2.5,1e39,2",
             ]
         );
-        let j = RowDecoder::new(schema, 2, Format::JsonLines, "s").unwrap();
+        let j = RowDecoder::new(schema, Some(2), Format::JsonLines, "s").unwrap();
         let got =
             show(&j.decode(&frame("{\"x\": 1e400, \"t\": 1}\n{\"x\": 2, \"t\": 2}\n", false)));
         assert_eq!(got.0, vec!["2.0,NULL,2"]);
@@ -665,8 +672,13 @@ mod tests {
 
     #[test]
     fn csv_without_header_and_invalid_utf8() {
-        let d = RowDecoder::new(schema(), 2, Format::Csv { header: false, delimiter: b';' }, "ms")
-            .unwrap();
+        let d = RowDecoder::new(
+            schema(),
+            Some(2),
+            Format::Csv { header: false, delimiter: b';' },
+            "ms",
+        )
+        .unwrap();
         let mut recs = frame("1;x;1000\n", true);
         let bad = Framer::new(Framing::Csv { quote: b'"', delimiter: b';' })
             .feed(b"2;\xff\xfe;2000\n3;z;3000\n", true);
@@ -688,7 +700,7 @@ mod tests {
 
     #[test]
     fn json_lines_with_missing_keys_numbers_and_bad_lines() {
-        let d = RowDecoder::new(schema(), 2, Format::JsonLines, "s").unwrap();
+        let d = RowDecoder::new(schema(), Some(2), Format::JsonLines, "s").unwrap();
         let recs = frame(
             "{\"id\": 1, \"name\": \"a\", \"ts\": \"1970-01-01T00:00:02Z\"}\n\
              {\"id\": 2, \"ts\": 3}\n\

@@ -196,7 +196,11 @@ pub(crate) struct SourceReader {
 }
 
 impl SourceReader {
-    pub fn new(spec: SourceSpec, schema: SchemaRef, time_column: usize) -> Result<Self, String> {
+    pub fn new(
+        spec: SourceSpec,
+        schema: SchemaRef,
+        time_column: Option<usize>,
+    ) -> Result<Self, String> {
         let decoder = RowDecoder::new(schema, time_column, spec.format.clone(), &spec.epoch_unit)?;
         Ok(SourceReader {
             spec,
