@@ -90,6 +90,11 @@ struct Common {
         verbatim_doc_comment
     )]
     workers: usize,
+    /// At the end of a script, print every stream's final
+    /// accounting (SHOW STREAM STATS: accepted, late and bad rows,
+    /// how far each source read) on standard error
+    #[arg(long, global = true, verbatim_doc_comment)]
+    stats: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -161,6 +166,8 @@ pub struct Args {
     pub checkpoint_interval: Option<Duration>,
     /// `--workers`.
     pub workers: usize,
+    /// `--stats`: the final accounting of every stream, at the end of a script.
+    pub stats: bool,
 }
 
 /// Parses the arguments after the program name. The error is clap's, ready to print (it
@@ -172,7 +179,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         .try_get_matches_from_mut(std::iter::once(OsString::from("weir")).chain(args.clone()))
         .map_err(|e| suggest(&mut command, &args, e))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-    let Common { format, output_dir, data_dir, checkpoint_interval, workers } = cli.common;
+    let Common { format, output_dir, data_dir, checkpoint_interval, workers, stats } = cli.common;
     let command_of = match (cli.sql, cli.command) {
         (Some(_), Some(_)) => {
             return Err(command.error(
@@ -205,7 +212,21 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
              standard input",
         ));
     }
-    Ok(Args { command: command_of, format, output_dir, data_dir, checkpoint_interval, workers })
+    if stats && matches!(command_of, Command::Demo | Command::Serve(_)) {
+        return Err(command.error(
+            ErrorKind::ArgumentConflict,
+            "--stats is for scripts (the REPL and the server answer SHOW STREAM STATS)",
+        ));
+    }
+    Ok(Args {
+        command: command_of,
+        format,
+        output_dir,
+        data_dir,
+        checkpoint_interval,
+        workers,
+        stats,
+    })
 }
 
 /// Replaces clap's error for a script given without `run` (`weir FILE.sql`) or with psql's
@@ -299,6 +320,7 @@ mod tests {
             data_dir: None,
             checkpoint_interval: None,
             workers: 1,
+            stats: false,
         }
     }
 

@@ -136,6 +136,9 @@ fn session<W: Write>(
         let mut engine = weir::Engine::new();
         engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
         let mut session = Session::with_engine(engine, args.format, out, false);
+        if args.stats {
+            session.print_final_stats();
+        }
         if let Some(dir) = &args.output_dir {
             session.set_output_dir(dir)?;
         }
@@ -161,6 +164,9 @@ fn session<W: Write>(
         engine.set_checkpoint_note(SCRIPT_NOTE, &fingerprint);
     }
     let mut session = Session::with_engine(engine, args.format, out, false);
+    if args.stats {
+        session.print_final_stats();
+    }
     if let Some(dir) = &args.output_dir {
         session.set_output_dir(dir)?;
     }

@@ -131,6 +131,8 @@ pub struct Session<W: Write> {
     /// A script in CSV without `--output-dir`: the continuous query whose CSV standard output
     /// holds. Nothing else may be printed after its header.
     csv_owner: Option<usize>,
+    /// `--stats`: print every stream's final accounting at the end.
+    final_stats: bool,
 }
 
 /// The message for output refused because a continuous query's CSV holds standard output.
@@ -163,7 +165,14 @@ impl<W: Write> Session<W> {
             listed: Vec::new(),
             resuming: false,
             csv_owner: None,
+            final_stats: false,
         }
+    }
+
+    /// At [`Session::finish`], print every stream's final accounting (`SHOW STREAM STATS`) on
+    /// standard error, once the sources have been read to their end.
+    pub fn print_final_stats(&mut self) {
+        self.final_stats = true;
     }
 
     /// Writes each continuous query's changes to a file of its own in `dir` (created if
@@ -283,6 +292,10 @@ impl<W: Write> Session<W> {
         }
         self.engine.close_all().map_err(|e| Failure::Statement(e.to_string()))?;
         self.print_new_output()?;
+        if self.final_stats {
+            self.out.flush()?;
+            let _ = io::stderr().write_all(self.final_accounting()?.as_bytes());
+        }
         for (name, e) in self.engine.failures() {
             self.report(&format!("{name} failed: "), &e.to_string())?;
         }
@@ -290,6 +303,21 @@ impl<W: Write> Session<W> {
             0 => Ok(()),
             n => Err(Failure::Reported(n)),
         }
+    }
+
+    /// `SHOW STREAM STATS` as a table, headed for a reader of standard error.
+    pub fn final_accounting(&mut self) -> Result<String, Failure> {
+        let stats = self
+            .engine
+            .execute("SHOW STREAM STATS")
+            .map_err(|e| Failure::Statement(e.to_string()))?;
+        let mut text = String::from("weir: final accounting of every stream\n");
+        for r in stats {
+            if let ExecResult::Rows { schema, batches } = r {
+                text.push_str(&output::rows(Format::Table, &schema, &batches)?);
+            }
+        }
+        Ok(text)
     }
 
     /// Reports a failure on standard error (`error: {what}{message}`) unless the same message
@@ -352,6 +380,14 @@ impl<W: Write> Session<W> {
                 if let (Some(n), None) = (owner, &self.output_dir) {
                     self.engine.unsubscribe(sub.id);
                     return Err(Failure::Statement(csv_taken(n)));
+                }
+                for notice in &sub.notices {
+                    if self.interactive {
+                        self.out.write_all(format!("notice: {notice}\n").as_bytes())?;
+                    } else {
+                        self.out.flush()?;
+                        let _ = writeln!(io::stderr(), "notice: {notice}");
+                    }
                 }
                 self.started += 1;
                 let number = self.started;
@@ -717,6 +753,27 @@ mod tests {
         );
         assert!(s.queries().is_empty());
         assert_eq!(s.stop_latest(), None);
+    }
+
+    /// A query started over a stream that has ended says so instead of printing a header
+    /// and then nothing; one over a stream still open does not.
+    #[test]
+    fn a_query_over_an_ended_stream_gets_a_notice() {
+        let mut s = Session::new(Format::Table, Vec::new(), true);
+        s.run_text("CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t);", 1).unwrap();
+        s.run_text("SELECT a FROM s;", 1).unwrap();
+        let first = String::from_utf8(std::mem::take(&mut s.out)).unwrap();
+        assert!(!first.contains("notice"), "{first}");
+        s.run_text("INSERT INTO s VALUES (1, 1); CLOSE s;", 1).unwrap();
+        s.out.clear();
+        s.run_text("SELECT ISTREAM a FROM s;", 1).unwrap();
+        let second = String::from_utf8(std::mem::take(&mut s.out)).unwrap();
+        assert!(
+            second.starts_with(
+                "notice: stream 's' has ended (it was closed): this query sees none of its elements"
+            ),
+            "{second}"
+        );
     }
 
     #[test]

@@ -768,3 +768,28 @@ fn a_resume_refuses_an_edited_script_and_a_missing_sink_file() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sources are read after a script's statements, so `SHOW STREAM STATS` inside the script has
+/// nothing to count yet; `--stats` prints the final accounting of every stream on standard
+/// error once the sources have ended, leaving standard output to the queries.
+#[test]
+fn stats_print_the_final_accounting_of_every_source() {
+    let path = script_file(
+        "stats",
+        "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'in.csv', bad_rows = 'skip');
+         SELECT a FROM s WHERE a > 100;\n",
+    );
+    std::fs::write(path.with_file_name("in.csv"), "a,t\n1,1\nx,2\n3,5\n4,3\n").unwrap();
+    let file = path.to_str().unwrap();
+    let r = weir(&["run", "--stats", "--format", "csv", file], None);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "_query,_time,a\n"), "{}", r.stderr);
+    assert!(r.stderr.starts_with("weir: final accounting of every stream\n"), "{}", r.stderr);
+    // 4 records: 2 accepted, 1 late (t = 3 after t = 5), 1 unreadable; the file read to its end.
+    let line = r.stderr.lines().find(|l| l.contains(" s ") || l.starts_with("s ")).unwrap_or("");
+    let fields: Vec<&str> = line.split(['|', ' ']).filter(|f| !f.is_empty()).collect();
+    assert_eq!(fields[..4], ["s", "2", "1", "1"], "{}", r.stderr);
+    assert!(r.stderr.contains("4 records") && r.stderr.contains("ended"), "{}", r.stderr);
+    let r = weir(&["serve", "--stats"], None);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}

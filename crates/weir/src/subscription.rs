@@ -90,6 +90,9 @@ pub struct Subscription {
     pub schema: SchemaRef,
     pub kind: PlanKind,
     pub domain: TimeDomain,
+    /// What a reader should know about the query as it starts, e.g. that a stream it reads
+    /// has already ended, so it will see none of that stream's elements.
+    pub notices: Vec<String>,
     pub(crate) rx: RefCell<OutputReceiver>,
     /// Set once the engine has stopped the query (its input was dropped, or it failed).
     pub(crate) closed: std::cell::Cell<bool>,

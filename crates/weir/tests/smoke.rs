@@ -320,3 +320,38 @@ fn rows_carry_typed_values() {
         "the count enters at the elements' instant and leaves a second later"
     );
 }
+
+/// A query started after a stream's file was read to its end is told so (`notices`): it
+/// would otherwise wait for elements that never come.
+#[test]
+fn a_query_over_a_stream_whose_file_ended_gets_a_notice() {
+    let dir = std::env::temp_dir().join(format!("weir-smoke-notice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("in.csv"), "a,t\n1,1\n2,2\n").unwrap();
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (a BIGINT, t BIGINT, WATERMARK FOR t AS t) \
+         WITH (source = 'file', path = 'in.csv')",
+    )
+    .unwrap();
+    let first = e.subscribe("SELECT a FROM s").unwrap();
+    assert!(first.notices.is_empty());
+    while e.poll_sources(1 << 20).unwrap().live > 0 {}
+    assert_eq!(first.poll_changes().unwrap().len(), 2);
+    let second = e.subscribe("SELECT a FROM s").unwrap();
+    assert_eq!(second.notices.len(), 1);
+    assert!(
+        second.notices[0].starts_with("stream 's' has ended (its source file in.csv")
+            && second.notices[0].contains("was read to its end"),
+        "{:?}",
+        second.notices
+    );
+    let late = e.subscribe("SELECT * FROM s$late").unwrap();
+    assert!(
+        late.notices[0].starts_with("stream 's$late' has ended (its source"),
+        "{:?}",
+        late.notices
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -365,6 +365,7 @@ pub(crate) fn subscription(id: u64, plan: &LogicalPlan, rx: OutputReceiver) -> S
         schema: weir_exec::compile::exec_schema(&plan.schema()),
         kind: plan.kind(),
         domain: plan.time_domain().unwrap_or(TimeDomain::Ticks),
+        notices: Vec::new(),
         rx: std::cell::RefCell::new(rx),
         closed: std::cell::Cell::new(false),
         failure: std::cell::RefCell::new(None),

@@ -359,7 +359,38 @@ impl Engine {
         let (tx, rx) = output_channel();
         let output = Box::new(Subscriber(tx));
         let id = self.launch(&plan, Target::Subscriber(sql), Some(output))?;
-        Ok(subscription(id, &plan, rx))
+        let mut sub = subscription(id, &plan, rx);
+        sub.notices = self.ended_inputs(&plan);
+        Ok(sub)
+    }
+
+    /// A notice for each stream `plan` reads that has already ended (closed, or its source
+    /// read to its end): a query started now sees none of its elements, because a continuous
+    /// query sees a stream's elements from the instant it starts, and no element comes after
+    /// the end. Without it, such a query would print a header and then nothing, with no word
+    /// why.
+    fn ended_inputs(&self, plan: &LogicalPlan) -> Vec<String> {
+        let mut out = Vec::new();
+        for name in plan.sources() {
+            let Some(st) = self.intake.get(&name) else { continue };
+            // A companion (`s$late`, `s$errors`) ends with its stream.
+            let base = st.companion_of.as_deref().unwrap_or(&name);
+            if !(st.closed || self.intake.get(base).is_some_and(|b| b.closed)) {
+                continue;
+            }
+            let how = match self.intake.get(base).and_then(|b| b.source.as_ref()) {
+                Some(src) => {
+                    format!("its source {} was read to its end", src.reader.spec.describe())
+                }
+                None => "it was closed".to_string(),
+            };
+            out.push(format!(
+                "stream '{name}' has ended ({how}): this query sees none of its elements. A \
+                 continuous query sees a stream from the moment it starts; to read the file \
+                 again, create the stream again (DROP STREAM, then CREATE STREAM)"
+            ));
+        }
+        out
     }
 
     /// Starts running a plan into an output (None: parked), from its tables' current
