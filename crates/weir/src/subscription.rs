@@ -21,8 +21,8 @@ use std::task::{Context, Poll};
 
 use arrow::datatypes::SchemaRef;
 use datafusion_common::ScalarValue;
-use futures::channel::mpsc::{TryRecvError, UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
+use futures_channel::mpsc::{TryRecvError, UnboundedReceiver, UnboundedSender};
 use weir_common::{format_time, ChangeBatch, Result, Time, TimeDomain, WeirError};
 use weir_plan::PlanKind;
 
@@ -36,7 +36,7 @@ pub(crate) type OutputReceiver = UnboundedReceiver<Result<ChangeBatch>>;
 /// A new output channel. It is unbounded: a subscriber that never reads keeps every change
 /// (the engine never waits for a reader, so one slow subscriber cannot stop the others).
 pub(crate) fn output_channel() -> (OutputSender, OutputReceiver) {
-    futures::channel::mpsc::unbounded()
+    futures_channel::mpsc::unbounded()
 }
 
 /// Sends one item; false once the subscriber is gone.

@@ -239,6 +239,15 @@ impl ContextProvider for Provider<'_> {
 
 /// Converts a DataFusion error into a plan error, keeping its source span when it has one.
 pub fn df_error(e: DataFusionError) -> WeirError {
+    if let Some(message) = incompatible_operands(&e) {
+        let span = e.diagnostic().and_then(|d| d.span).filter(|s| s.start.line > 0).map(|s| Span {
+            line: s.start.line,
+            column: s.start.column,
+            end_line: s.end.line,
+            end_column: s.end.column,
+        });
+        return WeirError::plan_at(message, span);
+    }
     if let Some(d) = e.diagnostic() {
         let span = d.span.filter(|s| s.start.line > 0).map(|s| Span {
             line: s.start.line,
@@ -270,6 +279,66 @@ pub fn df_error(e: DataFusionError) -> WeirError {
         .unwrap_or(&msg)
         .to_string();
     WeirError::plan(msg)
+}
+
+/// DataFusion's "expressions have incompatible types (has type Int64) (has type Utf8)" for an
+/// operator whose operand types do not go together (`price + 'abc'`), in SQL's words:
+/// "operator + cannot take BIGINT and VARCHAR". Its span covers the left operand only (a
+/// literal has none); [`place_operator_error`] widens it to the whole expression.
+fn incompatible_operands(e: &DataFusionError) -> Option<String> {
+    let d = e.diagnostic()?;
+    if d.message != "expressions have incompatible types" {
+        return None;
+    }
+    let types: Vec<&str> =
+        d.notes.iter().filter_map(|n| n.message.strip_prefix("has type ")).collect();
+    let [lhs, rhs] = types[..] else { return None };
+    let sql = |t: &str| {
+        t.parse::<DataType>().map_or_else(|_| t.to_string(), |t| crate::types::sql_type_name(&t))
+    };
+    // The operator, from the error under the diagnostic: "... {lhs} {op} {rhs} to valid types"
+    // or "... {lhs} {op} {rhs}".
+    let text = e.strip_backtrace();
+    let op = text.split_once(&format!("{lhs} ")).and_then(|(_, rest)| {
+        let (op, _) = rest.split_once(&format!(" {rhs}"))?;
+        (!op.is_empty() && op.len() <= 12 && !op.contains(' ')).then(|| op.to_string())
+    });
+    let (l, r) = (sql(lhs), sql(rhs));
+    Some(match op {
+        Some(op) => format!(
+            "operator {op} cannot take {l} and {r} (CAST one \
+             of them)"
+        ),
+        None => format!("operands of types {l} and {r} do not go together (CAST one of them)"),
+    })
+}
+
+/// Widens the span of an [`incompatible_operands`] error from the left operand to the whole
+/// binary expression that starts there, so the caret covers `price + 'abc'`.
+fn place_operator_error(e: WeirError, q: &sql::Query) -> WeirError {
+    let WeirError::Plan(d) = &e else { return e };
+    let Some(span) = d.span else { return e };
+    if !d.message.starts_with("operator ") && !d.message.starts_with("operands of types ") {
+        return e;
+    }
+    let found = sql::visit_expressions(q, |x| match x {
+        sql::Expr::BinaryOp { left, .. } => {
+            let l = sql::Spanned::span(left.as_ref());
+            if l.start.line == span.line && l.start.column == span.column {
+                std::ops::ControlFlow::Break(sql::Spanned::span(x))
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    match found {
+        std::ops::ControlFlow::Break(whole) => match Span::from_sql(whole) {
+            Some(whole) => WeirError::plan_at(d.message.clone(), Some(whole)),
+            None => e,
+        },
+        std::ops::ControlFlow::Continue(()) => e,
+    }
 }
 
 /// DataFusion reports a call that matches no signature of its function (`substr(s, 1, 11.0)`,
@@ -492,9 +561,10 @@ impl<'a> Binder<'a> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
         check_sketch_args(&q.query)?;
-        let df = self
-            .plan_sql(&q.query, &q.windows)
-            .map_err(|e| place_duplicate_relation(place_function_error(e, &q.query), &q.query))?;
+        let df = self.plan_sql(&q.query, &q.windows).map_err(|e| {
+            let e = place_operator_error(place_function_error(e, &q.query), &q.query);
+            place_duplicate_relation(e, &q.query)
+        })?;
         let plan = Converter { catalog: self.catalog, windows: &q.windows }
             .convert(&df)
             .map_err(|e| place_sketch_error(e, &q.query))?;
