@@ -348,6 +348,7 @@ mod tests {
             ("CREATE", "CREATE TABLE t (a BIGINT)"),
             ("INSERT", "INSERT INTO t VALUES (1)"),
             ("DELETE", "DELETE FROM t"),
+            ("COPY", "COPY t FROM 'x.csv'"),
             ("DROP", "DROP TABLE t"),
             ("SHOW", "SHOW TABLES"),
             ("DESCRIBE", "DESCRIBE t"),
