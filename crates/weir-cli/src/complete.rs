@@ -5,8 +5,10 @@
 //! The catalog is the engine's own listing ([`Engine::catalog`]), read again after each
 //! statement the REPL runs.
 
+use std::borrow::Cow;
+
 use rustyline::completion::{Completer, FilenameCompleter, Pair};
-use rustyline::highlight::Highlighter;
+use rustyline::highlight::{CmdKind, Highlighter};
 use rustyline::hint::Hinter;
 use rustyline::validate::Validator;
 use rustyline::{Context, Helper};
@@ -120,8 +122,18 @@ pub const KEYWORDS: &[&str] = &[
 ];
 
 /// The backslash commands, for completion (see `repl::HELP`).
-pub const COMMANDS: &[&str] =
-    &["\\?", "\\d", "\\format", "\\help", "\\i", "\\q", "\\queries", "\\stop", "\\timing"];
+pub const COMMANDS: &[&str] = &[
+    "\\?",
+    "\\d",
+    "\\format",
+    "\\help",
+    "\\i",
+    "\\q",
+    "\\queries",
+    "\\stop",
+    "\\timing",
+    "\\view",
+];
 
 /// What exists in the engine, for completion and `\d`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -364,19 +376,22 @@ pub fn complete_command(catalog: &Catalog, before: &str) -> Option<(usize, Vec<S
     Some((start, options.into_iter().filter(|o| o.starts_with(arg)).collect()))
 }
 
-/// The REPL's line-editor helper: completion (see the module docs); no hints, highlighting
-/// or validation (statements end at `;`, which the REPL checks itself).
+/// The REPL's line-editor helper: completion (see the module docs) and SQL highlighting
+/// (`crate::highlight`); no hints or validation (statements end at `;`, which the REPL checks
+/// itself).
 #[derive(Default)]
 pub struct SqlHelper {
     pub catalog: Catalog,
     /// The earlier lines of the statement being typed, each followed by `\n`.
     pub pending: String,
+    /// Whether typed SQL is coloured (off with `NO_COLOR`).
+    pub colour: bool,
     files: FilenameCompleter,
 }
 
 impl SqlHelper {
     pub fn new() -> Self {
-        SqlHelper::default()
+        SqlHelper { colour: crate::highlight::wanted(), ..SqlHelper::default() }
     }
 }
 
@@ -412,7 +427,37 @@ impl Hinter for SqlHelper {
     type Hint = String;
 }
 
-impl Highlighter for SqlHelper {}
+impl Highlighter for SqlHelper {
+    fn highlight<'l>(&self, line: &'l str, _pos: usize) -> Cow<'l, str> {
+        if self.colour && !line.starts_with('\\') {
+            Cow::Owned(crate::highlight::highlight(line))
+        } else {
+            Cow::Borrowed(line)
+        }
+    }
+
+    /// Whether the line must be redrawn: moving the cursor changes no colour; a character
+    /// typed at the end of the line needs a redraw only if it changes the colours (it ends a
+    /// keyword, opens a quote...) rather than being printed plain after the rest.
+    fn highlight_char(&self, line: &str, pos: usize, kind: CmdKind) -> bool {
+        match kind {
+            _ if !self.colour || line.starts_with('\\') => false,
+            CmdKind::MoveCursor => false,
+            CmdKind::ForcedRefresh => true,
+            CmdKind::Other => {
+                let Some(typed) = line.get(..pos).and_then(|l| l.chars().next_back()) else {
+                    return true;
+                };
+                if pos != line.len() {
+                    return true;
+                }
+                let before = &line[..pos - typed.len_utf8()];
+                crate::highlight::highlight(line)
+                    != format!("{}{typed}", crate::highlight::highlight(before))
+            }
+        }
+    }
+}
 
 impl Validator for SqlHelper {}
 

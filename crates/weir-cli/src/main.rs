@@ -6,10 +6,12 @@
 mod args;
 mod complete;
 mod demo;
+mod highlight;
 mod output;
 mod progress;
 mod repl;
 mod script;
+mod tableview;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;

@@ -363,7 +363,7 @@ fn text_width(s: &str) -> usize {
 
 /// A value as a table cell: line breaks and tabs spelled `\n`, `\r`, `\t` so each row stays
 /// on one line.
-fn table_cell(s: String) -> String {
+pub fn table_cell(s: String) -> String {
     if !s.contains(['\n', '\r', '\t']) {
         return s;
     }

@@ -34,6 +34,7 @@ use crate::output::{self, Format};
 use crate::progress;
 use crate::script::{completeness, Completeness};
 use crate::script::{for_each_statement, Failure, Session};
+use crate::tableview;
 
 const PROMPT: &str = "weir> ";
 const CONTINUE: &str = "  ..> ";
@@ -57,6 +58,8 @@ more statements; their effects show up in the live output.
   \\d NAME            describe one: columns, types, event time
   \\queries           list the running continuous queries
   \\stop [N|all]      stop query [N], all of them, or the latest
+  \\view [N]          query [N]'s (or the latest's) current result as a table, updated in
+                     place as it changes; q to come back
   \\timing [on|off]   show how long each statement takes
   \\format [F]        show or set the output format: table, csv or jsonl
   \\i FILE            run the statements of a file in this session
@@ -65,8 +68,8 @@ SQL reference: docs/sql.md. This shell: docs/repl.md.
 ";
 
 /// The commands, for the message about an unknown one.
-const COMMAND_LIST: &str = "\\d [NAME], \\queries, \\stop [N|all], \\timing [on|off], \
-                            \\format [table|csv|jsonl], \\i FILE, \\help, \\q";
+const COMMAND_LIST: &str = "\\d [NAME], \\queries, \\stop [N|all], \\view [N], \
+                            \\timing [on|off], \\format [table|csv|jsonl], \\i FILE, \\help, \\q";
 
 /// Where history is kept: `$XDG_DATA_HOME/weir/history`, else
 /// `$HOME/.local/share/weir/history`.
@@ -93,6 +96,8 @@ enum Meta {
     Describe(Option<String>),
     Queries,
     Stop(Stop),
+    /// `None`: the latest query.
+    View(Option<usize>),
     /// `None`: toggle.
     Timing(Option<bool>),
     /// `None`: show the current one.
@@ -136,6 +141,13 @@ fn parse_command(line: &str) -> Result<Meta, String> {
                 .map(|n| Meta::Stop(Stop::Number(n)))
                 .map_err(|_| format!("\\stop takes a query number, 'all' or nothing, not '{n}'")),
         },
+        "\\view" if rest.is_empty() => Ok(Meta::View(None)),
+        "\\view" => rest
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map(|n| Meta::View(Some(n)))
+            .map_err(|_| format!("\\view takes a query number or nothing, not '{rest}'")),
         "\\timing" => match rest.to_ascii_lowercase().as_str() {
             "" => Ok(Meta::Timing(None)),
             "on" => Ok(Meta::Timing(Some(true))),
@@ -219,6 +231,9 @@ impl Shared {
 
 enum Message {
     Text(String),
+    /// `true`: keep what is sent from now on (the table view has the screen); `false`: print
+    /// what was kept, and go on printing.
+    Hold(bool),
     /// Answered once everything sent before has been printed.
     Sync(Sender<()>),
 }
@@ -262,6 +277,11 @@ impl Printer {
         }
     }
 
+    /// While held, what is printed is kept, and printed when released.
+    fn hold(&self, on: bool) {
+        let _ = self.tx.send(Message::Hold(on));
+    }
+
     /// Waits (a little) until everything sent so far is printed, so a prompt drawn next comes
     /// after it.
     fn sync(&self) {
@@ -281,10 +301,36 @@ impl Printer {
     }
 }
 
+/// Output kept while the table view has the screen is bounded: beyond this many bytes, the
+/// rest is counted rather than kept.
+const HELD_BYTES: usize = 1 << 20;
+
 fn printer_loop(rx: Receiver<Message>, mut print: impl FnMut(String)) {
+    // While the table view is shown: what to print after it, and how many lines did not fit.
+    let mut held: Option<(String, usize)> = None;
     for m in rx {
         match m {
-            Message::Text(s) => print(s),
+            Message::Text(s) => match &mut held {
+                None => print(s),
+                Some((kept, dropped)) if kept.len() + s.len() > HELD_BYTES => {
+                    *dropped += s.lines().count();
+                }
+                Some((kept, _)) => kept.push_str(&s),
+            },
+            Message::Hold(true) => held = held.or(Some((String::new(), 0))),
+            Message::Hold(false) => {
+                if let Some((mut kept, dropped)) = held.take() {
+                    if dropped > 0 {
+                        kept.push_str(&format!(
+                            "({dropped} more line(s) of live output while the table view was \
+                             open were not kept)\n"
+                        ));
+                    }
+                    if !kept.is_empty() {
+                        print(kept);
+                    }
+                }
+            }
             Message::Sync(ack) => {
                 let _ = ack.send(());
             }
@@ -521,6 +567,7 @@ impl Shell {
                 }
             }
             Meta::Stop(which) => self.stop(which),
+            Meta::View(which) => self.view(which),
             Meta::Describe(None) => self.list(),
             Meta::Describe(Some(name)) => {
                 // The name as in SQL: case-insensitive unless double-quoted.
@@ -555,6 +602,36 @@ impl Shell {
             }
         }
         out
+    }
+
+    /// `\view [N]`: the table view of a query, until q. The live output printed meanwhile is
+    /// kept and printed after it.
+    fn view(&self, which: Option<usize>) -> String {
+        let number = {
+            let g = lock(&self.shared);
+            let queries = g.session.queries();
+            match which {
+                None => match queries.last() {
+                    Some(q) => q.number,
+                    None => return "No continuous query is running.\n".to_string(),
+                },
+                Some(n) if queries.iter().any(|q| q.number == n) => n,
+                Some(n) => {
+                    return format!("error: no query [{n}] is running (\\queries lists them)\n")
+                }
+            }
+        };
+        self.printer.sync();
+        self.printer.hold(true);
+        let shown = tableview::show(
+            |width, height| lock(&self.shared).session.view_frame(number, width, height),
+            TICK,
+        );
+        self.printer.hold(false);
+        match shown {
+            Ok(()) => String::new(),
+            Err(e) => format!("error: {e}\n"),
+        }
     }
 
     /// `\d`: every stream, table and view, as one table.
@@ -773,6 +850,9 @@ mod tests {
         assert_eq!(parse_command("\\stop [3]"), Ok(Meta::Stop(Stop::Number(3))));
         assert_eq!(parse_command("\\stop all"), Ok(Meta::Stop(Stop::All)));
         assert_eq!(parse_command("\\queries"), Ok(Meta::Queries));
+        assert_eq!(parse_command("\\view"), Ok(Meta::View(None)));
+        assert_eq!(parse_command("\\view [2]"), Ok(Meta::View(Some(2))));
+        assert!(parse_command("\\view all").is_err());
         assert_eq!(parse_command("\\i 'my file.sql'"), Ok(Meta::Include("my file.sql".into())));
         assert!(parse_command("\\format xml").unwrap_err().starts_with("unknown format"));
         assert!(parse_command("\\i").unwrap_err().contains("needs a file"));

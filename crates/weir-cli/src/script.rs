@@ -23,6 +23,7 @@ use weir_sql::sqlparser::dialect::GenericDialect;
 use weir_sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use crate::output::{self, Format, QueryOutput};
+use crate::tableview::{Contents, Frame};
 
 /// Why a run stopped.
 #[derive(Debug)]
@@ -57,6 +58,8 @@ struct Running {
     sql: String,
     /// With `--output-dir`: the file its changes go to, instead of the session's output.
     file: Option<QueryFile>,
+    /// The REPL: its current result, for the table view (`\view`).
+    contents: Option<Contents>,
 }
 
 /// A continuous query's own output file (`--output-dir`).
@@ -417,7 +420,9 @@ impl<W: Write> Session<W> {
                         header
                     }
                 };
-                self.queries.push(Running { sub, output, sql, file });
+                let contents =
+                    self.interactive.then(|| Contents::new(sub.column_names(), sub.kind));
+                self.queries.push(Running { sub, output, sql, file, contents });
                 text
             }
         };
@@ -448,6 +453,15 @@ impl<W: Write> Session<W> {
             match q.sub.poll() {
                 Ok(batches) => {
                     let text = q.output.changes(format, &q.sub, &batches)?;
+                    if let Some(contents) = &mut q.contents {
+                        let mut changes = Vec::new();
+                        for b in &batches {
+                            changes.extend(
+                                q.sub.changes(b).map_err(|e| Failure::Statement(e.to_string()))?,
+                            );
+                        }
+                        contents.apply(changes);
+                    }
                     match &mut q.file {
                         Some(f) => {
                             f.write(&text)?;
@@ -519,6 +533,22 @@ impl<W: Write> Session<W> {
             .iter()
             .map(|q| QueryInfo { number: q.output.number, sql: q.sql.clone() })
             .collect()
+    }
+
+    /// The table view of query `[number]` (see [`crate::tableview`]) for a terminal of
+    /// `width` by `height`; `Err` with the reason once the query is not running.
+    pub fn view_frame(&self, number: usize, width: usize, height: usize) -> Frame {
+        let Some(q) = self.queries.iter().find(|q| q.output.number == number) else {
+            return Err(format!(
+                "[{number}] is not running any more (stopped, failed, or its input was \
+                 dropped): q to go back"
+            ));
+        };
+        let sql = output::one_line(&q.sql);
+        match &q.contents {
+            Some(c) => Ok(c.render(number, &sql, width, height)),
+            None => Err(format!("[{number}] {sql}: its output goes to a file")),
+        }
     }
 
     /// Stops continuous query `[number]`; its output not yet printed is dropped. Whether it

@@ -1,6 +1,6 @@
 //! The REPL driven through a pseudo-terminal, as a person would use it: statements and their
-//! tables, live continuous queries stopped with Ctrl-C, tab completion, history across
-//! restarts, and `weir demo`.
+//! tables, live continuous queries stopped with Ctrl-C, tab completion, SQL colours, history
+//! across restarts, and `weir demo`.
 //!
 //! Every wait is for text to appear (with a generous timeout), never a sleep; input is typed
 //! only once the prompt is showing, when the line editor is reading the keyboard.
@@ -15,15 +15,26 @@ use rexpect::session::{spawn_with_options, PtySession};
 /// Each expectation may take this long (the binary is a debug build on a busy machine).
 const TIMEOUT_MS: u64 = 30_000;
 
-/// `weir ARGS` on a new terminal, with its history and home in `home`.
+/// `weir ARGS` on a new terminal, with its history and home in `home`, without colours
+/// (`NO_COLOR`): with them, the line editor redraws the line, prompt included, as keywords
+/// are typed, and a wait for the prompt could end early. Colours have a test of their own.
 fn weir(args: &[&str], home: &Path) -> PtySession {
+    weir_with(args, home, true, Some("1"))
+}
+
+/// `weir ARGS` on a new terminal; `strip` removes colour codes from what is read, and
+/// `no_color` sets `NO_COLOR`.
+fn weir_with(args: &[&str], home: &Path, strip: bool, no_color: Option<&str>) -> PtySession {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
     cmd.args(args)
         .env("HOME", home)
         .env("XDG_DATA_HOME", home.join("data"))
         .env("TERM", "xterm")
         .env_remove("NO_COLOR");
-    let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(strip);
     let mut p = spawn_with_options(cmd, options).unwrap();
     p.exp_string("type \\help for help").unwrap();
     p.exp_string("weir> ").unwrap();
@@ -166,6 +177,29 @@ fn odd_input_does_not_end_the_shell() {
 }
 
 #[test]
+fn typed_sql_is_coloured_unless_no_color_is_set() {
+    let home = tempfile::tempdir().unwrap();
+    let mut p = weir_with(&[], home.path(), false, None);
+    p.send("SELECT 'x' -- c").unwrap();
+    p.flush().unwrap();
+    // Keyword, quoted text and comment each in their colour as the line is being typed.
+    p.exp_string("\x1b[1;34mSELECT\x1b[0m \x1b[32m'x'\x1b[0m \x1b[90m-- c\x1b[0m").unwrap();
+    p.send_control('u').unwrap();
+    type_line(&mut p, "SELECT 42 AS n;");
+    p.exp_string("| 42 |").unwrap();
+    p.exp_string("weir> ").unwrap();
+    quit(p);
+
+    let mut p = weir_with(&[], home.path(), false, Some("1"));
+    type_line(&mut p, "SELECT 43 AS n;");
+    // With NO_COLOR the line is echoed as typed, with no colour codes inside it.
+    p.exp_string("SELECT 43 AS n;").unwrap();
+    p.exp_string("| 43 |").unwrap();
+    p.exp_string("weir> ").unwrap();
+    quit(p);
+}
+
+#[test]
 fn tab_completes_a_streams_columns() {
     let home = tempfile::tempdir().unwrap();
     let mut p = weir(&[], home.path());
@@ -277,5 +311,69 @@ fn loading_a_file_shows_progress_then_the_results() {
     p.exp_string("300000").unwrap();
     p.exp_string("ended").unwrap();
     p.exp_string("weir> ").unwrap();
+    quit(p);
+}
+
+#[test]
+fn view_shows_the_current_result_as_a_table_and_q_comes_back() {
+    let home = tempfile::tempdir().unwrap();
+    let mut p = weir(&[], home.path());
+    type_line(&mut p, "CREATE STREAM s (k VARCHAR, t BIGINT, WATERMARK FOR t AS t);");
+    p.exp_string("CREATE STREAM").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k;");
+    p.exp_string("[1] _time").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "INSERT INTO s VALUES ('a', 1), ('b', 1), ('a', 2);");
+    p.exp_string("INSERT 3").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "ADVANCE s TO 3;");
+    p.exp_string("ADVANCE").unwrap();
+    p.exp_string("weir> ").unwrap();
+    // At instant 2, a's count became 2 where a's row was: the relation as of then.
+    type_line(&mut p, "\\view");
+    p.exp_string("[1] at 2  |  2 row(s)  |  q: back").unwrap();
+    p.exp_string("SELECT k, COUNT(*) AS n FROM s [UNBOUNDED] GROUP BY k").unwrap();
+    p.exp_regex(r"\| k \| n \|\s+\+---\+---\+\s+\| a \| 2 \|\s+\| b \| 1 \|").unwrap();
+    p.exp_string("(2 rows)").unwrap();
+    p.send("q").unwrap();
+    p.flush().unwrap();
+    p.exp_string("weir> ").unwrap();
+    // The shell goes on, and the query too.
+    type_line(&mut p, "INSERT INTO s VALUES ('b', 4); ADVANCE s TO 5;");
+    p.exp_regex(r"\[1\] 4 +\| \+1 +\| b +\| 2").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "\\view 7");
+    p.exp_string("error: no query [7] is running").unwrap();
+    p.exp_string("weir> ").unwrap();
+    quit(p);
+}
+
+#[test]
+fn view_follows_a_live_query() {
+    let home = tempfile::tempdir().unwrap();
+    let mut p = weir(&["demo"], home.path());
+    type_line(&mut p, "SELECT COUNT(*) AS bids FROM bids [UNBOUNDED];");
+    p.exp_string("[1] _time").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "\\view 1");
+    // The count goes up in place as bids arrive: the view is drawn again with a new instant
+    // and a new count.
+    let status = r"\[1\] at (\S+)  \|  1 row\(s\)";
+    let (_, first) = p.exp_regex(status).unwrap();
+    loop {
+        let (_, next) = p.exp_regex(status).unwrap();
+        if next != first {
+            break;
+        }
+    }
+    p.send_control('c').unwrap();
+    p.flush().unwrap();
+    p.exp_string("weir> ").unwrap();
+    // The changelog printed while the view was open comes after it.
+    p.exp_regex(r"\[1\] \d{4}-\d\d-\d\dT").unwrap();
+    p.send_control('c').unwrap();
+    p.flush().unwrap();
+    p.exp_string("[1] stopped").unwrap();
     quit(p);
 }
