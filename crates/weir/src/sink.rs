@@ -1,4 +1,4 @@
-//! File sinks: a continuous query's output appended to a CSV or JSON-lines file.
+//! File sinks: a continuous query's output appended to a CSV, JSON-lines or Parquet file.
 //!
 //! `CREATE SINK top WITH (path = 'out/top.csv') AS SELECT ...` runs the query and appends each
 //! output change to the file as it is produced: a stream's elements as `_time, columns...`
@@ -6,6 +6,12 @@
 //! `_time, _diff, columns...`. Rows are written with arrow's CSV and JSON writers; a CSV file
 //! starts with a header. The sink knows how many bytes it has written, so that a checkpoint
 //! can record a committed position to truncate back to on recovery.
+//!
+//! A Parquet sink writes the same columns with the `parquet` crate's Arrow writer, a row group
+//! every [`PARQUET_ROW_GROUP`] rows. A Parquet file is readable only once its footer is
+//! written, when the sink ends (`DROP SINK`, or the engine shutting down), and it cannot be
+//! cut back to a checkpoint and appended to, so a Parquet sink is refused where checkpoints
+//! are taken (an engine with a data directory).
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
@@ -14,6 +20,9 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
 use weir_common::{ChangeBatch, Result, TimeDomain, WeirError};
 use weir_plan::PlanKind;
 use weir_sql::parser::{OptionValue, StreamOption};
@@ -23,7 +32,11 @@ use weir_sql::parser::{OptionValue, StreamOption};
 pub enum SinkFormat {
     Csv,
     JsonLines,
+    Parquet,
 }
+
+/// A Parquet sink starts a new row group after this many rows.
+pub const PARQUET_ROW_GROUP: usize = 65_536;
 
 /// A sink's declared target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +60,10 @@ impl SinkSpec {
                     format = Some(match f.to_ascii_lowercase().as_str() {
                         "csv" => SinkFormat::Csv,
                         "json" | "jsonl" | "ndjson" => SinkFormat::JsonLines,
+                        "parquet" => SinkFormat::Parquet,
                         other => {
                             return Err(WeirError::plan_at(
-                                format!("format must be 'csv' or 'json', not '{other}'"),
+                                format!("format must be 'csv', 'json' or 'parquet', not '{other}'"),
                                 o.span,
                             ))
                         }
@@ -72,9 +86,18 @@ impl SinkSpec {
         let Some(path) = path else {
             return Err(WeirError::plan_at("a sink needs WITH (path = '...')", span));
         };
-        let by_extension = crate::source::is_json_path(&path);
-        let format =
-            format.unwrap_or(if by_extension { SinkFormat::JsonLines } else { SinkFormat::Csv });
+        let format = match format {
+            Some(f) => f,
+            None => match crate::source::format_by_extension(&path) {
+                Ok(Some(crate::source::Format::JsonLines)) => SinkFormat::JsonLines,
+                Ok(Some(crate::source::Format::Parquet)) => SinkFormat::Parquet,
+                Ok(_) => SinkFormat::Csv,
+                Err(e) => {
+                    let at = options.iter().find(|o| o.key == "path").and_then(|o| o.span);
+                    return Err(WeirError::plan_at(e, at.or(span)));
+                }
+            },
+        };
         Ok(SinkSpec { path, format })
     }
 }
@@ -83,11 +106,27 @@ impl SinkSpec {
 #[derive(Debug)]
 pub(crate) struct FileSink {
     pub spec: SinkSpec,
-    writer: BufWriter<File>,
+    writer: Writer,
     /// Bytes written so far (what a checkpoint commits).
     pub written: u64,
     schema: SchemaRef,
     kind: PlanKind,
+}
+
+/// Where a sink's rows go.
+enum Writer {
+    Text(BufWriter<File>),
+    /// `None` once the file is finished.
+    Parquet(Option<Box<ArrowWriter<File>>>),
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Writer::Text(w) => w.fmt(f),
+            Writer::Parquet(_) => f.write_str("ArrowWriter"),
+        }
+    }
 }
 
 impl FileSink {
@@ -108,6 +147,12 @@ impl FileSink {
         };
         if let Some(dir) = file_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| fail("cannot create its directory", e))?;
+        }
+        if spec.format == SinkFormat::Parquet && resume_at.is_some() {
+            return Err(WeirError::exec(format!(
+                "sink '{}': a Parquet sink cannot resume from a checkpoint",
+                spec.path
+            )));
         }
         let file = match resume_at {
             None => File::create(&file_path).map_err(|e| fail("cannot create the file", e))?,
@@ -147,13 +192,21 @@ impl FileSink {
             fields.push(Field::new("_diff", DataType::Int64, false));
         }
         fields.extend(query_schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)));
-        let mut sink = FileSink {
-            spec,
-            writer: BufWriter::new(file),
-            written: resume_at.unwrap_or(0),
-            schema: Arc::new(Schema::new(fields)),
-            kind,
+        let schema = Arc::new(Schema::new(fields));
+        let writer = match spec.format {
+            SinkFormat::Parquet => {
+                let props = WriterProperties::builder()
+                    .set_compression(Compression::SNAPPY)
+                    .set_max_row_group_row_count(Some(PARQUET_ROW_GROUP))
+                    .build();
+                let w = ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| {
+                    WeirError::exec(format!("sink '{}': cannot start the file: {e}", spec.path))
+                })?;
+                Writer::Parquet(Some(Box::new(w)))
+            }
+            SinkFormat::Csv | SinkFormat::JsonLines => Writer::Text(BufWriter::new(file)),
         };
+        let mut sink = FileSink { spec, writer, written: resume_at.unwrap_or(0), schema, kind };
         if sink.spec.format == SinkFormat::Csv && resume_at.is_none() {
             let header: Vec<&str> =
                 sink.schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -166,7 +219,10 @@ impl FileSink {
     }
 
     fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
-        self.writer.write_all(bytes).and_then(|_| self.writer.flush()).map_err(|e| {
+        let Writer::Text(writer) = &mut self.writer else {
+            return Err(WeirError::internal("text written to a Parquet sink"));
+        };
+        writer.write_all(bytes).and_then(|_| writer.flush()).map_err(|e| {
             WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
         })?;
         self.written += bytes.len() as u64;
@@ -204,6 +260,19 @@ impl FileSink {
             cols,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(n)),
         )?;
+        if let Writer::Parquet(w) = &mut self.writer {
+            let Some(w) = w.as_mut() else {
+                return Err(WeirError::exec(format!(
+                    "sink '{}': already finished",
+                    self.spec.path
+                )));
+            };
+            w.write(&batch).map_err(|e| {
+                WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
+            })?;
+            self.written = w.bytes_written() as u64;
+            return Ok(());
+        }
         let mut bytes = Vec::new();
         match self.spec.format {
             SinkFormat::Csv => {
@@ -215,16 +284,53 @@ impl FileSink {
                 w.write(&batch)?;
                 w.finish()?;
             }
+            SinkFormat::Parquet => {}
         }
         self.write_bytes(&bytes)
     }
 
     /// Makes everything written durable; returns the position a checkpoint commits.
     pub fn sync(&mut self) -> Result<u64> {
-        self.writer
+        let Writer::Text(writer) = &mut self.writer else {
+            return Err(WeirError::exec(format!(
+                "sink '{}': a Parquet sink cannot be checkpointed",
+                self.spec.path
+            )));
+        };
+        writer
             .flush()
-            .and_then(|_| self.writer.get_ref().sync_data())
+            .and_then(|_| writer.get_ref().sync_data())
             .map_err(|e| WeirError::exec(format!("sink '{}': cannot sync: {e}", self.spec.path)))?;
         Ok(self.written)
+    }
+
+    /// Ends the file: for Parquet, writes what is buffered and the footer, which makes the
+    /// file readable. Writing after it is an error.
+    pub fn finish(&mut self) -> Result<()> {
+        match &mut self.writer {
+            Writer::Text(w) => w.flush().map_err(|e| {
+                WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
+            }),
+            Writer::Parquet(w) => match w.take() {
+                None => Ok(()),
+                Some(mut w) => {
+                    w.finish().map_err(|e| {
+                        WeirError::exec(format!(
+                            "sink '{}': cannot finish the file: {e}",
+                            self.spec.path
+                        ))
+                    })?;
+                    self.written = w.bytes_written() as u64;
+                    Ok(())
+                }
+            },
+        }
+    }
+}
+
+impl Drop for FileSink {
+    /// A Parquet file is finished when its sink ends, however it ends.
+    fn drop(&mut self) {
+        let _ = self.finish();
     }
 }

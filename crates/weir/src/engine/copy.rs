@@ -60,10 +60,15 @@ impl Engine {
     pub fn copy_in(&mut self, stream: &str, format: Format, epoch_unit: &str) -> Result<CopyIn> {
         let name = stream.to_ascii_lowercase();
         let def = &self.intake.writable(&name, stream)?.def;
-        let framing = match format {
-            Format::Csv { delimiter, .. } => Framing::Csv { quote: b'"', delimiter },
-            Format::JsonLines => Framing::Lines,
-        };
+        let framing =
+            match format {
+                Format::Csv { delimiter, .. } => Framing::Csv { quote: b'"', delimiter },
+                Format::JsonLines => Framing::Lines,
+                Format::Parquet => return Err(WeirError::plan(
+                    "COPY FROM STDIN takes CSV or JSON lines; a Parquet file is read with COPY \
+                     name FROM 'file.parquet'",
+                )),
+            };
         let decoder =
             RowDecoder::new(def.schema.clone(), Some(def.time_column), format, epoch_unit)
                 .map_err(WeirError::plan)?;

@@ -129,6 +129,17 @@ impl Engine {
     ) -> Result<ExecResult> {
         self.catalog.check_free(name, span)?;
         let spec = SinkSpec::from_options(options, span)?;
+        if spec.format == crate::sink::SinkFormat::Parquet && self.data_dir().is_some() {
+            return Err(WeirError::plan_at(
+                format!(
+                    "sink '{name}': a Parquet file cannot be resumed after a crash (it is readable \
+                     only once complete, and cannot be cut back to a checkpoint), so Parquet sinks \
+                     are not offered with a data directory: write CSV or JSON lines (format = \
+                     'csv' or 'json'), which recover exactly-once"
+                ),
+                span,
+            ));
+        }
         let plan = self.bind(query)?;
         let schema = weir_exec::compile::exec_schema(&plan.schema());
         let domain = plan.time_domain().unwrap_or(TimeDomain::Ticks);

@@ -8,8 +8,8 @@
 //! Recovery does not read the file again; the table's contents come from the checkpoint.
 //!
 //! `COPY t FROM 'path'` appends a file's rows the same way: to a table as one change at the
-//! clock (all or nothing), to a stream as a `COPY ... FROM STDIN` of the file's bytes would,
-//! under the stream's late and bad-row policies.
+//! clock (all or nothing), to a stream as the stream's own file source would read it, under
+//! the stream's late and bad-row policies. CSV, JSON lines and Parquet files can be read.
 
 use arrow::compute::concat_batches;
 use weir_common::{ChangeBatch, Result, Span, WeirError};
@@ -17,6 +17,7 @@ use weir_sql::parser::{ObjectKind, OptionValue, StreamOption};
 
 use super::{Engine, ExecResult};
 use crate::intake::policy::parse_table_options;
+use crate::intake::Arrival;
 use crate::source::{Format, Input, Polled, SourceReader, SourceSpec};
 
 /// How much a load reads at a time.
@@ -117,7 +118,9 @@ impl Engine {
         }
     }
 
-    /// A file's bytes copied into a stream as `COPY ... FROM STDIN` takes them in.
+    /// A file's rows taken into a stream, read as the stream's own file source would read it
+    /// (the same reader, Parquet included) and taken in under the stream's late and bad-row
+    /// policies; `s$errors` names the file.
     fn copy_file_into_stream(&mut self, stream: &str, spec: SourceSpec) -> Result<ExecResult> {
         let Input::Files { path, .. } = &spec.input else {
             return Err(WeirError::internal("COPY from something other than a file"));
@@ -128,22 +131,35 @@ impl Engine {
                  stream a source (source = 'file', path = '{path}') to read several"
             )));
         }
-        let full = self.base_dir.join(path);
-        let mut file = std::fs::File::open(&full).map_err(|e| {
-            WeirError::input(format!("COPY into '{stream}': cannot read '{path}': {e}"))
-        })?;
-        let mut copy = self.copy_in(stream, spec.format.clone(), &spec.epoch_unit)?;
-        let mut buf = vec![0u8; CHUNK];
+        let name = stream.to_ascii_lowercase();
+        let def = &self.intake.writable(&name, stream)?.def;
+        let (schema, time_column) = (def.schema.clone(), def.time_column);
+        let input_err = |e: String| WeirError::input(format!("COPY into '{stream}': {e}"));
+        let mut reader = SourceReader::new(spec, schema, Some(time_column)).map_err(input_err)?;
+        reader.start(&self.base_dir).map_err(input_err)?;
+        let mut records = 0;
         loop {
-            let n = std::io::Read::read(&mut file, &mut buf).map_err(|e| {
-                WeirError::input(format!("COPY into '{stream}': reading '{path}': {e}"))
-            })?;
-            if n == 0 {
-                break;
+            match reader.poll(CHUNK).map_err(input_err)? {
+                Polled::Rows { decoded, records: n, origin, lines } => {
+                    records += n;
+                    let arrival = Arrival {
+                        data: decoded.batch,
+                        rows_from: decoded.rows_from,
+                        bad: decoded.bad,
+                        origin,
+                        lines: Some(lines),
+                        partial: true,
+                    };
+                    self.ingest(&name, arrival)?;
+                }
+                Polled::Ended => break,
+                Polled::Nothing => {
+                    return Err(WeirError::internal(format!(
+                        "COPY into '{stream}': the file did not end"
+                    )))
+                }
             }
-            self.copy_data(&mut copy, &buf[..n])?;
         }
-        let report = self.copy_done(copy)?;
-        Ok(ExecResult::Done(format!("COPY {}", report.records)))
+        Ok(ExecResult::Done(format!("COPY {records}")))
     }
 }

@@ -671,6 +671,7 @@ fn sink_details(k: &SinkFile) -> String {
     let format = match k.file.spec.format {
         crate::sink::SinkFormat::Csv => "csv",
         crate::sink::SinkFormat::JsonLines => "jsonl",
+        crate::sink::SinkFormat::Parquet => "parquet",
     };
     let mut details = format!("{} ({format}), {} bytes", k.file.spec.path, k.file.written);
     if let Some(e) = &k.failed {

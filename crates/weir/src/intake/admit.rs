@@ -150,7 +150,7 @@ pub(crate) fn admit(
                 record,
                 BadRow {
                     line: a.line_of(record),
-                    offset: 0,
+                    offset: Some(0),
                     field: time_field.clone(),
                     reason: "no event time".into(),
                     raw: texts.get(row).map(|r| r.join(", ")).unwrap_or_default(),
@@ -416,7 +416,7 @@ pub(crate) fn values_arrival(
         let raw = r.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
         let bad_row = |field: &str, reason: String| BadRow {
             line: i as u64 + 1,
-            offset: 0,
+            offset: Some(0),
             field: field.to_string(),
             reason,
             raw: raw.clone(),

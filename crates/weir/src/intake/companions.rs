@@ -114,7 +114,8 @@ pub(crate) fn errors_batch(
 ) -> Result<RecordBatch> {
     let n = bad.len();
     let line: Int64Array = bad.iter().map(|b| (b.line > 0).then_some(b.line as i64)).collect();
-    let offset: Int64Array = bad.iter().map(|b| (b.line > 0).then_some(b.offset as i64)).collect();
+    let offset: Int64Array =
+        bad.iter().map(|b| b.offset.filter(|_| b.line > 0).map(|o| o as i64)).collect();
     let cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![origin; n])),
         Arc::new(line),

@@ -222,31 +222,50 @@ fn parse_with(
             ))
         }
     };
-    let by_extension = path.as_deref().is_some_and(crate::source::is_json_path);
+    let csv =
+        || Format::Csv { header: header.unwrap_or(true), delimiter: delimiter.unwrap_or(b',') };
     let format = match format.as_deref() {
-        Some("csv") => {
-            Format::Csv { header: header.unwrap_or(true), delimiter: delimiter.unwrap_or(b',') }
-        }
+        Some("csv") => csv(),
         Some("json" | "jsonl" | "ndjson") => Format::JsonLines,
-        None if by_extension => Format::JsonLines,
-        None => {
-            Format::Csv { header: header.unwrap_or(true), delimiter: delimiter.unwrap_or(b',') }
-        }
+        Some("parquet") => Format::Parquet,
+        None => match path.as_deref().map(crate::source::format_by_extension).transpose() {
+            Ok(known) => known.flatten().unwrap_or_else(csv),
+            Err(e) => return Err(WeirError::plan_at(e, span_of("path"))),
+        },
         Some(other) => {
             return Err(WeirError::plan_at(
-                format!("format must be 'csv' or 'json', not '{other}'"),
+                format!("format must be 'csv', 'json' or 'parquet', not '{other}'"),
                 span_of("format"),
             ))
         }
     };
-    if format == Format::JsonLines {
+    if format
+        != (Format::Csv { header: header.unwrap_or(true), delimiter: delimiter.unwrap_or(b',') })
+    {
+        let named = if format == Format::Parquet { "Parquet" } else { "JSON lines" };
         for key in ["header", "delimiter"] {
             if options.iter().any(|o| o.key == key) {
                 return Err(WeirError::plan_at(
-                    format!("option {key} applies to CSV, not JSON lines"),
+                    format!("option {key} applies to CSV, not {named}"),
                     span_of(key),
                 ));
             }
+        }
+    }
+    if format == Format::Parquet {
+        if input == Input::Stdin {
+            return Err(WeirError::plan_at(
+                "format 'parquet' reads files: standard input cannot be read as Parquet (a \
+                 Parquet file's index is at its end)",
+                span_of("format").or(span_of("source")),
+            ));
+        }
+        if follow == Some(true) {
+            return Err(WeirError::plan_at(
+                "option follow applies to CSV and JSON lines: a Parquet file can be read only \
+                 once it is complete",
+                span_of("follow"),
+            ));
         }
     }
     if epoch.is_some() && domain == Some(TimeDomain::Ticks) {

@@ -26,13 +26,17 @@ pub enum Format {
     Csv { header: bool, delimiter: u8 },
     /// One JSON object per line; keys are the stream's column names, missing keys are NULL.
     JsonLines,
+    /// Apache Parquet files: typed columns matched to the stream's by name (see
+    /// [`super::parquet`]). Files only, never followed.
+    Parquet,
 }
 
 /// A record that could not be read, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadRow {
     pub line: u64,
-    pub offset: u64,
+    /// Where the record starts in its file; None where bytes do not locate it (Parquet).
+    pub offset: Option<u64>,
     /// The column at fault, or empty if the record as a whole is malformed.
     pub field: String,
     pub reason: String,
@@ -107,6 +111,11 @@ impl RowDecoder {
         Ok(RowDecoder { schema, time_column, epoch_scale, epoch_unit, format, layout })
     }
 
+    /// The stream's (or table's) schema the rows are decoded into.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
     /// Whether the next file's first record is a header to pass to [`Self::set_header`].
     pub fn wants_header(&self) -> bool {
         matches!(self.format, Format::Csv { header: true, .. })
@@ -163,7 +172,7 @@ impl RowDecoder {
         let mut good = Vec::new();
         let delimiter = match self.format {
             Format::Csv { delimiter, .. } => delimiter,
-            Format::JsonLines => b',',
+            Format::JsonLines | Format::Parquet => b',',
         };
         let mut splitter = CsvSplitter::new(delimiter);
         for i in 0..recs.len() {
@@ -216,7 +225,13 @@ impl RowDecoder {
     }
 
     fn bad_row(&self, recs: &Records, i: usize, field: String, reason: String) -> BadRow {
-        BadRow { line: recs.lines[i], offset: recs.offsets[i], field, reason, raw: recs.text(i) }
+        BadRow {
+            line: recs.lines[i],
+            offset: Some(recs.offsets[i]),
+            field,
+            reason,
+            raw: recs.text(i),
+        }
     }
 
     /// Arrow's decoder over whole records, then the TIMESTAMP conversion and the event-time
@@ -265,6 +280,7 @@ impl RowDecoder {
                     .map_err(|e| e.to_string())?;
                 run_json_decoder(decoder, bytes)?
             }
+            Format::Parquet => return Err("Parquet is not read as text".into()),
         };
         let batch = self.finish(raw).map_err(|(_, _, e)| e)?;
         if no_infinity && has_infinity(&batch) {
@@ -356,7 +372,21 @@ impl RowDecoder {
                 }
                 Ok(())
             }
+            Format::Parquet => Err((String::new(), "Parquet is not read as text".into())),
         }
+    }
+
+    /// A batch read from a Parquet file (its first row being row `first_row` of the file,
+    /// from 0) in the stream's schema; see [`super::parquet::convert`].
+    pub fn convert_parquet(&self, raw: &RecordBatch, first_row: u64) -> Decoded {
+        super::parquet::convert(
+            raw,
+            &self.schema,
+            self.time_column,
+            self.epoch_scale,
+            self.epoch_unit,
+            first_row,
+        )
     }
 
     /// Whether one field's text (None: empty or missing) fits its column.
@@ -580,7 +610,14 @@ mod tests {
             .bad
             .iter()
             .map(|(i, b)| {
-                format!("#{i} line {} @{} [{}] {} | {}", b.line, b.offset, b.field, b.reason, b.raw)
+                format!(
+                    "#{i} line {} @{} [{}] {} | {}",
+                    b.line,
+                    b.offset.unwrap_or(0),
+                    b.field,
+                    b.reason,
+                    b.raw
+                )
             })
             .collect();
         (rows.into_iter().map(|r| r.join(",")).collect(), bad)

@@ -4,6 +4,7 @@
 //! from a file that keeps growing (`follow`, read like `tail -f`), or from standard input. It
 //! cuts them into records ([`framing`]), decodes them with arrow's readers into the stream's
 //! schema ([`decode`]), and hands the engine decoded rows and bad records with their locations.
+//! Parquet files are read a batch of rows at a time instead ([`parquet`]).
 //! The engine decides what late and bad rows mean (the stream's policies) and when a source
 //! reads: see `Engine::poll_sources`.
 //!
@@ -12,6 +13,7 @@
 
 pub(crate) mod decode;
 pub(crate) mod framing;
+pub(crate) mod parquet;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -29,6 +31,39 @@ use framing::{Framer, Framing, Records};
 pub(crate) fn is_json_path(path: &str) -> bool {
     let p = path.to_ascii_lowercase();
     p.ends_with(".json") || p.ends_with(".jsonl") || p.ends_with(".ndjson")
+}
+
+/// Whether a path names Parquet by its extension (`.parquet`, `.pq`).
+pub(crate) fn is_parquet_path(path: &str) -> bool {
+    let p = path.to_ascii_lowercase();
+    p.ends_with(".parquet") || p.ends_with(".pq")
+}
+
+/// Data formats Weir does not read or write, by extension: a path ending so must say its
+/// format (`format = 'csv'`) rather than be read as CSV by default.
+const OTHER_FORMATS: &[&str] = &[
+    ".avro", ".orc", ".arrow", ".feather", ".ipc", ".xlsx", ".xls", ".ods", ".gz", ".zst", ".bz2",
+    ".xz", ".zip", ".tar", ".lz4", ".snappy", ".db", ".sqlite",
+];
+
+/// The format a path's extension names when no `format` option says: JSON lines, Parquet,
+/// or CSV (any other extension, or none); an error for the extension of a format Weir does
+/// not support.
+pub(crate) fn format_by_extension(path: &str) -> Result<Option<Format>, String> {
+    if is_json_path(path) {
+        return Ok(Some(Format::JsonLines));
+    }
+    if is_parquet_path(path) {
+        return Ok(Some(Format::Parquet));
+    }
+    let lower = path.to_ascii_lowercase();
+    if let Some(ext) = OTHER_FORMATS.iter().find(|e| lower.ends_with(*e)) {
+        return Err(format!(
+            "'{path}' ends in {ext}, a format Weir does not read or write: use CSV, JSON lines \
+             or Parquet, or say format = 'csv' if it is CSV after all"
+        ));
+    }
+    Ok(None)
 }
 
 /// Whether a `path` option is a glob pattern rather than one file.
@@ -102,6 +137,7 @@ impl SourceSpec {
         let format = match self.format {
             Format::Csv { .. } => "csv",
             Format::JsonLines => "jsonl",
+            Format::Parquet => "parquet",
         };
         match &self.input {
             Input::Files { path, follow: false } => format!("file {path} ({format})"),
@@ -187,6 +223,8 @@ pub(crate) struct SourceReader {
     /// Paths are shown relative to this directory (the one relative paths are read from).
     base: PathBuf,
     current: Option<OpenFile>,
+    /// The Parquet file being read (format Parquet; `current` is then unused).
+    parquet: Option<parquet::ParquetFile>,
     stdin: Option<StdinInput>,
     pub bytes_read: u64,
     pub records_read: u64,
@@ -210,6 +248,7 @@ impl SourceReader {
             next_file: 0,
             base: PathBuf::new(),
             current: None,
+            parquet: None,
             stdin: None,
             bytes_read: 0,
             records_read: 0,
@@ -292,7 +331,7 @@ impl SourceReader {
     fn framing(&self) -> Framing {
         match self.spec.format {
             Format::Csv { delimiter, .. } => Framing::Csv { quote: b'"', delimiter },
-            Format::JsonLines => Framing::Lines,
+            Format::JsonLines | Format::Parquet => Framing::Lines,
         }
     }
 
@@ -300,6 +339,9 @@ impl SourceReader {
     pub fn poll(&mut self, max_bytes: usize) -> Result<Polled, String> {
         if self.ended {
             return Ok(Polled::Ended);
+        }
+        if self.spec.format == Format::Parquet {
+            return self.poll_parquet();
         }
         if let Some(input) = &mut self.stdin {
             let (bytes, eof) = match input.rx.try_recv() {
@@ -361,6 +403,51 @@ impl SourceReader {
         }
     }
 
+    /// Reads the next batch of rows of the Parquet files.
+    fn poll_parquet(&mut self) -> Result<Polled, String> {
+        loop {
+            if self.parquet.is_none() {
+                if self.next_file >= self.files.len() {
+                    self.ended = true;
+                    return Ok(Polled::Ended);
+                }
+                self.next_file += 1;
+                self.parquet = Some(self.open_parquet(self.next_file - 1, 0)?);
+            }
+            let Some(p) = self.parquet.as_mut() else { continue };
+            let first = p.rows_read;
+            let Some(raw) = p.next_batch()? else {
+                self.parquet = None;
+                continue;
+            };
+            let n = raw.num_rows() as u64;
+            p.rows_read += n;
+            // Progress: the file's bytes in proportion to its rows.
+            let share = |rows: u64| {
+                if p.total_rows == 0 {
+                    0
+                } else {
+                    (u128::from(p.file_len) * u128::from(rows.min(p.total_rows))
+                        / u128::from(p.total_rows)) as u64
+                }
+            };
+            self.bytes_read += share(p.rows_read) - share(first);
+            let origin = p.name.clone();
+            self.records_read += n;
+            let decoded = self.decoder.convert_parquet(&raw, first);
+            let lines = (first + 1..=first + n).collect();
+            return Ok(Polled::Rows { decoded, records: n as usize, origin, lines });
+        }
+    }
+
+    /// Opens Parquet file `index`, skipping its first `rows`.
+    fn open_parquet(&self, index: usize, rows: u64) -> Result<parquet::ParquetFile, String> {
+        let path = self.files.get(index).cloned().ok_or("no such file")?;
+        let shown = path.strip_prefix(&self.base).unwrap_or(&path).display().to_string();
+        let file = File::open(&path).map_err(|e| format!("cannot open '{shown}': {e}"))?;
+        parquet::ParquetFile::open(file, &shown, self.decoder.schema(), rows)
+    }
+
     /// For a followed glob: appends the files that match it now and sort after the last file
     /// known, in name order. Returns whether there were any.
     fn discover(&mut self) -> Result<bool, String> {
@@ -411,11 +498,13 @@ impl SourceReader {
     /// Where the source is: the first record not yet taken in. Bytes read past it (an
     /// incomplete record) are read again after a restore.
     pub fn position(&self) -> SourcePosition {
-        let (file, offset, line, header) = match &self.current {
-            Some(cur) => {
+        let (file, offset, line, header) = match (&self.current, &self.parquet) {
+            (Some(cur), _) => {
                 (self.next_file - 1, cur.framer.offset(), cur.framer.line(), cur.header.clone())
             }
-            None => (self.next_file, 0, 1, None),
+            // A Parquet file's position is in rows.
+            (None, Some(p)) => (self.next_file - 1, p.rows_read, p.rows_read + 1, None),
+            (None, None) => (self.next_file, 0, 1, None),
         };
         SourcePosition {
             files: self.files.clone(),
@@ -456,6 +545,18 @@ impl SourceReader {
             return Ok(());
         }
         self.next_file = pos.file + 1;
+        if self.spec.format == Format::Parquet {
+            // Bytes are counted in proportion to rows: recount this file's share.
+            self.bytes_read -= pos.offset;
+            let p = self.open_parquet(pos.file, pos.offset)?;
+            if p.total_rows > 0 {
+                self.bytes_read += (u128::from(p.file_len)
+                    * u128::from(pos.offset.min(p.total_rows))
+                    / u128::from(p.total_rows)) as u64;
+            }
+            self.parquet = Some(p);
+            return Ok(());
+        }
         self.current = Some(self.open(pos.file, pos.offset, pos.line, pos.header)?);
         Ok(())
     }
