@@ -682,6 +682,33 @@ fn a_sink_cannot_overwrite_its_script() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
 
+/// A Parquet sink's file is complete when `weir run` ends (its footer is written as the
+/// engine shuts down), so another run reads it as a Parquet source.
+#[test]
+fn a_parquet_sink_is_complete_when_the_run_ends() {
+    let write = script_file(
+        "parquet-out",
+        "CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+         CREATE SINK out WITH (path = 'out.parquet') AS SELECT ISTREAM k, v * 10 AS w FROM s;\n\
+         INSERT INTO s VALUES ('a', 1, 1), ('b', 2, 2);\n",
+    );
+    let run = weir(&["run", write.to_str().unwrap()], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let dir = write.parent().unwrap();
+    assert!(dir.join("out.parquet").exists());
+    let read = dir.join("read.sql");
+    std::fs::write(
+        &read,
+        "CREATE STREAM back (k VARCHAR, w BIGINT, _time BIGINT, WATERMARK FOR _time AS _time)\n\
+           WITH (source = 'file', path = 'out.parquet');\n\
+         SELECT k, w FROM back;\n",
+    )
+    .unwrap();
+    let run = weir(&["run", "--format", "csv", read.to_str().unwrap()], None);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout, "_query,_time,k,w\n1,1,a,10\n1,2,b,20\n");
+}
+
 /// A source that fails under `bad_rows = 'fail'` and a sink whose query fails do not stop
 /// the run: what the rows before the failure complete is printed (the failed stream ends at
 /// its bad row), the other streams and queries go on, each failure is reported once on
