@@ -188,22 +188,35 @@ impl Subscription {
                 .map(|c| ScalarValue::try_from_array(c, i))
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| WeirError::exec(format!("reading output row {i}: {e}")))?;
-            let (time, diff) = (b.times[i], b.diffs[i]);
-            if self.kind == PlanKind::Stream {
-                if diff < 0 {
-                    return Err(WeirError::internal("negative multiplicity in a stream"));
-                }
-                for _ in 1..diff {
-                    out.push(Row { values: values.clone(), time, diff: 1 });
-                }
-                if diff > 0 {
-                    out.push(Row { values, time, diff: 1 });
-                }
-            } else {
-                out.push(Row { values, time, diff });
-            }
+            let time = b.times[i];
+            self.expand(values, b.diffs[i], &mut out, |values, diff| Row { values, time, diff })?;
         }
         Ok(out)
+    }
+
+    /// Pushes the rows one output row stands for: a relation change as it is, a stream
+    /// element of multiplicity n as n rows of diff 1.
+    fn expand<V: Clone, R>(
+        &self,
+        values: V,
+        diff: i64,
+        out: &mut Vec<R>,
+        row: impl Fn(V, i64) -> R,
+    ) -> Result<()> {
+        if self.kind != PlanKind::Stream {
+            out.push(row(values, diff));
+            return Ok(());
+        }
+        if diff < 0 {
+            return Err(WeirError::internal("negative multiplicity in a stream"));
+        }
+        for _ in 1..diff {
+            out.push(row(values.clone(), 1));
+        }
+        if diff > 0 {
+            out.push(row(values, 1));
+        }
+        Ok(())
     }
 
     /// Like [`Subscription::poll`], as rows of text. Stream elements with multiplicity n are
@@ -223,23 +236,14 @@ impl Subscription {
         for (i, values) in rows.into_iter().enumerate() {
             let time = b.times[i];
             let time_text = format_time(time, self.domain);
-            let diff = b.diffs[i];
-            if self.kind == PlanKind::Stream {
-                if diff < 0 {
-                    return Err(WeirError::internal("negative multiplicity in a stream"));
-                }
-                for _ in 0..diff {
-                    out.push(Change {
-                        values: values.clone(),
-                        time,
-                        time_text: time_text.clone(),
-                        diff: 1,
-                        kind: self.kind,
-                    });
-                }
-            } else {
-                out.push(Change { values, time, time_text, diff, kind: self.kind });
-            }
+            let kind = self.kind;
+            self.expand(values, b.diffs[i], &mut out, |values, diff| Change {
+                values,
+                time,
+                time_text: time_text.clone(),
+                diff,
+                kind,
+            })?;
         }
         Ok(out)
     }

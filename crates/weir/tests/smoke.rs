@@ -205,6 +205,22 @@ fn pushed_rows_that_do_not_fit_follow_the_bad_row_policy() {
     assert_eq!((stats.accepted, stats.bad), (1, 1));
 }
 
+/// Reads `sub` on another thread to its end, blocking in its iterator, as lines of changes
+/// (`error: ...` for a failure). After the end, a blocking receive returns at once.
+fn read_on_another_thread(sub: weir::Subscription) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for batch in &sub {
+            match batch {
+                Ok(b) => lines.extend(sub.changes(&b).unwrap().iter().map(|c| c.to_string())),
+                Err(e) => lines.push(format!("error: {e}")),
+            }
+        }
+        assert!(sub.recv().unwrap().is_none());
+        lines
+    })
+}
+
 /// A reader thread blocks in the subscription's iterator while this thread drives the engine;
 /// it sees every change in order, and the iterator ends when the stream is dropped.
 #[test]
@@ -212,17 +228,7 @@ fn a_subscription_read_on_another_thread_blocks_until_output_and_ends_with_the_q
     let mut e = Engine::new();
     e.execute("CREATE STREAM s (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
     let sub = e.subscribe("SELECT k, SUM(v) AS total FROM s [RANGE 10] GROUP BY k").unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for batch in &sub {
-            for c in sub.changes(&batch.unwrap()).unwrap() {
-                lines.push(c.to_string());
-            }
-        }
-        // After the end, a blocking receive returns at once.
-        assert!(sub.recv().unwrap().is_none());
-        lines
-    });
+    let reader = read_on_another_thread(sub);
     e.execute("INSERT INTO s VALUES ('a', 1, 1), ('a', 2, 3)").unwrap();
     e.advance("s", 3).unwrap();
     e.execute("INSERT INTO s VALUES ('b', 5, 4)").unwrap();
@@ -238,15 +244,7 @@ fn a_blocking_reader_gets_the_output_then_the_failure() {
     let mut e = Engine::new();
     e.execute("CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)").unwrap();
     let sub = e.subscribe("SELECT ISTREAM 12 / v AS q FROM s").unwrap();
-    let reader = std::thread::spawn(move || {
-        sub.iter()
-            .map(|r| match r {
-                Ok(b) => sub.changes(&b).unwrap().iter().map(|c| c.to_string()).collect(),
-                Err(e) => vec![format!("error: {e}")],
-            })
-            .collect::<Vec<Vec<String>>>()
-            .concat()
-    });
+    let reader = read_on_another_thread(sub);
     e.execute("INSERT INTO s VALUES (3, 1)").unwrap();
     e.advance("s", 1).unwrap();
     e.execute("INSERT INTO s VALUES (0, 2)").unwrap();
