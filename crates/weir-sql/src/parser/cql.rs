@@ -7,10 +7,10 @@ use sqlparser::tokenizer::{Token, TokenWithSpan};
 use weir_common::{Result, Span, WeirError};
 use weir_plan::R2S;
 
-use super::ast::{CqlQuery, WindowAst, WindowKind};
+use super::ast::{CqlQuery, Duration, WindowAst, WindowKind};
 use super::time::parse_duration;
 use super::tokens::{
-    ident_name, matching, sql_err, sub_parser, tok_span, word_is, word_token, Cursor,
+    ident_name, matching, span_of, sql_err, sub_parser, tok_span, word_is, word_token, Cursor,
 };
 
 /// Prefix of the synthetic table names that stand for windowed streams.
@@ -23,7 +23,7 @@ fn parse_window(
     close: &TokenWithSpan,
 ) -> Result<WindowKind> {
     let mut c = Cursor::new(toks).followed_by(close);
-    let expected = "UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY in the window";
+    let expected = "UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION in the window";
     if c.at_end() {
         return Err(WeirError::syntax_at(
             format!("expected {expected}, found ']'"),
@@ -55,6 +55,15 @@ fn parse_window(
         }
         c.expect_word("ROWS")?;
         WindowKind::PartitionRows(cols, rows_count(&mut c)?)
+    } else if c.eat_word("SESSION") {
+        let gap = session_gap(&mut c, &["PARTITION"])?;
+        let by = if c.eat_word("PARTITION") {
+            c.expect_word("BY")?;
+            partition_columns(&mut c)?
+        } else {
+            vec![]
+        };
+        WindowKind::Session { column: None, gap, by }
     } else {
         return Err(c.err(expected));
     };
@@ -104,6 +113,73 @@ fn parse_window_function(
     c.expect(&Token::RParen, "')'")?;
     c.end()?;
     Ok((stream, kind))
+}
+
+/// What `TABLE(SESSION(...))` takes, for its errors.
+const SESSION_ARGS: &str =
+    "SESSION expects (TABLE stream [PARTITION BY cols], DESCRIPTOR(time_column), INTERVAL gap)";
+
+/// `SESSION(TABLE s [PARTITION BY k, ...], DESCRIPTOR(col), gap)`, the tokens inside Flink's
+/// `TABLE( ... )`. A syntax error names the function and what it takes.
+fn parse_session_function(
+    toks: &[TokenWithSpan],
+    close: &TokenWithSpan,
+) -> Result<(String, WindowKind)> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let args = |c: &mut Cursor| -> Result<(String, WindowKind)> {
+        c.expect_word("SESSION")?;
+        c.expect(&Token::LParen, "'('")?;
+        c.expect_word("TABLE")?;
+        let (stream, _) = c.ident("a stream name")?;
+        let by = if c.eat_word("PARTITION") {
+            c.expect_word("BY")?;
+            partition_columns(c)?
+        } else {
+            vec![]
+        };
+        c.expect(&Token::Comma, "','")?;
+        c.expect_word("DESCRIPTOR")?;
+        c.expect(&Token::LParen, "'('")?;
+        let (column, _) = c.ident("the time column")?;
+        c.expect(&Token::RParen, "')'")?;
+        c.expect(&Token::Comma, "','")?;
+        let gap = session_gap(c, &[])?;
+        c.expect(&Token::RParen, "')'")?;
+        c.end()?;
+        Ok((stream, WindowKind::Session { column: Some(column), gap, by }))
+    };
+    args(&mut c).map_err(|e| match e {
+        WeirError::Syntax(mut d) => {
+            d.message = format!("{SESSION_ARGS}: {}", d.message);
+            WeirError::Syntax(d)
+        }
+        e => e,
+    })
+}
+
+/// `a, b, ...` after PARTITION BY.
+fn partition_columns(c: &mut Cursor) -> Result<Vec<(String, Option<Span>)>> {
+    let mut cols = vec![c.ident("a partition column")?];
+    while c.eat(&Token::Comma) {
+        if c.peek_word("DESCRIPTOR") {
+            c.pos_back();
+            break;
+        }
+        cols.push(c.ident("a partition column")?);
+    }
+    Ok(cols)
+}
+
+/// A session's gap: a duration that must be positive (an error at the duration otherwise).
+fn session_gap(c: &mut Cursor, then: &[&str]) -> Result<Duration> {
+    let from = c.pos;
+    let gap = parse_duration(c, then)?;
+    let (Duration::Ticks(v) | Duration::Micros(v)) = gap;
+    if v <= 0 {
+        let span = span_of(&c.toks[from..c.pos.min(c.toks.len())]);
+        return Err(WeirError::plan_at("a SESSION gap must be positive", span));
+    }
+    Ok(gap)
 }
 
 fn rows_count(c: &mut Cursor) -> Result<u64> {
@@ -261,15 +337,20 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 if in_from.last() == Some(&From::In)
                     && w.value.eq_ignore_ascii_case("TABLE")
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
-                    && toks
-                        .get(i + 2)
-                        .is_some_and(|t| word_is(t, "TUMBLE") || word_is(t, "HOP")) =>
+                    && toks.get(i + 2).is_some_and(|t| {
+                        ["TUMBLE", "HOP", "SESSION"].iter().any(|f| word_is(t, f))
+                    }) =>
             {
                 let close =
                     matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
                         WeirError::syntax_at("TABLE( is never closed: expected ')'", tok_span(t))
                     })?;
-                let (stream, kind) = parse_window_function(&toks[i + 2..close], &toks[close])?;
+                let inner = &toks[i + 2..close];
+                let (stream, kind) = if word_is(&toks[i + 2], "SESSION") {
+                    parse_session_function(inner, &toks[close])?
+                } else {
+                    parse_window_function(inner, &toks[close])?
+                };
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
                 let span = Span::from_sql(sqlparser::tokenizer::Span::new(
                     t.span.start,
