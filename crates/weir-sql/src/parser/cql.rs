@@ -528,9 +528,40 @@ mod tests {
             "WITH g AS (SELECT k FROM s [RANGE 2]) SELECT ISTREAM k FROM g",
             "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
             "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
+            "SELECT ISTREAM k, COUNT(*) FROM s [SESSION 30 SECONDS PARTITION BY k, j] GROUP BY k",
+            "SELECT * FROM s [SESSION 5] AS x",
+            "SELECT window_start FROM TABLE(SESSION(TABLE e PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND)) AS w",
+            "SELECT * FROM TABLE(SESSION(TABLE e, DESCRIPTOR(ts), 5))",
         ] {
             round_trip(sql);
         }
+    }
+
+    /// Both forms of a session window: the table function (with bounds columns) and CQL's.
+    #[test]
+    fn session_windows_parse() {
+        let q =
+            query("SELECT * FROM TABLE(SESSION(TABLE e PARTITION BY a, b, DESCRIPTOR(ts), 7)) w");
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 w");
+        assert_eq!(q.windows[0].stream, "e");
+        let WindowKind::Session { column, gap, by } = &q.windows[0].kind else {
+            panic!("{:?}", q.windows[0].kind)
+        };
+        assert_eq!((column.as_deref(), *gap), (Some("ts"), Duration::Ticks(7)));
+        assert_eq!(by.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert!(q.windows[0].kind.has_bounds_columns());
+        let q = query("SELECT * FROM e [SESSION 2 SECONDS]");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Session { column: None, gap: Duration::Micros(2_000_000), by: vec![] }
+        );
+        assert!(!q.windows[0].kind.has_bounds_columns());
+        let e = crate::parser::parse_script("SELECT * FROM TABLE(SESSION(TABLE e, ts, 5))")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SESSION expects (TABLE stream [PARTITION BY cols]"), "{e}");
+        let e = crate::parser::parse_script("SELECT * FROM e [SESSION 0]").unwrap_err().to_string();
+        assert!(e.contains("a SESSION gap must be positive"), "{e}");
     }
 
     /// RisingWave's spelling, `TUMBLE(t, col, size)` and `HOP(t, col, slide, size)` in FROM,
