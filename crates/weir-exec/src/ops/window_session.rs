@@ -30,7 +30,7 @@
 //! `shown` — the instant it was shown, NULL for an open session) and `session_window.rows`
 //! (`row` Binary and `diff`, the sessions' elements concatenated in the same order).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array};
@@ -67,8 +67,9 @@ pub struct SessionWindow {
     key_codec: RowCodec,
     /// The open session of each key.
     open: HashMap<RowBytes, Session>,
-    /// (last tick, key) of every open session that closes within the time domain.
-    closing: BTreeSet<(Time, RowBytes)>,
+    /// The keys of the open sessions by last tick (those that close within the time domain),
+    /// each tick's keys in key order.
+    closing: BTreeMap<Time, BTreeSet<RowBytes>>,
     /// The sessions shown at `shown_at`, which leave at the next tick.
     shown: Vec<(RowBytes, Arc<Session>)>,
     shown_at: Option<Time>,
@@ -114,7 +115,7 @@ impl SessionWindow {
             row_codec,
             key_codec: RowCodec::new(key_types)?,
             open: HashMap::new(),
-            closing: BTreeSet::new(),
+            closing: BTreeMap::new(),
             shown: Vec::new(),
             shown_at: None,
         })
@@ -139,11 +140,19 @@ impl SessionWindow {
                     let old = Time::try_from(s.last as i128 + gap as i128 - 1).ok();
                     s.last = t;
                     let new = Time::try_from(t as i128 + gap as i128 - 1).ok();
+                    // Move the key's entry to its new tick, reusing its bytes.
+                    let mut owned = None;
                     if let Some(old) = old {
-                        self.closing.remove(&(old, RowBytes::from(key)));
+                        if let Some(keys) = self.closing.get_mut(&old) {
+                            owned = keys.take(key);
+                            if keys.is_empty() {
+                                self.closing.remove(&old);
+                            }
+                        }
                     }
                     if let Some(new) = new {
-                        self.closing.insert((new, key.into()));
+                        let owned = owned.unwrap_or_else(|| key.into());
+                        self.closing.entry(new).or_default().insert(owned);
                     }
                 }
                 s.rows.push((row.into(), diff));
@@ -152,7 +161,7 @@ impl SessionWindow {
                 // No open session (one that ended before t was closed at its last tick).
                 let s = Session { start: t, last: t, rows: vec![(row.into(), diff)] };
                 if let Some(tick) = self.last_tick(t) {
-                    self.closing.insert((tick, key.into()));
+                    self.closing.entry(tick).or_default().insert(key.into());
                 }
                 self.open.insert(key.into(), s);
             }
@@ -200,7 +209,7 @@ impl Operator for SessionWindow {
         let mut i = 0;
         loop {
             let next_input = d.times.get(i).copied();
-            let next_close = self.closing.first().map(|(t, _)| *t);
+            let next_close = self.closing.keys().next().copied();
             let next_leave = self.shown_at.and_then(|t| t.checked_add(1));
             let Some(x) = min_wakeup([next_input, next_close, next_leave]) else { break };
             if x > step.hi {
@@ -222,8 +231,14 @@ impl Operator for SessionWindow {
                 i += 1;
             }
             // 3. Sessions whose last tick is x close and are shown.
-            while self.closing.first().is_some_and(|(t, _)| *t == x) {
-                let Some((_, key)) = self.closing.pop_first() else { break };
+            // (The elements just admitted may have moved or added tick x's entry.)
+            let closed = match self.closing.first_key_value() {
+                Some((&t, _)) if t == x => {
+                    self.closing.pop_first().map(|(_, keys)| keys).unwrap_or_default()
+                }
+                _ => BTreeSet::new(),
+            };
+            for key in closed {
                 let s = self
                     .open
                     .remove(&key)
@@ -246,7 +261,7 @@ impl Operator for SessionWindow {
 
     fn next_wakeup(&self) -> Option<Time> {
         min_wakeup([
-            self.closing.first().map(|(t, _)| *t),
+            self.closing.keys().next().copied(),
             self.shown_at.and_then(|t| t.checked_add(1)),
         ])
     }
@@ -334,7 +349,7 @@ impl Operator for SessionWindow {
                 }
                 None => {
                     if let Some(tick) = self.last_tick(session.last) {
-                        self.closing.insert((tick, key.clone()));
+                        self.closing.entry(tick).or_default().insert(key.clone());
                     }
                     if self.open.insert(key, session).is_some() {
                         return Err(invalid("section 'session_window': a key opened twice"));
@@ -376,6 +391,23 @@ mod tests {
                 "@8 +1 a 6",
                 "@9 -1 a 6"
             ]
+        );
+    }
+
+    #[test]
+    fn an_element_at_the_last_tick_extends_the_session() {
+        // Gap 2: a@1 would close at 2, but a@2 joins it ([1, 4), shown at 3). Gap 1: every
+        // element is a session of its own, shown at its own tick.
+        let input = || vec![kv(1, "+1 a 1"), kv(2, "+1 a 2, +1 b 2")];
+        let out = run(&mut fed(by_key(2), [input()]));
+        assert_eq!(
+            out,
+            ["@3 +1 a 1", "@3 +1 a 2", "@3 +1 b 2", "@4 -1 a 1", "@4 -1 a 2", "@4 -1 b 2"]
+        );
+        let out = run(&mut fed(by_key(1), [input()]));
+        assert_eq!(
+            out,
+            ["@1 +1 a 1", "@2 +1 a 2", "@2 +1 b 2", "@2 -1 a 1", "@3 -1 a 2", "@3 -1 b 2"]
         );
     }
 
