@@ -607,6 +607,8 @@ mod tests {
                 (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
                 (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
                 (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
+                (1i64..100).prop_map(|g| format!("[SESSION {g}]")),
+                (1i64..10).prop_map(|g| format!("[SESSION {g} SECONDS PARTITION BY k, j]")),
             ]
         }
 
@@ -651,6 +653,7 @@ mod tests {
                 Just("STREAM"), Just("WATERMARK"), Just("FOR"), Just("t"), Just("-"), Just(";"),
                 Just("ADVANCE"), Just("TO"), Just("CLOSE"), Just("AT"), Just("INSERT"),
                 Just("INTO"), Just("VALUES"), Just("NOW"), Just("UNBOUNDED"), Just("*"),
+                Just("SESSION"), Just("DESCRIPTOR"), Just("TABLE"), Just("TABLE(SESSION(TABLE s"),
             ], 0..25)) {
                 let _ = crate::parser::parse_script(&words.join(" "));
             }
