@@ -363,11 +363,13 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 continue;
             }
             // RisingWave's form, without TABLE( ... ) around it: `FROM TUMBLE(t, ts, size)`.
+            // `FROM SESSION(...)` takes Flink's arguments (and says so when they are wrong).
             Token::Word(w)
                 if in_from.last() == Some(&From::In)
                     && w.quote_style.is_none()
-                    && (w.value.eq_ignore_ascii_case("TUMBLE")
-                        || w.value.eq_ignore_ascii_case("HOP"))
+                    && ["TUMBLE", "HOP", "SESSION"]
+                        .iter()
+                        .any(|f| w.value.eq_ignore_ascii_case(f))
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen) =>
             {
                 let close =
@@ -378,7 +380,11 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                         )
                     })?;
                 let end = toks.get(close + 1).unwrap_or(&toks[close]);
-                let (stream, kind) = parse_window_function(&toks[i..=close], end)?;
+                let (stream, kind) = if w.value.eq_ignore_ascii_case("SESSION") {
+                    parse_session_function(&toks[i..=close], end)?
+                } else {
+                    parse_window_function(&toks[i..=close], end)?
+                };
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
                 let span = Span::from_sql(sqlparser::tokenizer::Span::new(
                     t.span.start,
