@@ -40,6 +40,7 @@ use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
 use crate::ops::window_bounds::WindowBounds;
 use crate::ops::window_rows::RowsWindow;
+use crate::ops::window_session::SessionWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
 
@@ -109,6 +110,17 @@ fn eval_subquery(plan: &LogicalPlan, t: Time, ctx: &EvalCtx) -> Result<ChangeBat
     consolidate(&RowCodec::for_schema(&schema)?, &schema, &out, t)
 }
 
+/// A session window's operator (its own function, so that [`build`]'s frame stays small).
+#[inline(never)]
+fn session_window(
+    gap: Time,
+    by: &[usize],
+    bounds_columns: bool,
+    schema: SchemaRef,
+) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(SessionWindow::new(gap, by.to_vec(), bounds_columns, schema)?))
+}
+
 /// The operator for one plan node (its inputs are the nodes of [`LogicalPlan::inputs`]).
 #[inline(never)]
 fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
@@ -116,6 +128,9 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
     Ok(match plan {
         LogicalPlan::StreamScan { name, .. } | LogicalPlan::TableScan { name, .. } => {
             Box::new(Scan::new(name.clone(), schema))
+        }
+        LogicalPlan::Window { spec: WindowSpec::Session { gap, by }, bounds_columns, .. } => {
+            session_window(*gap, by, *bounds_columns, schema)?
         }
         LogicalPlan::Window { spec, bounds_columns: true, .. } => {
             let WindowSpec::RangeSlide { range, slide } = spec else {
@@ -138,6 +153,9 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             WindowSpec::Rows(n) => Box::new(RowsWindow::new(vec![], *n, schema)?),
             WindowSpec::PartitionRows { by, rows } => {
                 Box::new(RowsWindow::new(by.clone(), *rows, schema)?)
+            }
+            WindowSpec::Session { .. } => {
+                return Err(WeirError::internal("a session window missed its own arm"))
             }
         },
         LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(

@@ -251,6 +251,9 @@ const WINDOWS: &[&str] = &[
     "SELECT * FROM s WHERE v > 2",
     "SELECT window_start, window_end, k, COUNT(*) FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(t), 3)) GROUP BY window_start, window_end, k",
     "SELECT ISTREAM k, v, window_start FROM TABLE(HOP(TABLE s, DESCRIPTOR(t), 2, 5)) AS h",
+    "SELECT * FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 2))",
+    "SELECT ISTREAM k, window_start, window_end, COUNT(*), SUM(v) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 3)) GROUP BY k, window_start, window_end",
+    "SELECT RSTREAM k, v FROM s [SESSION 2]",
 ];
 
 const AGGREGATES: &[&str] = &[

@@ -40,6 +40,10 @@ pub enum WindowSpec {
     Rows(u64),
     /// `[ROWS N]` within each group of equal partition columns (indices into the input).
     PartitionRows { by: Vec<usize>, rows: u64 },
+    /// Sessions per group of equal partition columns `by` (one group if empty): maximal runs
+    /// of elements each less than `gap` after the one before, [first, last + gap). R(τ)
+    /// holds the elements of the sessions whose last tick, last + gap − 1, is τ.
+    Session { gap: Time, by: Vec<usize> },
 }
 
 impl WindowSpec {
@@ -60,6 +64,12 @@ impl WindowSpec {
                 let cols: Vec<&str> =
                     by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
                 format!("PARTITION BY {} ROWS {rows}", cols.join(", "))
+            }
+            WindowSpec::Session { gap, by } if by.is_empty() => format!("SESSION {}", d(*gap)),
+            WindowSpec::Session { gap, by } => {
+                let cols: Vec<&str> =
+                    by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
+                format!("SESSION {} PARTITION BY {}", d(*gap), cols.join(", "))
             }
         }
     }

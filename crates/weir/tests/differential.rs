@@ -116,6 +116,10 @@ enum Win {
     Slide(i64, i64),
     Rows(usize),
     PartRows(usize),
+    /// `[SESSION gap PARTITION BY k]`.
+    Session(i64),
+    /// `[SESSION gap]`: one sequence of sessions over every key.
+    SessionAll(i64),
 }
 
 const WINDOWS: &[Win] = &[
@@ -143,6 +147,8 @@ impl Win {
             Win::Slide(t, s) => format!("[RANGE {t} SLIDE {s}]"),
             Win::Rows(n) => format!("[ROWS {n}]"),
             Win::PartRows(n) => format!("[PARTITION BY k ROWS {n}]"),
+            Win::Session(g) => format!("[SESSION {g} PARTITION BY k]"),
+            Win::SessionAll(g) => format!("[SESSION {g}]"),
         }
     }
 
@@ -153,6 +159,7 @@ impl Win {
             Win::Now => 1,
             Win::Range(t) => t,
             Win::Slide(t, s) => t + s,
+            Win::Session(g) | Win::SessionAll(g) => g,
         }
     }
 
@@ -186,6 +193,16 @@ impl Win {
                 out.sort_unstable();
                 out
             }
+            // The elements of the sessions whose last tick (last element + gap − 1) is τ.
+            Win::Session(g) | Win::SessionAll(g) => {
+                let mut out: Vec<usize> = sessions(els, g, matches!(self, Win::Session(_)))
+                    .into_iter()
+                    .filter(|s| s.end - 1 == i128::from(tau))
+                    .flat_map(|s| s.members)
+                    .collect();
+                out.sort_unstable();
+                out
+            }
         }
     }
 
@@ -193,6 +210,43 @@ impl Win {
     fn contents(self, els: &[El], tau: i64) -> Vec<El> {
         self.positions(els, tau).into_iter().map(|i| els[i]).collect()
     }
+}
+
+/// A session: [start, end) and the positions of its elements.
+struct SessionOf {
+    start: i64,
+    end: i128,
+    members: Vec<usize>,
+}
+
+/// The sessions of `els` with `gap`, per key (`by_key`) or over all elements: each a maximal
+/// run, in timestamp order, of elements less than `gap` after the one before; [first
+/// timestamp, last timestamp + gap).
+fn sessions(els: &[El], gap: i64, by_key: bool) -> Vec<SessionOf> {
+    let keys: BTreeSet<Option<i64>> = els.iter().map(|e| by_key.then_some(e.k)).collect();
+    let mut out = Vec::new();
+    for key in keys {
+        let mut idx: Vec<usize> =
+            (0..els.len()).filter(|&i| by_key.then_some(els[i].k) == key).collect();
+        idx.sort_by_key(|&i| (els[i].t, i));
+        let mut current: Option<SessionOf> = None;
+        for i in idx {
+            let t = els[i].t;
+            match current.as_mut() {
+                Some(s) if i128::from(t) < s.end => {
+                    s.end = i128::from(t) + i128::from(gap);
+                    s.members.push(i);
+                }
+                _ => {
+                    out.extend(current.take());
+                    let end = i128::from(t) + i128::from(gap);
+                    current = Some(SessionOf { start: t, end, members: vec![i] });
+                }
+            }
+        }
+        out.extend(current);
+    }
+    out
 }
 
 /// The `n` positions among `idx` with the largest (timestamp, arrival position).
@@ -531,6 +585,40 @@ fn q_window_tvf(w: Win, by_key: bool, reads_bounds: bool) -> Case {
                 let vs: Vec<Option<i64>> = rows.iter().map(|e| e.v).collect();
                 bag([vec![int(b), int(rows.len() as i64), max(&vs)]])
             }
+        }),
+    )
+}
+
+/// An aggregate per session of the `SESSION` table function, grouped by the session's bounds
+/// (and k, the partition column, with `by_key`): at τ, one row per session whose last tick is
+/// τ, with its bounds [start, end), the count of its elements and the sum of their v.
+fn q_session_tvf(gap: i64, by_key: bool) -> Case {
+    let (by, keys, key_col) = if by_key { (" PARTITION BY k", ", k", "k, ") } else { ("", "", "") };
+    let sql = format!(
+        "SELECT {key_col}window_start, window_end, COUNT(*), SUM(v) \
+         FROM TABLE(SESSION(TABLE s{by}, DESCRIPTOR(t), {gap})) \
+         GROUP BY window_start, window_end{keys}"
+    );
+    let w = if by_key { Win::Session(gap) } else { Win::SessionAll(gap) };
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            bag(sessions(&i.s, gap, by_key)
+                .into_iter()
+                .filter(|s| s.end - 1 == i128::from(tau))
+                .map(|s| {
+                    let vs: Vec<Option<i64>> = s.members.iter().map(|&m| i.s[m].v).collect();
+                    let mut row = Vec::new();
+                    if by_key {
+                        row.push(int(i.s[s.members[0]].k));
+                    }
+                    // The bounds as Weir shows them: clamped to the i64 domain.
+                    let end = s.end.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+                    row.extend([int(s.start), int(end), int(vs.len() as i64), sum(&vs)]);
+                    row
+                }))
         }),
     )
 }
@@ -2576,6 +2664,31 @@ proptest! {
     }
 
     #[test]
+    fn session_windows_match_oracle(s in elements(), gap in 1i64..6) {
+        let input = Input::single(s);
+        for by_key in [true, false] {
+            check(&q_session_tvf(gap, by_key), &input)?;
+        }
+        for w in [Win::Session(gap), Win::SessionAll(gap)] {
+            for make in [q_project, q_group_count, q_group_sum_min_max] {
+                check(&make(w), &input)?;
+            }
+        }
+        check(&q_project(Win::Session(gap)).with_mode(Mode::Istream), &input)?;
+        check(&q_group_count(Win::Session(gap)).with_mode(Mode::Rstream), &input)?;
+    }
+
+    /// Elements arrive out of order within the watermark's delay: a late-arriving element that
+    /// bridges two runs of a key merges them, and the result is the in-order one.
+    #[test]
+    fn session_windows_out_of_order_match_oracle(input in out_of_order(), gap in 1i64..6) {
+        for by_key in [true, false] {
+            check(&q_session_tvf(gap, by_key), &input)?;
+        }
+        check(&q_group_sum_min_max(Win::Session(gap)), &input)?;
+    }
+
+    #[test]
     fn group_count_distinct_matches_oracle(s in elements()) {
         check_all_windows(q_group_count_distinct, &Input::single(s))?;
     }
@@ -2639,6 +2752,7 @@ proptest! {
         let input = Input::single(s);
         check_all_windows(q_project, &input)?;
         check_all_windows(q_scalar, &input)?;
+        check(&q_session_tvf(3, true), &input)?;
     }
 
     #[test]
@@ -2646,6 +2760,7 @@ proptest! {
         let input = Input::single(s);
         check_all_windows(q_project, &input)?;
         check_all_windows(q_scalar, &input)?;
+        check(&q_session_tvf(3, true), &input)?;
     }
 
     #[test]

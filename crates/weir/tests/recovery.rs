@@ -16,6 +16,9 @@ CREATE VIEW counts AS SELECT k, COUNT(*) AS n, SUM(v) AS total FROM s [RANGE 10 
 CREATE SINK labelled WITH (path = 'out/labelled.csv') AS
   SELECT ISTREAM names.label, s.v FROM s [NOW] JOIN names ON s.k = names.k;
 CREATE SINK changes WITH (path = 'out/changes.jsonl') AS SELECT * FROM counts;
+CREATE SINK sessions WITH (path = 'out/sessions.csv') AS
+  SELECT ISTREAM k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total
+  FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 2)) GROUP BY k, window_start, window_end;
 ";
 
 const SUBSCRIBED: &str = "SELECT DSTREAM k, v FROM s [ROWS 3]";
@@ -97,11 +100,14 @@ fn continue_exactly(workers: usize) {
     assert_eq!(seen, expected_sub);
     assert_eq!(rows(&mut c, "SELECT * FROM counts ORDER BY k"), expected_counts);
     assert_eq!(rows(&mut c, "SELECT * FROM names ORDER BY k").len(), 2);
-    for f in ["out/labelled.csv", "out/changes.jsonl"] {
+    for f in ["out/labelled.csv", "out/changes.jsonl", "out/sessions.csv"] {
         let want = std::fs::read(plain.join(f)).unwrap();
         let got = std::fs::read(durable.join(f)).unwrap();
         assert!(want == got, "{f} differs");
     }
+    // Sessions (gap 2) were open across the checkpoint: many were shown, one line each.
+    let sessions = std::fs::read_to_string(plain.join("out/sessions.csv")).unwrap();
+    assert!(sessions.lines().count() > 50, "{sessions}");
     let stats = c.stream_stats();
     assert_eq!(stats[0].accepted, 400);
     let _ = std::fs::remove_dir_all(&root);

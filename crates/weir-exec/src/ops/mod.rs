@@ -21,6 +21,7 @@ pub mod union;
 pub mod values;
 pub mod window_bounds;
 pub mod window_rows;
+pub mod window_session;
 pub mod window_time;
 
 use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};

@@ -453,22 +453,36 @@ impl Converter<'_> {
                 WindowSpec::RangeSlide { range, slide }
             }
             WindowKind::PartitionRows(cols, n) => {
-                let schema = source.schema();
-                let mut by = Vec::new();
-                for (c, span) in cols {
-                    let idx =
-                        schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
-                            WeirError::plan_at(
-                                format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
-                                *span,
-                            )
-                        })?;
-                    by.push(idx);
+                WindowSpec::PartitionRows { by: partition_indices(w, source, cols)?, rows: *n }
+            }
+            WindowKind::Session { column, gap, by } => {
+                if let Some(column) = column {
+                    self.check_descriptor(w, source, column)?;
                 }
-                WindowSpec::PartitionRows { by, rows: *n }
+                WindowSpec::Session { gap: ticks(*gap)?, by: partition_indices(w, source, by)? }
             }
         })
     }
+}
+
+/// The input positions of a window's PARTITION BY columns.
+fn partition_indices(
+    w: &WindowAst,
+    source: &LogicalPlan,
+    cols: &[(String, Option<weir_common::Span>)],
+) -> Result<Vec<usize>> {
+    let schema = source.schema();
+    let mut by = Vec::new();
+    for (c, span) in cols {
+        let idx = schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
+            WeirError::plan_at(
+                format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
+                *span,
+            )
+        })?;
+        by.push(idx);
+    }
+    Ok(by)
 }
 
 impl Converter<'_> {
@@ -561,7 +575,7 @@ impl Converter<'_> {
         }))
     }
 
-    /// TUMBLE/HOP's DESCRIPTOR names the stream's event-time column: windows run on event time.
+    /// TUMBLE/HOP/SESSION's DESCRIPTOR names the stream's event-time column: windows run on event time.
     fn check_descriptor(&self, w: &WindowAst, source: &LogicalPlan, column: &str) -> Result<()> {
         match source {
             LogicalPlan::StreamScan { schema, time_column, .. } => {
@@ -578,10 +592,16 @@ impl Converter<'_> {
                     ))
                 }
             }
-            _ => Err(WeirError::plan_at(
-                format!("TUMBLE and HOP apply to base streams; '{}' is a view", w.stream),
-                w.span,
-            )),
+            _ => {
+                let function = match w.kind {
+                    WindowKind::Session { .. } => "SESSION applies",
+                    _ => "TUMBLE and HOP apply",
+                };
+                Err(WeirError::plan_at(
+                    format!("{function} to base streams; '{}' is a view", w.stream),
+                    w.span,
+                ))
+            }
         }
     }
 }

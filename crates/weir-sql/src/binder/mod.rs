@@ -677,9 +677,9 @@ impl<'a> Binder<'a> {
                     ))
                 }
                 // TUMBLE and HOP map each row of a relation to its windows (see `convert`).
-                Some(CatalogEntry::Table(_)) if w.kind.has_bounds_columns() => {}
+                Some(CatalogEntry::Table(_)) if w.kind.maps_relations() => {}
                 Some(CatalogEntry::View(v))
-                    if v.kind() == PlanKind::Relation && w.kind.has_bounds_columns() => {}
+                    if v.kind() == PlanKind::Relation && w.kind.maps_relations() => {}
                 Some(CatalogEntry::Table(_)) => {
                     return Err(WeirError::plan_at(
                         format!("window over a relation: '{}' is a table, not a stream", w.stream),

@@ -100,13 +100,42 @@ pub enum WindowKind {
         slide: Duration,
         size: Duration,
     },
+    /// Session windows with `gap`, per group of equal `by` columns: the CQL form
+    /// `s [SESSION gap [PARTITION BY k, ...]]` (`column` is `None`), or the table function
+    /// `TABLE(SESSION(TABLE s [PARTITION BY k, ...], DESCRIPTOR(col), gap))`, which adds
+    /// `window_start` and `window_end` columns.
+    Session {
+        column: Option<String>,
+        gap: Duration,
+        by: Vec<(String, Option<Span>)>,
+    },
 }
 
 impl WindowKind {
     /// Whether the window adds `window_start` and `window_end` columns (the table functions).
     pub fn has_bounds_columns(&self) -> bool {
+        matches!(
+            self,
+            WindowKind::Tumble { .. }
+                | WindowKind::Hop { .. }
+                | WindowKind::Session { column: Some(_), .. }
+        )
+    }
+
+    /// Whether the window also applies to a relation (a table or a relation view), mapping
+    /// each row to its windows: `TUMBLE` and `HOP`.
+    pub fn maps_relations(&self) -> bool {
         matches!(self, WindowKind::Tumble { .. } | WindowKind::Hop { .. })
     }
+}
+
+/// `PARTITION BY a, b` (with a leading space), or nothing for no columns.
+fn partition_clause(by: &[(String, Option<Span>)]) -> String {
+    if by.is_empty() {
+        return String::new();
+    }
+    let cols: Vec<&str> = by.iter().map(|(c, _)| c.as_str()).collect();
+    format!(" PARTITION BY {}", cols.join(", "))
 }
 
 /// A window after a stream name, with the synthetic name that replaced it in the SQL.
@@ -283,6 +312,14 @@ impl std::fmt::Display for WindowKind {
             WindowKind::Hop { column, slide, size } => {
                 write!(f, "HOP(DESCRIPTOR({column}), {slide}, {size})")
             }
+            WindowKind::Session { column: None, gap, by } => {
+                write!(f, "[SESSION {gap}{}]", partition_clause(by))
+            }
+            WindowKind::Session { column: Some(column), gap, by } => {
+                let by = partition_clause(by);
+                let by = if by.is_empty() { by } else { format!("{}, ", by.trim_start()) };
+                write!(f, "SESSION({by}DESCRIPTOR({column}), {gap})")
+            }
         }
     }
 }
@@ -316,6 +353,11 @@ impl std::fmt::Display for CqlQuery {
                 WindowKind::Hop { column, slide, size } => {
                     format!("TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}))", w.stream)
                 }
+                WindowKind::Session { column: Some(column), gap, by } => format!(
+                    "TABLE(SESSION(TABLE {}{}, DESCRIPTOR({column}), {gap}))",
+                    w.stream,
+                    partition_clause(by)
+                ),
                 kind => format!("{} {kind}", w.stream),
             };
             text = text.replace(&w.synthetic, &replacement);

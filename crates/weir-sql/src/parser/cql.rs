@@ -7,10 +7,10 @@ use sqlparser::tokenizer::{Token, TokenWithSpan};
 use weir_common::{Result, Span, WeirError};
 use weir_plan::R2S;
 
-use super::ast::{CqlQuery, WindowAst, WindowKind};
+use super::ast::{CqlQuery, Duration, WindowAst, WindowKind};
 use super::time::parse_duration;
 use super::tokens::{
-    ident_name, matching, sql_err, sub_parser, tok_span, word_is, word_token, Cursor,
+    ident_name, matching, span_of, sql_err, sub_parser, tok_span, word_is, word_token, Cursor,
 };
 
 /// Prefix of the synthetic table names that stand for windowed streams.
@@ -23,7 +23,7 @@ fn parse_window(
     close: &TokenWithSpan,
 ) -> Result<WindowKind> {
     let mut c = Cursor::new(toks).followed_by(close);
-    let expected = "UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY in the window";
+    let expected = "UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION in the window";
     if c.at_end() {
         return Err(WeirError::syntax_at(
             format!("expected {expected}, found ']'"),
@@ -55,6 +55,15 @@ fn parse_window(
         }
         c.expect_word("ROWS")?;
         WindowKind::PartitionRows(cols, rows_count(&mut c)?)
+    } else if c.eat_word("SESSION") {
+        let gap = session_gap(&mut c, &["PARTITION"])?;
+        let by = if c.eat_word("PARTITION") {
+            c.expect_word("BY")?;
+            partition_columns(&mut c)?
+        } else {
+            vec![]
+        };
+        WindowKind::Session { column: None, gap, by }
     } else {
         return Err(c.err(expected));
     };
@@ -104,6 +113,73 @@ fn parse_window_function(
     c.expect(&Token::RParen, "')'")?;
     c.end()?;
     Ok((stream, kind))
+}
+
+/// What `TABLE(SESSION(...))` takes, for its errors.
+const SESSION_ARGS: &str =
+    "SESSION expects (TABLE stream [PARTITION BY cols], DESCRIPTOR(time_column), INTERVAL gap)";
+
+/// `SESSION(TABLE s [PARTITION BY k, ...], DESCRIPTOR(col), gap)`, the tokens inside Flink's
+/// `TABLE( ... )`. A syntax error names the function and what it takes.
+fn parse_session_function(
+    toks: &[TokenWithSpan],
+    close: &TokenWithSpan,
+) -> Result<(String, WindowKind)> {
+    let mut c = Cursor::new(toks).followed_by(close);
+    let args = |c: &mut Cursor| -> Result<(String, WindowKind)> {
+        c.expect_word("SESSION")?;
+        c.expect(&Token::LParen, "'('")?;
+        c.expect_word("TABLE")?;
+        let (stream, _) = c.ident("a stream name")?;
+        let by = if c.eat_word("PARTITION") {
+            c.expect_word("BY")?;
+            partition_columns(c)?
+        } else {
+            vec![]
+        };
+        c.expect(&Token::Comma, "','")?;
+        c.expect_word("DESCRIPTOR")?;
+        c.expect(&Token::LParen, "'('")?;
+        let (column, _) = c.ident("the time column")?;
+        c.expect(&Token::RParen, "')'")?;
+        c.expect(&Token::Comma, "','")?;
+        let gap = session_gap(c, &[])?;
+        c.expect(&Token::RParen, "')'")?;
+        c.end()?;
+        Ok((stream, WindowKind::Session { column: Some(column), gap, by }))
+    };
+    args(&mut c).map_err(|e| match e {
+        WeirError::Syntax(mut d) => {
+            d.message = format!("{SESSION_ARGS}: {}", d.message);
+            WeirError::Syntax(d)
+        }
+        e => e,
+    })
+}
+
+/// `a, b, ...` after PARTITION BY.
+fn partition_columns(c: &mut Cursor) -> Result<Vec<(String, Option<Span>)>> {
+    let mut cols = vec![c.ident("a partition column")?];
+    while c.eat(&Token::Comma) {
+        if c.peek_word("DESCRIPTOR") {
+            c.pos_back();
+            break;
+        }
+        cols.push(c.ident("a partition column")?);
+    }
+    Ok(cols)
+}
+
+/// A session's gap: a duration that must be positive (an error at the duration otherwise).
+fn session_gap(c: &mut Cursor, then: &[&str]) -> Result<Duration> {
+    let from = c.pos;
+    let gap = parse_duration(c, then)?;
+    let (Duration::Ticks(v) | Duration::Micros(v)) = gap;
+    if v <= 0 {
+        let span = span_of(&c.toks[from..c.pos.min(c.toks.len())]);
+        return Err(WeirError::plan_at("a SESSION gap must be positive", span));
+    }
+    Ok(gap)
 }
 
 fn rows_count(c: &mut Cursor) -> Result<u64> {
@@ -261,15 +337,20 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 if in_from.last() == Some(&From::In)
                     && w.value.eq_ignore_ascii_case("TABLE")
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
-                    && toks
-                        .get(i + 2)
-                        .is_some_and(|t| word_is(t, "TUMBLE") || word_is(t, "HOP")) =>
+                    && toks.get(i + 2).is_some_and(|t| {
+                        ["TUMBLE", "HOP", "SESSION"].iter().any(|f| word_is(t, f))
+                    }) =>
             {
                 let close =
                     matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
                         WeirError::syntax_at("TABLE( is never closed: expected ')'", tok_span(t))
                     })?;
-                let (stream, kind) = parse_window_function(&toks[i + 2..close], &toks[close])?;
+                let inner = &toks[i + 2..close];
+                let (stream, kind) = if word_is(&toks[i + 2], "SESSION") {
+                    parse_session_function(inner, &toks[close])?
+                } else {
+                    parse_window_function(inner, &toks[close])?
+                };
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
                 let span = Span::from_sql(sqlparser::tokenizer::Span::new(
                     t.span.start,
@@ -282,11 +363,13 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 continue;
             }
             // RisingWave's form, without TABLE( ... ) around it: `FROM TUMBLE(t, ts, size)`.
+            // `FROM SESSION(...)` takes Flink's arguments (and says so when they are wrong).
             Token::Word(w)
                 if in_from.last() == Some(&From::In)
                     && w.quote_style.is_none()
-                    && (w.value.eq_ignore_ascii_case("TUMBLE")
-                        || w.value.eq_ignore_ascii_case("HOP"))
+                    && ["TUMBLE", "HOP", "SESSION"]
+                        .iter()
+                        .any(|f| w.value.eq_ignore_ascii_case(f))
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen) =>
             {
                 let close =
@@ -297,7 +380,11 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                         )
                     })?;
                 let end = toks.get(close + 1).unwrap_or(&toks[close]);
-                let (stream, kind) = parse_window_function(&toks[i..=close], end)?;
+                let (stream, kind) = if w.value.eq_ignore_ascii_case("SESSION") {
+                    parse_session_function(&toks[i..=close], end)?
+                } else {
+                    parse_window_function(&toks[i..=close], end)?
+                };
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
                 let span = Span::from_sql(sqlparser::tokenizer::Span::new(
                     t.span.start,
@@ -447,9 +534,40 @@ mod tests {
             "WITH g AS (SELECT k FROM s [RANGE 2]) SELECT ISTREAM k FROM g",
             "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
             "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
+            "SELECT ISTREAM k, COUNT(*) FROM s [SESSION 30 SECONDS PARTITION BY k, j] GROUP BY k",
+            "SELECT * FROM s [SESSION 5] AS x",
+            "SELECT window_start FROM TABLE(SESSION(TABLE e PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND)) AS w",
+            "SELECT * FROM TABLE(SESSION(TABLE e, DESCRIPTOR(ts), 5))",
         ] {
             round_trip(sql);
         }
+    }
+
+    /// Both forms of a session window: the table function (with bounds columns) and CQL's.
+    #[test]
+    fn session_windows_parse() {
+        let q =
+            query("SELECT * FROM TABLE(SESSION(TABLE e PARTITION BY a, b, DESCRIPTOR(ts), 7)) w");
+        assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 w");
+        assert_eq!(q.windows[0].stream, "e");
+        let WindowKind::Session { column, gap, by } = &q.windows[0].kind else {
+            panic!("{:?}", q.windows[0].kind)
+        };
+        assert_eq!((column.as_deref(), *gap), (Some("ts"), Duration::Ticks(7)));
+        assert_eq!(by.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert!(q.windows[0].kind.has_bounds_columns());
+        let q = query("SELECT * FROM e [SESSION 2 SECONDS]");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Session { column: None, gap: Duration::Micros(2_000_000), by: vec![] }
+        );
+        assert!(!q.windows[0].kind.has_bounds_columns());
+        let e = crate::parser::parse_script("SELECT * FROM TABLE(SESSION(TABLE e, ts, 5))")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SESSION expects (TABLE stream [PARTITION BY cols]"), "{e}");
+        let e = crate::parser::parse_script("SELECT * FROM e [SESSION 0]").unwrap_err().to_string();
+        assert!(e.contains("a SESSION gap must be positive"), "{e}");
     }
 
     /// RisingWave's spelling, `TUMBLE(t, col, size)` and `HOP(t, col, slide, size)` in FROM,
@@ -495,6 +613,8 @@ mod tests {
                 (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
                 (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
                 (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
+                (1i64..100).prop_map(|g| format!("[SESSION {g}]")),
+                (1i64..10).prop_map(|g| format!("[SESSION {g} SECONDS PARTITION BY k, j]")),
             ]
         }
 
@@ -539,6 +659,7 @@ mod tests {
                 Just("STREAM"), Just("WATERMARK"), Just("FOR"), Just("t"), Just("-"), Just(";"),
                 Just("ADVANCE"), Just("TO"), Just("CLOSE"), Just("AT"), Just("INSERT"),
                 Just("INTO"), Just("VALUES"), Just("NOW"), Just("UNBOUNDED"), Just("*"),
+                Just("SESSION"), Just("DESCRIPTOR"), Just("TABLE"), Just("TABLE(SESSION(TABLE s"),
             ], 0..25)) {
                 let _ = crate::parser::parse_script(&words.join(" "));
             }

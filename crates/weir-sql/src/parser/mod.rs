@@ -408,7 +408,7 @@ mod tests {
         assert!(e.contains("expected a duration"), "{e}");
         assert!(e.contains("found ']' at line 1, column 23"), "{e}");
         let e = parse_script("SELECT * FROM s [FOO 3]").unwrap_err().to_string();
-        assert!(e.contains("expected UNBOUNDED, NOW, RANGE, ROWS or PARTITION BY"), "{e}");
+        assert!(e.contains("expected UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION"), "{e}");
         let e = parse_script("SELECT a FROM s WHERE").unwrap_err().to_string();
         assert!(e.contains("expected an expression"), "{e}");
         assert!(e.contains("^"), "{e}");

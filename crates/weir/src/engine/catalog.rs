@@ -127,7 +127,7 @@ impl Catalog {
         // TUMBLE/HOP over a table is a one-shot relation like the table; over a stream, the
         // stream's name makes the query continuous.
         q.r2s.is_some()
-            || q.windows.iter().any(|w| !w.kind.has_bounds_columns())
+            || q.windows.iter().any(|w| !w.kind.maps_relations())
             || referenced_names(q).iter().any(|n| {
                 self.streams.contains_key(n)
                     || self.views.get(n).is_some_and(|v| v.def.kind() == PlanKind::Stream)
