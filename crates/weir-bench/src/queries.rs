@@ -69,6 +69,11 @@ pub enum Query {
     TumbleCql,
     /// [`Query::Hop`]'s aggregate over `[RANGE 10 SECONDS SLIDE 2 SECONDS]`, a relation.
     HopCql,
+    /// The bid count and highest price per auction so far in each 10 s period, every 2 s:
+    /// `TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), 2 s, 10 s))` grouped by
+    /// `window_start, window_end, auction`, `ISTREAM` (Flink's cumulating window). Evaluated
+    /// over shared slices: a bid enters the aggregate once, not once per window.
+    Cumulate,
 }
 
 /// Window sizes, in microseconds.
@@ -99,7 +104,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 16] = [
+    pub const ALL: [Query; 17] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -116,6 +121,7 @@ impl Query {
         Query::Hop,
         Query::TumbleCql,
         Query::HopCql,
+        Query::Cumulate,
     ];
 
     pub fn parse(name: &str) -> Option<Query> {
@@ -140,6 +146,7 @@ impl Query {
             Query::Hop => "hop",
             Query::TumbleCql => "tumble_cql",
             Query::HopCql => "hop_cql",
+            Query::Cumulate => "cumulate",
         }
     }
 
@@ -156,7 +163,8 @@ impl Query {
             | Query::Tumble
             | Query::Hop
             | Query::TumbleCql
-            | Query::HopCql => &["bid"],
+            | Query::HopCql
+            | Query::Cumulate => &["bid"],
             Query::Q3 | Query::Q8 => &["person", "auction"],
             Query::Q4 | Query::Q6 | Query::Q9 => &["auction", "bid"],
         }
@@ -263,6 +271,14 @@ impl Query {
                 "SELECT auction, COUNT(*) AS cnt FROM bid [RANGE {r} SLIDE {s}] GROUP BY auction",
                 r = us(p.q5_range),
                 s = us(p.q5_slide)
+            ),
+            Query::Cumulate => format!(
+                "SELECT ISTREAM window_start, window_end, auction, COUNT(*) AS cnt, \
+                   MAX(price) AS max_price \
+                 FROM TABLE(CUMULATE(TABLE bid, DESCRIPTOR(date_time), {s}, {w})) \
+                 GROUP BY window_start, window_end, auction",
+                s = us(p.q5_slide),
+                w = us(p.tumble)
             ),
         }
     }

@@ -359,6 +359,26 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Cumulate => {
+            // Windows [w, b) with b a multiple of the step and w the start of the size-long
+            // period that holds b − 1, current from b − 1; ISTREAM of the groups per window.
+            let (step, size) = (p.q5_slide, p.tumble);
+            differentiate(&boundaries(first, last, size, step), false, |tau| {
+                let b = step * (tau + 1).div_euclid(step);
+                let w = size * (b - 1).div_euclid(size);
+                let mut per: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+                for bid in bids.iter().filter(|x| x.date_time >= w && x.date_time < b) {
+                    let e = per.entry(bid.auction).or_insert((0, i64::MIN));
+                    e.0 += 1;
+                    e.1 = e.1.max(bid.price);
+                }
+                let mut bag = Bag::new();
+                for (a, (n, top)) in per {
+                    add(&mut bag, vec![ts(w), ts(b), int(a), int(n), int(top)]);
+                }
+                bag
+            })
+        }
         Query::Q7 => {
             let w = p.tumble;
             differentiate(&boundaries(first, last, w, w), false, |tau| {
@@ -458,6 +478,11 @@ fn tumble_and_hop_table_functions_and_their_cql_windows_count_bids_per_auction()
     for q in [Query::Tumble, Query::Hop, Query::TumbleCql, Query::HopCql] {
         check(q, 3000);
     }
+}
+
+#[test]
+fn cumulate_counts_bids_per_auction_so_far_in_each_period() {
+    check(Query::Cumulate, 3000);
 }
 
 #[test]

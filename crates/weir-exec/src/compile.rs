@@ -121,6 +121,46 @@ fn session_window(
     Ok(Box::new(SessionWindow::new(gap, by.to_vec(), bounds_columns, schema)?))
 }
 
+/// The bounds of a window that TUMBLE/HOP/CUMULATE's bounds columns can follow.
+#[inline(never)]
+fn time_bounds(spec: &WindowSpec) -> Result<TimeBounds> {
+    match spec {
+        WindowSpec::RangeSlide { range, slide } => {
+            Ok(TimeBounds::Slide { range: *range, slide: *slide })
+        }
+        WindowSpec::Cumulate { step, size } => {
+            if *step <= 0 || *size <= 0 || size % step != 0 {
+                return Err(WeirError::internal("a cumulating window out of shape"));
+            }
+            Ok(TimeBounds::Cumulate { step: *step, size: *size })
+        }
+        _ => Err(WeirError::internal("window bounds columns without RANGE ... SLIDE or CUMULATE")),
+    }
+}
+
+/// A time window whose rows carry `window_start` and `window_end` (TUMBLE/HOP/CUMULATE).
+#[inline(never)]
+fn bounds_time_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(TimeWindow::with_bounds_columns(time_bounds(spec)?, schema)))
+}
+
+/// A time window without bounds columns for `spec` (a cumulating window's plain form).
+#[inline(never)]
+fn plain_time_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(TimeWindow::new(time_bounds(spec)?, schema)))
+}
+
+/// A [`WindowBounds`] operator for `spec` (its own function, so that [`build`]'s frame stays
+/// small).
+#[inline(never)]
+fn window_bounds(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(match time_bounds(spec)? {
+        TimeBounds::Cumulate { step, size } => WindowBounds::cumulate(step, size, schema)?,
+        TimeBounds::Slide { range, slide } => WindowBounds::new(range, slide, schema)?,
+        _ => return Err(WeirError::internal("window bounds of a window that does not move")),
+    }))
+}
+
 /// The operator for one plan node (its inputs are the nodes of [`LogicalPlan::inputs`]).
 #[inline(never)]
 fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
@@ -132,16 +172,8 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         LogicalPlan::Window { spec: WindowSpec::Session { gap, by }, bounds_columns, .. } => {
             session_window(*gap, by, *bounds_columns, schema)?
         }
-        LogicalPlan::Window { spec, bounds_columns: true, .. } => {
-            let WindowSpec::RangeSlide { range, slide } = spec else {
-                return Err(WeirError::internal("window bounds columns without RANGE ... SLIDE"));
-            };
-            let bounds = TimeBounds::Slide { range: *range, slide: *slide };
-            Box::new(TimeWindow::with_bounds_columns(bounds, schema))
-        }
-        LogicalPlan::WindowBounds { range, slide, .. } => {
-            Box::new(WindowBounds::new(*range, *slide, schema)?)
-        }
+        LogicalPlan::Window { spec, bounds_columns: true, .. } => bounds_time_window(spec, schema)?,
+        LogicalPlan::WindowBounds { spec, .. } => window_bounds(spec, schema)?,
         LogicalPlan::Window { spec, .. } => match spec {
             WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),
             WindowSpec::Now => Box::new(TimeWindow::new(TimeBounds::Range(1), schema)),
@@ -157,6 +189,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             WindowSpec::Session { .. } => {
                 return Err(WeirError::internal("a session window missed its own arm"))
             }
+            WindowSpec::Cumulate { .. } => plain_time_window(spec, schema)?,
         },
         LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(
             crate::ops::time_windows::TimeWindows::new(*column, *size, *slide, schema)?,

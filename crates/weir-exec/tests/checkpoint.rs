@@ -254,6 +254,9 @@ const WINDOWS: &[&str] = &[
     "SELECT * FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 2))",
     "SELECT ISTREAM k, window_start, window_end, COUNT(*), SUM(v) FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 3)) GROUP BY k, window_start, window_end",
     "SELECT RSTREAM k, v FROM s [SESSION 2]",
+    "SELECT k, v, window_start, window_end FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 2, 6))",
+    "SELECT ISTREAM window_start, window_end, k, COUNT(*), SUM(v) FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 1, 4)) GROUP BY window_start, window_end, k",
+    "SELECT window_end, MAX(v) FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 2, 4)) WHERE window_start < window_end GROUP BY window_end",
 ];
 
 const AGGREGATES: &[&str] = &[

@@ -90,14 +90,10 @@ fn label(plan: &LogicalPlan) -> String {
                 )
             }
         }
-        LogicalPlan::WindowBounds { range, slide, input, .. } => {
+        LogicalPlan::WindowBounds { spec, input, .. } => {
             let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
-            let d = |t| LogicalPlan::duration_label(t, domain);
-            format!(
-                "WindowBounds: window_start, window_end of [RANGE {} SLIDE {}]",
-                d(*range),
-                d(*slide)
-            )
+            let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
+            format!("WindowBounds: window_start, window_end of [{label}]")
         }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {

@@ -44,6 +44,12 @@ pub enum WindowSpec {
     /// of elements each less than `gap` after the one before, [first, last + gap). R(τ)
     /// holds the elements of the sessions whose last tick, last + gap − 1, is τ.
     Session { gap: Time, by: Vec<usize> },
+    /// Cumulating windows: each period [k·size, (k+1)·size) is cut into slices of `step`
+    /// ticks (`size` a multiple of `step`), and its windows are [k·size, k·size + j·step),
+    /// j = 1..size/step, each the union of its first j slices. Elements with timestamp in
+    /// [w, b), b = step·⌊(τ+1)/step⌋ and w = size·⌊(b−1)/size⌋: window [w, b) becomes
+    /// current at its last tick b−1, like a `[RANGE T SLIDE S]` window.
+    Cumulate { step: Time, size: Time },
 }
 
 impl WindowSpec {
@@ -70,6 +76,9 @@ impl WindowSpec {
                 let cols: Vec<&str> =
                     by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
                 format!("SESSION {} PARTITION BY {}", d(*gap), cols.join(", "))
+            }
+            WindowSpec::Cumulate { step, size } => {
+                format!("CUMULATE STEP {} SIZE {}", d(*step), d(*size))
             }
         }
     }
@@ -535,13 +544,14 @@ pub enum LogicalPlan {
         input: Arc<LogicalPlan>,
         schema: DFSchemaRef,
     },
-    /// The input relation with `window_start` and `window_end` appended: the bounds [b − `range`,
-    /// b) of the `[RANGE range SLIDE slide]` window current at each instant (b = slide ·
-    /// ⌊(τ+1)/slide⌋), as the last two columns of `schema`. Where the window moves, every row
-    /// is retracted with the old bounds and inserted with the new. The planner puts it above an
-    /// aggregate per TUMBLE/HOP window computed over the plain window (see
-    /// [`crate::window_bounds`]), whose input changes only where the window moves.
-    WindowBounds { range: Time, slide: Time, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// The input relation with `window_start` and `window_end` appended: the bounds of the
+    /// window `spec` (`[RANGE range SLIDE slide]`, [b − range, b) with b = slide ·
+    /// ⌊(τ+1)/slide⌋, or a cumulating window) current at each instant, as the last two
+    /// columns of `schema`. Where the window moves, every row is retracted with the old bounds
+    /// and inserted with the new. The planner puts it above an aggregate per TUMBLE/HOP/CUMULATE
+    /// window computed over the plain window (see [`crate::window_bounds`]), whose input
+    /// changes only where the window moves.
+    WindowBounds { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -776,14 +786,11 @@ impl LogicalPlan {
                     schema: schema.clone(),
                 }
             }
-            LogicalPlan::WindowBounds { range, slide, input, schema } => {
-                LogicalPlan::WindowBounds {
-                    range: *range,
-                    slide: *slide,
-                    input: m(input),
-                    schema: schema.clone(),
-                }
-            }
+            LogicalPlan::WindowBounds { spec, input, schema } => LogicalPlan::WindowBounds {
+                spec: spec.clone(),
+                input: m(input),
+                schema: schema.clone(),
+            },
             LogicalPlan::Filter { predicate, input } => {
                 LogicalPlan::Filter { predicate: f(predicate), input: m(input) }
             }
@@ -977,7 +984,7 @@ impl LogicalPlan {
     }
 
     /// A duration in `domain`'s units as EXPLAIN prints it (`5`, `10 SECONDS`).
-    pub(crate) fn duration_label(t: Time, domain: TimeDomain) -> String {
+    pub fn duration_label(t: Time, domain: TimeDomain) -> String {
         match domain {
             TimeDomain::Ticks => t.to_string(),
             TimeDomain::Micros => format_micros_duration(t),

@@ -90,10 +90,9 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
-        LogicalPlan::WindowBounds { range, slide, input, schema: s } => {
+        LogicalPlan::WindowBounds { spec, input, schema: s } => {
             unchanged(LogicalPlan::WindowBounds {
-                range: *range,
-                slide: *slide,
+                spec: spec.clone(),
                 input: whole(input)?,
                 schema: s.clone(),
             })

@@ -1,4 +1,5 @@
-//! Aggregates per TUMBLE/HOP window, computed over the plain window with the bounds added after.
+//! Aggregates per TUMBLE/HOP/CUMULATE window, computed over the plain window with the bounds
+//! added after.
 //!
 //! `TUMBLE(TABLE s, DESCRIPTOR(ts), T)` is `s [RANGE T SLIDE T]` with two more columns,
 //! `window_start` and `window_end`, the bounds of the window current at each instant. Every row
@@ -7,6 +8,13 @@
 //! bounds). An aggregate grouped by those columns therefore sees each element retracted and
 //! inserted once per window it is in (`size / slide` times for `HOP`), where the same aggregate
 //! over the plain window sees it enter once and leave once.
+//!
+//! `CUMULATE(TABLE s, DESCRIPTOR(ts), step, size)` is the same with a cumulating window: its
+//! windows [k·size, k·size + j·step) grow one slice of `step` ticks at a time, so with the
+//! bounds on every row an element is retracted and inserted once per window it is in (up to
+//! `size / step` times); over the plain cumulating window it enters once (at the end of its
+//! slice) and leaves once (when the next period's first window becomes current). The rewrite
+//! below is the same for both kinds of window.
 //!
 //! [`lift_window_bounds`] rewrites
 //!
@@ -105,8 +113,8 @@ fn reads_no_bound(e: &Expr, schema: &DFSchema, bounds: &Bounds) -> bool {
 struct Lifted {
     plan: Arc<LogicalPlan>,
     bounds: Bounds,
-    range: i64,
-    slide: i64,
+    /// The window (`[RANGE T SLIDE S]` or cumulating).
+    spec: WindowSpec,
     /// The window's two bounds fields (qualifier and field), for the rebuilt output.
     fields: Vec<(Option<TableReference>, Arc<arrow::datatypes::Field>)>,
 }
@@ -119,7 +127,7 @@ fn without(schema: &DFSchemaRef, drop: &Cols) -> Result<DFSchemaRef> {
 fn lift_chain(plan: &Arc<LogicalPlan>) -> Result<Option<Lifted>> {
     Ok(match plan.as_ref() {
         LogicalPlan::Window {
-            spec: WindowSpec::RangeSlide { range, slide },
+            spec: spec @ (WindowSpec::RangeSlide { .. } | WindowSpec::Cumulate { .. }),
             input,
             schema,
             bounds_columns: true,
@@ -136,12 +144,12 @@ fn lift_chain(plan: &Arc<LogicalPlan>) -> Result<Option<Lifted>> {
                 })
                 .collect();
             let plain = LogicalPlan::Window {
-                spec: WindowSpec::RangeSlide { range: *range, slide: *slide },
+                spec: spec.clone(),
                 input: input.clone(),
                 schema: without(schema, &bounds.positions())?,
                 bounds_columns: false,
             };
-            Some(Lifted { plan: Arc::new(plain), bounds, range: *range, slide: *slide, fields })
+            Some(Lifted { plan: Arc::new(plain), bounds, spec: spec.clone(), fields })
         }
         LogicalPlan::Filter { predicate, input } => {
             let Some(l) = lift_chain(input)? else { return Ok(None) };
@@ -252,8 +260,7 @@ fn lift(
             .map_err(|e| WeirError::internal(format!("window bounds: {e}")))?,
     );
     let bounded = Arc::new(LogicalPlan::WindowBounds {
-        range: l.range,
-        slide: l.slide,
+        spec: l.spec,
         input: aggregate,
         schema: bounds_schema.clone(),
     });

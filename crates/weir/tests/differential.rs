@@ -13,7 +13,8 @@
 //!   `[RANGE T SLIDE S]` = stamped in [b−T, b), b = S·⌊(τ+1)/S⌋; `[ROWS N]` = the last N of S(≤τ)
 //!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k; the window table
 //!   function `HOP(TABLE s, DESCRIPTOR(t), S, T)` = `[RANGE T SLIDE S]` with the bounds
-//!   (b−T, b) on every row;
+//!   (b−T, b) on every row; `CUMULATE(TABLE s, DESCRIPTOR(t), step, size)` = stamped in [w, b),
+//!   b = step·⌊(τ+1)/step⌋, w = size·⌊(b−1)/size⌋, with the bounds (w, b) on every row;
 //! - relational operators evaluated on the instantaneous bags, with SQL NULL semantics
 //!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
 //!   FILTER (WHERE ...) on them (only rows whose condition is true), BOOL_AND/BOOL_OR (NULLs
@@ -120,6 +121,8 @@ enum Win {
     Session(i64),
     /// `[SESSION gap]`: one sequence of sessions over every key.
     SessionAll(i64),
+    /// `CUMULATE(TABLE s, DESCRIPTOR(t), step, size)` (only as the table function).
+    Cumulate(i64, i64),
 }
 
 const WINDOWS: &[Win] = &[
@@ -149,6 +152,7 @@ impl Win {
             Win::PartRows(n) => format!("[PARTITION BY k ROWS {n}]"),
             Win::Session(g) => format!("[SESSION {g} PARTITION BY k]"),
             Win::SessionAll(g) => format!("[SESSION {g}]"),
+            Win::Cumulate(..) => unreachable!("cumulating windows are written as CUMULATE(...)"),
         }
     }
 
@@ -160,6 +164,7 @@ impl Win {
             Win::Range(t) => t,
             Win::Slide(t, s) => t + s,
             Win::Session(g) | Win::SessionAll(g) => g,
+            Win::Cumulate(step, size) => size + step,
         }
     }
 
@@ -178,6 +183,10 @@ impl Win {
                 let (r, s) = (i128::from(r), i128::from(s));
                 let b = s * (i128::from(tau) + 1).div_euclid(s);
                 (0..els.len()).filter(|&i| (b - r..b).contains(&i128::from(els[i].t))).collect()
+            }
+            Win::Cumulate(step, size) => {
+                let (lo, hi) = cumulate_bounds(step, size, tau);
+                (0..els.len()).filter(|&i| (lo..hi).contains(&i128::from(els[i].t))).collect()
             }
             Win::Rows(n) => last_n(els, upto, n),
             Win::PartRows(n) => {
@@ -210,6 +219,20 @@ impl Win {
     fn contents(self, els: &[El], tau: i64) -> Vec<El> {
         self.positions(els, tau).into_iter().map(|i| els[i]).collect()
     }
+}
+
+/// The cumulating window current at τ: [w, b) with b = step·⌊(τ+1)/step⌋ (its end, the last
+/// multiple of step at or before τ+1) and w = size·⌊(b−1)/size⌋ (the start of the period that
+/// holds b−1). In i128: near the ends of the i64 domain the bounds leave it.
+fn cumulate_bounds(step: i64, size: i64, tau: i64) -> (i128, i128) {
+    let (step, size) = (i128::from(step), i128::from(size));
+    let b = step * (i128::from(tau) + 1).div_euclid(step);
+    (size * (b - 1).div_euclid(size), b)
+}
+
+/// A bound as Weir shows it: clamped to the i64 domain.
+fn clamped(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 /// A session: [start, end) and the positions of its elements.
@@ -621,6 +644,74 @@ fn q_session_tvf(gap: i64, by_key: bool) -> Case {
                 }))
         }),
     )
+}
+
+/// Every row of the `CUMULATE` table function: at τ, the elements stamped in the cumulating
+/// window current at τ (see [`cumulate_bounds`]), each with the window's bounds.
+fn q_cumulate_rows(step: i64, size: i64) -> Case {
+    let sql = format!(
+        "SELECT k, v, window_start, window_end FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}))"
+    );
+    let w = Win::Cumulate(step, size);
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let (lo, hi) = cumulate_bounds(step, size, tau);
+            let (lo, hi) = (int(clamped(lo)), int(clamped(hi)));
+            bag(s_at(w, i, tau).iter().map(|e| vec![int(e.k), txt(e.v), lo.clone(), hi.clone()]))
+        }),
+    )
+}
+
+/// An aggregate per cumulating window grouped by its bounds (and k with `by_key`): at τ, the
+/// groups of the current window's elements, each with the window's bounds; without `by_key`,
+/// one row per non-empty window. `reads_bounds` adds an always-true filter on the bounds, which
+/// keeps them on every row (the plan without WindowBounds): the same oracle.
+fn q_cumulate_tvf(step: i64, size: i64, by_key: bool, reads_bounds: bool) -> Case {
+    let tvf = format!("TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}))");
+    let filter = if reads_bounds { " WHERE window_end > window_start" } else { "" };
+    let sql = if by_key {
+        format!(
+            "SELECT window_start, window_end, k, COUNT(*), SUM(v) FROM {tvf}{filter} \
+             GROUP BY window_start, window_end, k"
+        )
+    } else {
+        format!("SELECT window_end, COUNT(*), MAX(v) FROM {tvf}{filter} GROUP BY window_end")
+    };
+    let w = Win::Cumulate(step, size);
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let rows = s_at(w, i, tau);
+            let (lo, hi) = cumulate_bounds(step, size, tau);
+            let (lo, hi) = (clamped(lo), clamped(hi));
+            if by_key {
+                bag(groups_of(rows).into_iter().map(|(k, es)| {
+                    let vs: Vec<Option<i64>> = es.iter().map(|e| e.v).collect();
+                    vec![int(lo), int(hi), int(k), int(es.len() as i64), sum(&vs)]
+                }))
+            } else if rows.is_empty() {
+                Bag::new()
+            } else {
+                let vs: Vec<Option<i64>> = rows.iter().map(|e| e.v).collect();
+                bag([vec![int(hi), int(rows.len() as i64), max(&vs)]])
+            }
+        }),
+    )
+}
+
+/// The cumulating-window cases: every row, and aggregates per window by key, by the window
+/// alone, and read the general way.
+fn check_cumulate(step: i64, size: i64, input: &Input) -> Result<(), TestCaseError> {
+    check(&q_cumulate_rows(step, size), input)?;
+    for (by_key, reads_bounds) in [(true, false), (false, false), (true, true)] {
+        check(&q_cumulate_tvf(step, size, by_key, reads_bounds), input)?;
+    }
+    check(&q_cumulate_tvf(step, size, true, false).with_mode(Mode::Istream), input)
 }
 
 /// GROUP BY with SUM, MIN, MAX, COUNT(v) over a nullable column.
@@ -2686,6 +2777,24 @@ proptest! {
             check(&q_session_tvf(gap, by_key), &input)?;
         }
         check(&q_group_sum_min_max(Win::Session(gap)), &input)?;
+    }
+
+    /// Cumulating windows of 1 to 4 steps (1 is a tumbling window), in order, out of order
+    /// within the watermark's delay, and near the ends of the i64 domain.
+    #[test]
+    fn cumulate_windows_match_oracle(s in elements(), step in 1i64..4, n in 1i64..5) {
+        check_cumulate(step, step * n, &Input::single(s))?;
+    }
+
+    #[test]
+    fn cumulate_windows_out_of_order_match_oracle(input in out_of_order(), step in 1i64..4, n in 1i64..5) {
+        check_cumulate(step, step * n, &input)?;
+    }
+
+    #[test]
+    fn cumulate_windows_near_the_i64_ends_match_oracle(lo in near_min(), hi in near_max()) {
+        check_cumulate(2, 6, &Input::single(lo))?;
+        check_cumulate(3, 9, &Input::single(hi))?;
     }
 
     #[test]

@@ -1,16 +1,20 @@
-//! Window bounds: a relation with the bounds of the current `[RANGE T SLIDE S]` window appended.
+//! Window bounds: a relation with the bounds of the current `[RANGE T SLIDE S]` or cumulating
+//! window appended.
 //!
 //! Input: a relation A. Output: A(τ) × {(lo(τ), hi(τ))}, the input's rows each with the
 //! `window_start` lo and `window_end` hi of the window current at τ, [b−T, b) with
-//! b = S·⌊(τ+1)/S⌋ (see [`crate::ops::window_time`]); the bounds are the last two columns.
+//! b = S·⌊(τ+1)/S⌋, or for a cumulating window [w, b) with b = step·⌊(τ+1)/step⌋ and w the
+//! largest multiple of size below b (see [`crate::ops::window_time`]); the bounds are the last
+//! two columns.
 //!
 //! Delta semantics: at an instant τ where the window is the one current at the last instant,
 //! the output is ΔA(τ) with the current bounds appended. At an instant where the window has
 //! moved, it is −(every row of A before τ, old bounds) +(every row of A at τ, new bounds):
 //! rows that stay change their bounds, the others leave or enter. The window moves at ticks
-//! kS−1, so while A holds rows the operator asks to be woken at the next of them.
+//! kS−1 (for a cumulating window at each k·step − 1), so while A holds rows the operator asks
+//! to be woken at the next of them.
 //!
-//! The planner uses it for an aggregate per TUMBLE/HOP window (`weir_plan::window_bounds`):
+//! The planner uses it for an aggregate per TUMBLE/HOP/CUMULATE window (`weir_plan::window_bounds`):
 //! there A is the aggregate over the plain window, which changes only where the window moves,
 //! so each move costs one retraction and one insertion per group, and each element enters and
 //! leaves the aggregate once, whatever T/S is.
@@ -38,8 +42,7 @@ use crate::state::{
 
 #[derive(Debug)]
 pub struct WindowBounds {
-    range: Time,
-    slide: Time,
+    bounds: TimeBounds,
     /// The input's columns then `window_start`, `window_end`.
     schema: SchemaRef,
     /// The input's columns.
@@ -58,24 +61,38 @@ impl WindowBounds {
         if range <= 0 || slide <= 0 {
             return Err(WeirError::internal("window bounds of a window that is not positive"));
         }
+        Self::of(TimeBounds::Slide { range, slide }, schema)
+    }
+
+    /// Bounds of the cumulating window with `step` and `size` (a multiple of `step`).
+    pub fn cumulate(step: Time, size: Time, schema: SchemaRef) -> Result<Self> {
+        if step <= 0 || size <= 0 || size % step != 0 {
+            return Err(WeirError::internal("window bounds of a cumulating window out of shape"));
+        }
+        Self::of(TimeBounds::Cumulate { step, size }, schema)
+    }
+
+    fn of(bounds: TimeBounds, schema: SchemaRef) -> Result<Self> {
         let n = schema.fields().len().checked_sub(2).ok_or_else(|| {
             WeirError::internal("window bounds: a schema without the two bounds columns")
         })?;
         let data_schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
         let codec = RowCodec::for_schema(&data_schema)?;
-        Ok(WindowBounds {
-            range,
-            slide,
-            schema,
-            data_schema,
-            codec,
-            rows: HashMap::new(),
-            current: None,
-        })
+        Ok(WindowBounds { bounds, schema, data_schema, codec, rows: HashMap::new(), current: None })
     }
 
     fn bounds(&self) -> TimeBounds {
-        TimeBounds::Slide { range: self.range, slide: self.slide }
+        self.bounds
+    }
+
+    /// The state's signature (a `[RANGE T SLIDE S]` window's is the one it always had).
+    fn signature(&self) -> String {
+        match self.bounds {
+            TimeBounds::Slide { range, slide } => {
+                signature("window_bounds", &self.schema, (range, slide))
+            }
+            b => signature("window_bounds", &self.schema, b),
+        }
     }
 
     /// `data` (rows of the input's columns) with the bounds appended, each row's diff taken
@@ -127,7 +144,8 @@ impl WindowBounds {
         if self.rows.is_empty() {
             return None;
         }
-        Time::try_from(hi + self.slide as i128 - 1).ok()
+        let step = self.bounds.step()?;
+        Time::try_from(hi + step as i128 - 1).ok()
     }
 }
 
@@ -199,7 +217,7 @@ impl Operator for WindowBounds {
 
     /// State (see the module docs): sections `window_bounds` and `window_bounds.rows`.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        let sig = signature("window_bounds", &self.schema, (self.range, self.slide));
+        let sig = self.signature();
         w.put(
             "window_bounds",
             &sig,
@@ -213,7 +231,7 @@ impl Operator for WindowBounds {
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
-        let sig = signature("window_bounds", &self.schema, (self.range, self.slide));
+        let sig = self.signature();
         let s = r.take("window_bounds", &sig)?;
         let (lo, hi) = (s.opt_i128s("current_lo")?, s.opt_i128s("current_hi")?);
         self.current = match (lo.as_slice(), hi.as_slice()) {
@@ -281,6 +299,25 @@ mod tests {
             let got = bounds(5, 5, input(), width);
             assert_eq!(got, want, "spans of {width}");
         }
+    }
+
+    #[test]
+    fn cumulating_bounds_grow_by_a_step_and_restart_each_period() {
+        // CUMULATE step 2, size 4: [0,2) current at 1..2, [0,4) at 3..4, [4,6) at 5..6.
+        let input = vec![kv(1, "+1 a 1"), kv(5, "-1 a 1")];
+        for width in [0, 3] {
+            let mut out = run_spans(
+                &mut fed(WindowBounds::cumulate(2, 4, schema()).unwrap(), [input.clone()]),
+                width,
+            );
+            out.sort();
+            assert_eq!(
+                out,
+                ["@1 +1 a 1 0 2", "@3 +1 a 1 0 4", "@3 -1 a 1 0 2", "@5 -1 a 1 0 4"],
+                "spans of {width}"
+            );
+        }
+        assert!(WindowBounds::cumulate(2, 5, schema()).is_err());
     }
 
     #[test]

@@ -5,10 +5,19 @@
 //!   ticks and leaves at τ'+T (`[NOW]` is `[RANGE 1]`);
 //! - `[RANGE T SLIDE S]`: [b−T, b) with b = S·⌊(τ+1)/S⌋: window [kS−T, kS) becomes current at
 //!   its last tick kS−1;
-//! - `[UNBOUNDED]`: (−∞, τ].
+//! - `[UNBOUNDED]`: (−∞, τ];
+//! - a cumulating window (`CUMULATE(..., step, size)`): [w, b) with b = step·⌊(τ+1)/step⌋ and
+//!   w = size·⌊(b−1)/size⌋, the largest multiple of size below b. Window [k·size, k·size +
+//!   j·step) becomes current at its last tick, k·size + j·step − 1, so the windows of a period
+//!   grow one slice of `step` ticks at a time, and the next period's first window replaces the
+//!   last one.
 //!
 //! Delta semantics: at τ the output is +e for each element that enters [lo, hi) and −e for each
-//! that leaves it (with the element's multiplicity). Both bounds only move forward, so the
+//! that leaves it (with the element's multiplicity). In a cumulating window an element stamped
+//! e enters once, at the last tick of its slice, step·(⌊e/step⌋+1) − 1, and leaves once, at
+//! size·(⌊e/size⌋+1) + step − 1, where the next period's first window becomes current: a
+//! window is the union of its slices, and an element is in one slice, so its cost does not
+//! grow with size/step. Both bounds only move forward, so the
 //! elements form a time-ordered queue: entering elements are taken from the unentered tail,
 //! leaving ones popped from the head; each element is touched twice in its life, whatever the
 //! T/S ratio. The operator asks to be woken at the next tick where an element enters (a slide
@@ -25,8 +34,8 @@
 //! entry tick, and those whose exit tick is ≤ hi leave, stamped with their exit tick; within a
 //! tick entries come before exits, as instant by instant (which is the span [τ, τ]).
 //!
-//! With bounds columns (the TUMBLE/HOP table functions), each row also carries the current
-//! window's `window_start` = b−T and `window_end` = b. When the window slides, every row still
+//! With bounds columns (the TUMBLE/HOP/CUMULATE table functions), each row also carries the
+//! current window's `window_start` (b−T; w for a cumulating window) and `window_end` = b. When the window slides, every row still
 //! inside changes (its bounds do), so the output is −(old rows, old bounds) +(new rows, new
 //! bounds): proportional to the window's contents, which is the size of the change itself.
 //! Its output changes only at slide boundaries, so a step, one instant or a span alike, admits
@@ -56,6 +65,12 @@ pub enum TimeBounds {
         range: Time,
         slide: Time,
     },
+    /// Cumulating windows [k·size, k·size + j·step), j = 1..size/step (`size` a multiple of
+    /// `step`).
+    Cumulate {
+        step: Time,
+        size: Time,
+    },
 }
 
 impl TimeBounds {
@@ -70,6 +85,19 @@ impl TimeBounds {
                 let b = slide as i128 * (t + 1).div_euclid(slide as i128);
                 (b - range as i128, b)
             }
+            TimeBounds::Cumulate { step, size } => {
+                let b = step as i128 * (t + 1).div_euclid(step as i128);
+                (size as i128 * (b - 1).div_euclid(size as i128), b)
+            }
+        }
+    }
+
+    /// How far the window's end moves at each move (`None` for windows that move every tick).
+    pub(crate) fn step(self) -> Option<Time> {
+        match self {
+            TimeBounds::Unbounded | TimeBounds::Range(_) => None,
+            TimeBounds::Slide { slide, .. } => Some(slide),
+            TimeBounds::Cumulate { step, .. } => Some(step),
         }
     }
 }
@@ -164,6 +192,11 @@ impl TimeWindow {
                 // does, and the element is in no window.
                 Time::try_from(b - 1).ok()
             }
+            TimeBounds::Cumulate { step, .. } => {
+                // The end of e's slice.
+                let (e, step) = (e as i128, step as i128);
+                Time::try_from(step * (e.div_euclid(step) + 1) - 1).ok()
+            }
         }
     }
 
@@ -176,6 +209,11 @@ impl TimeWindow {
             TimeBounds::Slide { range, slide } => {
                 let (e, range, slide) = (e as i128, range as i128, slide as i128);
                 slide * ((e + range).div_euclid(slide) + 1) - 1
+            }
+            TimeBounds::Cumulate { step, size } => {
+                // When the next period's first window becomes current.
+                let (e, step, size) = (e as i128, step as i128, size as i128);
+                size * (e.div_euclid(size) + 1) + step - 1
             }
         };
         Time::try_from(tick).ok()
@@ -378,10 +416,8 @@ impl TimeWindow {
     /// enters, or the window with rows inside slides on (which is also when its rows leave).
     fn next_change(&self, from: Time) -> Option<Time> {
         let entry = self.elems.get(self.entered).and_then(|e| self.entry_tick(e.time));
-        let slide = match (self.bounds, self.current) {
-            (TimeBounds::Slide { slide, .. }, Some((_, hi)))
-                if self.elems.front().is_some_and(|e| e.inside) =>
-            {
+        let slide = match (self.bounds.step(), self.current) {
+            (Some(slide), Some((_, hi))) if self.elems.front().is_some_and(|e| e.inside) => {
                 Time::try_from(hi + slide as i128 - 1).ok()
             }
             _ => None,
@@ -551,10 +587,8 @@ impl Operator for TimeWindow {
             return if self.bounds == TimeBounds::Unbounded { None } else { self.plain_wakeup() };
         }
         // With bounds columns, rows inside change at every slide (their bounds do).
-        let next_slide = match (self.bounds, self.current) {
-            (TimeBounds::Slide { slide, .. }, Some((_, hi)))
-                if self.elems.front().is_some_and(|e| e.inside) =>
-            {
+        let next_slide = match (self.bounds.step(), self.current) {
+            (Some(slide), Some((_, hi))) if self.elems.front().is_some_and(|e| e.inside) => {
                 Time::try_from(hi + slide as i128 - 1).ok()
             }
             _ => None,
@@ -686,8 +720,7 @@ mod tests {
     /// TUMBLE/HOP's bounds columns, from scratch: the rows at instant τ are the elements
     /// stamped in the window current at τ, each with that window's bounds; the output at τ is
     /// what changed since τ−1.
-    fn bounds_oracle(range: Time, slide: Time, elems: &[(Time, &str)], end: Time) -> Vec<String> {
-        let bounds = TimeBounds::Slide { range, slide };
+    fn bounds_oracle(bounds: TimeBounds, elems: &[(Time, &str)], end: Time) -> Vec<String> {
         let at = |t: Time| -> std::collections::BTreeMap<String, i64> {
             let (lo, hi) = bounds.at(t);
             let mut m = std::collections::BTreeMap::new();
@@ -739,20 +772,49 @@ mod tests {
             }
             by.into_iter().map(|(t, rows)| kv(t, &rows.join(", "))).collect()
         };
-        // TUMBLE 5, HOP 2/6 (slide divides), HOP 4/6 (does not), HOP 5/3 (gaps).
-        for (range, slide) in [(5, 5), (6, 2), (6, 4), (3, 5)] {
-            let mut want = bounds_oracle(range, slide, &elems, 60);
+        // TUMBLE 5, HOP 2/6 (slide divides), HOP 4/6 (does not), HOP 5/3 (gaps), CUMULATE
+        // 2/6, 3/9 and 5/5 (a tumbling window).
+        let all = [
+            TimeBounds::Slide { range: 5, slide: 5 },
+            TimeBounds::Slide { range: 6, slide: 2 },
+            TimeBounds::Slide { range: 6, slide: 4 },
+            TimeBounds::Slide { range: 3, slide: 5 },
+            TimeBounds::Cumulate { step: 2, size: 6 },
+            TimeBounds::Cumulate { step: 3, size: 9 },
+            TimeBounds::Cumulate { step: 5, size: 5 },
+        ];
+        for bounds in all {
+            let mut want = bounds_oracle(bounds, &elems, 60);
             want.sort();
             assert!(!want.is_empty());
             for width in [0, 1, 3, 7, 100] {
-                let op = TimeWindow::with_bounds_columns(
-                    TimeBounds::Slide { range, slide },
-                    schema.clone(),
-                );
+                let op = TimeWindow::with_bounds_columns(bounds, schema.clone());
                 let mut got = crate::testing::run_spans(&mut fed(op, [ticks()]), width);
                 got.sort();
-                assert_eq!(got, want, "RANGE {range} SLIDE {slide}, spans of {width}");
+                assert_eq!(got, want, "{bounds:?}, spans of {width}");
             }
         }
+    }
+
+    #[test]
+    fn cumulate_elements_enter_at_their_slice_end_and_leave_when_the_next_period_begins() {
+        // CUMULATE step 2, size 6: x@1 is in slice [0,2), current from 1; y@4 in [4,6), from
+        // 5; both leave at 7, when [6,8) becomes current. z@6 enters at 7 and leaves at 13.
+        let out = window(
+            TimeBounds::Cumulate { step: 2, size: 6 },
+            vec![kv(1, "+1 x 1"), kv(4, "+1 y 4"), kv(6, "+1 z 6")],
+        );
+        assert_eq!(
+            out,
+            ["@1 +1 x 1", "@5 +1 y 4", "@7 +1 z 6", "@7 -1 x 1", "@7 -1 y 4", "@13 -1 z 6"]
+        );
+    }
+
+    #[test]
+    fn cumulate_bounds_grow_by_a_step_within_a_period() {
+        let c = TimeBounds::Cumulate { step: 2, size: 6 };
+        let at: Vec<(i128, i128)> =
+            [-1, 0, 1, 2, 3, 5, 6, 7, 11].iter().map(|&t| c.at(t)).collect();
+        assert_eq!(at, [(-6, 0), (-6, 0), (0, 2), (0, 2), (0, 4), (0, 6), (0, 6), (6, 8), (6, 12)]);
     }
 }

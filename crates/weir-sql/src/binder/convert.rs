@@ -452,6 +452,23 @@ impl Converter<'_> {
                 check_hop_windows(w, range, slide)?;
                 WindowSpec::RangeSlide { range, slide }
             }
+            WindowKind::Cumulate { column, step, size } => {
+                self.check_descriptor(w, source, column)?;
+                let (step_ticks, size_ticks) = (ticks(*step)?, ticks(*size)?);
+                if size_ticks % step_ticks != 0 {
+                    let d = |t| LogicalPlan::duration_label(t, domain);
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "CUMULATE's size ({}) must be a multiple of its step ({}): each \
+                             window is one step longer than the one before",
+                            d(size_ticks),
+                            d(step_ticks)
+                        ),
+                        w.span,
+                    ));
+                }
+                WindowSpec::Cumulate { step: step_ticks, size: size_ticks }
+            }
             WindowKind::PartitionRows(cols, n) => {
                 WindowSpec::PartitionRows { by: partition_indices(w, source, cols)?, rows: *n }
             }
@@ -595,6 +612,7 @@ impl Converter<'_> {
             _ => {
                 let function = match w.kind {
                     WindowKind::Session { .. } => "SESSION applies",
+                    WindowKind::Cumulate { .. } => "CUMULATE applies",
                     _ => "TUMBLE and HOP apply",
                 };
                 Err(WeirError::plan_at(

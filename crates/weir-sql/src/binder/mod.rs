@@ -680,6 +680,18 @@ impl<'a> Binder<'a> {
                 Some(CatalogEntry::Table(_)) if w.kind.maps_relations() => {}
                 Some(CatalogEntry::View(v))
                     if v.kind() == PlanKind::Relation && w.kind.maps_relations() => {}
+                Some(CatalogEntry::Table(_))
+                    if matches!(w.kind, crate::parser::WindowKind::Cumulate { .. }) =>
+                {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "CUMULATE applies to streams: '{}' is a table (TUMBLE and HOP map a \
+                             table's rows to their windows)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
                 Some(CatalogEntry::Table(_)) => {
                     return Err(WeirError::plan_at(
                         format!("window over a relation: '{}' is a table, not a stream", w.stream),

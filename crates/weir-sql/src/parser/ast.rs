@@ -100,6 +100,14 @@ pub enum WindowKind {
         slide: Duration,
         size: Duration,
     },
+    /// `TABLE(CUMULATE(TABLE s, DESCRIPTOR(col), step, size))`: cumulating windows
+    /// [k·size, k·size + j·step), j = 1..size/step, plus `window_start` and `window_end`
+    /// columns.
+    Cumulate {
+        column: String,
+        step: Duration,
+        size: Duration,
+    },
     /// Session windows with `gap`, per group of equal `by` columns: the CQL form
     /// `s [SESSION gap [PARTITION BY k, ...]]` (`column` is `None`), or the table function
     /// `TABLE(SESSION(TABLE s [PARTITION BY k, ...], DESCRIPTOR(col), gap))`, which adds
@@ -118,6 +126,7 @@ impl WindowKind {
             self,
             WindowKind::Tumble { .. }
                 | WindowKind::Hop { .. }
+                | WindowKind::Cumulate { .. }
                 | WindowKind::Session { column: Some(_), .. }
         )
     }
@@ -312,6 +321,9 @@ impl std::fmt::Display for WindowKind {
             WindowKind::Hop { column, slide, size } => {
                 write!(f, "HOP(DESCRIPTOR({column}), {slide}, {size})")
             }
+            WindowKind::Cumulate { column, step, size } => {
+                write!(f, "CUMULATE(DESCRIPTOR({column}), {step}, {size})")
+            }
             WindowKind::Session { column: None, gap, by } => {
                 write!(f, "[SESSION {gap}{}]", partition_clause(by))
             }
@@ -353,6 +365,10 @@ impl std::fmt::Display for CqlQuery {
                 WindowKind::Hop { column, slide, size } => {
                     format!("TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}))", w.stream)
                 }
+                WindowKind::Cumulate { column, step, size } => format!(
+                    "TABLE(CUMULATE(TABLE {}, DESCRIPTOR({column}), {step}, {size}))",
+                    w.stream
+                ),
                 WindowKind::Session { column: Some(column), gap, by } => format!(
                     "TABLE(SESSION(TABLE {}{}, DESCRIPTOR({column}), {gap}))",
                     w.stream,

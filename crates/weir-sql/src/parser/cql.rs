@@ -73,20 +73,49 @@ fn parse_window(
     Ok(kind)
 }
 
-/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)` or `HOP(TABLE s, DESCRIPTOR(col), slide, size)`
-/// (the tokens inside Flink's `TABLE( ... )`), or RisingWave's `TUMBLE(s, col, size)` and
-/// `HOP(s, col, slide, size)`.
+/// A window table function of TUMBLE/HOP's shape.
+#[derive(PartialEq, Clone, Copy)]
+enum F {
+    Tumble,
+    Hop,
+    Cumulate,
+}
+
+/// `TUMBLE(TABLE s, DESCRIPTOR(col), size)`, `HOP(TABLE s, DESCRIPTOR(col), slide, size)` or
+/// `CUMULATE(TABLE s, DESCRIPTOR(col), step, size)` (the tokens inside Flink's `TABLE( ... )`),
+/// or RisingWave's `TUMBLE(s, col, size)`, `HOP(s, col, slide, size)` and
+/// `CUMULATE(s, col, step, size)`.
 fn parse_window_function(
     toks: &[TokenWithSpan],
     close: &TokenWithSpan,
 ) -> Result<(String, WindowKind)> {
     let mut c = Cursor::new(toks).followed_by(close);
-    let hop = if c.eat_word("TUMBLE") {
-        false
+    let f = if c.eat_word("TUMBLE") {
+        F::Tumble
+    } else if c.eat_word("CUMULATE") {
+        F::Cumulate
     } else {
         c.expect_word("HOP")?;
-        true
+        F::Hop
     };
+    if f == F::Cumulate {
+        return window_args(&mut c, F::Cumulate).map_err(|e| match e {
+            WeirError::Syntax(mut d) => {
+                d.message = format!("{CUMULATE_ARGS}: {}", d.message);
+                WeirError::Syntax(d)
+            }
+            e => e,
+        });
+    }
+    window_args(&mut c, f)
+}
+
+/// What `TABLE(CUMULATE(...))` takes, for its errors.
+const CUMULATE_ARGS: &str =
+    "CUMULATE expects (TABLE stream, DESCRIPTOR(time_column), INTERVAL step, INTERVAL size)";
+
+/// A window table function's arguments, from its '(' on.
+fn window_args(c: &mut Cursor, f: F) -> Result<(String, WindowKind)> {
     c.expect(&Token::LParen, "'('")?;
     // Flink's `TABLE s, DESCRIPTOR(col)` or RisingWave's `s, col`.
     let flink = c.eat_word("TABLE");
@@ -102,18 +131,27 @@ fn parse_window_function(
         c.ident("the time column")?.0
     };
     c.expect(&Token::Comma, "','")?;
-    let first = parse_duration(&mut c, &[])?;
-    let kind = if hop {
-        c.expect(&Token::Comma, "',' and the window size (HOP takes slide, then size)")?;
-        let size = parse_duration(&mut c, &[])?;
-        WindowKind::Hop { column, slide: first, size }
-    } else {
-        WindowKind::Tumble { column, size: first }
+    let first = parse_duration(c, &[])?;
+    let kind = match f {
+        F::Hop => {
+            c.expect(&Token::Comma, "',' and the window size (HOP takes slide, then size)")?;
+            let size = parse_duration(c, &[])?;
+            WindowKind::Hop { column, slide: first, size }
+        }
+        F::Cumulate => {
+            c.expect(&Token::Comma, "',' and the window size (CUMULATE takes step, then size)")?;
+            let size = parse_duration(c, &[])?;
+            WindowKind::Cumulate { column, step: first, size }
+        }
+        F::Tumble => WindowKind::Tumble { column, size: first },
     };
     c.expect(&Token::RParen, "')'")?;
     c.end()?;
     Ok((stream, kind))
 }
+
+/// The window table functions, as `TABLE( ... )` and FROM take them.
+const WINDOW_FUNCTIONS: [&str; 4] = ["TUMBLE", "HOP", "CUMULATE", "SESSION"];
 
 /// What `TABLE(SESSION(...))` takes, for its errors.
 const SESSION_ARGS: &str =
@@ -337,9 +375,9 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 if in_from.last() == Some(&From::In)
                     && w.value.eq_ignore_ascii_case("TABLE")
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
-                    && toks.get(i + 2).is_some_and(|t| {
-                        ["TUMBLE", "HOP", "SESSION"].iter().any(|f| word_is(t, f))
-                    }) =>
+                    && toks
+                        .get(i + 2)
+                        .is_some_and(|t| WINDOW_FUNCTIONS.iter().any(|f| word_is(t, f))) =>
             {
                 let close =
                     matching(&toks, i + 1, &Token::LParen, &Token::RParen).ok_or_else(|| {
@@ -367,9 +405,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
             Token::Word(w)
                 if in_from.last() == Some(&From::In)
                     && w.quote_style.is_none()
-                    && ["TUMBLE", "HOP", "SESSION"]
-                        .iter()
-                        .any(|f| w.value.eq_ignore_ascii_case(f))
+                    && WINDOW_FUNCTIONS.iter().any(|f| w.value.eq_ignore_ascii_case(f))
                     && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen) =>
             {
                 let close =
@@ -538,6 +574,8 @@ mod tests {
             "SELECT * FROM s [SESSION 5] AS x",
             "SELECT window_start FROM TABLE(SESSION(TABLE e PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND)) AS w",
             "SELECT * FROM TABLE(SESSION(TABLE e, DESCRIPTOR(ts), 5))",
+            "SELECT window_end, COUNT(*) FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY window_end",
+            "SELECT * FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), 2, 6)) AS c",
         ] {
             round_trip(sql);
         }
@@ -568,6 +606,36 @@ mod tests {
         assert!(e.contains("SESSION expects (TABLE stream [PARTITION BY cols]"), "{e}");
         let e = crate::parser::parse_script("SELECT * FROM e [SESSION 0]").unwrap_err().to_string();
         assert!(e.contains("a SESSION gap must be positive"), "{e}");
+    }
+
+    /// CUMULATE takes the step, then the size, in both spellings; a wrong argument list names
+    /// the function and what it takes.
+    #[test]
+    fn cumulate_windows_parse() {
+        for sql in [
+            "SELECT * FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), 2, 6)) c",
+            "SELECT * FROM CUMULATE(e, ts, 2, 6) c",
+        ] {
+            let q = query(sql);
+            assert_eq!(q.query.to_string(), "SELECT * FROM __weir_w0 c");
+            assert_eq!(q.windows[0].stream, "e");
+            assert_eq!(
+                q.windows[0].kind,
+                WindowKind::Cumulate {
+                    column: "ts".into(),
+                    step: Duration::Ticks(2),
+                    size: Duration::Ticks(6)
+                }
+            );
+            assert!(q.windows[0].kind.has_bounds_columns());
+            assert!(!q.windows[0].kind.maps_relations());
+        }
+        let e = crate::parser::parse_script("SELECT * FROM TABLE(CUMULATE(TABLE e, ts, 2, 6))")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CUMULATE expects (TABLE stream, DESCRIPTOR(time_column)"), "{e}");
+        // A column named cumulate is still a column.
+        assert!(query("SELECT cumulate FROM t WHERE cumulate > 1").windows.is_empty());
     }
 
     /// RisingWave's spelling, `TUMBLE(t, col, size)` and `HOP(t, col, slide, size)` in FROM,
@@ -660,6 +728,7 @@ mod tests {
                 Just("ADVANCE"), Just("TO"), Just("CLOSE"), Just("AT"), Just("INSERT"),
                 Just("INTO"), Just("VALUES"), Just("NOW"), Just("UNBOUNDED"), Just("*"),
                 Just("SESSION"), Just("DESCRIPTOR"), Just("TABLE"), Just("TABLE(SESSION(TABLE s"),
+                Just("CUMULATE"), Just("TABLE(CUMULATE(TABLE s"),
             ], 0..25)) {
                 let _ = crate::parser::parse_script(&words.join(" "));
             }
