@@ -268,7 +268,8 @@ const ENDS_FROM: &[&str] = &[
 
 /// Takes CQL's parts out of a query's tokens and parses the rest with sqlparser.
 pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
-    let mut toks: Vec<TokenWithSpan> = toks.to_vec();
+    // 0. Flink's group windows (GROUP BY TUMBLE(ts, ...)) become window table functions.
+    let mut toks: Vec<TokenWithSpan> = super::group_window::desugar(toks.to_vec())?;
     if toks.is_empty() {
         return Err(WeirError::syntax_at("expected a query, found end of statement", None));
     }
@@ -636,6 +637,41 @@ mod tests {
         assert!(e.contains("CUMULATE expects (TABLE stream, DESCRIPTOR(time_column)"), "{e}");
         // A column named cumulate is still a column.
         assert!(query("SELECT cumulate FROM t WHERE cumulate > 1").windows.is_empty());
+    }
+
+    /// Flink's group windows become the table functions, and X_START/X_END their bounds.
+    #[test]
+    fn group_windows_become_window_table_functions() {
+        let q = query("SELECT k, TUMBLE_END(ts, 5) FROM e AS x GROUP BY TUMBLE(ts, 5), k");
+        assert_eq!(
+            q.query.to_string(),
+            "SELECT k, window_end FROM __weir_w0 AS x GROUP BY window_start, window_end, k"
+        );
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Tumble { column: "ts".into(), size: Duration::Ticks(5) }
+        );
+        let q = query("SELECT COUNT(*) FROM e GROUP BY k, j, SESSION(ts, 3)");
+        let WindowKind::Session { column, gap, by } = &q.windows[0].kind else {
+            panic!("{:?}", q.windows[0].kind)
+        };
+        assert_eq!((column.as_deref(), *gap), (Some("ts"), Duration::Ticks(3)));
+        assert_eq!(by.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(), ["k", "j"]);
+        let q = query("SELECT HOP_START(ts, 2, 6) FROM e GROUP BY HOP(ts, 2, 6)");
+        assert_eq!(
+            q.windows[0].kind,
+            WindowKind::Hop {
+                column: "ts".into(),
+                slide: Duration::Ticks(2),
+                size: Duration::Ticks(6)
+            }
+        );
+        // Columns and functions named like the windows are left alone.
+        assert!(query("SELECT tumble FROM t GROUP BY tumble").windows.is_empty());
+        let e = crate::parser::parse_script("SELECT SESSION_END(ts, 3) FROM e GROUP BY k")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SESSION_END(...) needs GROUP BY SESSION(...)"), "{e}");
     }
 
     /// RisingWave's spelling, `TUMBLE(t, col, size)` and `HOP(t, col, slide, size)` in FROM,

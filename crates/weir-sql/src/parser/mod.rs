@@ -26,6 +26,7 @@ mod ast;
 mod cql;
 mod ddl;
 mod dml;
+mod group_window;
 mod time;
 mod tokens;
 
