@@ -125,14 +125,21 @@ fn session_window(
 #[inline(never)]
 fn time_bounds(spec: &WindowSpec) -> Result<TimeBounds> {
     match spec {
-        WindowSpec::RangeSlide { range, slide } => {
-            Ok(TimeBounds::Slide { range: *range, slide: *slide })
+        WindowSpec::RangeSlide { range, slide, offset } => {
+            if *range <= 0 || *slide <= 0 {
+                return Err(WeirError::internal("a sliding window out of shape"));
+            }
+            Ok(TimeBounds::Slide {
+                range: *range,
+                slide: *slide,
+                offset: offset.rem_euclid(*slide),
+            })
         }
-        WindowSpec::Cumulate { step, size } => {
+        WindowSpec::Cumulate { step, size, offset } => {
             if *step <= 0 || *size <= 0 || size % step != 0 {
                 return Err(WeirError::internal("a cumulating window out of shape"));
             }
-            Ok(TimeBounds::Cumulate { step: *step, size: *size })
+            Ok(TimeBounds::Cumulate { step: *step, size: *size, offset: offset.rem_euclid(*size) })
         }
         _ => Err(WeirError::internal("window bounds columns without RANGE ... SLIDE or CUMULATE")),
     }
@@ -155,8 +162,9 @@ fn plain_time_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Ope
 #[inline(never)]
 fn window_bounds(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
     Ok(Box::new(match time_bounds(spec)? {
-        TimeBounds::Cumulate { step, size } => WindowBounds::cumulate(step, size, schema)?,
-        TimeBounds::Slide { range, slide } => WindowBounds::new(range, slide, schema)?,
+        b @ (TimeBounds::Cumulate { .. } | TimeBounds::Slide { .. }) => {
+            WindowBounds::of(b, schema)?
+        }
         _ => return Err(WeirError::internal("window bounds of a window that does not move")),
     }))
 }
@@ -178,10 +186,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),
             WindowSpec::Now => Box::new(TimeWindow::new(TimeBounds::Range(1), schema)),
             WindowSpec::Range(r) => Box::new(TimeWindow::new(TimeBounds::Range(*r), schema)),
-            WindowSpec::RangeSlide { range, slide } => Box::new(TimeWindow::new(
-                TimeBounds::Slide { range: *range, slide: *slide },
-                schema,
-            )),
+            WindowSpec::RangeSlide { .. } => plain_time_window(spec, schema)?,
             WindowSpec::Rows(n) => Box::new(RowsWindow::new(vec![], *n, schema)?),
             WindowSpec::PartitionRows { by, rows } => {
                 Box::new(RowsWindow::new(by.clone(), *rows, schema)?)

@@ -257,6 +257,9 @@ const WINDOWS: &[&str] = &[
     "SELECT k, v, window_start, window_end FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 2, 6))",
     "SELECT ISTREAM window_start, window_end, k, COUNT(*), SUM(v) FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 1, 4)) GROUP BY window_start, window_end, k",
     "SELECT window_end, MAX(v) FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 2, 4)) WHERE window_start < window_end GROUP BY window_end",
+    "SELECT ISTREAM window_start, window_end, COUNT(*) FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 1, 3, 2)) GROUP BY window_start, window_end",
+    "SELECT k, window_start FROM TABLE(HOP(TABLE s, DESCRIPTOR(t), 2, 5, 1))",
+    "SELECT * FROM s [RANGE 3 SLIDE 2 OFFSET 1]",
 ];
 
 const AGGREGATES: &[&str] = &[

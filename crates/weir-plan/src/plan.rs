@@ -34,8 +34,9 @@ pub enum WindowSpec {
     Now,
     /// Elements with timestamp in (τ−T, τ].
     Range(Time),
-    /// Elements with timestamp in [b−T, b), b = S·⌊(τ+1)/S⌋.
-    RangeSlide { range: Time, slide: Time },
+    /// Elements with timestamp in [b−T, b), b = S·⌊(τ+1−O)/S⌋ + O: window ends on the
+    /// multiples of S shifted by the offset O (0 without `OFFSET`).
+    RangeSlide { range: Time, slide: Time, offset: Time },
     /// The N elements with the largest (timestamp, arrival) among those ≤ τ.
     Rows(u64),
     /// `[ROWS N]` within each group of equal partition columns (indices into the input).
@@ -48,8 +49,9 @@ pub enum WindowSpec {
     /// ticks (`size` a multiple of `step`), and its windows are [k·size, k·size + j·step),
     /// j = 1..size/step, each the union of its first j slices. Elements with timestamp in
     /// [w, b), b = step·⌊(τ+1)/step⌋ and w = size·⌊(b−1)/size⌋: window [w, b) becomes
-    /// current at its last tick b−1, like a `[RANGE T SLIDE S]` window.
-    Cumulate { step: Time, size: Time },
+    /// current at its last tick b−1, like a `[RANGE T SLIDE S]` window. With an offset O the
+    /// periods are [k·size + O, (k+1)·size + O).
+    Cumulate { step: Time, size: Time, offset: Time },
 }
 
 impl WindowSpec {
@@ -62,8 +64,11 @@ impl WindowSpec {
             WindowSpec::Unbounded => "UNBOUNDED".into(),
             WindowSpec::Now => "NOW".into(),
             WindowSpec::Range(t) => format!("RANGE {}", d(*t)),
-            WindowSpec::RangeSlide { range, slide } => {
+            WindowSpec::RangeSlide { range, slide, offset: 0 } => {
                 format!("RANGE {} SLIDE {}", d(*range), d(*slide))
+            }
+            WindowSpec::RangeSlide { range, slide, offset } => {
+                format!("RANGE {} SLIDE {} OFFSET {}", d(*range), d(*slide), d(*offset))
             }
             WindowSpec::Rows(n) => format!("ROWS {n}"),
             WindowSpec::PartitionRows { by, rows } => {
@@ -77,8 +82,11 @@ impl WindowSpec {
                     by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
                 format!("SESSION {} PARTITION BY {}", d(*gap), cols.join(", "))
             }
-            WindowSpec::Cumulate { step, size } => {
+            WindowSpec::Cumulate { step, size, offset: 0 } => {
                 format!("CUMULATE STEP {} SIZE {}", d(*step), d(*size))
+            }
+            WindowSpec::Cumulate { step, size, offset } => {
+                format!("CUMULATE STEP {} SIZE {} OFFSET {}", d(*step), d(*size), d(*offset))
             }
         }
     }
@@ -1034,7 +1042,7 @@ pub fn sketch_input(input: &Arc<LogicalPlan>) -> Option<(SketchWindow, Arc<Logic
                 let w = match spec {
                     WindowSpec::Now => SketchWindow::Slide { range: 1, slide: 1 },
                     WindowSpec::Range(t) => SketchWindow::Slide { range: *t, slide: 1 },
-                    WindowSpec::RangeSlide { range, slide } => {
+                    WindowSpec::RangeSlide { range, slide, offset: 0 } => {
                         SketchWindow::Slide { range: *range, slide: *slide }
                     }
                     _ => return None,

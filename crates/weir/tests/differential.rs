@@ -121,8 +121,10 @@ enum Win {
     Session(i64),
     /// `[SESSION gap]`: one sequence of sessions over every key.
     SessionAll(i64),
-    /// `CUMULATE(TABLE s, DESCRIPTOR(t), step, size)` (only as the table function).
-    Cumulate(i64, i64),
+    /// `CUMULATE(TABLE s, DESCRIPTOR(t), step, size, offset)` (only as the table function).
+    Cumulate(i64, i64, i64),
+    /// `[RANGE T SLIDE S OFFSET O]`.
+    SlideOff(i64, i64, i64),
 }
 
 const WINDOWS: &[Win] = &[
@@ -153,6 +155,7 @@ impl Win {
             Win::Session(g) => format!("[SESSION {g} PARTITION BY k]"),
             Win::SessionAll(g) => format!("[SESSION {g}]"),
             Win::Cumulate(..) => unreachable!("cumulating windows are written as CUMULATE(...)"),
+            Win::SlideOff(t, s, o) => format!("[RANGE {t} SLIDE {s} OFFSET {o}]"),
         }
     }
 
@@ -164,7 +167,8 @@ impl Win {
             Win::Range(t) => t,
             Win::Slide(t, s) => t + s,
             Win::Session(g) | Win::SessionAll(g) => g,
-            Win::Cumulate(step, size) => size + step,
+            Win::Cumulate(step, size, _) => size + step,
+            Win::SlideOff(t, s, _) => t + s,
         }
     }
 
@@ -184,8 +188,14 @@ impl Win {
                 let b = s * (i128::from(tau) + 1).div_euclid(s);
                 (0..els.len()).filter(|&i| (b - r..b).contains(&i128::from(els[i].t))).collect()
             }
-            Win::Cumulate(step, size) => {
-                let (lo, hi) = cumulate_bounds(step, size, tau);
+            // With an offset O the window ends are the multiples of S plus O.
+            Win::SlideOff(r, s, o) => {
+                let (r, s, o) = (i128::from(r), i128::from(s), i128::from(o));
+                let b = s * (i128::from(tau) + 1 - o).div_euclid(s) + o;
+                (0..els.len()).filter(|&i| (b - r..b).contains(&i128::from(els[i].t))).collect()
+            }
+            Win::Cumulate(step, size, offset) => {
+                let (lo, hi) = cumulate_bounds(step, size, offset, tau);
                 (0..els.len()).filter(|&i| (lo..hi).contains(&i128::from(els[i].t))).collect()
             }
             Win::Rows(n) => last_n(els, upto, n),
@@ -221,13 +231,14 @@ impl Win {
     }
 }
 
-/// The cumulating window current at τ: [w, b) with b = step·⌊(τ+1)/step⌋ (its end, the last
-/// multiple of step at or before τ+1) and w = size·⌊(b−1)/size⌋ (the start of the period that
-/// holds b−1). In i128: near the ends of the i64 domain the bounds leave it.
-fn cumulate_bounds(step: i64, size: i64, tau: i64) -> (i128, i128) {
-    let (step, size) = (i128::from(step), i128::from(size));
-    let b = step * (i128::from(tau) + 1).div_euclid(step);
-    (size * (b - 1).div_euclid(size), b)
+/// The cumulating window current at τ: [w, b) with b = step·⌊(τ+1−O)/step⌋ + O (its end,
+/// the last multiple of step plus O at or before τ+1) and w = size·⌊(b−1−O)/size⌋ + O (the
+/// start of the period that holds b−1). In i128: near the ends of the i64 domain the bounds
+/// leave it.
+fn cumulate_bounds(step: i64, size: i64, offset: i64, tau: i64) -> (i128, i128) {
+    let (step, size, o) = (i128::from(step), i128::from(size), i128::from(offset));
+    let b = step * (i128::from(tau) + 1 - o).div_euclid(step) + o;
+    (size * (b - 1 - o).div_euclid(size) + o, b)
 }
 
 /// A bound as Weir shows it: clamped to the i64 domain.
@@ -648,17 +659,17 @@ fn q_session_tvf(gap: i64, by_key: bool) -> Case {
 
 /// Every row of the `CUMULATE` table function: at τ, the elements stamped in the cumulating
 /// window current at τ (see [`cumulate_bounds`]), each with the window's bounds.
-fn q_cumulate_rows(step: i64, size: i64) -> Case {
+fn q_cumulate_rows(step: i64, size: i64, offset: i64) -> Case {
     let sql = format!(
-        "SELECT k, v, window_start, window_end FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}))"
+        "SELECT k, v, window_start, window_end FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}, {offset}))"
     );
-    let w = Win::Cumulate(step, size);
+    let w = Win::Cumulate(step, size, offset);
     Case::single(
         sql,
         w,
         false,
         Box::new(move |i, tau| {
-            let (lo, hi) = cumulate_bounds(step, size, tau);
+            let (lo, hi) = cumulate_bounds(step, size, offset, tau);
             let (lo, hi) = (int(clamped(lo)), int(clamped(hi)));
             bag(s_at(w, i, tau).iter().map(|e| vec![int(e.k), txt(e.v), lo.clone(), hi.clone()]))
         }),
@@ -669,8 +680,8 @@ fn q_cumulate_rows(step: i64, size: i64) -> Case {
 /// groups of the current window's elements, each with the window's bounds; without `by_key`,
 /// one row per non-empty window. `reads_bounds` adds an always-true filter on the bounds, which
 /// keeps them on every row (the plan without WindowBounds): the same oracle.
-fn q_cumulate_tvf(step: i64, size: i64, by_key: bool, reads_bounds: bool) -> Case {
-    let tvf = format!("TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}))");
+fn q_cumulate_tvf(step: i64, size: i64, offset: i64, by_key: bool, reads_bounds: bool) -> Case {
+    let tvf = format!("TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}, {offset}))");
     let filter = if reads_bounds { " WHERE window_end > window_start" } else { "" };
     let sql = if by_key {
         format!(
@@ -680,14 +691,14 @@ fn q_cumulate_tvf(step: i64, size: i64, by_key: bool, reads_bounds: bool) -> Cas
     } else {
         format!("SELECT window_end, COUNT(*), MAX(v) FROM {tvf}{filter} GROUP BY window_end")
     };
-    let w = Win::Cumulate(step, size);
+    let w = Win::Cumulate(step, size, offset);
     Case::single(
         sql,
         w,
         false,
         Box::new(move |i, tau| {
             let rows = s_at(w, i, tau);
-            let (lo, hi) = cumulate_bounds(step, size, tau);
+            let (lo, hi) = cumulate_bounds(step, size, offset, tau);
             let (lo, hi) = (clamped(lo), clamped(hi));
             if by_key {
                 bag(groups_of(rows).into_iter().map(|(k, es)| {
@@ -707,11 +718,21 @@ fn q_cumulate_tvf(step: i64, size: i64, by_key: bool, reads_bounds: bool) -> Cas
 /// The cumulating-window cases: every row, and aggregates per window by key, by the window
 /// alone, and read the general way.
 fn check_cumulate(step: i64, size: i64, input: &Input) -> Result<(), TestCaseError> {
-    check(&q_cumulate_rows(step, size), input)?;
+    check_cumulate_offset(step, size, 0, input)
+}
+
+/// [`check_cumulate`] with an offset (any integer: the engine takes it modulo the size).
+fn check_cumulate_offset(
+    step: i64,
+    size: i64,
+    offset: i64,
+    input: &Input,
+) -> Result<(), TestCaseError> {
+    check(&q_cumulate_rows(step, size, offset), input)?;
     for (by_key, reads_bounds) in [(true, false), (false, false), (true, true)] {
-        check(&q_cumulate_tvf(step, size, by_key, reads_bounds), input)?;
+        check(&q_cumulate_tvf(step, size, offset, by_key, reads_bounds), input)?;
     }
-    check(&q_cumulate_tvf(step, size, true, false).with_mode(Mode::Istream), input)
+    check(&q_cumulate_tvf(step, size, offset, true, false).with_mode(Mode::Istream), input)
 }
 
 /// GROUP BY with SUM, MIN, MAX, COUNT(v) over a nullable column.
@@ -2784,6 +2805,19 @@ proptest! {
     #[test]
     fn cumulate_windows_match_oracle(s in elements(), step in 1i64..4, n in 1i64..5) {
         check_cumulate(step, step * n, &Input::single(s))?;
+    }
+
+    /// Offsets, negative and beyond the slide or size included, on `[RANGE T SLIDE S OFFSET
+    /// O]` and on `CUMULATE`.
+    #[test]
+    fn window_offsets_match_oracle(s in elements(), o in -7i64..8) {
+        let input = Input::single(s);
+        for w in [Win::SlideOff(3, 2, o), Win::SlideOff(4, 4, o), Win::SlideOff(2, 3, o)] {
+            for make in [q_project, q_group_count, q_scalar] {
+                check(&make(w), &input)?;
+            }
+        }
+        check_cumulate_offset(2, 6, o, &input)?;
     }
 
     #[test]

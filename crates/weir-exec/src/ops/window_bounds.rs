@@ -61,7 +61,7 @@ impl WindowBounds {
         if range <= 0 || slide <= 0 {
             return Err(WeirError::internal("window bounds of a window that is not positive"));
         }
-        Self::of(TimeBounds::Slide { range, slide }, schema)
+        Self::of(TimeBounds::slide(range, slide), schema)
     }
 
     /// Bounds of the cumulating window with `step` and `size` (a multiple of `step`).
@@ -69,10 +69,11 @@ impl WindowBounds {
         if step <= 0 || size <= 0 || size % step != 0 {
             return Err(WeirError::internal("window bounds of a cumulating window out of shape"));
         }
-        Self::of(TimeBounds::Cumulate { step, size }, schema)
+        Self::of(TimeBounds::Cumulate { step, size, offset: 0 }, schema)
     }
 
-    fn of(bounds: TimeBounds, schema: SchemaRef) -> Result<Self> {
+    /// Bounds of any moving window (`[RANGE T SLIDE S]` or cumulating, with an offset).
+    pub fn of(bounds: TimeBounds, schema: SchemaRef) -> Result<Self> {
         let n = schema.fields().len().checked_sub(2).ok_or_else(|| {
             WeirError::internal("window bounds: a schema without the two bounds columns")
         })?;
@@ -88,7 +89,7 @@ impl WindowBounds {
     /// The state's signature (a `[RANGE T SLIDE S]` window's is the one it always had).
     fn signature(&self) -> String {
         match self.bounds {
-            TimeBounds::Slide { range, slide } => {
+            TimeBounds::Slide { range, slide, offset: 0 } => {
                 signature("window_bounds", &self.schema, (range, slide))
             }
             b => signature("window_bounds", &self.schema, b),

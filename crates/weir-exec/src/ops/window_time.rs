@@ -56,24 +56,63 @@ use crate::route::Placement;
 use crate::state::{bool_col, i64_col, invalid, opt_i128_col, signature, StateReader, StateWriter};
 
 /// Which bounds the window has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum TimeBounds {
     Unbounded,
     /// `[RANGE T]` (and `[NOW]` = `[RANGE 1]`).
     Range(Time),
+    /// `[RANGE range SLIDE slide OFFSET offset]`: windows [kS + O − T, kS + O), with the
+    /// offset O in [0, slide).
     Slide {
         range: Time,
         slide: Time,
+        offset: Time,
     },
-    /// Cumulating windows [k·size, k·size + j·step), j = 1..size/step (`size` a multiple of
-    /// `step`).
+    /// Cumulating windows [k·size + O, k·size + O + j·step), j = 1..size/step (`size` a
+    /// multiple of `step`), with the offset O in [0, size).
     Cumulate {
         step: Time,
         size: Time,
+        offset: Time,
     },
 }
 
+/// Written as before offsets existed when the offset is 0, so that the signatures of
+/// checkpointed state stay the same.
+impl std::fmt::Debug for TimeBounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            TimeBounds::Unbounded => write!(f, "Unbounded"),
+            TimeBounds::Range(r) => write!(f, "Range({r})"),
+            TimeBounds::Slide { range, slide, offset: 0 } => {
+                write!(f, "Slide {{ range: {range}, slide: {slide} }}")
+            }
+            TimeBounds::Slide { range, slide, offset } => {
+                write!(f, "Slide {{ range: {range}, slide: {slide}, offset: {offset} }}")
+            }
+            TimeBounds::Cumulate { step, size, offset: 0 } => {
+                write!(f, "Cumulate {{ step: {step}, size: {size} }}")
+            }
+            TimeBounds::Cumulate { step, size, offset } => {
+                write!(f, "Cumulate {{ step: {step}, size: {size}, offset: {offset} }}")
+            }
+        }
+    }
+}
+
+/// ⌊(x − offset) / n⌋·n + offset: the largest tick ≤ x on the grid of multiples of n shifted
+/// by offset.
+fn floor_to(x: i128, n: Time, offset: Time) -> i128 {
+    let (n, o) = (n as i128, offset as i128);
+    n * (x - o).div_euclid(n) + o
+}
+
 impl TimeBounds {
+    /// `[RANGE range SLIDE slide]` without an offset.
+    pub fn slide(range: Time, slide: Time) -> Self {
+        TimeBounds::Slide { range, slide, offset: 0 }
+    }
+
     /// [lo, hi) at instant t. Computed in i128: bounds may lie outside the i64 tick domain
     /// (a window at the domain's ends), and must not be clamped into it.
     pub(crate) fn at(self, t: Time) -> (i128, i128) {
@@ -81,13 +120,13 @@ impl TimeBounds {
         match self {
             TimeBounds::Unbounded => (i128::MIN, t + 1),
             TimeBounds::Range(r) => (t - r as i128 + 1, t + 1),
-            TimeBounds::Slide { range, slide } => {
-                let b = slide as i128 * (t + 1).div_euclid(slide as i128);
+            TimeBounds::Slide { range, slide, offset } => {
+                let b = floor_to(t + 1, slide, offset);
                 (b - range as i128, b)
             }
-            TimeBounds::Cumulate { step, size } => {
-                let b = step as i128 * (t + 1).div_euclid(step as i128);
-                (size as i128 * (b - 1).div_euclid(size as i128), b)
+            TimeBounds::Cumulate { step, size, offset } => {
+                let b = floor_to(t + 1, step, offset);
+                (floor_to(b - 1, size, offset), b)
             }
         }
     }
@@ -182,20 +221,19 @@ impl TimeWindow {
     fn entry_tick(&self, e: Time) -> Option<Time> {
         match self.bounds {
             TimeBounds::Unbounded | TimeBounds::Range(_) => Some(e),
-            TimeBounds::Slide { range, slide } => {
-                let (e, range, slide) = (e as i128, range as i128, slide as i128);
-                let b = slide * (e.div_euclid(slide) + 1);
-                if b - range > e {
+            TimeBounds::Slide { range, slide, offset } => {
+                let e = e as i128;
+                let b = floor_to(e, slide, offset) + slide as i128;
+                if b - range as i128 > e {
                     return None; // in a gap between windows
                 }
                 // The window holding e becomes current at b−1; past the domain's end it never
                 // does, and the element is in no window.
                 Time::try_from(b - 1).ok()
             }
-            TimeBounds::Cumulate { step, .. } => {
+            TimeBounds::Cumulate { step, offset, .. } => {
                 // The end of e's slice.
-                let (e, step) = (e as i128, step as i128);
-                Time::try_from(step * (e.div_euclid(step) + 1) - 1).ok()
+                Time::try_from(floor_to(e as i128, step, offset) + step as i128 - 1).ok()
             }
         }
     }
@@ -206,14 +244,12 @@ impl TimeWindow {
         let tick = match self.bounds {
             TimeBounds::Unbounded => return None,
             TimeBounds::Range(r) => e as i128 + r as i128,
-            TimeBounds::Slide { range, slide } => {
-                let (e, range, slide) = (e as i128, range as i128, slide as i128);
-                slide * ((e + range).div_euclid(slide) + 1) - 1
+            TimeBounds::Slide { range, slide, offset } => {
+                floor_to(e as i128 + range as i128, slide, offset) + slide as i128 - 1
             }
-            TimeBounds::Cumulate { step, size } => {
+            TimeBounds::Cumulate { step, size, offset } => {
                 // When the next period's first window becomes current.
-                let (e, step, size) = (e as i128, step as i128, size as i128);
-                size * (e.div_euclid(size) + 1) + step - 1
+                floor_to(e as i128, size, offset) + size as i128 + step as i128 - 1
             }
         };
         Time::try_from(tick).ok()
@@ -289,7 +325,8 @@ impl TimeWindow {
     /// input changes `d` stamped in [lo, hi] (see the module docs).
     fn plain_step(&mut self, hi: Time, d: ChangeBatch) -> Result<ChangeBatch> {
         if !d.is_empty() {
-            let gaps = matches!(self.bounds, TimeBounds::Slide { range, slide } if range < slide);
+            let gaps =
+                matches!(self.bounds, TimeBounds::Slide { range, slide, .. } if range < slide);
             let d = if gaps {
                 let keep: Vec<u32> = (0..d.len() as u32)
                     .filter(|&i| self.entry_tick(d.times[i as usize]).is_some())
@@ -630,7 +667,7 @@ mod tests {
     fn slide_windows_become_current_at_their_last_tick() {
         // [RANGE 10 SLIDE 5]: windows [kS−10, kS) current at kS−1.
         let out = window(
-            TimeBounds::Slide { range: 10, slide: 5 },
+            TimeBounds::slide(10, 5),
             vec![kv(1, "+1 x 1"), kv(4, "+1 x 4"), kv(6, "+1 x 6"), kv(12, "+1 x 12")],
         );
         assert_eq!(
@@ -652,17 +689,14 @@ mod tests {
     fn slide_not_dividing_range() {
         // [RANGE 5 SLIDE 3]: windows [3k−5, 3k) current at 3k−1; x@4 is in [1,6) (at 5) and
         // [4,9) (at 8), and leaves at 11 when [7,12) becomes current.
-        let out = window(TimeBounds::Slide { range: 5, slide: 3 }, vec![kv(4, "+1 x 4")]);
+        let out = window(TimeBounds::slide(5, 3), vec![kv(4, "+1 x 4")]);
         assert_eq!(out, ["@5 +1 x 4", "@11 -1 x 4"]);
     }
 
     #[test]
     fn elements_in_a_gap_are_never_in_a_window() {
         // [RANGE 2 SLIDE 5]: windows [5k−2, 5k); x@1 is in no window, y@4 is in [3,5).
-        let out = window(
-            TimeBounds::Slide { range: 2, slide: 5 },
-            vec![kv(1, "+1 x 1"), kv(4, "+1 y 4")],
-        );
+        let out = window(TimeBounds::slide(2, 5), vec![kv(1, "+1 x 1"), kv(4, "+1 y 4")]);
         assert_eq!(out, ["@4 +1 y 4", "@9 -1 y 4"]);
     }
 
@@ -697,7 +731,7 @@ mod tests {
                     })
                     .collect()
             };
-        for bounds in [TimeBounds::Range(3), TimeBounds::Slide { range: 4, slide: 2 }] {
+        for bounds in [TimeBounds::Range(3), TimeBounds::slide(4, 2)] {
             let ctx = EvalCtx::default();
             let flow = || fed(TimeWindow::new(bounds, kv_schema()), [ticks()]);
             let mut one = flow();
@@ -775,13 +809,17 @@ mod tests {
         // TUMBLE 5, HOP 2/6 (slide divides), HOP 4/6 (does not), HOP 5/3 (gaps), CUMULATE
         // 2/6, 3/9 and 5/5 (a tumbling window).
         let all = [
-            TimeBounds::Slide { range: 5, slide: 5 },
-            TimeBounds::Slide { range: 6, slide: 2 },
-            TimeBounds::Slide { range: 6, slide: 4 },
-            TimeBounds::Slide { range: 3, slide: 5 },
-            TimeBounds::Cumulate { step: 2, size: 6 },
-            TimeBounds::Cumulate { step: 3, size: 9 },
-            TimeBounds::Cumulate { step: 5, size: 5 },
+            TimeBounds::slide(5, 5),
+            TimeBounds::slide(6, 2),
+            TimeBounds::slide(6, 4),
+            TimeBounds::slide(3, 5),
+            TimeBounds::Cumulate { step: 2, size: 6, offset: 0 },
+            TimeBounds::Cumulate { step: 3, size: 9, offset: 0 },
+            TimeBounds::Cumulate { step: 5, size: 5, offset: 0 },
+            // Offsets: HOP 4/6 with its ends at 4k + 1, CUMULATE 2/6 with periods from 6k + 3.
+            TimeBounds::Slide { range: 6, slide: 4, offset: 1 },
+            TimeBounds::Slide { range: 5, slide: 5, offset: 2 },
+            TimeBounds::Cumulate { step: 2, size: 6, offset: 3 },
         ];
         for bounds in all {
             let mut want = bounds_oracle(bounds, &elems, 60);
@@ -801,7 +839,7 @@ mod tests {
         // CUMULATE step 2, size 6: x@1 is in slice [0,2), current from 1; y@4 in [4,6), from
         // 5; both leave at 7, when [6,8) becomes current. z@6 enters at 7 and leaves at 13.
         let out = window(
-            TimeBounds::Cumulate { step: 2, size: 6 },
+            TimeBounds::Cumulate { step: 2, size: 6, offset: 0 },
             vec![kv(1, "+1 x 1"), kv(4, "+1 y 4"), kv(6, "+1 z 6")],
         );
         assert_eq!(
@@ -812,7 +850,7 @@ mod tests {
 
     #[test]
     fn cumulate_bounds_grow_by_a_step_within_a_period() {
-        let c = TimeBounds::Cumulate { step: 2, size: 6 };
+        let c = TimeBounds::Cumulate { step: 2, size: 6, offset: 0 };
         let at: Vec<(i128, i128)> =
             [-1, 0, 1, 2, 3, 5, 6, 7, 11].iter().map(|&t| c.at(t)).collect();
         assert_eq!(at, [(-6, 0), (-6, 0), (0, 2), (0, 2), (0, 4), (0, 6), (0, 6), (6, 8), (6, 12)]);

@@ -333,6 +333,15 @@ impl Converter<'_> {
         source: Arc<LogicalPlan>,
         schema: Arc<DFSchema>,
     ) -> Result<Arc<LogicalPlan>> {
+        if w.offset.is_some() {
+            return Err(WeirError::plan_at(
+                format!(
+                    "a window offset applies to windows over streams: '{}' is a relation",
+                    w.stream
+                ),
+                w.span,
+            ));
+        }
         let (column, size, slide) = match &w.kind {
             WindowKind::Tumble { column, size } => (column, *size, *size),
             WindowKind::Hop { column, slide, size } => (column, *size, *slide),
@@ -434,23 +443,54 @@ impl Converter<'_> {
             }
             Ok(v)
         };
+        // The offset, in ticks, as a remainder of `modulus` (the slide, or the period of a
+        // cumulating window): offsets that differ by it give the same windows.
+        let offset = |modulus: i64| -> Result<i64> {
+            let Some(o) = w.offset else { return Ok(0) };
+            let v = match (o, domain) {
+                (Duration::Ticks(t), TimeDomain::Ticks)
+                | (Duration::Micros(t), TimeDomain::Micros) => t,
+                (Duration::Ticks(t), TimeDomain::Micros) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by a TIMESTAMP column: give the offset a unit \
+                             (e.g. {t} SECONDS)",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+                (Duration::Micros(_), TimeDomain::Ticks) => {
+                    return Err(WeirError::plan_at(
+                        format!(
+                            "'{}' is stamped by integer ticks: give the offset as a bare integer",
+                            w.stream
+                        ),
+                        w.span,
+                    ))
+                }
+            };
+            Ok(v.rem_euclid(modulus))
+        };
         Ok(match &w.kind {
             WindowKind::Unbounded => WindowSpec::Unbounded,
             WindowKind::Now => WindowSpec::Now,
             WindowKind::Range(d) => WindowSpec::Range(ticks(*d)?),
             WindowKind::RangeSlide(r, s) => {
-                WindowSpec::RangeSlide { range: ticks(*r)?, slide: ticks(*s)? }
+                let slide = ticks(*s)?;
+                WindowSpec::RangeSlide { range: ticks(*r)?, slide, offset: offset(slide)? }
             }
             WindowKind::Rows(n) => WindowSpec::Rows(*n),
             WindowKind::Tumble { column, size } => {
                 self.check_descriptor(w, source, column)?;
-                WindowSpec::RangeSlide { range: ticks(*size)?, slide: ticks(*size)? }
+                let size = ticks(*size)?;
+                WindowSpec::RangeSlide { range: size, slide: size, offset: offset(size)? }
             }
             WindowKind::Hop { column, slide, size } => {
                 self.check_descriptor(w, source, column)?;
                 let (range, slide) = (ticks(*size)?, ticks(*slide)?);
                 check_hop_windows(w, range, slide)?;
-                WindowSpec::RangeSlide { range, slide }
+                WindowSpec::RangeSlide { range, slide, offset: offset(slide)? }
             }
             WindowKind::Cumulate { column, step, size } => {
                 self.check_descriptor(w, source, column)?;
@@ -467,7 +507,11 @@ impl Converter<'_> {
                         w.span,
                     ));
                 }
-                WindowSpec::Cumulate { step: step_ticks, size: size_ticks }
+                WindowSpec::Cumulate {
+                    step: step_ticks,
+                    size: size_ticks,
+                    offset: offset(size_ticks)?,
+                }
             }
             WindowKind::PartitionRows(cols, n) => {
                 WindowSpec::PartitionRows { by: partition_indices(w, source, cols)?, rows: *n }

@@ -155,6 +155,10 @@ pub struct WindowAst {
     pub kind: WindowKind,
     /// From the stream name to the closing bracket.
     pub span: Option<Span>,
+    /// The offset of `TUMBLE`/`HOP`/`CUMULATE`'s windows (their optional last argument) or of
+    /// `[RANGE T SLIDE S OFFSET O]`: window ends move from the multiples of the slide to
+    /// those plus the offset.
+    pub offset: Option<Duration>,
 }
 
 /// A query with its CQL parts taken out.
@@ -358,17 +362,23 @@ impl std::fmt::Display for CqlQuery {
         let mut windows: Vec<&WindowAst> = self.windows.iter().collect();
         windows.sort_by_key(|w| std::cmp::Reverse(w.synthetic.len()));
         for w in windows {
+            let off = w.offset.map(|o| format!(", {o}")).unwrap_or_default();
             let replacement = match &w.kind {
                 WindowKind::Tumble { column, size } => {
-                    format!("TABLE(TUMBLE(TABLE {}, DESCRIPTOR({column}), {size}))", w.stream)
+                    format!("TABLE(TUMBLE(TABLE {}, DESCRIPTOR({column}), {size}{off}))", w.stream)
                 }
-                WindowKind::Hop { column, slide, size } => {
-                    format!("TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}))", w.stream)
-                }
-                WindowKind::Cumulate { column, step, size } => format!(
-                    "TABLE(CUMULATE(TABLE {}, DESCRIPTOR({column}), {step}, {size}))",
+                WindowKind::Hop { column, slide, size } => format!(
+                    "TABLE(HOP(TABLE {}, DESCRIPTOR({column}), {slide}, {size}{off}))",
                     w.stream
                 ),
+                WindowKind::Cumulate { column, step, size } => format!(
+                    "TABLE(CUMULATE(TABLE {}, DESCRIPTOR({column}), {step}, {size}{off}))",
+                    w.stream
+                ),
+                WindowKind::RangeSlide(r, s) if w.offset.is_some() => {
+                    let o = w.offset.map(|o| o.to_string()).unwrap_or_default();
+                    format!("{} [RANGE {r} SLIDE {s} OFFSET {o}]", w.stream)
+                }
                 WindowKind::Session { column: Some(column), gap, by } => format!(
                     "TABLE(SESSION(TABLE {}{}, DESCRIPTOR({column}), {gap}))",
                     w.stream,

@@ -21,8 +21,9 @@ fn parse_window(
     toks: &[TokenWithSpan],
     open: &TokenWithSpan,
     close: &TokenWithSpan,
-) -> Result<WindowKind> {
+) -> Result<(WindowKind, Option<Duration>)> {
     let mut c = Cursor::new(toks).followed_by(close);
+    let mut offset = None;
     let expected = "UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION in the window";
     if c.at_end() {
         return Err(WeirError::syntax_at(
@@ -38,9 +39,19 @@ fn parse_window(
         if c.eat_word("UNBOUNDED") {
             WindowKind::Unbounded
         } else {
-            let range = parse_duration(&mut c, &["SLIDE"])?;
+            let range = parse_duration(&mut c, &["SLIDE", "OFFSET"])?;
+            if c.peek_word("OFFSET") {
+                return Err(WeirError::plan_at(
+                    "OFFSET shifts the windows of a SLIDE: write [RANGE T SLIDE S OFFSET O]",
+                    c.peek().and_then(tok_span),
+                ));
+            }
             if c.eat_word("SLIDE") {
-                WindowKind::RangeSlide(range, parse_duration(&mut c, &[])?)
+                let slide = parse_duration(&mut c, &["OFFSET"])?;
+                if c.eat_word("OFFSET") {
+                    offset = Some(parse_offset(&mut c)?);
+                }
+                WindowKind::RangeSlide(range, slide)
             } else {
                 WindowKind::Range(range)
             }
@@ -70,7 +81,18 @@ fn parse_window(
     if !c.at_end() {
         return Err(c.err("']'"));
     }
-    Ok(kind)
+    Ok((kind, offset))
+}
+
+/// A window's offset: a duration, which may be negative (`-2`, `INTERVAL '-1' MINUTE`).
+fn parse_offset(c: &mut Cursor) -> Result<Duration> {
+    let negative = c.eat(&Token::Minus);
+    let d = parse_duration(c, &[])?;
+    Ok(match (negative, d) {
+        (false, d) => d,
+        (true, Duration::Ticks(v)) => Duration::Ticks(-v),
+        (true, Duration::Micros(v)) => Duration::Micros(-v),
+    })
 }
 
 /// A window table function of TUMBLE/HOP's shape.
@@ -88,7 +110,7 @@ enum F {
 fn parse_window_function(
     toks: &[TokenWithSpan],
     close: &TokenWithSpan,
-) -> Result<(String, WindowKind)> {
+) -> Result<(String, WindowKind, Option<Duration>)> {
     let mut c = Cursor::new(toks).followed_by(close);
     let f = if c.eat_word("TUMBLE") {
         F::Tumble
@@ -111,11 +133,11 @@ fn parse_window_function(
 }
 
 /// What `TABLE(CUMULATE(...))` takes, for its errors.
-const CUMULATE_ARGS: &str =
-    "CUMULATE expects (TABLE stream, DESCRIPTOR(time_column), INTERVAL step, INTERVAL size)";
+const CUMULATE_ARGS: &str = "CUMULATE expects (TABLE stream, DESCRIPTOR(time_column), \
+                             INTERVAL step, INTERVAL size [, INTERVAL offset])";
 
 /// A window table function's arguments, from its '(' on.
-fn window_args(c: &mut Cursor, f: F) -> Result<(String, WindowKind)> {
+fn window_args(c: &mut Cursor, f: F) -> Result<(String, WindowKind, Option<Duration>)> {
     c.expect(&Token::LParen, "'('")?;
     // Flink's `TABLE s, DESCRIPTOR(col)` or RisingWave's `s, col`.
     let flink = c.eat_word("TABLE");
@@ -145,9 +167,11 @@ fn window_args(c: &mut Cursor, f: F) -> Result<(String, WindowKind)> {
         }
         F::Tumble => WindowKind::Tumble { column, size: first },
     };
+    // Flink's optional offset, the last argument.
+    let offset = if c.eat(&Token::Comma) { Some(parse_offset(c)?) } else { None };
     c.expect(&Token::RParen, "')'")?;
     c.end()?;
-    Ok((stream, kind))
+    Ok((stream, kind, offset))
 }
 
 /// The window table functions, as `TABLE( ... )` and FROM take them.
@@ -385,8 +409,9 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                         WeirError::syntax_at("TABLE( is never closed: expected ')'", tok_span(t))
                     })?;
                 let inner = &toks[i + 2..close];
-                let (stream, kind) = if word_is(&toks[i + 2], "SESSION") {
-                    parse_session_function(inner, &toks[close])?
+                let (stream, kind, offset) = if word_is(&toks[i + 2], "SESSION") {
+                    let (stream, kind) = parse_session_function(inner, &toks[close])?;
+                    (stream, kind, None)
                 } else {
                     parse_window_function(inner, &toks[close])?
                 };
@@ -397,7 +422,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 ));
                 let name = word_token(&stream, Keyword::NoKeyword, t.span);
                 push_windowed(&mut out, &synthetic, name, toks.get(close + 1));
-                windows.push(WindowAst { synthetic, stream, kind, span });
+                windows.push(WindowAst { synthetic, stream, kind, span, offset });
                 i = close + 1;
                 continue;
             }
@@ -417,8 +442,9 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                         )
                     })?;
                 let end = toks.get(close + 1).unwrap_or(&toks[close]);
-                let (stream, kind) = if w.value.eq_ignore_ascii_case("SESSION") {
-                    parse_session_function(&toks[i..=close], end)?
+                let (stream, kind, offset) = if w.value.eq_ignore_ascii_case("SESSION") {
+                    let (stream, kind) = parse_session_function(&toks[i..=close], end)?;
+                    (stream, kind, None)
                 } else {
                     parse_window_function(&toks[i..=close], end)?
                 };
@@ -429,7 +455,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 ));
                 let name = word_token(&stream, Keyword::NoKeyword, t.span);
                 push_windowed(&mut out, &synthetic, name, toks.get(close + 1));
-                windows.push(WindowAst { synthetic, stream, kind, span });
+                windows.push(WindowAst { synthetic, stream, kind, span, offset });
                 i = close + 1;
                 continue;
             }
@@ -478,7 +504,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                         tok_span(&name_tok),
                     ));
                 }
-                let kind = parse_window(&toks[i + 1..close], t, &toks[close])?;
+                let (kind, offset) = parse_window(&toks[i + 1..close], t, &toks[close])?;
                 let synthetic = format!("{WINDOW_PREFIX}{}", windows.len());
                 let span = Span::from_sql(sqlparser::tokenizer::Span::new(
                     name_tok.span.start,
@@ -489,6 +515,7 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                     stream: ident_name(name_word),
                     kind,
                     span,
+                    offset,
                 });
                 push_windowed(&mut out, &synthetic, name_tok, toks.get(close + 1));
                 i = close + 1;
@@ -577,6 +604,11 @@ mod tests {
             "SELECT * FROM TABLE(SESSION(TABLE e, DESCRIPTOR(ts), 5))",
             "SELECT window_end, COUNT(*) FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '1' HOUR)) GROUP BY window_end",
             "SELECT * FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), 2, 6)) AS c",
+            "SELECT * FROM s [RANGE 4 SLIDE 2 OFFSET 1] AS x",
+            "SELECT * FROM s [RANGE 4 SLIDE 2 OFFSET -3]",
+            "SELECT * FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' MINUTE, INTERVAL '-1' MINUTE))",
+            "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 2, 4, 1)) AS h",
+            "SELECT * FROM TABLE(CUMULATE(TABLE e, DESCRIPTOR(ts), 2, 6, 3))",
         ] {
             round_trip(sql);
         }
