@@ -120,17 +120,27 @@ fn parse_window_function(
         c.expect_word("HOP")?;
         F::Hop
     };
-    if f == F::Cumulate {
-        return window_args(&mut c, F::Cumulate).map_err(|e| match e {
-            WeirError::Syntax(mut d) => {
-                d.message = format!("{CUMULATE_ARGS}: {}", d.message);
-                WeirError::Syntax(d)
-            }
-            e => e,
-        });
-    }
-    window_args(&mut c, f)
+    let expects = match f {
+        F::Tumble => TUMBLE_ARGS,
+        F::Hop => HOP_ARGS,
+        F::Cumulate => CUMULATE_ARGS,
+    };
+    window_args(&mut c, f).map_err(|e| match e {
+        WeirError::Syntax(mut d) => {
+            d.message = format!("{expects}: {}", d.message);
+            WeirError::Syntax(d)
+        }
+        e => e,
+    })
 }
+
+/// What `TABLE(TUMBLE(...))` takes, for its errors.
+const TUMBLE_ARGS: &str =
+    "TUMBLE expects (TABLE stream, DESCRIPTOR(time_column), INTERVAL size [, INTERVAL offset])";
+
+/// What `TABLE(HOP(...))` takes, for its errors.
+const HOP_ARGS: &str = "HOP expects (TABLE stream, DESCRIPTOR(time_column), INTERVAL slide, \
+                        INTERVAL size [, INTERVAL offset])";
 
 /// What `TABLE(CUMULATE(...))` takes, for its errors.
 const CUMULATE_ARGS: &str = "CUMULATE expects (TABLE stream, DESCRIPTOR(time_column), \
@@ -425,6 +435,25 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 windows.push(WindowAst { synthetic, stream, kind, span, offset });
                 i = close + 1;
                 continue;
+            }
+            // `TABLE(F(...))` with a function Weir has no window table function for.
+            Token::Word(w)
+                if in_from.last() == Some(&From::In)
+                    && w.value.eq_ignore_ascii_case("TABLE")
+                    && toks.get(i + 1).is_some_and(|t| t.token == Token::LParen)
+                    && toks.get(i + 2).is_some_and(
+                        |t| matches!(&t.token, Token::Word(f) if f.quote_style.is_none()),
+                    )
+                    && toks.get(i + 3).is_some_and(|t| t.token == Token::LParen) =>
+            {
+                let name = toks[i + 2].token.to_string();
+                return Err(WeirError::plan_at(
+                    format!(
+                        "unknown window table function '{name}': the window table functions \
+                         are TUMBLE, HOP, CUMULATE and SESSION"
+                    ),
+                    tok_span(&toks[i + 2]),
+                ));
             }
             // RisingWave's form, without TABLE( ... ) around it: `FROM TUMBLE(t, ts, size)`.
             // `FROM SESSION(...)` takes Flink's arguments (and says so when they are wrong).

@@ -59,8 +59,9 @@ fn parse_script_inner(sql: &str) -> Result<Vec<ParsedStatement>> {
             Some(Span::point(e.location.line, e.location.column)),
         )
     })?;
-    let tokens: Vec<TokenWithSpan> =
+    let mut tokens: Vec<TokenWithSpan> =
         tokens.into_iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
+    time::complete_timestamp_literals(&mut tokens);
     let source = Source::new(sql);
     let mut out = Vec::new();
     for stmt in tokens.split(|t| t.token == Token::SemiColon) {

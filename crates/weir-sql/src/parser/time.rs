@@ -19,6 +19,41 @@ pub(super) fn parse_time_lit(c: &mut Cursor) -> Result<TimeLit> {
     c.integer("an instant (an integer tick or TIMESTAMP '...')").map(TimeLit::Ticks)
 }
 
+/// `TIMESTAMP '2020-04-15 12:02'`, a literal without seconds, is `'2020-04-15 12:02:00'` (as
+/// in Flink and PostgreSQL): the string of every `TIMESTAMP '...'` literal whose time of day
+/// is hours and minutes only gets `:00`. Other strings are left to the usual parsing.
+pub(super) fn complete_timestamp_literals(toks: &mut [TokenWithSpan]) {
+    for i in 1..toks.len() {
+        let Token::SingleQuotedString(s) = &toks[i].token else { continue };
+        if !super::tokens::word_is(&toks[i - 1], "TIMESTAMP") {
+            continue;
+        }
+        if let Some(full) = with_seconds(s) {
+            toks[i].token = Token::SingleQuotedString(full);
+        }
+    }
+}
+
+/// `date HH:MM` (a space or `T` between) with `:00` added; `None` for anything else.
+fn with_seconds(s: &str) -> Option<String> {
+    let t = s.trim();
+    let at = t.find([' ', 'T'])?;
+    let (date, time) = (&t[..at], t[at + 1..].trim_start());
+    let date_ok = date.len() == 10
+        && date.chars().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                c == '-'
+            } else {
+                c.is_ascii_digit()
+            }
+        });
+    let (h, m) = time.split_once(':')?;
+    let time_ok = (1..=2).contains(&h.len())
+        && m.len() == 2
+        && h.chars().chain(m.chars()).all(|c| c.is_ascii_digit());
+    (date_ok && time_ok).then(|| format!("{date} {h:0>2}:{m}:00"))
+}
+
 /// A TIMESTAMP literal in microseconds, the unit of Weir's instants (years 1 to 9999, as
 /// streams read them; not nanoseconds, which end in 2262).
 fn timestamp_micros(s: &str, c: &Cursor) -> Result<i64> {
@@ -136,6 +171,21 @@ fn unit_error(unit: &str, span: Option<Span>) -> WeirError {
         format!("unknown duration unit '{unit}' (units: {UNIT_NAMES})")
     };
     WeirError::syntax_at(msg, span)
+}
+
+#[cfg(test)]
+mod minutes_tests {
+    use super::with_seconds;
+
+    #[test]
+    fn timestamps_without_seconds_get_them() {
+        assert_eq!(with_seconds("2020-04-15 12:02").as_deref(), Some("2020-04-15 12:02:00"));
+        assert_eq!(with_seconds("2020-04-15T9:05").as_deref(), Some("2020-04-15 09:05:00"));
+        assert_eq!(with_seconds("2020-04-15 12:02:03"), None);
+        assert_eq!(with_seconds("2020-04-15"), None);
+        assert_eq!(with_seconds("2020-04-15 12:2"), None);
+        assert_eq!(with_seconds("20-04-15 12:02"), None);
+    }
 }
 
 #[cfg(test)]
