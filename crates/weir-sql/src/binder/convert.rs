@@ -1467,6 +1467,12 @@ fn tdigest_compression(e: &Expr) -> Result<u32> {
         })
 }
 
+/// Whether `plan` holds a sliding window with an offset.
+fn has_window_offset(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Window { spec: WindowSpec::RangeSlide { offset, .. }, .. } if *offset != 0)
+        || plan.inputs().into_iter().any(|i| has_window_offset(i))
+}
+
 /// Refuses a sketch aggregate whose input can delete rows: a sketch cannot forget a value.
 /// Accepted: a time window over a stream (counted slice by slice), or an append-only input.
 /// A percentile's argument must be a number, and each value counts (no DISTINCT).
@@ -1489,6 +1495,12 @@ fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>, schema: &DFSch
         }
     }
     let name = sketch.func.to_string().to_uppercase();
+    if has_window_offset(input) {
+        return Err(WeirError::plan(format!(
+            "{name} over a window with an OFFSET is not supported: sketches are kept per slice, \
+             and slices are aligned on multiples of the slide"
+        )));
+    }
     if weir_plan::sketch_input(input).is_none() {
         return Err(WeirError::plan(format!(
             "{name} cannot forget rows, and its input here can delete them: give it a stream with \
