@@ -14,7 +14,9 @@
 //!   by (timestamp, arrival); `[PARTITION BY k ROWS N]` = `[ROWS N]` per k; the window table
 //!   function `HOP(TABLE s, DESCRIPTOR(t), S, T)` = `[RANGE T SLIDE S]` with the bounds
 //!   (b−T, b) on every row; `CUMULATE(TABLE s, DESCRIPTOR(t), step, size)` = stamped in [w, b),
-//!   b = step·⌊(τ+1)/step⌋, w = size·⌊(b−1)/size⌋, with the bounds (w, b) on every row;
+//!   b = step·⌊(τ+1)/step⌋, w = size·⌊(b−1)/size⌋, with the bounds (w, b) on every row; an
+//!   offset O moves every window end by O; Flink's `GROUP BY HOP(t, S, T)` / `SESSION(t, G), k`
+//!   is the table function's aggregate;
 //! - relational operators evaluated on the instantaneous bags, with SQL NULL semantics
 //!   (projection, selection, GROUP BY with COUNT(*)/COUNT/SUM/MIN/MAX/COUNT(DISTINCT)/AVG,
 //!   FILTER (WHERE ...) on them (only rows whose condition is true), BOOL_AND/BOOL_OR (NULLs
@@ -621,6 +623,31 @@ fn q_window_tvf(w: Win, by_key: bool, reads_bounds: bool) -> Case {
             }
         }),
     )
+}
+
+/// [`q_window_tvf`]'s per-key aggregate in Flink's group-window syntax, `GROUP BY HOP(t,
+/// slide, size), k` with `HOP_START`/`HOP_END` (`TUMBLE` when size = slide): the same relation.
+fn q_group_window(w: Win) -> Case {
+    let Win::Slide(size, slide) = w else { unreachable!("group windows slide") };
+    let (start, end, group) = if size == slide {
+        let args = format!("t, {size}");
+        (format!("TUMBLE_START({args})"), format!("TUMBLE_END({args})"), format!("TUMBLE({args})"))
+    } else {
+        let args = format!("t, {slide}, {size}");
+        (format!("HOP_START({args})"), format!("HOP_END({args})"), format!("HOP({args})"))
+    };
+    let sql = format!("SELECT {start}, {end}, k, COUNT(*), SUM(v) FROM s GROUP BY {group}, k");
+    Case { sql, ..q_window_tvf(w, true, false) }
+}
+
+/// [`q_session_tvf`] per key in Flink's group-window syntax: `GROUP BY SESSION(t, gap), k`
+/// computes the sessions per k (the other key), with `SESSION_START`/`SESSION_END`.
+fn q_group_session(gap: i64) -> Case {
+    let sql = format!(
+        "SELECT k, SESSION_START(t, {gap}), SESSION_END(t, {gap}), COUNT(*), SUM(v) \
+         FROM s GROUP BY SESSION(t, {gap}), k"
+    );
+    Case { sql, ..q_session_tvf(gap, true) }
 }
 
 /// An aggregate per session of the `SESSION` table function, grouped by the session's bounds
@@ -2773,6 +2800,10 @@ proptest! {
         for (w, by_key, reads_bounds) in cases {
             check(&q_window_tvf(w, by_key, reads_bounds), &input)?;
         }
+        // Flink's group-window syntax for the same windows.
+        for w in [Win::Slide(4, 4), Win::Slide(5, 2)] {
+            check(&q_group_window(w), &input)?;
+        }
     }
 
     #[test]
@@ -2781,6 +2812,7 @@ proptest! {
         for by_key in [true, false] {
             check(&q_session_tvf(gap, by_key), &input)?;
         }
+        check(&q_group_session(gap), &input)?;
         for w in [Win::Session(gap), Win::SessionAll(gap)] {
             for make in [q_project, q_group_count, q_group_sum_min_max] {
                 check(&make(w), &input)?;
