@@ -1,4 +1,5 @@
-//! Time-based windows: `[NOW]`, `[RANGE T]`, `[RANGE T SLIDE S]`, `[UNBOUNDED]`.
+//! Time-based windows: `[NOW]`, `[RANGE T]`, `[RANGE T SLIDE S [OFFSET O]]`, `[UNBOUNDED]` and
+//! cumulating windows.
 //!
 //! At instant τ the window holds the stream elements with timestamp in [lo(τ), hi(τ)):
 //! - `[RANGE T]`: (τ−T, τ], i.e. [τ−T+1, τ+1); an element stamped τ' is in it for exactly T
@@ -10,7 +11,10 @@
 //!   w = size·⌊(b−1)/size⌋, the largest multiple of size below b. Window [k·size, k·size +
 //!   j·step) becomes current at its last tick, k·size + j·step − 1, so the windows of a period
 //!   grow one slice of `step` ticks at a time, and the next period's first window replaces the
-//!   last one.
+//!   last one;
+//! - with an offset O (`[RANGE T SLIDE S OFFSET O]`, TUMBLE/HOP/CUMULATE's last argument),
+//!   every multiple of S (of step and size) above is that multiple plus O: window ends move
+//!   by O, nothing else changes. O is kept in [0, S) ([0, size) for a cumulating window).
 //!
 //! Delta semantics: at τ the output is +e for each element that enters [lo, hi) and −e for each
 //! that leaves it (with the element's multiplicity). In a cumulating window an element stamped
