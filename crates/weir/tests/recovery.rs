@@ -19,6 +19,9 @@ CREATE SINK changes WITH (path = 'out/changes.jsonl') AS SELECT * FROM counts;
 CREATE SINK sessions WITH (path = 'out/sessions.csv') AS
   SELECT ISTREAM k, window_start, window_end, COUNT(*) AS n, SUM(v) AS total
   FROM TABLE(SESSION(TABLE s PARTITION BY k, DESCRIPTOR(t), 2)) GROUP BY k, window_start, window_end;
+CREATE SINK cumulated WITH (path = 'out/cumulated.csv') AS
+  SELECT ISTREAM k, window_start, window_end, COUNT(*) AS n, MAX(v) AS top
+  FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 3, 12, 1)) GROUP BY k, window_start, window_end;
 ";
 
 const SUBSCRIBED: &str = "SELECT DSTREAM k, v FROM s [ROWS 3]";
@@ -100,7 +103,7 @@ fn continue_exactly(workers: usize) {
     assert_eq!(seen, expected_sub);
     assert_eq!(rows(&mut c, "SELECT * FROM counts ORDER BY k"), expected_counts);
     assert_eq!(rows(&mut c, "SELECT * FROM names ORDER BY k").len(), 2);
-    for f in ["out/labelled.csv", "out/changes.jsonl", "out/sessions.csv"] {
+    for f in ["out/labelled.csv", "out/changes.jsonl", "out/sessions.csv", "out/cumulated.csv"] {
         let want = std::fs::read(plain.join(f)).unwrap();
         let got = std::fs::read(durable.join(f)).unwrap();
         assert!(want == got, "{f} differs");
@@ -108,6 +111,10 @@ fn continue_exactly(workers: usize) {
     // Sessions (gap 2) were open across the checkpoint: many were shown, one line each.
     let sessions = std::fs::read_to_string(plain.join("out/sessions.csv")).unwrap();
     assert!(sessions.lines().count() > 50, "{sessions}");
+    // Cumulating windows (step 3, size 12, offset 1) were growing across the checkpoint: one
+    // line per key and window.
+    let cumulated = std::fs::read_to_string(plain.join("out/cumulated.csv")).unwrap();
+    assert!(cumulated.lines().count() > 100, "{cumulated}");
     let stats = c.stream_stats();
     assert_eq!(stats[0].accepted, 400);
     let _ = std::fs::remove_dir_all(&root);
