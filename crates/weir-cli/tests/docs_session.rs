@@ -1,7 +1,10 @@
-//! `docs/repl.md`'s "A session" transcript, replayed in a pseudo-terminal: every line typed after
-//! `weir> ` (and `  ..> `) is typed, a bare `weir>` is a Ctrl-C at the empty prompt, and what the
-//! shell prints in between must be exactly the transcript's lines, so the transcript cannot
-//! drift from the shell. Only the time `\timing` measures is free (`Time: 0.401 ms`).
+//! `docs/repl.md`'s transcripts, the ```` ```text transcript ```` blocks ("A session", the caret
+//! error), each replayed in a new shell on a pseudo-terminal: every line typed after `weir> `
+//! (and `  ..> `) is typed, a bare `weir>` is a Ctrl-C at the empty prompt, and what the shell
+//! prints in between must be exactly the transcript's lines, so a transcript cannot drift from
+//! the shell. Only the time `\timing` measures is free (`Time: 0.401 ms`). A first line before
+//! any prompt is the shell's greeting, checked too. Transcripts of live, wall-clock output (the
+//! demo, loading progress, the table view) are plain ```` ```text ```` blocks, not replayed.
 //!
 //! Output is compared as a terminal shows it: each line as the carriage returns the line editor
 //! writes leave it (text after a `\r` overwrites the line), blank lines and the echo of the typed
@@ -24,14 +27,24 @@ struct Exchange {
     printed: Vec<String>,
 }
 
-/// The transcript: the shell's greeting, then the exchanges. `None` if the section or its
-/// `text` block is missing.
-fn transcript(markdown: &str) -> Option<(Vec<String>, Vec<Exchange>)> {
-    let section = markdown.split("\n## A session\n").nth(1)?;
-    let block = section.split("```text\n").nth(1)?.split("\n```").next()?;
+/// The ```` ```text transcript ```` blocks of a Markdown file: (line of the block, its lines).
+fn transcript_blocks(markdown: &str) -> Vec<(usize, Vec<String>)> {
+    let mut blocks = Vec::new();
+    let mut lines = markdown.lines().enumerate();
+    while let Some((i, line)) = lines.next() {
+        if line.trim_end() == "```text transcript" {
+            let body = lines.by_ref().map(|(_, l)| l).take_while(|l| l.trim_end() != "```");
+            blocks.push((i + 1, body.map(str::to_string).collect()));
+        }
+    }
+    blocks
+}
+
+/// A transcript: the shell's greeting (the lines before the first prompt), then the exchanges.
+fn transcript(block: &[String]) -> (Vec<String>, Vec<Exchange>) {
     let mut greeting = Vec::new();
     let mut exchanges: Vec<Exchange> = Vec::new();
-    for line in block.lines() {
+    for line in block {
         if let Some(typed) = line.strip_prefix("weir>") {
             let typed = typed.strip_prefix(' ').unwrap_or(typed);
             let typed = if typed.is_empty() { vec![] } else { vec![typed.to_string()] };
@@ -45,7 +58,7 @@ fn transcript(markdown: &str) -> Option<(Vec<String>, Vec<Exchange>)> {
             greeting.push(line.trim_end().to_string());
         }
     }
-    Some((greeting, exchanges))
+    (greeting, exchanges)
 }
 
 /// Lines as a terminal leaves them: a carriage return sends the cursor back to the line's start,
@@ -118,12 +131,21 @@ fn type_line(p: &mut PtySession, line: &str) {
 }
 
 #[test]
-fn the_session_in_repl_md_is_what_the_shell_prints() {
+fn the_transcripts_in_repl_md_are_what_the_shell_prints() {
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/repl.md");
     let markdown = std::fs::read_to_string(&doc).unwrap();
-    let (greeting, exchanges) =
-        transcript(&markdown).expect("docs/repl.md has a section \"A session\" with a text block");
-    assert!(exchanges.len() > 5, "too few exchanges in the transcript: {exchanges:?}");
+    let blocks = transcript_blocks(&markdown);
+    assert!(blocks.len() >= 2, "docs/repl.md has fewer transcripts than expected: {blocks:?}");
+    for (line, block) in blocks {
+        replay(line, &block);
+    }
+}
+
+/// Replays the transcript at `line` of docs/repl.md in a new shell.
+fn replay(line: usize, block: &[String]) {
+    let at = format!("docs/repl.md:{line}");
+    let (greeting, exchanges) = transcript(block);
+    assert!(!exchanges.is_empty(), "{at}: a transcript without a prompt");
 
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
@@ -134,10 +156,12 @@ fn the_session_in_repl_md_is_what_the_shell_prints() {
     let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
     let mut p = spawn_with_options(cmd, options).unwrap();
     let before = p.exp_string("weir> ").unwrap();
-    let shown: Vec<String> = rendered(&before).into_iter().filter(|l| !l.is_empty()).collect();
-    assert_eq!(shown, greeting, "docs/repl.md's session: the greeting");
+    if !greeting.is_empty() {
+        let shown: Vec<String> = rendered(&before).into_iter().filter(|l| !l.is_empty()).collect();
+        assert_eq!(shown, greeting, "{at}: the greeting");
+    }
 
-    for (i, ex) in exchanges.iter().enumerate() {
+    for ex in &exchanges {
         match ex.typed.split_first() {
             None => p.send_control('c').unwrap(),
             Some((first, rest)) => {
@@ -148,8 +172,8 @@ fn the_session_in_repl_md_is_what_the_shell_prints() {
                 }
             }
         }
-        if i + 1 == exchanges.len() {
-            assert!(ex.printed.is_empty(), "the transcript ends with a command that prints");
+        if ex.typed.first().is_some_and(|t| t == "\\q") {
+            assert!(ex.printed.is_empty(), "{at}: lines after \\q");
             p.exp_eof().unwrap();
             return;
         }
@@ -162,9 +186,8 @@ fn the_session_in_repl_md_is_what_the_shell_prints() {
             } else {
                 p.exp_string(last).map(|text| text + last)
             };
-            let waited = waited.unwrap_or_else(|e| {
-                panic!("docs/repl.md's session, after {:?}: no line {last:?}: {e}", ex.typed)
-            });
+            let waited = waited
+                .unwrap_or_else(|e| panic!("{at}: after {:?}, no line {last:?}: {e}", ex.typed));
             raw.push_str(&waited);
         }
         raw.push_str(&p.exp_string("weir> ").unwrap());
@@ -172,16 +195,21 @@ fn the_session_in_repl_md_is_what_the_shell_prints() {
         let expected: Vec<String> = ex.printed.iter().map(|l| normalized(l)).collect();
         assert_eq!(
             actual, expected,
-            "docs/repl.md's session: what the shell prints after {:?} (left: the shell, right: the doc)",
+            "{at}: what the shell prints after {:?} (left: the shell, right: the doc)",
             ex.typed
         );
     }
+    type_line(&mut p, "\\q");
+    p.exp_eof().unwrap();
 }
 
 #[test]
 fn the_transcript_is_read_as_typed_and_printed_lines() {
-    let md = "x\n## A session\n\n```text\nWeir 1\nweir> SELECT 1,\n  ..>   2;\nrow\nweir>\n[1] stopped\nweir> \\q\n```\n";
-    let (greeting, ex) = transcript(md).unwrap();
+    let md = "x\n```text\nweir> not this\n```\n```text transcript\nWeir 1\nweir> SELECT 1,\n  ..>   2;\nrow\nweir>\n[1] stopped\nweir> \\q\n```\n";
+    let blocks = transcript_blocks(md);
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(blocks[0].0, 5);
+    let (greeting, ex) = transcript(&blocks[0].1);
     assert_eq!(greeting, ["Weir 1"]);
     assert_eq!(ex.len(), 3);
     assert_eq!(ex[0].typed, ["SELECT 1,", "  2;"]);
@@ -190,4 +218,7 @@ fn the_transcript_is_read_as_typed_and_printed_lines() {
     assert_eq!(ex[1].printed, ["[1] stopped"]);
     assert_eq!(rendered("weir> abc\r[1] 1 | 2\r\nnext"), ["[1] 1 | 2", "next"]);
     assert_eq!(normalized("Time: 0.401 ms"), "Time: N ms");
+    let typed = ["SELECT a".to_string()];
+    let lines = ["SELECT".to_string(), "a".to_string(), "x".to_string()];
+    assert_eq!(without_echo(lines.to_vec(), &typed), ["x"]);
 }
