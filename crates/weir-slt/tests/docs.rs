@@ -125,6 +125,8 @@ fn steps(text: &str) -> Result<Vec<Step>, String> {
             }
             let body: Vec<String> =
                 lines[start..end].iter().map(|l| strip_indent(l, indent).to_string()).collect();
+            // `SQL` and `Sql` are SQL blocks too, so a capital cannot turn a test off.
+            let info = info.to_ascii_lowercase();
             let mut words = info.split_whitespace();
             match (words.next(), words.next(), words.next()) {
                 (Some("sql"), None, _) => {
@@ -383,6 +385,7 @@ fn convention_is_parsed() -> Result<(), Failed> {
     assert!(steps("```sql sinopsis\nx\n```\n").is_err());
     assert!(steps("```sql\nx\n").is_err());
     assert!(steps("<!-- docs-test frsh -->\n").is_err());
+    assert!(matches!(steps("```SQL\nSELECT 1\n```\n").as_deref(), Ok([Step::Sql { .. }])));
     Ok(())
 }
 
