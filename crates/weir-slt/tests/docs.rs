@@ -7,8 +7,9 @@
 //!
 //! - Each Markdown file runs on one fresh engine, its blocks in order, so a later example may
 //!   use the streams, tables and views of an earlier one. Relative paths (sinks, sources,
-//!   `COPY`) are relative to a scratch directory, which is also the engine's data directory
-//!   (so `CHECKPOINT` works); idle timeouts count no wall-clock time.
+//!   `COPY`) are relative to a scratch directory; idle timeouts count no wall-clock time. The
+//!   engine has no data directory (as `weir run` without `--data-dir`) until a hidden
+//!   `<!-- docs-test data-dir -->` gives it one, for a `CHECKPOINT` example.
 //! - A ```` ```sql ```` block is run statement by statement, and every statement must succeed.
 //!   A continuous `SELECT` is started (subscribed), so it must bind. It runs until a later
 //!   block or hidden step starts another continuous query (then the earlier ones end), so a
@@ -93,6 +94,8 @@ enum Step {
     Fresh,
     /// `docs-test stop`: the running queries end and what they produced is not checked.
     Stop,
+    /// `docs-test data-dir`: checkpoints go to the scratch directory from now on.
+    DataDir,
     /// `docs-test file PATH`: a file in the scratch directory.
     File { line: usize, path: String, contents: String },
     /// A ```output block: the expected lines.
@@ -188,6 +191,9 @@ fn directive(line: usize, body: &str) -> Result<Step, String> {
     if body.trim() == "stop" {
         return Ok(Step::Stop);
     }
+    if body.trim() == "data-dir" {
+        return Ok(Step::DataDir);
+    }
     if let Some(rest) = body.strip_prefix(" file ") {
         let (path, contents) = rest.split_once('\n').unwrap_or((rest, ""));
         let path = path.trim().to_string();
@@ -198,7 +204,7 @@ fn directive(line: usize, body: &str) -> Result<Step, String> {
     }
     Err(format!(
         "line {line}: unknown docs-test comment (known: `docs-test: SQL`, `docs-test error: SQL`, \
-         `docs-test fresh`, `docs-test stop`, `docs-test file PATH`)"
+         `docs-test fresh`, `docs-test stop`, `docs-test data-dir`, `docs-test file PATH`)"
     ))
 }
 
@@ -231,7 +237,6 @@ fn fresh_engine(dir: &Path) -> Engine {
     let mut engine = Engine::new();
     engine.use_manual_processing_time();
     engine.set_base_dir(dir);
-    engine.set_data_dir(dir.join("data"));
     engine
 }
 
@@ -278,6 +283,10 @@ impl Doc {
                 if *step == Step::Fresh {
                     self.engine = fresh_engine(&self.dir);
                 }
+                Ok(())
+            }
+            Step::DataDir => {
+                self.engine.set_data_dir(self.dir.join("data"));
                 Ok(())
             }
             Step::File { line, path, contents } => {
