@@ -7,7 +7,8 @@
 //!   plain Rust values;
 //! - [`files`]: the same events written as CSV or JSON-lines files (one per stream, timestamps
 //!   as ISO-8601 text) and read back as batches;
-//! - [`queries`]: NEXMark q0-q5, q7 and q8 in Weir SQL;
+//! - [`queries`]: NEXMark q0-q9, q11, q18 and q19, and the window table function queries, in
+//!   Weir SQL;
 //! - [`driver`]: runs one query through the embedding API ([`weir::Engine`]) and measures
 //!   throughput, peak memory and latency; also the sliding-window scaling benchmark.
 //!

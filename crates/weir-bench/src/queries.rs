@@ -43,6 +43,11 @@ pub enum Query {
     /// Monitor new users: people who opened an auction in the same 10 s tumbling window as they
     /// registered.
     Q8,
+    /// User sessions: how many bids each bidder made in each of their sessions, a session
+    /// being a run of the bidder's bids each less than `session_gap` after the one before
+    /// (`TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), gap))` grouped
+    /// by bidder and the session's bounds, `ISTREAM`: each session once, when it closes).
+    Q11,
     /// Winning bid of each auction: its highest bid placed while it was open, the earliest
     /// among equal prices (`ROW_NUMBER() OVER (PARTITION BY id ORDER BY price DESC,
     /// date_time) = 1` over the join: a top-1 per auction). A relation.
@@ -86,6 +91,8 @@ pub struct Params {
     pub q5_slide: i64,
     /// q7's and q8's tumbling window.
     pub tumble: i64,
+    /// q11's session gap.
+    pub session_gap: i64,
 }
 
 impl Default for Params {
@@ -95,6 +102,7 @@ impl Default for Params {
             q5_range: 10_000_000,
             q5_slide: 2_000_000,
             tumble: 10_000_000,
+            session_gap: 10_000_000,
         }
     }
 }
@@ -104,7 +112,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 17] = [
+    pub const ALL: [Query; 18] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -115,6 +123,7 @@ impl Query {
         Query::Q7,
         Query::Q8,
         Query::Q9,
+        Query::Q11,
         Query::Q18,
         Query::Q19,
         Query::Tumble,
@@ -140,6 +149,7 @@ impl Query {
             Query::Q8 => "q8",
             Query::Q6 => "q6",
             Query::Q9 => "q9",
+            Query::Q11 => "q11",
             Query::Q18 => "q18",
             Query::Q19 => "q19",
             Query::Tumble => "tumble",
@@ -158,6 +168,7 @@ impl Query {
             | Query::Q2
             | Query::Q5
             | Query::Q7
+            | Query::Q11
             | Query::Q18
             | Query::Q19
             | Query::Tumble
@@ -222,6 +233,13 @@ impl Query {
                             WHERE b.date_time BETWEEN a.date_time AND a.expires) AS w \
                           WHERE rn = 1"
                 .into(),
+            Query::Q11 => format!(
+                "SELECT ISTREAM bidder, COUNT(*) AS bid_count, window_start AS starttime, \
+                   window_end AS endtime \
+                 FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), {g})) \
+                 GROUP BY bidder, window_start, window_end",
+                g = us(p.session_gap)
+            ),
             Query::Q18 => "SELECT auction, bidder, price, date_time FROM ( \
                              SELECT auction, bidder, price, date_time, ROW_NUMBER() OVER \
                                (PARTITION BY bidder, auction ORDER BY date_time DESC) AS rn \

@@ -27,7 +27,13 @@ use weir_bench::{Config, Generator, Params, Query};
 
 /// The test's window sizes, in microseconds, for events 100 µs apart (10 000 events/s).
 fn params() -> Params {
-    Params { q4_range: 300_000, q5_range: 50_000, q5_slide: 20_000, tumble: 40_000 }
+    Params {
+        q4_range: 300_000,
+        q5_range: 50_000,
+        q5_slide: 20_000,
+        tumble: 40_000,
+        session_gap: 10_000,
+    }
 }
 
 type Row = Vec<String>;
@@ -379,6 +385,38 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Q11 => {
+            // From scratch: each bidder's bids in time order, cut where the next comes `gap`
+            // or more after the last; each session's row is in R only at its end − 1, so
+            // ISTREAM emits it there, once.
+            let gap = p.session_gap;
+            let mut times: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            for b in bids {
+                times.entry(b.bidder).or_default().push(b.date_time);
+            }
+            let mut out = Vec::new();
+            for (bidder, mut ts_of) in times {
+                ts_of.sort();
+                let mut session: Option<(i64, i64, i64)> = None; // (first, last, count)
+                for t in ts_of {
+                    session = match session {
+                        Some((first, last, n)) if t - last < gap => Some((first, t, n + 1)),
+                        Some((first, last, n)) => {
+                            let end = last + gap;
+                            out.push((end - 1, vec![int(bidder), int(n), ts(first), ts(end)], 1));
+                            Some((t, t, 1))
+                        }
+                        None => Some((t, t, 1)),
+                    };
+                }
+                if let Some((first, last, n)) = session {
+                    let end = last + gap;
+                    out.push((end - 1, vec![int(bidder), int(n), ts(first), ts(end)], 1));
+                }
+            }
+            out.sort();
+            out
+        }
         Query::Q7 => {
             let w = p.tumble;
             differentiate(&boundaries(first, last, w, w), false, |tau| {
@@ -498,6 +536,20 @@ fn q6_averages_each_sellers_last_auctions() {
 #[test]
 fn q9_finds_each_auctions_winning_bid() {
     check(Query::Q9, 3000);
+}
+
+#[test]
+fn q11_counts_each_bidders_sessions() {
+    // The input has bidders with several sessions and sessions of several bids.
+    let rows = Generator::new(Config::default()).next_rows(6000);
+    let sessions = oracle(Query::Q11, &rows);
+    let mut per_bidder: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, row, _) in &sessions {
+        *per_bidder.entry(row[0].as_str()).or_default() += 1;
+    }
+    assert!(per_bidder.values().any(|&n| n >= 3), "{per_bidder:?}");
+    assert!(sessions.iter().any(|(_, row, _)| row[1].parse::<i64>().unwrap() >= 5));
+    check(Query::Q11, 6000);
 }
 
 #[test]

@@ -1505,8 +1505,8 @@ fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>, schema: &DFSch
         return Err(WeirError::plan(format!(
             "{name} cannot forget rows, and its input here can delete them: give it a stream with \
              a time window ([NOW], [RANGE ...], [RANGE ... SLIDE ...]) or an append-only input \
-             (a stream [UNBOUNDED], joins of such); a table, a ROWS window, an aggregate or an \
-             outer join below it can delete rows"
+             (a stream [UNBOUNDED], joins of such); a table, a ROWS or SESSION window, an \
+             aggregate or an outer join below it can delete rows"
         )));
     }
     if let Some(other) = aggs.iter().find(|a| {
