@@ -414,30 +414,31 @@ impl Converter<'_> {
 
     fn window_spec(&self, w: &WindowAst, source: &LogicalPlan) -> Result<WindowSpec> {
         let domain = source.time_domain().unwrap_or(TimeDomain::Ticks);
-        let ticks = |d: Duration| -> Result<i64> {
-            let v = match (d, domain) {
+        // A duration (`what`: "duration" or "offset") in the stream's ticks: a TIMESTAMP stream
+        // needs a unit, a tick stream a bare integer.
+        let in_domain = |d: Duration, what: &str| -> Result<i64> {
+            match (d, domain) {
                 (Duration::Ticks(t), TimeDomain::Ticks)
-                | (Duration::Micros(t), TimeDomain::Micros) => t,
-                (Duration::Ticks(t), TimeDomain::Micros) => {
-                    return Err(WeirError::plan_at(
-                        format!(
-                            "'{}' is stamped by a TIMESTAMP column: give the duration a unit \
-                             (e.g. {t} SECONDS)",
-                            w.stream
-                        ),
-                        w.span,
-                    ))
-                }
-                (Duration::Micros(_), TimeDomain::Ticks) => {
-                    return Err(WeirError::plan_at(
-                        format!(
-                            "'{}' is stamped by integer ticks: give the duration as a bare integer",
-                            w.stream
-                        ),
-                        w.span,
-                    ))
-                }
-            };
+                | (Duration::Micros(t), TimeDomain::Micros) => Ok(t),
+                (Duration::Ticks(t), TimeDomain::Micros) => Err(WeirError::plan_at(
+                    format!(
+                        "'{}' is stamped by a TIMESTAMP column: give the {what} a unit \
+                         (e.g. {t} SECONDS)",
+                        w.stream
+                    ),
+                    w.span,
+                )),
+                (Duration::Micros(_), TimeDomain::Ticks) => Err(WeirError::plan_at(
+                    format!(
+                        "'{}' is stamped by integer ticks: give the {what} as a bare integer",
+                        w.stream
+                    ),
+                    w.span,
+                )),
+            }
+        };
+        let ticks = |d: Duration| -> Result<i64> {
+            let v = in_domain(d, "duration")?;
             if v <= 0 {
                 return Err(WeirError::plan_at("a window duration must be positive", w.span));
             }
@@ -447,30 +448,7 @@ impl Converter<'_> {
         // cumulating window): offsets that differ by it give the same windows.
         let offset = |modulus: i64| -> Result<i64> {
             let Some(o) = w.offset else { return Ok(0) };
-            let v = match (o, domain) {
-                (Duration::Ticks(t), TimeDomain::Ticks)
-                | (Duration::Micros(t), TimeDomain::Micros) => t,
-                (Duration::Ticks(t), TimeDomain::Micros) => {
-                    return Err(WeirError::plan_at(
-                        format!(
-                            "'{}' is stamped by a TIMESTAMP column: give the offset a unit \
-                             (e.g. {t} SECONDS)",
-                            w.stream
-                        ),
-                        w.span,
-                    ))
-                }
-                (Duration::Micros(_), TimeDomain::Ticks) => {
-                    return Err(WeirError::plan_at(
-                        format!(
-                            "'{}' is stamped by integer ticks: give the offset as a bare integer",
-                            w.stream
-                        ),
-                        w.span,
-                    ))
-                }
-            };
-            Ok(v.rem_euclid(modulus))
+            Ok(in_domain(o, "offset")?.rem_euclid(modulus))
         };
         Ok(match &w.kind {
             WindowKind::Unbounded => WindowSpec::Unbounded,
