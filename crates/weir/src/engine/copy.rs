@@ -128,14 +128,7 @@ impl Engine {
         }
         copy.records += recs.len() as u64;
         let decoded = copy.decoder.decode(&recs);
-        let arrival = Arrival {
-            data: decoded.batch,
-            rows_from: decoded.rows_from,
-            bad: decoded.bad,
-            origin: "COPY".to_string(),
-            lines: Some(recs.lines),
-            partial: true,
-        };
+        let arrival = Arrival::decoded(decoded, "COPY".to_string(), recs.lines);
         let stream = copy.stream.clone();
         self.ingest(&stream, arrival).inspect_err(|_| copy.failed = true)
     }

@@ -142,15 +142,7 @@ impl Engine {
             match reader.poll(CHUNK).map_err(input_err)? {
                 Polled::Rows { decoded, records: n, origin, lines } => {
                     records += n;
-                    let arrival = Arrival {
-                        data: decoded.batch,
-                        rows_from: decoded.rows_from,
-                        bad: decoded.bad,
-                        origin,
-                        lines: Some(lines),
-                        partial: true,
-                    };
-                    self.ingest(&name, arrival)?;
+                    self.ingest(&name, Arrival::decoded(decoded, origin, lines))?;
                 }
                 Polled::Ended => break,
                 Polled::Nothing => {

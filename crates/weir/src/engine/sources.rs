@@ -102,15 +102,7 @@ impl Engine {
         match polled.map_err(|m| source_error(name, m))? {
             Polled::Rows { decoded, records, origin, lines } => {
                 poll.records += records;
-                let arrival = Arrival {
-                    data: decoded.batch,
-                    rows_from: decoded.rows_from,
-                    bad: decoded.bad,
-                    origin,
-                    lines: Some(lines),
-                    partial: true,
-                };
-                self.ingest(name, arrival)?;
+                self.ingest(name, Arrival::decoded(decoded, origin, lines))?;
             }
             Polled::Nothing => {}
             Polled::Ended => {

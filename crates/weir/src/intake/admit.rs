@@ -59,6 +59,19 @@ impl Arrival {
         }
     }
 
+    /// Records decoded from a source or a COPY (`origin`, a file or `COPY`), each at its line:
+    /// the records before a fatal one are taken in.
+    pub fn decoded(decoded: crate::source::Decoded, origin: String, lines: Vec<u64>) -> Arrival {
+        Arrival {
+            data: decoded.batch,
+            rows_from: decoded.rows_from,
+            bad: decoded.bad,
+            origin,
+            lines: Some(lines),
+            partial: true,
+        }
+    }
+
     /// The line of record `record`, for messages.
     fn line_of(&self, record: usize) -> u64 {
         match &self.lines {

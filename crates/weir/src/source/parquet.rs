@@ -173,16 +173,7 @@ pub(crate) fn convert(
     for (row, fault) in faults.into_iter().enumerate() {
         match fault {
             None => good.push(row),
-            Some((field, reason)) => bad.push((
-                row,
-                BadRow {
-                    line: first_row + row as u64 + 1,
-                    offset: None,
-                    field,
-                    reason,
-                    raw: render_row(raw, row),
-                },
-            )),
+            Some((field, reason)) => bad.push((row, bad_row(raw, first_row, row, field, reason))),
         }
     }
     let all = RecordBatch::try_new(schema.clone(), cols);
@@ -203,21 +194,21 @@ pub(crate) fn convert(
 /// A batch none of whose rows could be taken (cannot happen for a consistent file).
 fn all_bad(raw: &RecordBatch, first_row: u64, reason: &str) -> Decoded {
     let bad = (0..raw.num_rows())
-        .map(|row| {
-            let line = first_row + row as u64 + 1;
-            (
-                row,
-                BadRow {
-                    line,
-                    offset: None,
-                    field: String::new(),
-                    reason: reason.into(),
-                    raw: render_row(raw, row),
-                },
-            )
-        })
+        .map(|row| (row, bad_row(raw, first_row, row, String::new(), reason.into())))
         .collect();
     Decoded { batch: RecordBatch::new_empty(raw.schema()), rows_from: vec![], bad }
+}
+
+/// Row `row` of a batch whose first row is row `first_row` of the file (from 0), as a bad
+/// row: located by its row number from 1, with no byte offset.
+fn bad_row(raw: &RecordBatch, first_row: u64, row: usize, field: String, reason: String) -> BadRow {
+    BadRow {
+        line: first_row + row as u64 + 1,
+        offset: None,
+        field,
+        reason,
+        raw: render_row(raw, row),
+    }
 }
 
 /// The column named `name` (exactly, else case-insensitively).
