@@ -51,6 +51,8 @@ pub struct Contents {
     current: Option<weir::Time>,
     /// The relation outgrew [`MAX_ROWS`]: nothing is kept any more.
     too_large: bool,
+    /// Relation: how many copies of rows are shown.
+    shown: usize,
 }
 
 impl Contents {
@@ -66,6 +68,7 @@ impl Contents {
             instant: None,
             current: None,
             too_large: false,
+            shown: 0,
         }
     }
 
@@ -119,6 +122,7 @@ impl Contents {
             for _ in 0..diff.unsigned_abs() {
                 let Some(place) = places.pop() else { break };
                 self.slots[place] = None;
+                self.shown -= 1;
                 self.freed.push(place);
             }
             if places.is_empty() {
@@ -137,7 +141,8 @@ impl Contents {
             };
             self.slots[place] = Some(row.clone());
             self.places.entry(row.clone()).or_default().push(place);
-            if self.places.values().map(Vec::len).sum::<usize>() > MAX_ROWS {
+            self.shown += 1;
+            if self.shown > MAX_ROWS {
                 self.forget();
                 return;
             }
@@ -150,6 +155,7 @@ impl Contents {
         self.slots = Vec::new();
         self.places = HashMap::new();
         self.freed.clear();
+        self.shown = 0;
     }
 
     /// Closes the gaps that removals left: the rows after them move up.
