@@ -71,7 +71,14 @@ const FIRST_NAMES: [&str; 11] = [
 ];
 const LAST_NAMES: [&str; 9] =
     ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"];
-const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+/// The channels most bids come through; their URLs carry no channel id.
+const HOT_CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+/// One bid in this many comes through one of the other channels, `channel-N` for N below
+/// [`OTHER_CHANNELS`], whose URL carries `channel_id=N` nine times in ten: a few hot channels
+/// and many others, the reference generator's shape, so that q21's extraction has ids to find
+/// and rows to drop.
+const OTHER_CHANNEL_RATIO: u64 = 2;
+const OTHER_CHANNELS: u64 = 10_000;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -387,18 +394,24 @@ impl Generator {
         let auction = self.recent_auction();
         let bidder = self.recent_person(self.config.hot_bidder_ratio);
         let price = self.price();
-        let c = self.rng.below(CHANNELS.len() as u64) as usize;
-        let url =
-            format!("https://www.nexmark.com/{}/item.htm?query=1&channel_id={c}", self.text(5));
-        Bid {
-            auction,
-            bidder,
-            price,
-            channel: CHANNELS[c].to_string(),
-            url,
-            date_time: t,
-            extra: self.text(16).to_string(),
+        // Three directories, which q22 splits out.
+        let mut url = String::from("https://www.nexmark.com/");
+        for _ in 0..3 {
+            let dir = self.text(5);
+            url.push_str(dir);
+            url.push('/');
         }
+        url.push_str("item.htm?query=1");
+        let channel = if self.rng.below(OTHER_CHANNEL_RATIO) > 0 {
+            HOT_CHANNELS[self.rng.below(HOT_CHANNELS.len() as u64) as usize].to_string()
+        } else {
+            let n = self.rng.below(OTHER_CHANNELS);
+            if self.rng.below(10) > 0 {
+                url.push_str(&format!("&channel_id={n}"));
+            }
+            format!("channel-{n}")
+        };
+        Bid { auction, bidder, price, channel, url, date_time: t, extra: self.text(16).to_string() }
     }
 
     /// The next `n` events as Rust values.

@@ -60,6 +60,35 @@ pub enum Query {
     /// orders by price only, date_time makes ties deterministic whatever the columns). A
     /// relation.
     Q19,
+    /// Calculation: the bids with a price (in euros, `0.908 · price`) above 1 000 000 and below
+    /// 50 000 000, with the part of the day they were placed in (from the hour of `date_time`)
+    /// and the number of `c`s in `extra` (the reference's `count_char` function, written as
+    /// `LENGTH(extra) − LENGTH(REPLACE(extra, 'c', ''))`).
+    Q14,
+    /// Bidding statistics per day: bids, distinct bidders and distinct auctions, in all and in
+    /// three price ranks (`COUNT(*) FILTER (WHERE ...)`, `COUNT(DISTINCT ...) FILTER (...)`),
+    /// grouped by the day (`to_char(date_time, '%Y-%m-%d')`, the reference's `DATE_FORMAT`).
+    /// A relation over the whole stream: each bid changes its day's row.
+    Q15,
+    /// [`Query::Q15`]'s statistics per channel and day, with the latest minute (`'%H:%M'`) a
+    /// bid came in. A relation.
+    Q16,
+    /// Auction statistics per auction and day: bids in all and per price rank, and the
+    /// minimum, maximum, average and sum of prices. A relation.
+    Q17,
+    /// Expand bid with auction: every bid joined with its auction, for the auctions in
+    /// category 10 (both streams unbounded, as in q3). The columns both have (`date_time`,
+    /// `extra`) are renamed on the auction's side.
+    Q20,
+    /// Add channel id: the bids of the four main channels with their fixed ids, and those of
+    /// any other channel whose URL carries `channel_id=...`, with that id (the reference's
+    /// `REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)` is `regexp_match(...)[2]`: groups
+    /// are numbered from 1).
+    Q21,
+    /// URL directories: each bid with the first three directories of its URL (the
+    /// reference's `SPLIT_INDEX(url, '/', 3..5)`, counted from 0, is `split_part(url, '/',
+    /// 4..6)`, counted from 1).
+    Q22,
     /// The bid count and highest price per auction in each 10 s tumbling window, written as
     /// Flink users write it: `TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), ...))` grouped
     /// by `window_start, window_end, auction`, `ISTREAM`: each window's rows once, when it
@@ -112,7 +141,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 18] = [
+    pub const ALL: [Query; 25] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -124,8 +153,15 @@ impl Query {
         Query::Q8,
         Query::Q9,
         Query::Q11,
+        Query::Q14,
+        Query::Q15,
+        Query::Q16,
+        Query::Q17,
         Query::Q18,
         Query::Q19,
+        Query::Q20,
+        Query::Q21,
+        Query::Q22,
         Query::Tumble,
         Query::Hop,
         Query::TumbleCql,
@@ -152,6 +188,13 @@ impl Query {
             Query::Q11 => "q11",
             Query::Q18 => "q18",
             Query::Q19 => "q19",
+            Query::Q14 => "q14",
+            Query::Q15 => "q15",
+            Query::Q16 => "q16",
+            Query::Q17 => "q17",
+            Query::Q20 => "q20",
+            Query::Q21 => "q21",
+            Query::Q22 => "q22",
             Query::Tumble => "tumble",
             Query::Hop => "hop",
             Query::TumbleCql => "tumble_cql",
@@ -171,13 +214,19 @@ impl Query {
             | Query::Q11
             | Query::Q18
             | Query::Q19
+            | Query::Q14
+            | Query::Q15
+            | Query::Q16
+            | Query::Q17
+            | Query::Q21
+            | Query::Q22
             | Query::Tumble
             | Query::Hop
             | Query::TumbleCql
             | Query::HopCql
             | Query::Cumulate => &["bid"],
             Query::Q3 | Query::Q8 => &["person", "auction"],
-            Query::Q4 | Query::Q6 | Query::Q9 => &["auction", "bid"],
+            Query::Q4 | Query::Q6 | Query::Q9 | Query::Q20 => &["auction", "bid"],
         }
     }
 
@@ -252,6 +301,53 @@ impl Query {
                              FROM bid) AS w \
                            WHERE rn <= 10"
                 .into(),
+            Query::Q14 => "SELECT ISTREAM auction, bidder, 0.908 * price AS price, \
+                             CASE WHEN EXTRACT(HOUR FROM date_time) BETWEEN 8 AND 18 \
+                                    THEN 'dayTime' \
+                                  WHEN EXTRACT(HOUR FROM date_time) <= 6 \
+                                    OR EXTRACT(HOUR FROM date_time) >= 20 THEN 'nightTime' \
+                                  ELSE 'otherTime' END AS bid_time_type, \
+                             date_time, extra, \
+                             LENGTH(extra) - LENGTH(REPLACE(extra, 'c', '')) AS c_counts \
+                           FROM bid \
+                           WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000"
+                .into(),
+            Query::Q15 => format!(
+                "SELECT {DAY} AS day, {BID_COUNTS}, {BID_DISTINCTS} FROM bid GROUP BY {DAY}"
+            ),
+            Query::Q16 => format!(
+                "SELECT channel, {DAY} AS day, MAX(to_char(date_time, '%H:%M')) AS minute, \
+                   {BID_COUNTS}, {BID_DISTINCTS} \
+                 FROM bid GROUP BY channel, {DAY}"
+            ),
+            Query::Q17 => format!(
+                "SELECT auction, {DAY} AS day, {BID_COUNTS}, MIN(price) AS min_price, \
+                   MAX(price) AS max_price, AVG(price) AS avg_price, SUM(price) AS sum_price \
+                 FROM bid GROUP BY auction, {DAY}"
+            ),
+            Query::Q20 => "SELECT ISTREAM b.auction, b.bidder, b.price, b.channel, b.url, \
+                             b.date_time, b.extra, a.item_name, a.description, a.initial_bid, \
+                             a.reserve, a.date_time AS auction_date_time, a.expires, a.seller, \
+                             a.category, a.extra AS auction_extra \
+                           FROM bid AS b JOIN auction AS a ON b.auction = a.id \
+                           WHERE a.category = 10"
+                .into(),
+            Query::Q21 => format!(
+                "SELECT ISTREAM auction, bidder, price, channel, \
+                   CASE WHEN lower(channel) = 'apple' THEN '0' \
+                        WHEN lower(channel) = 'google' THEN '1' \
+                        WHEN lower(channel) = 'facebook' THEN '2' \
+                        WHEN lower(channel) = 'baidu' THEN '3' \
+                        ELSE {CHANNEL_ID} END AS channel_id \
+                 FROM bid \
+                 WHERE {CHANNEL_ID} IS NOT NULL \
+                   OR lower(channel) IN ('apple', 'google', 'facebook', 'baidu')"
+            ),
+            Query::Q22 => "SELECT ISTREAM auction, bidder, price, channel, \
+                             split_part(url, '/', 4) AS dir1, split_part(url, '/', 5) AS dir2, \
+                             split_part(url, '/', 6) AS dir3 \
+                           FROM bid"
+                .into(),
             Query::Q7 => format!(
                 "SELECT ISTREAM b.auction, b.price, b.bidder, b.date_time \
                  FROM bid [RANGE {w} SLIDE {w}] AS b \
@@ -301,6 +397,30 @@ impl Query {
         }
     }
 }
+
+/// The day of a bid, as q15-q17 group by it (the reference's `DATE_FORMAT(dateTime,
+/// 'yyyy-MM-dd')`).
+const DAY: &str = "to_char(date_time, '%Y-%m-%d')";
+
+/// Bids in all and per price rank (q15-q17).
+const BID_COUNTS: &str = "COUNT(*) AS total_bids, \
+    COUNT(*) FILTER (WHERE price < 10000) AS rank1_bids, \
+    COUNT(*) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bids, \
+    COUNT(*) FILTER (WHERE price >= 1000000) AS rank3_bids";
+
+/// Distinct bidders and auctions, in all and per price rank (q15 and q16).
+const BID_DISTINCTS: &str = "\
+    COUNT(DISTINCT bidder) AS total_bidders, \
+    COUNT(DISTINCT bidder) FILTER (WHERE price < 10000) AS rank1_bidders, \
+    COUNT(DISTINCT bidder) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_bidders, \
+    COUNT(DISTINCT bidder) FILTER (WHERE price >= 1000000) AS rank3_bidders, \
+    COUNT(DISTINCT auction) AS total_auctions, \
+    COUNT(DISTINCT auction) FILTER (WHERE price < 10000) AS rank1_auctions, \
+    COUNT(DISTINCT auction) FILTER (WHERE price >= 10000 AND price < 1000000) AS rank2_auctions, \
+    COUNT(DISTINCT auction) FILTER (WHERE price >= 1000000) AS rank3_auctions";
+
+/// q21's channel id: the second group of the first match in the URL, NULL without one.
+const CHANNEL_ID: &str = "regexp_match(url, '(&|^)channel_id=([^&]*)')[2]";
 
 impl fmt::Display for Query {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

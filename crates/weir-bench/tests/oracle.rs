@@ -59,12 +59,13 @@ fn add(bag: &mut Bag, row: Row) {
     *bag.entry(row).or_insert(0) += 1;
 }
 
-/// The engine's output for `q` on `events` generated events pushed in chunks of `chunk`.
-fn engine_output(q: Query, events: u64, chunk: u64) -> Output {
+/// The engine's output for `q` on `events` events generated with `config`, pushed in chunks
+/// of `chunk`.
+fn engine_output(q: Query, config: &Config, events: u64, chunk: u64) -> Output {
     let mut e = Engine::new();
     e.execute(ddl()).unwrap();
     let sub = e.subscribe(&q.sql(&params())).unwrap();
-    let mut g = Generator::new(Config::default());
+    let mut g = Generator::new(config.clone());
     let mut left = events;
     let mut out = Vec::new();
     while left > 0 {
@@ -336,6 +337,127 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Q14 => {
+            let mut out = Output::new();
+            for b in bids {
+                let euros = 0.908 * b.price as f64;
+                if !(euros > 1_000_000.0 && euros < 50_000_000.0) {
+                    continue;
+                }
+                let hour = b.date_time.div_euclid(3_600_000_000).rem_euclid(24);
+                let part = match hour {
+                    8..=18 => "dayTime",
+                    h if h <= 6 || h >= 20 => "nightTime",
+                    _ => "otherTime",
+                };
+                let cs = b.extra.chars().filter(|&c| c == 'c').count() as i64;
+                let row = vec![
+                    int(b.auction),
+                    int(b.bidder),
+                    float(euros),
+                    part.to_string(),
+                    ts(b.date_time),
+                    b.extra.clone(),
+                    int(cs),
+                ];
+                out.push((b.date_time, row, 1));
+            }
+            out.sort();
+            out
+        }
+        Query::Q15 | Query::Q16 | Query::Q17 => {
+            // A relation over the whole stream: at each instant, every group a bid of that
+            // instant falls in replaces its row. Exact running statistics per group.
+            let day = |t: i64| ts(t)[..10].to_string();
+            let key = |b: &Bid| match q {
+                Query::Q15 => vec![day(b.date_time)],
+                Query::Q16 => vec![b.channel.clone(), day(b.date_time)],
+                _ => vec![int(b.auction), day(b.date_time)],
+            };
+            let mut groups: BTreeMap<Row, Stats> = BTreeMap::new();
+            let mut out = Output::new();
+            let mut i = 0;
+            while i < bids.len() {
+                let t = bids[i].date_time;
+                let mut touched: BTreeMap<Row, Option<Row>> = BTreeMap::new();
+                while i < bids.len() && bids[i].date_time == t {
+                    let b = &bids[i];
+                    let k = key(b);
+                    let g = groups.entry(k.clone()).or_default();
+                    touched.entry(k.clone()).or_insert_with(|| g.row(q, &k));
+                    g.add(b);
+                    i += 1;
+                }
+                for (k, before) in touched {
+                    let after = groups[&k].row(q, &k);
+                    if before != after {
+                        if let Some(r) = before {
+                            out.push((t, r, -1));
+                        }
+                        if let Some(r) = after {
+                            out.push((t, r, 1));
+                        }
+                    }
+                }
+            }
+            out.sort();
+            out
+        }
+        Query::Q20 => {
+            let open: HashMap<i64, &Auction> =
+                auctions.iter().filter(|a| a.category == 10).map(|a| (a.id, a)).collect();
+            let mut out = Output::new();
+            for b in bids {
+                if let Some(a) = open.get(&b.auction) {
+                    let row = vec![
+                        int(b.auction),
+                        int(b.bidder),
+                        int(b.price),
+                        b.channel.clone(),
+                        b.url.clone(),
+                        ts(b.date_time),
+                        b.extra.clone(),
+                        a.item_name.clone(),
+                        a.description.clone(),
+                        int(a.initial_bid),
+                        int(a.reserve),
+                        ts(a.date_time),
+                        ts(a.expires),
+                        int(a.seller),
+                        int(a.category),
+                        a.extra.clone(),
+                    ];
+                    out.push((b.date_time.max(a.date_time), row, 1));
+                }
+            }
+            out.sort();
+            out
+        }
+        Query::Q21 | Query::Q22 => {
+            let mut out = Output::new();
+            for b in bids {
+                let mut row = vec![int(b.auction), int(b.bidder), int(b.price), b.channel.clone()];
+                if q == Query::Q22 {
+                    let parts: Vec<&str> = b.url.split('/').collect();
+                    row.extend((3..6).map(|i| parts.get(i).unwrap_or(&"").to_string()));
+                } else {
+                    let fixed = match b.channel.to_lowercase().as_str() {
+                        "apple" => Some("0"),
+                        "google" => Some("1"),
+                        "facebook" => Some("2"),
+                        "baidu" => Some("3"),
+                        _ => None,
+                    };
+                    match fixed.map(str::to_string).or_else(|| channel_id(&b.url)) {
+                        Some(id) => row.push(id),
+                        None => continue,
+                    }
+                }
+                out.push((b.date_time, row, 1));
+            }
+            out.sort();
+            out
+        }
         Query::Tumble | Query::Hop | Query::TumbleCql | Query::HopCql => {
             let tvf = matches!(q, Query::Tumble | Query::Hop);
             let (r, s) = match q {
@@ -455,12 +577,87 @@ fn oracle(q: Query, rows: &Rows) -> Output {
     }
 }
 
+/// `regexp_match(url, '(&|^)channel_id=([^&]*)')[2]` by hand: the value after the first
+/// `channel_id=` that starts the URL or follows a `&`, up to the next `&`.
+fn channel_id(url: &str) -> Option<String> {
+    const NAME: &str = "channel_id=";
+    url.match_indices(NAME).find(|&(i, _)| i == 0 || url.as_bytes()[i - 1] == b'&').map(|(i, _)| {
+        let rest = &url[i + NAME.len()..];
+        rest.split('&').next().unwrap_or("").to_string()
+    })
+}
+
+/// Running statistics of one group of bids (q15-q17): per price rank (0 for all, then the
+/// three ranks), the bids, distinct bidders and distinct auctions; the latest minute; the
+/// minimum, maximum and sum of prices.
+#[derive(Default)]
+struct Stats {
+    bids: [i64; 4],
+    bidders: [BTreeSet<i64>; 4],
+    auctions: [BTreeSet<i64>; 4],
+    minute: String,
+    min: i64,
+    max: i64,
+    sum: i64,
+}
+
+impl Stats {
+    fn add(&mut self, b: &Bid) {
+        let rank = match b.price {
+            p if p < 10_000 => 1,
+            p if p < 1_000_000 => 2,
+            _ => 3,
+        };
+        for r in [0, rank] {
+            self.bids[r] += 1;
+            self.bidders[r].insert(b.bidder);
+            self.auctions[r].insert(b.auction);
+        }
+        let minute = ts(b.date_time)[11..16].to_string();
+        self.minute = self.minute.clone().max(minute);
+        if self.bids[0] == 1 {
+            (self.min, self.max) = (b.price, b.price);
+        }
+        self.min = self.min.min(b.price);
+        self.max = self.max.max(b.price);
+        self.sum += b.price;
+    }
+
+    /// The group's row, `None` while it has no bids.
+    fn row(&self, q: Query, key: &Row) -> Option<Row> {
+        if self.bids[0] == 0 {
+            return None;
+        }
+        let mut row = key.clone();
+        if q == Query::Q16 {
+            row.push(self.minute.clone());
+        }
+        row.extend(self.bids.iter().map(|&n| int(n)));
+        if q == Query::Q17 {
+            row.extend([
+                int(self.min),
+                int(self.max),
+                float(self.sum as f64 / self.bids[0] as f64),
+                int(self.sum),
+            ]);
+        } else {
+            row.extend(self.bidders.iter().map(|s| int(s.len() as i64)));
+            row.extend(self.auctions.iter().map(|s| int(s.len() as i64)));
+        }
+        Some(row)
+    }
+}
+
 fn check(q: Query, events: u64) {
-    let rows = Generator::new(Config::default()).next_rows(events);
+    check_with(q, &Config::default(), events);
+}
+
+fn check_with(q: Query, config: &Config, events: u64) {
+    let rows = Generator::new(config.clone()).next_rows(events);
     let expected = oracle(q, &rows);
     assert!(!expected.is_empty(), "{q}: the oracle expects no output; the test is too small");
     for chunk in [7, 1000] {
-        let got = engine_output(q, events, chunk);
+        let got = engine_output(q, config, events, chunk);
         if got != expected {
             let first_diff = got.iter().zip(&expected).position(|(a, b)| a != b);
             panic!(
@@ -560,4 +757,54 @@ fn q18_keeps_each_bidders_last_bid_per_auction() {
 #[test]
 fn q19_keeps_the_ten_highest_bids_per_auction() {
     check(Query::Q19, 3000);
+}
+
+/// One event a second: 30 000 events span the hours of a day and more.
+fn slow() -> Config {
+    Config { rate: 1, ..Config::default() }
+}
+
+#[test]
+fn q14_classifies_expensive_bids_by_the_hour() {
+    let rows = Generator::new(slow()).next_rows(30_000);
+    let kinds: BTreeSet<String> =
+        oracle(Query::Q14, &rows).into_iter().map(|(_, row, _)| row[3].clone()).collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    check_with(Query::Q14, &slow(), 30_000);
+}
+
+#[test]
+fn q15_to_q17_keep_statistics_per_day() {
+    // 88 000 s: the first day's statistics are replaced as its bids come, then the second
+    // day's row starts beside it.
+    let rows = Generator::new(slow()).next_rows(88_000);
+    let days: BTreeSet<String> =
+        oracle(Query::Q15, &rows).into_iter().map(|(_, row, _)| row[0].clone()).collect();
+    assert_eq!(days.len(), 2, "{days:?}");
+    for q in [Query::Q15, Query::Q16, Query::Q17] {
+        check_with(q, &slow(), 88_000);
+    }
+}
+
+#[test]
+fn q20_expands_bids_with_their_auctions() {
+    check(Query::Q20, 20_000);
+}
+
+#[test]
+fn q21_adds_channel_ids() {
+    // Some bids come through other channels without an id in their URL: they are dropped.
+    let rows = Generator::new(Config::default()).next_rows(3000);
+    let dropped = rows
+        .bids
+        .iter()
+        .filter(|b| b.channel.starts_with("channel-") && channel_id(&b.url).is_none())
+        .count();
+    assert!(dropped > 0);
+    check(Query::Q21, 3000);
+}
+
+#[test]
+fn q22_splits_url_directories() {
+    check(Query::Q22, 1500);
 }
