@@ -17,9 +17,10 @@ use super::df_error;
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{Duration, WindowAst, WindowKind};
 
-/// The most windows a `HOP` may put each element in: its output repeats every element once per
-/// window, so a size/slide of a million would multiply the input a million times.
-const MAX_HOP_WINDOWS: i128 = 10_000;
+/// The most windows a `HOP` or `CUMULATE` may put each element in: its output repeats every
+/// element once per window, so a size/slide of a million would multiply the input a million
+/// times.
+const MAX_WINDOWS_PER_ELEMENT: i128 = 10_000;
 
 /// DataFusion plan -> Weir plan.
 pub(super) struct Converter<'a> {
@@ -401,7 +402,7 @@ impl Converter<'_> {
             Ok(v)
         };
         let (size, slide) = (ticks(size)?, ticks(slide)?);
-        check_hop_windows(w, size, slide)?;
+        check_windows_per_element(w, "HOP", size, slide)?;
         Ok(Arc::new(LogicalPlan::TimeWindows {
             column: idx,
             size,
@@ -467,7 +468,7 @@ impl Converter<'_> {
             WindowKind::Hop { column, slide, size } => {
                 self.check_descriptor(w, source, column)?;
                 let (range, slide) = (ticks(*size)?, ticks(*slide)?);
-                check_hop_windows(w, range, slide)?;
+                check_windows_per_element(w, "HOP", range, slide)?;
                 WindowSpec::RangeSlide { range, slide, offset: offset(slide)? }
             }
             WindowKind::Cumulate { column, step, size } => {
@@ -485,6 +486,7 @@ impl Converter<'_> {
                         w.span,
                     ));
                 }
+                check_windows_per_element(w, "CUMULATE", size_ticks, step_ticks)?;
                 WindowSpec::Cumulate {
                     step: step_ticks,
                     size: size_ticks,
@@ -646,14 +648,16 @@ impl Converter<'_> {
     }
 }
 
-/// `HOP` repeats each element (or row) once per window it is in: at most [`MAX_HOP_WINDOWS`].
-fn check_hop_windows(w: &WindowAst, size: i64, slide: i64) -> Result<()> {
+/// `HOP` and `CUMULATE` repeat each element (or row) once per window it is in (size / slide,
+/// size / step): at most [`MAX_WINDOWS_PER_ELEMENT`].
+fn check_windows_per_element(w: &WindowAst, function: &str, size: i64, slide: i64) -> Result<()> {
     let windows = (size as i128 + slide as i128 - 1) / slide as i128;
-    if windows > MAX_HOP_WINDOWS {
+    if windows > MAX_WINDOWS_PER_ELEMENT {
+        let slide_name = if function == "CUMULATE" { "step" } else { "slide" };
         return Err(WeirError::plan_at(
             format!(
-                "HOP puts each element in {windows} windows (size / slide); at most \
-                 {MAX_HOP_WINDOWS} are allowed: choose a larger slide"
+                "{function} puts each element in {windows} windows (size / {slide_name}); at \
+                 most {MAX_WINDOWS_PER_ELEMENT} are allowed: choose a larger {slide_name}"
             ),
             w.span,
         ));
