@@ -130,7 +130,8 @@ impl Graph {
     /// delivered it. A stateless node that fails (a division by zero in a projection) is
     /// evaluated again on the prefixes of its input to find the first instant it fails at
     /// ([`crate::operator::prefix_before_failure`]); the walk goes on with its output before
-    /// that instant, and the root's output is cut there. An output change at τ depends only on
+    /// that instant, the nodes after it evaluate the step only up to there, and the root's
+    /// output is cut there. An output change at τ depends only on
     /// input at instants up to τ, so what is kept is exact; the state of the nodes is not, and
     /// the query stops. A stateful node that fails loses the whole step's output.
     pub fn eval_until_failure(
@@ -155,14 +156,24 @@ impl Graph {
         // The first instant a node failed at so far, and its error.
         let mut failed: Option<(Time, WeirError)> = None;
         for (i, node) in self.nodes.iter_mut().enumerate() {
+            // After a failure at `at`, the nodes that follow evaluate only the instants before
+            // it, on their inputs cut there: what is kept is exact, and no node walks a span
+            // its input no longer reaches the end of (a window moving over empty ticks to the
+            // end of time).
+            let step_hi = failed.as_ref().map_or(hi, |(at, _)| hi.min(at - 1));
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for &j in &node.inputs {
-                let out = self.outputs[j].take();
-                inputs
-                    .push(out.ok_or_else(|| fail(WeirError::internal("an input not evaluated")))?);
+                let out = self.outputs[j]
+                    .take()
+                    .ok_or_else(|| fail(WeirError::internal("an input not evaluated")))?;
+                let out = match &failed {
+                    Some((at, _)) => out.before(*at).map_err(fail)?,
+                    None => out,
+                };
+                inputs.push(out);
             }
-            let step = Step { lo, hi, ctx, input_wakeup: self.wakeups[i].0 };
-            let kept = (lo < hi && node.op.stateless()).then(|| inputs.clone());
+            let step = Step { lo, hi: step_hi, ctx, input_wakeup: self.wakeups[i].0 };
+            let kept = (lo < step_hi && node.op.stateless()).then(|| inputs.clone());
             match node.op.eval(&step, inputs) {
                 Ok(out) => self.outputs[i] = Some(out),
                 Err(e) => {

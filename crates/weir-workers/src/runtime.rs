@@ -42,7 +42,7 @@ use timely::progress::frontier::MutableAntichain;
 use timely::scheduling::SyncActivator;
 use timely::worker::Worker;
 use timely::WorkerConfig;
-use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError, WATERMARK_MIN};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::query::runs_in_spans;
 use weir_exec::route::Placement;
@@ -65,6 +65,20 @@ impl Status {
     fn evaluated(&self, t: Option<Time>) {
         if let (Some(t), Ok(mut last)) = (t, self.last.lock()) {
             *last = Some(last.map_or(t, |l| l.max(t)));
+        }
+    }
+
+    /// How far a node may evaluate in a round whose frontier is `frontier`: the instants
+    /// before the earliest one a node of the query failed at, and none once a failure left
+    /// nothing of the round right. (A node below a failure may otherwise walk the round's
+    /// whole span on input cut short, e.g. a window moving over empty ticks to the end of
+    /// time.)
+    fn cap(&self, frontier: Watermark) -> Watermark {
+        let failed_at = self.error.lock().ok().and_then(|slot| slot.as_ref().map(|(_, at)| *at));
+        match failed_at {
+            None => frontier,
+            Some(Some(at)) => frontier.min(at as Watermark),
+            Some(None) => WATERMARK_MIN,
         }
     }
 
@@ -667,7 +681,7 @@ fn build_nodes<'s>(
                     frontiers.borrow().range(next.get()..upto).map(|(r, f)| (*r, *f)).collect();
                 for (round, frontier) in rounds {
                     c.downgrade(&round);
-                    let (parts, failure) = host.process(frontier);
+                    let (parts, failure) = host.process(status.cap(frontier));
                     traffic.count(me, &parts);
                     if !parts.is_empty() {
                         let mut out = output.activate();

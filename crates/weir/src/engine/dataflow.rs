@@ -249,7 +249,9 @@ impl Dataflow {
     }
 
     /// Hands a table's changes at `t` to the queries reading it, each at `t` or, if it has
-    /// evaluated past `t`, at its next instant.
+    /// evaluated past `t`, at its next instant. A query that has evaluated the last instant
+    /// of time (its streams closed, or an element stamped at the largest tick) has no instant
+    /// left for the change to count at: its output is final, and the change passes it by.
     pub fn forward_table_change(
         &mut self,
         table: &str,
@@ -258,7 +260,13 @@ impl Dataflow {
     ) -> Result<()> {
         for q in &mut self.queries {
             if q.runner.sources().iter().any(|s| s == table) {
-                let at = q.runner.last_instant().map_or(t, |l| t.max(l.saturating_add(1)));
+                let at = match q.runner.last_instant() {
+                    Some(l) if l >= t => match l.checked_add(1) {
+                        Some(next) => next,
+                        None => continue,
+                    },
+                    _ => t,
+                };
                 let mut c = changes.clone();
                 c.times.iter_mut().for_each(|x| *x = at);
                 q.runner.push(table, c)?;
