@@ -239,25 +239,25 @@ fn input() -> impl Strategy<Value = Input> {
 
 /// A permutation of `log`'s indexes in which no element is late (its timestamp is at least
 /// the largest timestamp before it − DELAY) and equal timestamps keep their order: each step
-/// takes, among the first few elements not yet taken, one that the rule allows.
+/// takes, among the first few elements not yet taken, one at most DELAY after the earliest
+/// not yet taken (always at least that one).
 fn shuffle_within_delay(log: &[El], mut seed: u64) -> Vec<usize> {
     let mut left: Vec<usize> = (0..log.len()).collect();
     let mut out = Vec::with_capacity(log.len());
-    let mut max_t = i64::MIN;
     while !left.is_empty() {
-        // Candidates: the first element of each timestamp among the next few, not late.
+        // Candidates: the first element of each timestamp among the next few, at most DELAY
+        // after the earliest left (which the watermark must not pass: so none is ever late).
+        let earliest = log[left[0]].t;
         let mut choices: Vec<usize> = Vec::new();
         for (j, &i) in left.iter().enumerate().take(4) {
             let first_of_t = left[..j].iter().all(|&x| log[x].t != log[i].t);
-            if first_of_t && log[i].t >= max_t.saturating_sub(DELAY) {
+            if first_of_t && log[i].t <= earliest + DELAY {
                 choices.push(j);
             }
         }
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let j = choices[(seed >> 33) as usize % choices.len()];
-        let i = left.remove(j);
-        max_t = max_t.max(log[i].t);
-        out.push(i);
+        out.push(left.remove(j));
     }
     out
 }
