@@ -14,7 +14,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::DFSchema;
 use datafusion_expr::ExprSchemable;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
-use weir_plan::{LogicalPlan, RankMode, WindowSpec};
+use weir_plan::{JoinKind, LogicalPlan, RankMode, WindowSpec};
 
 use crate::consolidate::consolidate;
 use crate::expr::ScalarExpr;
@@ -24,6 +24,7 @@ use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
+use crate::ops::join::temporal::TemporalJoin;
 use crate::ops::join::{Join, JoinSide};
 use crate::ops::linear::Linear;
 use crate::ops::over::agg::{OverAgg, OverAggSpec};
@@ -228,19 +229,31 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 Some(f) => Some(ScalarExpr::compile(f, &both)?),
                 None => None,
             };
+            let left = JoinSide {
+                keys: lkeys,
+                row_codec: RowCodec::for_schema(&lschema)?,
+                schema: lschema,
+            };
+            let right = JoinSide {
+                keys: rkeys,
+                row_codec: RowCodec::for_schema(&rschema)?,
+                schema: rschema,
+            };
+            if let JoinKind::Temporal { outer } = kind {
+                return Ok(Box::new(TemporalJoin::new(
+                    *outer,
+                    left,
+                    right,
+                    RowCodec::new(key_types)?,
+                    filter,
+                    schema,
+                )));
+            }
             Box::new(Join::new(
                 *kind,
                 *nulls_equal,
-                JoinSide {
-                    keys: lkeys,
-                    row_codec: RowCodec::for_schema(&lschema)?,
-                    schema: lschema,
-                },
-                JoinSide {
-                    keys: rkeys,
-                    row_codec: RowCodec::for_schema(&rschema)?,
-                    schema: rschema,
-                },
+                left,
+                right,
                 RowCodec::new(key_types)?,
                 filter,
                 schema,

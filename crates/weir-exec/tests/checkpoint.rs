@@ -33,7 +33,8 @@ fn table_schema() -> SchemaRef {
     ]))
 }
 
-/// Streams `s(k, v, t)` and `r(k, w, t)`, both in order on `t`, and table `tb(k, p)`.
+/// Streams `s(k, v, t)` and `r(k, w, t)`, both in order on `t`, and table `tb(k, p)`; `rv` is
+/// stream `r` declared with `PRIMARY KEY (k)` (a changelog of the same elements).
 struct Streams;
 
 impl Catalog for Streams {
@@ -41,8 +42,22 @@ impl Catalog for Streams {
         let value = match name {
             "s" => "v",
             "r" => "w",
+            "rv" => {
+                return Some(CatalogEntry::Stream(StreamDef {
+                    name: "r".to_string(),
+                    schema: stream_schema("w"),
+                    time_column: 2,
+                    domain: TimeDomain::Ticks,
+                    watermark_delay: 0,
+                    primary_key: vec![0],
+                }))
+            }
             "tb" => {
-                let def = TableDef { name: name.to_string(), schema: table_schema() };
+                let def = TableDef {
+                    name: name.to_string(),
+                    schema: table_schema(),
+                    primary_key: vec![],
+                };
                 return Some(CatalogEntry::Table(def));
             }
             _ => return None,
@@ -53,6 +68,7 @@ impl Catalog for Streams {
             time_column: 2,
             domain: TimeDomain::Ticks,
             watermark_delay: 0,
+            primary_key: vec![],
         }))
     }
 }
@@ -300,6 +316,9 @@ const JOINS: &[&str] = &[
     "SELECT ISTREAM x.a, s.v FROM s [NOW], (VALUES (1), (2)) AS x(a)",
     "SELECT RSTREAM s.k, s.v, tb.p FROM s [NOW] JOIN tb ON s.k = tb.k",
     "SELECT s.k, SUM(s.v), MAX(tb.p) FROM s [RANGE 3] LEFT JOIN tb ON s.k = tb.k GROUP BY s.k",
+    "SELECT s.k, s.v, x.p FROM s JOIN tb FOR SYSTEM_TIME AS OF s.t AS x ON s.k = x.k",
+    "SELECT s.k, s.v, x.w FROM s LEFT JOIN rv FOR SYSTEM_TIME AS OF s.t AS x ON s.k = x.k AND x.w > s.v",
+    "SELECT k, COUNT(*) FROM rv GROUP BY k",
 ];
 
 proptest! {

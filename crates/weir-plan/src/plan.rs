@@ -155,6 +155,13 @@ pub enum JoinKind {
     IntersectAll,
     /// `EXCEPT ALL`, a bag difference: such a row is output max(m − n, 0) times.
     ExceptAll,
+    /// A temporal join (`JOIN t FOR SYSTEM_TIME AS OF s.ts`): each element of the left input,
+    /// an append-only stream read whole, joined once, at its instant, with the right relation
+    /// (the versioned side) as it is at that instant; later changes of the right side change
+    /// no output. `outer`: an element without a match is output once, padded with NULLs.
+    Temporal {
+        outer: bool,
+    },
 }
 
 impl fmt::Display for JoinKind {
@@ -170,6 +177,8 @@ impl fmt::Display for JoinKind {
             JoinKind::LeftMark => "left mark",
             JoinKind::IntersectAll => "intersect all",
             JoinKind::ExceptAll => "except all",
+            JoinKind::Temporal { outer: false } => "temporal",
+            JoinKind::Temporal { outer: true } => "temporal left",
         })
     }
 }
@@ -713,6 +722,8 @@ impl LogicalPlan {
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Rename { input, .. } => input.is_monotonic(),
+            // Each element is output once, at its instant, and never retracted.
+            LogicalPlan::Join { kind: JoinKind::Temporal { .. }, left, .. } => left.is_monotonic(),
             LogicalPlan::Join { kind, left, right, .. } => {
                 // Outer padding and anti-join rows retract when a match arrives.
                 matches!(kind, JoinKind::Inner | JoinKind::LeftSemi)

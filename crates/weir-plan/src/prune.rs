@@ -212,7 +212,11 @@ fn narrow_join(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalP
     let nr = rs.fields().len();
     // Where each side's columns sit in the join's output.
     let (right_out, mark) = match kind {
-        JoinKind::Inner | JoinKind::Left | JoinKind::Right | JoinKind::Full => (true, false),
+        JoinKind::Inner
+        | JoinKind::Left
+        | JoinKind::Right
+        | JoinKind::Full
+        | JoinKind::Temporal { .. } => (true, false),
         JoinKind::LeftSemi | JoinKind::LeftAnti { .. } => (false, false),
         JoinKind::LeftMark => (false, true),
         JoinKind::IntersectAll | JoinKind::ExceptAll => {

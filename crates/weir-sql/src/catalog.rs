@@ -16,6 +16,9 @@ pub struct StreamDef {
     pub domain: TimeDomain,
     /// Bounded disorder d of `WATERMARK FOR ts AS ts - d` (0 for in-order streams).
     pub watermark_delay: Time,
+    /// The columns of its `PRIMARY KEY`, if it has one (a changelog: each element is its
+    /// key's row from its timestamp on); empty otherwise.
+    pub primary_key: Vec<usize>,
 }
 
 /// A table: a relation changed by INSERT and DELETE.
@@ -23,6 +26,9 @@ pub struct StreamDef {
 pub struct TableDef {
     pub name: String,
     pub schema: SchemaRef,
+    /// The columns of its `PRIMARY KEY`, if it has one (an INSERT of an existing key
+    /// replaces the key's row); empty otherwise.
+    pub primary_key: Vec<usize>,
 }
 
 /// A named query: a derived stream (with a relation-to-stream operator) or relation.

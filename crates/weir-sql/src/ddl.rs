@@ -13,7 +13,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use weir_common::{Result, Span, TimeDomain, WeirError};
 
 use crate::catalog::{StreamDef, TableDef};
-use crate::parser::{ColumnAst, Duration, WatermarkAst};
+use crate::parser::{ColumnAst, Duration, PrimaryKeyAst, WatermarkAst};
 use crate::types::arrow_type;
 
 /// The schema of declared columns (every field nullable).
@@ -31,6 +31,7 @@ pub fn stream_def(
     name: &str,
     columns: &[ColumnAst],
     watermark: Option<&WatermarkAst>,
+    primary_key: Option<&PrimaryKeyAst>,
     span: Option<Span>,
 ) -> Result<StreamDef> {
     let Some(wm) = watermark else {
@@ -84,12 +85,42 @@ pub fn stream_def(
             span,
         ));
     }
-    Ok(StreamDef { name: name.to_string(), schema, time_column, domain, watermark_delay: delay })
+    let primary_key = key_columns(&schema, primary_key)?;
+    Ok(StreamDef {
+        name: name.to_string(),
+        schema,
+        time_column,
+        domain,
+        watermark_delay: delay,
+        primary_key,
+    })
 }
 
-/// The definition of `CREATE TABLE name (columns)`.
-pub fn table_def(name: &str, columns: &[ColumnAst]) -> Result<TableDef> {
-    Ok(TableDef { name: name.to_string(), schema: columns_schema(columns)? })
+/// The definition of `CREATE TABLE name (columns [, PRIMARY KEY (...)])`.
+pub fn table_def(
+    name: &str,
+    columns: &[ColumnAst],
+    primary_key: Option<&PrimaryKeyAst>,
+) -> Result<TableDef> {
+    let schema = columns_schema(columns)?;
+    let primary_key = key_columns(&schema, primary_key)?;
+    Ok(TableDef { name: name.to_string(), schema, primary_key })
+}
+
+/// The positions of a primary key's columns: each a column of the schema, named once.
+fn key_columns(schema: &SchemaRef, key: Option<&PrimaryKeyAst>) -> Result<Vec<usize>> {
+    let Some(key) = key else { return Ok(Vec::new()) };
+    let mut out = Vec::with_capacity(key.columns.len());
+    for (c, span) in &key.columns {
+        let i = schema.index_of(c).map_err(|_| {
+            WeirError::plan_at(format!("PRIMARY KEY names unknown column '{c}'"), *span)
+        })?;
+        if out.contains(&i) {
+            return Err(WeirError::plan_at(format!("PRIMARY KEY names column '{c}' twice"), *span));
+        }
+        out.push(i);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -100,12 +131,13 @@ mod tests {
     /// The stream definition of a `CREATE STREAM` statement, or its error's message.
     fn bind(sql: &str) -> std::result::Result<StreamDef, String> {
         let mut stmts = parse_script(sql).map_err(|e| e.to_string())?;
-        let Some(Statement::CreateStream { name, columns, watermark, span, .. }) =
+        let Some(Statement::CreateStream { name, columns, watermark, primary_key, span, .. }) =
             stmts.pop().map(|s| s.statement)
         else {
             panic!("not a CREATE STREAM: {sql}");
         };
-        stream_def(&name, &columns, watermark.as_ref(), span).map_err(|e| e.to_string())
+        stream_def(&name, &columns, watermark.as_ref(), primary_key.as_ref(), span)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -156,8 +188,58 @@ mod tests {
         else {
             panic!("not a CREATE TABLE");
         };
-        let def = table_def(&name, &columns).unwrap();
+        let def = table_def(&name, &columns, None).unwrap();
         let types: Vec<&DataType> = def.schema.fields().iter().map(|f| f.data_type()).collect();
         assert_eq!(types, [&DataType::Int64, &DataType::Utf8, &DataType::Decimal128(10, 2)]);
+    }
+
+    /// The table definition of a `CREATE TABLE` statement, or its error's message.
+    fn table(sql: &str) -> std::result::Result<TableDef, String> {
+        let mut stmts = parse_script(sql).map_err(|e| e.to_string())?;
+        let Some(Statement::CreateTable { name, columns, primary_key, .. }) =
+            stmts.pop().map(|s| s.statement)
+        else {
+            panic!("not a CREATE TABLE: {sql}");
+        };
+        table_def(&name, &columns, primary_key.as_ref()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn primary_keys_of_tables_and_streams() {
+        let t = |sql| table(sql).unwrap().primary_key;
+        assert_eq!(t("CREATE TABLE t (a INT, b VARCHAR, PRIMARY KEY (b, a))"), [1, 0]);
+        assert_eq!(t("CREATE TABLE t (a INT, b VARCHAR PRIMARY KEY)"), [1]);
+        assert_eq!(t("CREATE TABLE t (a INT, b VARCHAR)"), Vec::<usize>::new());
+        let s =
+            bind("CREATE STREAM s (k VARCHAR, v INT, t BIGINT, PRIMARY KEY (k), WATERMARK FOR t)");
+        assert_eq!(s.unwrap().primary_key, [0]);
+        let s = bind("CREATE STREAM s (k VARCHAR PRIMARY KEY, t BIGINT, WATERMARK FOR t)");
+        assert_eq!(s.unwrap().primary_key, [0]);
+        let errors = [
+            (
+                table("CREATE TABLE t (a INT, PRIMARY KEY (z))"),
+                "unknown column 'z' at line 1, column 37",
+            ),
+            (table("CREATE TABLE t (a INT, PRIMARY KEY (a, a))"), "column 'a' twice"),
+            (
+                table("CREATE TABLE t (a INT PRIMARY KEY, PRIMARY KEY (a))"),
+                "at most one PRIMARY KEY",
+            ),
+            (
+                bind(
+                    "CREATE STREAM s (k INT PRIMARY KEY, t INT, PRIMARY KEY (t), WATERMARK FOR t)",
+                )
+                .map(|d| TableDef {
+                    name: d.name,
+                    schema: d.schema,
+                    primary_key: d.primary_key,
+                }),
+                "at most one PRIMARY KEY at line 1, column 44",
+            ),
+        ];
+        for (got, expected) in errors {
+            let err = got.unwrap_err();
+            assert!(err.contains(expected), "{err}");
+        }
     }
 }

@@ -68,11 +68,27 @@ fn flattenable(plan: &LogicalPlan) -> Option<&Join> {
     match plan {
         LogicalPlan::Join(j)
             if j.join_type == JoinType::Inner
-                && (j.on.is_empty() || j.null_equality == NullEquality::NullEqualsNothing) =>
+                && (j.on.is_empty() || j.null_equality == NullEquality::NullEqualsNothing)
+                && !versioned(&j.right) =>
         {
             Some(j)
         }
         _ => None,
+    }
+}
+
+/// Whether a join's right side is the versioned side of a temporal join (`FOR SYSTEM_TIME AS
+/// OF`): such a join pairs each element with the version at its instant, so it stays whole,
+/// a leaf of the tree around it.
+fn versioned(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::TableScan(s) => {
+            s.table_name.table().starts_with(crate::parser::VERSIONED_PREFIX)
+        }
+        LogicalPlan::SubqueryAlias(a) => versioned(&a.input),
+        LogicalPlan::Filter(f) => versioned(&f.input),
+        LogicalPlan::Projection(p) => versioned(&p.input),
+        _ => false,
     }
 }
 

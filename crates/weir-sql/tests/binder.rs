@@ -36,6 +36,7 @@ fn stub() -> Stub {
         time_column: 1,
         domain: TimeDomain::Ticks,
         watermark_delay: 0,
+        primary_key: vec![],
     };
     c.0.insert("s".into(), CatalogEntry::Stream(def));
     let bids = Schema::new(vec![
@@ -49,13 +50,21 @@ fn stub() -> Stub {
         time_column: 2,
         domain: TimeDomain::Micros,
         watermark_delay: 2_000_000,
+        primary_key: vec![],
     };
     c.0.insert("bids".into(), CatalogEntry::Stream(def));
     let t = Schema::new(vec![
         Field::new("k", DataType::Utf8, true),
         Field::new("name", DataType::Utf8, true),
     ]);
-    c.0.insert("t".into(), CatalogEntry::Table(TableDef { name: "t".into(), schema: Arc::new(t) }));
+    c.0.insert(
+        "t".into(),
+        CatalogEntry::Table(TableDef {
+            name: "t".into(),
+            schema: Arc::new(t),
+            primary_key: vec![],
+        }),
+    );
     c
 }
 
@@ -180,7 +189,7 @@ fn a_correlated_inner_join_condition_decorrelates_and_an_outer_one_is_refused() 
             Field::new("a", DataType::Int64, true),
             Field::new("k", DataType::Utf8, true),
         ]);
-        let def = TableDef { name: name.into(), schema: Arc::new(schema) };
+        let def = TableDef { name: name.into(), schema: Arc::new(schema), primary_key: vec![] };
         c.0.insert(name.into(), CatalogEntry::Table(def));
     }
     let inner = plan(

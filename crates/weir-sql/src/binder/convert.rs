@@ -26,6 +26,26 @@ const MAX_WINDOWS_PER_ELEMENT: i128 = 10_000;
 pub(super) struct Converter<'a> {
     pub catalog: &'a dyn Catalog,
     pub windows: &'a [WindowAst],
+    /// The synthetic names of the versioned sides (`FOR SYSTEM_TIME AS OF`) that became the
+    /// right side of a temporal join; any other is misplaced (see [`Converter::check_versioned`]).
+    pub temporal: std::cell::RefCell<Vec<String>>,
+}
+
+/// The `FOR SYSTEM_TIME AS OF` clause a plan stands for, if it is one seen through aliases,
+/// filters and projections.
+fn versioned<'w>(plan: &DfPlan, windows: &'w [WindowAst]) -> Option<&'w WindowAst> {
+    match plan {
+        DfPlan::TableScan(scan) => {
+            let name = scan.table_name.table();
+            windows
+                .iter()
+                .find(|w| w.synthetic == name && matches!(w.kind, WindowKind::AsOf { .. }))
+        }
+        DfPlan::SubqueryAlias(a) => versioned(&a.input, windows),
+        DfPlan::Filter(f) => versioned(&f.input, windows),
+        DfPlan::Projection(p) => versioned(&p.input, windows),
+        _ => None,
+    }
 }
 
 fn unsupported(what: &str) -> WeirError {
@@ -72,6 +92,9 @@ impl Converter<'_> {
                 }
             }
             DfPlan::Join(j) => {
+                if let Some(w) = versioned(&j.right, self.windows) {
+                    return self.temporal_join(j, w);
+                }
                 let kind = match j.join_type {
                     JoinType::Inner => JoinKind::Inner,
                     JoinType::Left => JoinKind::Left,
@@ -279,9 +302,113 @@ impl Converter<'_> {
         Ok((rewritten, Arc::new(LogicalPlan::Apply { input, subqueries, schema })))
     }
 
-    /// A leaf: windowed stream, bare stream (UNBOUNDED), table or view.
+    /// `s JOIN t FOR SYSTEM_TIME AS OF s.ts ON ...` (or LEFT JOIN): a
+    /// [`JoinKind::Temporal`] join of the stream on the left, read whole, whose `AS OF` column
+    /// is its event-time column, with the versioned relation on the right.
+    fn temporal_join(
+        &self,
+        j: &datafusion_expr::logical_plan::Join,
+        w: &WindowAst,
+    ) -> Result<Arc<LogicalPlan>> {
+        let WindowKind::AsOf { qualifier, column, at } = &w.kind else {
+            return Err(WeirError::internal("a versioned side without FOR SYSTEM_TIME"));
+        };
+        let outer = match j.join_type {
+            JoinType::Inner => false,
+            JoinType::Left => true,
+            other => {
+                return Err(WeirError::plan_at(
+                    format!(
+                        "FOR SYSTEM_TIME AS OF: a temporal join is a JOIN or a LEFT JOIN, not a \
+                         {} JOIN",
+                        other.to_string().to_ascii_uppercase()
+                    ),
+                    w.span,
+                ))
+            }
+        };
+        let left = self.convert(&j.left)?;
+        let right = self.convert(&j.right)?;
+        let named = match qualifier {
+            Some(q) => format!("{q}.{column}"),
+            None => column.clone(),
+        };
+        let col = datafusion_common::Column::new(qualifier.clone(), column.clone());
+        if left.schema().index_of_column(&col).is_err() {
+            return Err(WeirError::plan_at(
+                format!(
+                    "FOR SYSTEM_TIME AS OF {named}: not a column of the stream on the left of the \
+                     JOIN"
+                ),
+                *at,
+            ));
+        }
+        if !ordered_by_event_time(&left, &Expr::Column(col)) {
+            return Err(WeirError::plan_at(
+                format!(
+                    "FOR SYSTEM_TIME AS OF {named}: expected the event-time column (WATERMARK \
+                     FOR) of a stream read whole on the left of the JOIN"
+                ),
+                *at,
+            ));
+        }
+        self.temporal.borrow_mut().push(w.synthetic.clone());
+        Ok(Arc::new(LogicalPlan::Join {
+            kind: JoinKind::Temporal { outer },
+            left,
+            right,
+            on: j.on.clone(),
+            filter: j.filter.clone(),
+            nulls_equal: false,
+            schema: j.schema.clone(),
+        }))
+    }
+
+    /// Every `FOR SYSTEM_TIME AS OF` became the right side of a temporal join.
+    pub fn check_versioned(&self) -> Result<()> {
+        let used = self.temporal.borrow();
+        for w in self.windows {
+            if matches!(w.kind, WindowKind::AsOf { .. }) && !used.contains(&w.synthetic) {
+                return Err(WeirError::plan_at(
+                    format!(
+                        "FOR SYSTEM_TIME AS OF applies to the right side of a JOIN with a stream: \
+                         write FROM s JOIN {} FOR SYSTEM_TIME AS OF s.ts ON ...",
+                        w.stream
+                    ),
+                    w.span,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The versioned relation of `t FOR SYSTEM_TIME AS OF ...`: a table as it is, a stream
+    /// with a primary key as its latest element per key (`[PARTITION BY key ROWS 1]`).
+    fn versioned_relation(&self, w: &WindowAst, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
+        let source = self.source(&w.stream)?;
+        match self.catalog.lookup(&w.stream) {
+            Some(CatalogEntry::Table(_)) => {
+                Ok(Arc::new(LogicalPlan::Rename { input: source, schema }))
+            }
+            Some(CatalogEntry::Stream(s)) if !s.primary_key.is_empty() => {
+                Ok(Arc::new(LogicalPlan::Window {
+                    spec: WindowSpec::PartitionRows { by: s.primary_key.clone(), rows: 1 },
+                    input: source,
+                    schema,
+                    bounds_columns: false,
+                }))
+            }
+            _ => Err(WeirError::internal("a versioned side that check_windows let through")),
+        }
+    }
+
+    /// A leaf: windowed stream, bare stream (UNBOUNDED; a stream with a primary key: its latest
+    /// element per key), table or view.
     fn scan(&self, name: &str, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
         if let Some(w) = self.windows.iter().find(|w| w.synthetic == name) {
+            if matches!(w.kind, WindowKind::AsOf { .. }) {
+                return self.versioned_relation(w, schema);
+            }
             let source = self.source(&w.stream)?;
             if source.kind() == PlanKind::Relation {
                 // TUMBLE/HOP over a table or a relation view (`check_windows`).
@@ -297,6 +424,16 @@ impl Converter<'_> {
             }));
         }
         let source = self.source(name)?;
+        if let Some(CatalogEntry::Stream(s)) = self.catalog.lookup(name) {
+            if !s.primary_key.is_empty() {
+                return Ok(Arc::new(LogicalPlan::Window {
+                    spec: WindowSpec::PartitionRows { by: s.primary_key.clone(), rows: 1 },
+                    input: source,
+                    schema,
+                    bounds_columns: false,
+                }));
+            }
+        }
         Ok(Arc::new(match source.kind() {
             PlanKind::Stream => LogicalPlan::Window {
                 spec: WindowSpec::Unbounded,
@@ -501,6 +638,9 @@ impl Converter<'_> {
                     self.check_descriptor(w, source, column)?;
                 }
                 WindowSpec::Session { gap: ticks(*gap)?, by: partition_indices(w, source, by)? }
+            }
+            WindowKind::AsOf { .. } => {
+                return Err(WeirError::internal("FOR SYSTEM_TIME AS OF planned as a window"))
             }
         })
     }

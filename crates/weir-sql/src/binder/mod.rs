@@ -565,9 +565,10 @@ impl<'a> Binder<'a> {
             let e = place_operator_error(place_function_error(e, &q.query), &q.query);
             place_duplicate_relation(e, &q.query)
         })?;
-        let plan = Converter { catalog: self.catalog, windows: &q.windows }
-            .convert(&df)
-            .map_err(|e| place_sketch_error(e, &q.query))?;
+        let converter =
+            Converter { catalog: self.catalog, windows: &q.windows, temporal: Default::default() };
+        let plan = converter.convert(&df).map_err(|e| place_sketch_error(e, &q.query))?;
+        converter.check_versioned()?;
         // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).
         let plan = if q.query.fetch.as_ref().is_some_and(|f| f.with_ties) {
             keep_ties(&plan).ok_or_else(|| {
@@ -669,6 +670,10 @@ impl<'a> Binder<'a> {
     /// `TUMBLE` and `HOP` may also name a table or a relation view.
     fn check_windows(&self, windows: &[WindowAst]) -> Result<()> {
         for w in windows {
+            if matches!(w.kind, crate::parser::WindowKind::AsOf { .. }) {
+                self.check_versioned(w)?;
+                continue;
+            }
             match self.catalog.lookup(&w.stream) {
                 None => {
                     return Err(WeirError::plan_at(
@@ -712,6 +717,26 @@ impl<'a> Binder<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The versioned side of a temporal join is a table, or a stream with a primary key.
+    fn check_versioned(&self, w: &WindowAst) -> Result<()> {
+        let why = match self.catalog.lookup(&w.stream) {
+            None => format!("unknown table or stream '{}'", w.stream),
+            Some(CatalogEntry::Table(_)) => return Ok(()),
+            Some(CatalogEntry::Stream(s)) if !s.primary_key.is_empty() => return Ok(()),
+            Some(CatalogEntry::Stream(_)) => format!(
+                "FOR SYSTEM_TIME AS OF needs a versioned relation: stream '{}' has no PRIMARY KEY \
+                 (declare one to read the stream as a changelog of its key's rows)",
+                w.stream
+            ),
+            Some(CatalogEntry::View(_)) => format!(
+                "FOR SYSTEM_TIME AS OF needs a versioned relation: view '{}' is not one (name a \
+                 table or a stream with a PRIMARY KEY)",
+                w.stream
+            ),
+        };
+        Err(WeirError::plan_at(why, w.span))
     }
 
     /// Every name in a FROM clause exists, reported with its position.

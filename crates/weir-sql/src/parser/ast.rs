@@ -117,6 +117,14 @@ pub enum WindowKind {
         gap: Duration,
         by: Vec<(String, Option<Span>)>,
     },
+    /// `t FOR SYSTEM_TIME AS OF s.ts` on the right of a JOIN: not a window but the version of
+    /// `t` valid at each element's event time (a temporal join). `time` is the column as
+    /// written: an optional qualifier and the name, with its position.
+    AsOf {
+        qualifier: Option<String>,
+        column: String,
+        at: Option<Span>,
+    },
 }
 
 impl WindowKind {
@@ -145,6 +153,13 @@ fn partition_clause(by: &[(String, Option<Span>)]) -> String {
     }
     let cols: Vec<&str> = by.iter().map(|(c, _)| c.as_str()).collect();
     format!(" PARTITION BY {}", cols.join(", "))
+}
+
+/// A primary key: its columns as written, and the clause's position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrimaryKeyAst {
+    pub columns: Vec<(String, Option<Span>)>,
+    pub span: Option<Span>,
 }
 
 /// A window after a stream name, with the synthetic name that replaced it in the SQL.
@@ -187,6 +202,8 @@ pub enum Statement {
         name: String,
         columns: Vec<ColumnAst>,
         watermark: Option<WatermarkAst>,
+        /// `PRIMARY KEY (...)`, or `PRIMARY KEY` after one column: a changelog stream.
+        primary_key: Option<PrimaryKeyAst>,
         /// `WITH (key = value, ...)`: source, format and policies.
         options: Vec<StreamOption>,
         if_not_exists: bool,
@@ -195,6 +212,9 @@ pub enum Statement {
     CreateTable {
         name: String,
         columns: Vec<ColumnAst>,
+        /// `PRIMARY KEY (...)`, or `PRIMARY KEY` after one column: an INSERT of an existing
+        /// key replaces its row.
+        primary_key: Option<PrimaryKeyAst>,
         /// `WITH (source = 'file', path = '...', ...)`: a file the table is loaded from.
         options: Vec<StreamOption>,
         if_not_exists: bool,
@@ -335,6 +355,12 @@ impl std::fmt::Display for WindowKind {
                 let by = partition_clause(by);
                 let by = if by.is_empty() { by } else { format!("{}, ", by.trim_start()) };
                 write!(f, "SESSION({by}DESCRIPTOR({column}), {gap})")
+            }
+            WindowKind::AsOf { qualifier: Some(q), column, .. } => {
+                write!(f, "FOR SYSTEM_TIME AS OF {q}.{column}")
+            }
+            WindowKind::AsOf { qualifier: None, column, .. } => {
+                write!(f, "FOR SYSTEM_TIME AS OF {column}")
             }
         }
     }

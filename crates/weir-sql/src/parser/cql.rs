@@ -16,6 +16,36 @@ use super::tokens::{
 /// Prefix of the synthetic table names that stand for windowed streams.
 pub const WINDOW_PREFIX: &str = "__weir_w";
 
+/// Prefix of the synthetic table names that stand for the versioned side of a temporal join
+/// (`t FOR SYSTEM_TIME AS OF s.ts`); it starts with [`WINDOW_PREFIX`].
+pub const VERSIONED_PREFIX: &str = "__weir_wv";
+
+/// `FOR SYSTEM_TIME AS OF col` or `... AS OF q.col` starting at `toks[i]` (the `FOR`): the
+/// qualifier, the column, the column's position and the index after the clause.
+fn parse_as_of(
+    toks: &[TokenWithSpan],
+    i: usize,
+) -> Result<(Option<String>, String, Option<Span>, usize)> {
+    let mut c = Cursor::new(&toks[i..]);
+    c.expect_word("FOR")?;
+    c.expect_word("SYSTEM_TIME")?;
+    c.expect_word("AS")?;
+    c.expect_word("OF")?;
+    let what = "the event-time column of the stream joined (e.g. s.ts)";
+    let at = c.peek().and_then(tok_span);
+    let (first, _) = c.ident(what)?;
+    let (qualifier, column) =
+        if c.eat(&Token::Period) { (Some(first), c.ident(what)?.0) } else { (None, first) };
+    if c.peek().is_some_and(|t| matches!(t.token, Token::Period | Token::LParen)) {
+        return Err(c.err(what));
+    }
+    let span = match (at, c.pos.checked_sub(1).and_then(|j| toks.get(i + j)).and_then(tok_span)) {
+        (Some(a), Some(b)) => Some(Span { end_line: b.end_line, end_column: b.end_column, ..a }),
+        (a, _) => a,
+    };
+    Ok((qualifier, column, span, i + c.pos))
+}
+
 /// The inside of `[ ... ]`.
 fn parse_window(
     toks: &[TokenWithSpan],
@@ -488,6 +518,45 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
                 i = close + 1;
                 continue;
             }
+            // `t FOR SYSTEM_TIME AS OF s.ts [AS] [alias]`: a temporal join's versioned side.
+            Token::Word(w)
+                if in_from.last() == Some(&From::In)
+                    && w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("FOR")
+                    && toks.get(i + 1).is_some_and(|t| word_is(t, "SYSTEM_TIME")) =>
+            {
+                let popped = out.pop();
+                let qualified = out.last().is_some_and(|p| p.token == Token::Period);
+                let name = match (&popped, qualified) {
+                    (Some(n @ TokenWithSpan { token: Token::Word(w), .. }), false) => {
+                        Some((ident_name(w), n.clone()))
+                    }
+                    _ => None,
+                };
+                let Some((stream, name_tok)) = name else {
+                    return Err(WeirError::plan_at(
+                        "FOR SYSTEM_TIME AS OF must follow the name of a table or of a stream \
+                         with a PRIMARY KEY",
+                        tok_span(t),
+                    ));
+                };
+                let (qualifier, column, at, next) = parse_as_of(&toks, i)?;
+                let synthetic = format!("{VERSIONED_PREFIX}{}", windows.len());
+                let span = Span::from_sql(sqlparser::tokenizer::Span::new(
+                    name_tok.span.start,
+                    toks[next - 1].span.end,
+                ));
+                windows.push(WindowAst {
+                    synthetic: synthetic.clone(),
+                    stream,
+                    kind: WindowKind::AsOf { qualifier, column, at },
+                    span,
+                    offset: None,
+                });
+                push_windowed(&mut out, &synthetic, name_tok, toks.get(next));
+                i = next;
+                continue;
+            }
             Token::Word(w) if w.quote_style.is_none() => {
                 let up = w.value.to_ascii_uppercase();
                 if let Some(top) = in_from.last_mut() {
@@ -568,6 +637,31 @@ mod tests {
     use super::*;
     use crate::parser::testing::query;
     use crate::parser::Duration;
+
+    #[test]
+    fn for_system_time_as_of_becomes_a_versioned_side() {
+        let q = query("SELECT * FROM s AS p JOIN t FOR SYSTEM_TIME AS OF p.ts AS x ON p.k = x.k");
+        assert_eq!(q.query.to_string(), "SELECT * FROM s AS p JOIN __weir_wv0 AS x ON p.k = x.k");
+        let w = &q.windows[0];
+        assert_eq!(w.stream, "t");
+        let WindowKind::AsOf { qualifier, column, at } = &w.kind else { panic!("{w:?}") };
+        assert_eq!((qualifier.as_deref(), column.as_str()), (Some("p"), "ts"));
+        assert_eq!(at.map(|a| (a.line, a.column)), Some((1, 51)));
+        // Without an alias the versioned side keeps its name; unqualified time columns too.
+        let q = query("SELECT * FROM s LEFT JOIN t FOR SYSTEM_TIME AS OF ts ON s.k = t.k");
+        assert_eq!(q.query.to_string(), "SELECT * FROM s LEFT JOIN __weir_wv0 AS t ON s.k = t.k");
+        assert!(
+            matches!(&q.windows[0].kind, WindowKind::AsOf { qualifier: None, column, .. } if column == "ts")
+        );
+        // Round trip through the CQL text.
+        assert_eq!(
+            q.to_string(),
+            "SELECT * FROM s LEFT JOIN t FOR SYSTEM_TIME AS OF ts AS t ON s.k = t.k"
+        );
+        let bad =
+            crate::parser::parse_script("SELECT * FROM s JOIN t FOR SYSTEM_TIME AS OF 1 ON true");
+        assert!(bad.unwrap_err().to_string().contains("expected the event-time column"));
+    }
 
     #[test]
     fn windows_are_replaced_and_round_trip() {

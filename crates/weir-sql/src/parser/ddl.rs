@@ -6,7 +6,7 @@ use sqlparser::ast as sql;
 use sqlparser::tokenizer::{Token, TokenWithSpan};
 use weir_common::{Result, Span, WeirError};
 
-use super::ast::{ColumnAst, OptionValue, Statement, StreamOption, WatermarkAst};
+use super::ast::{ColumnAst, OptionValue, PrimaryKeyAst, Statement, StreamOption, WatermarkAst};
 use super::time::{parse_duration, unit_micros};
 use super::tokens::{
     ident_of, matching, object_name, sql_err, sub_parser, tok_span, word_is, Cursor,
@@ -26,6 +26,7 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
     c.expect(&Token::LParen, "'(' and a column list")?;
     let mut columns = Vec::new();
     let mut watermark = None;
+    let mut primary_key: Option<PrimaryKeyAst> = None;
     loop {
         // One element: up to the next comma or closing parenthesis at this depth.
         let start = c.pos;
@@ -52,8 +53,15 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
                 ));
             }
             watermark = Some(parse_watermark(elem)?);
+        } else if word_is(&elem[0], "PRIMARY") {
+            set_primary_key(&mut primary_key, parse_primary_key(elem)?)?;
         } else {
-            columns.push(parse_column(elem)?);
+            let (column, primary) = parse_column(elem)?;
+            if let Some(span) = primary {
+                let key = PrimaryKeyAst { columns: vec![(column.name.clone(), column.span)], span };
+                set_primary_key(&mut primary_key, key)?;
+            }
+            columns.push(column);
         }
         if c.eat(&Token::Comma) {
             continue;
@@ -68,6 +76,7 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
         name,
         columns,
         watermark,
+        primary_key,
         options,
         if_not_exists,
         span: name_span,
@@ -159,15 +168,49 @@ fn parse_options(c: &mut Cursor, postgres: bool) -> Result<Vec<StreamOption>> {
     }
 }
 
-fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
+/// A second primary key (two `PRIMARY KEY` clauses, or one and a column's) is an error.
+fn set_primary_key(slot: &mut Option<PrimaryKeyAst>, key: PrimaryKeyAst) -> Result<()> {
+    if slot.is_some() {
+        return Err(WeirError::syntax_at(
+            "a stream or table has at most one PRIMARY KEY",
+            key.span,
+        ));
+    }
+    *slot = Some(key);
+    Ok(())
+}
+
+/// `PRIMARY KEY (a, b)`, an element of a column list.
+fn parse_primary_key(elem: &[TokenWithSpan]) -> Result<PrimaryKeyAst> {
+    let mut c = Cursor::new(elem);
+    let span = c.peek().and_then(tok_span);
+    c.expect_word("PRIMARY")?;
+    c.expect_word("KEY")?;
+    c.expect(&Token::LParen, "'(' and the key's columns")?;
+    let mut columns = vec![c.ident("a key column")?];
+    while c.eat(&Token::Comma) {
+        columns.push(c.ident("a key column")?);
+    }
+    c.expect(&Token::RParen, "',' or ')'")?;
+    c.end()?;
+    Ok(PrimaryKeyAst { columns, span })
+}
+
+/// A column, and the position of its `PRIMARY KEY` constraint if it has one.
+fn parse_column(elem: &[TokenWithSpan]) -> Result<(ColumnAst, Option<Option<Span>>)> {
     let mut c = Cursor::new(elem);
     let (name, span) = c.ident("a column name")?;
     let mut p = sub_parser(c.rest())?;
     let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
-    // Column constraints (NOT NULL, PRIMARY KEY...) are accepted and not enforced. Anything
-    // else after the type (a missing comma: `b TIMESTAMP c BOOLEAN`) is an error, not a
-    // column silently dropped.
-    while p.parse_optional_column_option().map_err(|e| sql_err(e, elem))?.is_some() {}
+    // Column constraints other than PRIMARY KEY (NOT NULL, UNIQUE...) are accepted and not
+    // enforced. Anything else after the type (a missing comma: `b TIMESTAMP c BOOLEAN`) is an
+    // error, not a column silently dropped.
+    let mut primary = None;
+    while let Some(o) = p.parse_optional_column_option().map_err(|e| sql_err(e, elem))? {
+        if matches!(o, sql::ColumnOption::PrimaryKey(_)) {
+            primary = Some(span);
+        }
+    }
     let rest = c.rest();
     let used = rest.len() - remaining(&mut p);
     if let Some(t) = rest.get(used) {
@@ -176,7 +219,7 @@ fn parse_column(elem: &[TokenWithSpan]) -> Result<ColumnAst> {
             tok_span(t),
         ));
     }
-    Ok(ColumnAst { name, data_type, span })
+    Ok((ColumnAst { name, data_type, span }, primary))
 }
 
 /// How many of a sub-parser's tokens are left (its end-of-input token not counted).
@@ -247,9 +290,39 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
                     span: Span::from_sql(col.name.span),
                 })
                 .collect();
+            let mut primary_key = None;
+            for col in &ct.columns {
+                if col.options.iter().any(|o| matches!(o.option, sql::ColumnOption::PrimaryKey(_)))
+                {
+                    let span = Span::from_sql(col.name.span);
+                    let key = PrimaryKeyAst { columns: vec![(ident_of(&col.name), span)], span };
+                    set_primary_key(&mut primary_key, key)?;
+                }
+            }
+            for constraint in &ct.constraints {
+                if let sql::TableConstraint::PrimaryKey(pk) = constraint {
+                    let span = Span::from_sql(sqlparser::ast::Spanned::span(pk));
+                    let mut columns = Vec::new();
+                    for ic in &pk.columns {
+                        match &ic.column.expr {
+                            sql::Expr::Identifier(id) => {
+                                columns.push((ident_of(id), Span::from_sql(id.span)))
+                            }
+                            other => {
+                                return Err(WeirError::plan_at(
+                                    format!("a PRIMARY KEY names columns, not '{other}'"),
+                                    span,
+                                ))
+                            }
+                        }
+                    }
+                    set_primary_key(&mut primary_key, PrimaryKeyAst { columns, span })?;
+                }
+            }
             Ok(Statement::CreateTable {
                 name,
                 columns,
+                primary_key,
                 options,
                 if_not_exists: ct.if_not_exists,
                 span: Span::from_sql(sqlparser::ast::Spanned::span(&ct.name)),

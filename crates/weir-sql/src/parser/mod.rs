@@ -31,10 +31,10 @@ mod time;
 mod tokens;
 
 pub use ast::{
-    ColumnAst, CqlQuery, Duration, ObjectKind, OptionValue, ParsedStatement, Statement,
-    StreamOption, TimeLit, WatermarkAst, WindowAst, WindowKind,
+    ColumnAst, CqlQuery, Duration, ObjectKind, OptionValue, ParsedStatement, PrimaryKeyAst,
+    Statement, StreamOption, TimeLit, WatermarkAst, WindowAst, WindowKind,
 };
-pub use cql::{parse_cql_query, WINDOW_PREFIX};
+pub use cql::{parse_cql_query, VERSIONED_PREFIX, WINDOW_PREFIX};
 pub use tokens::{object_name, sqlparser_error};
 
 use sqlparser::dialect::GenericDialect;

@@ -227,7 +227,11 @@ impl weir_sql::Catalog for BinderCatalog<'_> {
         let c = self.catalog;
         if self.one_shot {
             if let Some(v) = c.views.get(name).filter(|v| v.maintained) {
-                let def = TableDef { name: name.to_string(), schema: v.def.schema.clone() };
+                let def = TableDef {
+                    name: name.to_string(),
+                    schema: v.def.schema.clone(),
+                    primary_key: vec![],
+                };
                 return Some(CatalogEntry::Table(def));
             }
         }
@@ -269,6 +273,7 @@ mod tests {
             time_column: 0,
             domain: TimeDomain::Ticks,
             watermark_delay: 0,
+            primary_key: vec![],
         }
     }
 
@@ -277,7 +282,7 @@ mod tests {
         let s = stream("s");
         let companions = Intake::companion_defs(&s).unwrap();
         c.add_stream(s, companions).unwrap();
-        c.add_table(TableDef { name: "t".into(), schema: stream("t").schema });
+        c.add_table(TableDef { name: "t".into(), schema: stream("t").schema, primary_key: vec![] });
         c
     }
 

@@ -5,7 +5,7 @@
 
 use weir_common::{Span, TimeDomain};
 use weir_sql::ddl::{stream_def, table_def};
-use weir_sql::parser::{ColumnAst, ObjectKind, StreamOption, WatermarkAst};
+use weir_sql::parser::{ColumnAst, ObjectKind, PrimaryKeyAst, StreamOption, WatermarkAst};
 use weir_sql::{CqlQuery, ViewDef};
 
 use super::catalog::{referenced_names, ViewEntry};
@@ -26,6 +26,7 @@ impl Engine {
         name: &str,
         columns: &[ColumnAst],
         watermark: Option<&WatermarkAst>,
+        primary_key: Option<&PrimaryKeyAst>,
         options: &[StreamOption],
         if_not_exists: bool,
         span: Option<Span>,
@@ -35,7 +36,7 @@ impl Engine {
             return Ok(ExecResult::Done("CREATE STREAM".into()));
         }
         self.catalog.check_free(name, span)?;
-        let def = stream_def(name, columns, watermark, span)?;
+        let def = stream_def(name, columns, watermark, primary_key, span)?;
         let (policy, source) = parse_options(&def, options)?;
         if let Some(spec) = &source {
             self.check_confined(&format!("stream '{name}'"), "read", &spec.input, span)?;
@@ -51,10 +52,12 @@ impl Engine {
 
     /// A table, empty or loaded from the file its options name (see `load.rs`); a file that
     /// cannot be read whole leaves no table behind.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_table(
         &mut self,
         name: &str,
         columns: &[ColumnAst],
+        primary_key: Option<&PrimaryKeyAst>,
         options: &[StreamOption],
         if_not_exists: bool,
         span: Option<Span>,
@@ -64,12 +67,12 @@ impl Engine {
             return Ok(ExecResult::Done("CREATE TABLE".into()));
         }
         self.catalog.check_free(name, span)?;
-        let def = table_def(name, columns)?;
+        let def = table_def(name, columns, primary_key)?;
         let source = parse_table_options(options, false)?;
         if let Some(spec) = &source {
             self.check_confined(&format!("table '{name}'"), "read", &spec.input, span)?;
         }
-        self.tables.add_table(name, def.schema.clone())?;
+        self.tables.add_table(name, def.schema.clone(), &def.primary_key)?;
         self.catalog.add_table(def);
         if let Some(spec) = source.filter(|_| !self.checkpoints.replaying()) {
             if let Err(e) = self.load_table(name, spec) {

@@ -52,8 +52,12 @@ impl Engine {
         if is_stream {
             self.push_from(target, data, "INSERT")?;
         } else {
+            let clock = self.clock;
             let t = self.table_time(at);
-            self.change_table(target, ChangeBatch::uniform(data, t, 1), t)?;
+            let changes = self.tables.insertion(target, data, t).inspect_err(|_| {
+                self.clock = clock;
+            })?;
+            self.change_table(target, changes, t)?;
         }
         Ok(ExecResult::Done(format!("INSERT {n}")))
     }

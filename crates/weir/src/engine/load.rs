@@ -12,7 +12,7 @@
 //! the stream's late and bad-row policies. CSV, JSON lines and Parquet files can be read.
 
 use arrow::compute::concat_batches;
-use weir_common::{ChangeBatch, Result, Span, WeirError};
+use weir_common::{Result, Span, WeirError};
 use weir_sql::parser::{ObjectKind, OptionValue, StreamOption};
 
 use super::{Engine, ExecResult};
@@ -70,7 +70,8 @@ impl Engine {
         let n = data.num_rows() as u64;
         if n > 0 {
             let t = self.table_time(None);
-            self.change_table(name, ChangeBatch::uniform(data, t, 1), t)?;
+            let changes = self.tables.insertion(name, data, t)?;
+            self.change_table(name, changes, t)?;
         }
         Ok(n)
     }

@@ -169,19 +169,27 @@ impl Engine {
     pub fn execute_statement(&mut self, p: ParsedStatement) -> Result<ExecResult> {
         let text = p.text;
         match p.statement {
-            Statement::CreateStream { name, columns, watermark, options, if_not_exists, span } => {
-                self.create_stream(
-                    &name,
-                    &columns,
-                    watermark.as_ref(),
-                    &options,
-                    if_not_exists,
-                    span,
-                    &text,
-                )
-            }
-            Statement::CreateTable { name, columns, options, if_not_exists, span } => {
-                self.create_table(&name, &columns, &options, if_not_exists, span, &text)
+            Statement::CreateStream {
+                name,
+                columns,
+                watermark,
+                primary_key,
+                options,
+                if_not_exists,
+                span,
+            } => self.create_stream(
+                &name,
+                &columns,
+                watermark.as_ref(),
+                primary_key.as_ref(),
+                &options,
+                if_not_exists,
+                span,
+                &text,
+            ),
+            Statement::CreateTable { name, columns, primary_key, options, if_not_exists, span } => {
+                let key = primary_key.as_ref();
+                self.create_table(&name, &columns, key, &options, if_not_exists, span, &text)
             }
             Statement::Copy { target, path, options, span } => {
                 self.copy_from_file(&target, &path, &options, span)

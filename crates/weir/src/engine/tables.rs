@@ -43,14 +43,52 @@ impl<T> Shared<T> {
 pub(crate) struct Contents {
     codec: RowCodec,
     rows: BTreeMap<RowBytes, i64>,
+    /// A table's primary key, with the row each key has now.
+    key: Option<PrimaryIndex>,
+}
+
+/// The row of each primary key of a table.
+#[derive(Debug)]
+struct PrimaryIndex {
+    columns: Vec<usize>,
+    codec: RowCodec,
+    rows: HashMap<RowBytes, RowBytes>,
+}
+
+impl PrimaryIndex {
+    fn new(schema: &SchemaRef, columns: &[usize]) -> Result<Self> {
+        let types = columns.iter().map(|&i| schema.field(i).data_type().clone()).collect();
+        Ok(PrimaryIndex {
+            columns: columns.to_vec(),
+            codec: RowCodec::new(types)?,
+            rows: HashMap::new(),
+        })
+    }
+
+    /// The encoded keys of a batch's rows.
+    fn keys(&self, data: &RecordBatch) -> Result<weir_exec::row::EncodedRows> {
+        let cols: Vec<_> = self.columns.iter().map(|&i| data.column(i).clone()).collect();
+        self.codec.encode(&cols, data.num_rows())
+    }
 }
 
 impl Contents {
     pub fn new(schema: &SchemaRef) -> Result<Self> {
-        Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new() })
+        Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new(), key: None })
     }
 
-    /// Adds the changes' diffs; rows whose multiplicity reaches zero leave.
+    /// The contents of a table with primary key `key` (no key if empty).
+    pub fn with_key(schema: &SchemaRef, key: &[usize]) -> Result<Self> {
+        let mut c = Contents::new(schema)?;
+        if !key.is_empty() {
+            c.key = Some(PrimaryIndex::new(schema, key)?);
+        }
+        Ok(c)
+    }
+
+    /// Adds the changes' diffs; rows whose multiplicity reaches zero leave. With a primary
+    /// key, a deleted row leaves its key free and an inserted row takes its key (deletions
+    /// are applied first, so an update within one batch keeps the new row).
     pub fn apply(&mut self, changes: &ChangeBatch) -> Result<()> {
         let rows = self.codec.encode(changes.data.columns(), changes.len())?;
         for (i, d) in changes.diffs.iter().enumerate() {
@@ -61,7 +99,76 @@ impl Contents {
                 self.rows.remove(&key);
             }
         }
+        if let Some(index) = &mut self.key {
+            let keys = index.keys(&changes.data)?;
+            for pass_inserts in [false, true] {
+                for (i, &d) in changes.diffs.iter().enumerate() {
+                    let (k, row) = (keys.get(i), rows.get(i));
+                    if d > 0 && pass_inserts {
+                        index.rows.insert(k.into(), row.into());
+                    } else if d < 0
+                        && !pass_inserts
+                        && index.rows.get(k).is_some_and(|r| &r[..] == row)
+                    {
+                        index.rows.remove(k);
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The changes that inserting `data` at `at` makes. Without a primary key, every row is
+    /// inserted. With one, a row whose key has a row already replaces it (a deletion of the
+    /// old row and an insertion of the new; nothing if they are equal), and of several rows
+    /// with one key the last wins. A NULL in a key column is an error naming the table.
+    pub fn insertion(
+        &self,
+        table: &str,
+        schema: &SchemaRef,
+        data: RecordBatch,
+        at: Time,
+    ) -> Result<ChangeBatch> {
+        let Some(index) = &self.key else {
+            return Ok(ChangeBatch::uniform(data, at, 1));
+        };
+        for &c in &index.columns {
+            if data.column(c).null_count() > 0 {
+                return Err(WeirError::exec(format!(
+                    "table '{table}': NULL in primary key column '{}'",
+                    schema.field(c).name()
+                )));
+            }
+        }
+        let keys = index.keys(&data)?;
+        let rows = self.codec.encode(data.columns(), data.num_rows())?;
+        // The last row of each key, in the order of the rows.
+        let mut last: HashMap<&[u8], usize> = HashMap::new();
+        for i in 0..data.num_rows() {
+            last.insert(keys.get(i), i);
+        }
+        let mut old: Vec<&[u8]> = Vec::new();
+        let mut new: Vec<u32> = Vec::new();
+        for i in 0..data.num_rows() {
+            if last.get(keys.get(i)) != Some(&i) {
+                continue;
+            }
+            match index.rows.get(keys.get(i)) {
+                Some(prev) if &prev[..] == rows.get(i) => {}
+                Some(prev) => {
+                    old.push(&prev[..]);
+                    new.push(i as u32);
+                }
+                None => new.push(i as u32),
+            }
+        }
+        let deleted = self.codec.decode_batch(schema, old.iter().copied())?;
+        let inserted =
+            arrow::compute::take_record_batch(&data, &arrow::array::UInt32Array::from(new))?;
+        let both = arrow::compute::concat_batches(schema, [&deleted, &inserted])?;
+        let mut diffs = vec![-1; deleted.num_rows()];
+        diffs.resize(both.num_rows(), 1);
+        Ok(ChangeBatch::new(both, vec![at; diffs.len()], diffs))
     }
 
     /// The contents as inserts at `at`.
@@ -116,8 +223,8 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub fn add_table(&mut self, name: &str, schema: SchemaRef) -> Result<()> {
-        let contents = Contents::new(&schema)?;
+    pub fn add_table(&mut self, name: &str, schema: SchemaRef, key: &[usize]) -> Result<()> {
+        let contents = Contents::with_key(&schema, key)?;
         self.tables.insert(name.to_string(), Table { schema, contents });
         Ok(())
     }
@@ -159,6 +266,13 @@ impl Tables {
             Some(t) if !t.contents.is_empty() => Ok(Some(t.contents.snapshot(&t.schema, at)?)),
             _ => Ok(None),
         }
+    }
+
+    /// The changes that inserting `data` into table `name` at `at` makes (see
+    /// [`Contents::insertion`]).
+    pub fn insertion(&self, name: &str, data: RecordBatch, at: Time) -> Result<ChangeBatch> {
+        let table = self.tables.get(name).ok_or_else(|| WeirError::internal("table vanished"))?;
+        table.contents.insertion(name, &table.schema, data, at)
     }
 
     /// Applies changes to a table's contents.

@@ -498,6 +498,7 @@ mod tests {
             time_column: 1,
             domain: TimeDomain::Ticks,
             watermark_delay: delay,
+            primary_key: vec![],
         }
     }
 

@@ -57,6 +57,7 @@ pub(crate) fn late_def(def: &StreamDef) -> Result<StreamDef> {
         time_column,
         domain: def.domain,
         watermark_delay: 0,
+        primary_key: vec![],
     })
 }
 
@@ -77,6 +78,7 @@ pub(crate) fn errors_def(def: &StreamDef) -> StreamDef {
         time_column: 6,
         domain: def.domain,
         watermark_delay: 0,
+        primary_key: vec![],
     }
 }
 

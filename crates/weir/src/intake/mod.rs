@@ -441,6 +441,7 @@ mod tests {
             time_column: 0,
             domain: TimeDomain::Ticks,
             watermark_delay: 1,
+            primary_key: vec![],
         };
         let mut i = Intake::default();
         i.use_manual_processing_time();

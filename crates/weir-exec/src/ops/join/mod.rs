@@ -55,6 +55,7 @@ use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Se
 mod bucket;
 mod checkpoint;
 mod rows;
+pub mod temporal;
 #[cfg(test)]
 mod tests;
 
