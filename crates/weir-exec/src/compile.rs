@@ -39,7 +39,9 @@ use crate::ops::topk::{SortKey, TopK};
 use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
 use crate::ops::window_bounds::WindowBounds;
+use crate::ops::window_dedup::DedupWindow;
 use crate::ops::window_rows::RowsWindow;
+use crate::ops::window_sample::SampleWindow;
 use crate::ops::window_session::SessionWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
@@ -195,6 +197,10 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 return Err(WeirError::internal("a session window missed its own arm"))
             }
             WindowSpec::Cumulate { .. } => plain_time_window(spec, schema)?,
+            WindowSpec::Deduplicate { by, capacity, error } => {
+                Box::new(DedupWindow::new(by.clone(), *capacity, error.get(), schema)?)
+            }
+            WindowSpec::Sample { rows, seed } => Box::new(SampleWindow::new(*rows, *seed, schema)?),
         },
         LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(
             crate::ops::time_windows::TimeWindows::new(*column, *size, *slide, schema)?,
