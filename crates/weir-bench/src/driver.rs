@@ -403,6 +403,16 @@ impl SketchPoint {
     }
 }
 
+/// How the sketch benchmark draws its keys below `keys`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLaw {
+    /// Each key equally likely.
+    Uniform,
+    /// Zipf-like (exponent 1): key r with probability about proportional to 1/(r+1), drawn as
+    /// ⌊keys^u⌋ − 1 for u uniform in [0, 1) (so key 0 is ln 2/ln keys of the events: 5 % of 10^6 keys' events).
+    Zipf,
+}
+
 /// The sketch benchmark: `SELECT ISTREAM <agg> FROM s [RANGE 3600 SLIDE 60]` (an hour sliding
 /// by a minute, one tick a second) over `events` events, `per_tick` per tick, keys uniform
 /// below `keys`. Times the engine (pushes, the final drain included); the peak RSS is the
@@ -414,11 +424,25 @@ pub fn sketch(
     per_tick: u64,
     chunk: usize,
 ) -> Result<SketchPoint> {
+    let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
+    sketch_query(&query, events, keys, KeyLaw::Uniform, per_tick, chunk)
+}
+
+/// The sketch benchmark's driver for any query over `s (k BIGINT, t BIGINT)`: `events` events,
+/// `per_tick` per tick, keys below `keys` drawn by `law`.
+pub fn sketch_query(
+    query: &str,
+    events: u64,
+    keys: u64,
+    law: KeyLaw,
+    per_tick: u64,
+    chunk: usize,
+) -> Result<SketchPoint> {
     reset_peak_rss();
     let start_rss_mb = peak_rss_mb();
     let mut engine = Engine::new();
     engine.execute("CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
-    let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
+    let query = query.to_string();
     let sub = engine.subscribe(&query)?;
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
@@ -431,7 +455,14 @@ pub fn sketch(
     let per_tick = per_tick.max(1);
     while next < events {
         let n = (events - next).min(chunk as u64);
-        let ks: Vec<i64> = (0..n).map(|_| rng.below(keys) as i64).collect();
+        let ks: Vec<i64> = (0..n)
+            .map(|_| match law {
+                KeyLaw::Uniform => rng.below(keys) as i64,
+                KeyLaw::Zipf => {
+                    ((keys as f64).powf(rng.unit()) as i64 - 1).clamp(0, keys as i64 - 1)
+                }
+            })
+            .collect();
         let ts: Vec<i64> = (next..next + n).map(|i| (i / per_tick) as i64).collect();
         next += n;
         let batch = RecordBatch::try_new(

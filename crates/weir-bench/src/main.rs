@@ -10,9 +10,18 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use anyhow::Result;
 use clap::Parser;
-use weir_bench::driver::{reset_peak_rss, run, scaling, sketch, Input, RunConfig};
+use weir_bench::driver::{
+    reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
+};
 use weir_bench::files::{path_of, write_events, Format};
 use weir_bench::{Config, Params, Query};
+
+/// The queries `--top-k` compares: the exact top 10 by GROUP BY and ORDER BY ... LIMIT, and
+/// APPROX_TOP_K.
+const TOP_K_QUERIES: [&str; 2] = [
+    "SELECT k, COUNT(*) AS c FROM s [RANGE 3600 SLIDE 60] GROUP BY k ORDER BY c DESC, k LIMIT 10",
+    "SELECT ISTREAM APPROX_TOP_K(k, 10) FROM s [RANGE 3600 SLIDE 60]",
+];
 
 /// The aggregates `--sketch` compares when no `--agg` is given.
 const SKETCH_AGGS: [&str; 3] =
@@ -30,6 +39,8 @@ Examples:
   weir-bench --query all --input csv
   weir-bench --scaling --events 2000000
   weir-bench --sketch --events 10000000 --keys 1000000
+  weir-bench --top-k --events 10000000 --keys 1000000
+  weir-bench --top-k approx --events 10000000 --keys 1000000
   weir-bench --write csv --events 1000000 --data /tmp/nexmark"
 )]
 struct Args {
@@ -70,7 +81,19 @@ struct Args {
     /// minute
     #[arg(long, conflicts_with = "write")]
     sketch: bool,
-    /// With --sketch: distinct keys
+    /// Instead of NEXMark: the exact top 10 keys (GROUP BY, ORDER BY COUNT(*) DESC LIMIT 10)
+    /// and APPROX_TOP_K(k, 10) over an hour sliding by a minute, keys Zipf-like
+    /// (`--top-k exact` or `--top-k approx` runs one alone, for a peak RSS of its own)
+    #[arg(
+        long,
+        value_name = "WHICH",
+        num_args = 0..=1,
+        default_missing_value = "both",
+        value_parser = ["both", "exact", "approx"],
+        conflicts_with_all = ["sketch", "scaling", "write"]
+    )]
+    top_k: Option<String>,
+    /// With --sketch or --top-k: distinct keys
     #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_count)]
     keys: u64,
     /// With --sketch: run this aggregate alone (default: COUNT(DISTINCT k),
@@ -130,6 +153,22 @@ fn main() -> Result<()> {
         for r in &a.ratios {
             let p = scaling(*r, 10, a.events, 10, 1000, a.chunk)?;
             println!("{}", p.line());
+        }
+        return Ok(());
+    }
+    if let Some(which) = &a.top_k {
+        println!(
+            "# one hour sliding by a minute (a tick is a second), 1000 events per tick, {} keys \
+             Zipf-like",
+            a.keys
+        );
+        let runs = match which.as_str() {
+            "exact" => &TOP_K_QUERIES[..1],
+            "approx" => &TOP_K_QUERIES[1..],
+            _ => &TOP_K_QUERIES[..],
+        };
+        for q in runs {
+            println!("{}", sketch_query(q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk)?.line());
         }
         return Ok(());
     }

@@ -40,7 +40,9 @@ use crate::ops::topk::{SortKey, TopK};
 use crate::ops::union::UnionAll;
 use crate::ops::values::Values;
 use crate::ops::window_bounds::WindowBounds;
+use crate::ops::window_dedup::DedupWindow;
 use crate::ops::window_rows::RowsWindow;
+use crate::ops::window_sample::SampleWindow;
 use crate::ops::window_session::SessionWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
@@ -170,6 +172,40 @@ fn window_bounds(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operato
     }))
 }
 
+/// A `[DEDUPLICATE ...]` or `[SAMPLE ...]` window (its own function, so that [`build`]'s frame
+/// stays small).
+#[inline(never)]
+fn sketch_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    Ok(match spec {
+        WindowSpec::Deduplicate { by, capacity, error } => {
+            Box::new(DedupWindow::new(by.clone(), *capacity, error.get(), schema)?)
+        }
+        WindowSpec::Sample { rows, seed } => Box::new(SampleWindow::new(*rows, *seed, schema)?),
+        _ => return Err(WeirError::internal("a sketch window of another kind")),
+    })
+}
+
+/// A window without bounds columns (its own function, so that [`build`]'s frame stays small:
+/// [`add`] recurses through a plan's depth, and `build` runs on top at the deepest node).
+#[inline(never)]
+fn window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    Ok(match spec {
+        WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),
+        WindowSpec::Now => Box::new(TimeWindow::new(TimeBounds::Range(1), schema)),
+        WindowSpec::Range(r) => Box::new(TimeWindow::new(TimeBounds::Range(*r), schema)),
+        WindowSpec::RangeSlide { .. } => plain_time_window(spec, schema)?,
+        WindowSpec::Rows(n) => Box::new(RowsWindow::new(vec![], *n, schema)?),
+        WindowSpec::PartitionRows { by, rows } => {
+            Box::new(RowsWindow::new(by.clone(), *rows, schema)?)
+        }
+        WindowSpec::Session { .. } => {
+            return Err(WeirError::internal("a session window missed its own arm"))
+        }
+        WindowSpec::Cumulate { .. } => plain_time_window(spec, schema)?,
+        WindowSpec::Deduplicate { .. } | WindowSpec::Sample { .. } => sketch_window(spec, schema)?,
+    })
+}
+
 /// The operator for one plan node (its inputs are the nodes of [`LogicalPlan::inputs`]).
 #[inline(never)]
 fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
@@ -183,20 +219,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         }
         LogicalPlan::Window { spec, bounds_columns: true, .. } => bounds_time_window(spec, schema)?,
         LogicalPlan::WindowBounds { spec, .. } => window_bounds(spec, schema)?,
-        LogicalPlan::Window { spec, .. } => match spec {
-            WindowSpec::Unbounded => Box::new(TimeWindow::new(TimeBounds::Unbounded, schema)),
-            WindowSpec::Now => Box::new(TimeWindow::new(TimeBounds::Range(1), schema)),
-            WindowSpec::Range(r) => Box::new(TimeWindow::new(TimeBounds::Range(*r), schema)),
-            WindowSpec::RangeSlide { .. } => plain_time_window(spec, schema)?,
-            WindowSpec::Rows(n) => Box::new(RowsWindow::new(vec![], *n, schema)?),
-            WindowSpec::PartitionRows { by, rows } => {
-                Box::new(RowsWindow::new(by.clone(), *rows, schema)?)
-            }
-            WindowSpec::Session { .. } => {
-                return Err(WeirError::internal("a session window missed its own arm"))
-            }
-            WindowSpec::Cumulate { .. } => plain_time_window(spec, schema)?,
-        },
+        LogicalPlan::Window { spec, .. } => window(spec, schema)?,
         LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(
             crate::ops::time_windows::TimeWindows::new(*column, *size, *slide, schema)?,
         )),

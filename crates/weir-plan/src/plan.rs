@@ -52,7 +52,23 @@ pub enum WindowSpec {
     /// current at its last tick b−1, like a `[RANGE T SLIDE S]` window. With an offset O the
     /// periods are [k·size + O, (k+1)·size + O).
     Cumulate { step: Time, size: Time, offset: Time },
+    /// `[DEDUPLICATE [BY k, ...] [CAPACITY n] [ERROR p]]`: the elements ≤ τ whose key (the `by`
+    /// columns, indices into the input; the whole row if empty) was not seen before them, as a
+    /// rotating Bloom filter of `capacity` keys per generation judges, a new key being taken
+    /// for a seen one with probability at most `error`. Only inserts: monotonic.
+    Deduplicate { by: Vec<usize>, capacity: u64, error: Fraction },
+    /// `[SAMPLE N ROWS [SEED s]]`: the N elements ≤ τ with the smallest priorities, a hash
+    /// seeded by `seed` of (timestamp, row, occurrence): a uniform sample without replacement.
+    Sample { rows: u64, seed: u64 },
 }
+
+/// `[DEDUPLICATE ...]`'s capacity (keys per generation of its Bloom filter) when none is given.
+pub const DEFAULT_DEDUP_CAPACITY: u64 = 1_000_000;
+/// The capacities `[DEDUPLICATE ...]` accepts: up to 10^8 keys a generation (about 240 MB for
+/// two generations at an error of 1 %).
+pub const DEDUP_CAPACITIES: std::ops::RangeInclusive<u64> = 1..=100_000_000;
+/// `[DEDUPLICATE ...]`'s false-positive rate when none is given.
+pub const DEFAULT_DEDUP_ERROR: f64 = 0.01;
 
 impl WindowSpec {
     fn fmt_with(&self, domain: TimeDomain, names: &[String]) -> String {
@@ -88,6 +104,17 @@ impl WindowSpec {
             WindowSpec::Cumulate { step, size, offset } => {
                 format!("CUMULATE STEP {} SIZE {} OFFSET {}", d(*step), d(*size), d(*offset))
             }
+            WindowSpec::Deduplicate { by, capacity, error } => {
+                let cols: Vec<&str> =
+                    by.iter().map(|i| names.get(*i).map(|s| s.as_str()).unwrap_or("?")).collect();
+                let by = if cols.is_empty() {
+                    String::new()
+                } else {
+                    format!(" BY {}", cols.join(", "))
+                };
+                format!("DEDUPLICATE{by} CAPACITY {capacity} ERROR {}", error.get())
+            }
+            WindowSpec::Sample { rows, seed } => format!("SAMPLE {rows} ROWS SEED {seed}"),
         }
     }
 }
@@ -225,6 +252,15 @@ pub enum AggFunc {
         compression: u32,
         median: bool,
     },
+    /// `APPROX_TOP_K(x, k [, capacity])`: the k most frequent non-NULL values with their
+    /// estimated counts, as a list of `{value, count}` structs, most frequent first (ties by
+    /// value). A mergeable Misra-Gries summary of at most `capacity` counters: each count is
+    /// at most n/(capacity+1) below the true one (n: the values counted), never above. A
+    /// sketch, as `ApproxCountDistinct`.
+    ApproxTopK {
+        k: u32,
+        capacity: u32,
+    },
 }
 
 /// A number in [0, 1], kept as its bits so that [`AggFunc`] stays `Eq` (two fractions are
@@ -255,6 +291,14 @@ pub const DEFAULT_HLL_PRECISION: u8 = 14;
 /// The precisions `APPROX_COUNT_DISTINCT` accepts.
 pub const HLL_PRECISIONS: std::ops::RangeInclusive<u8> = 4..=18;
 
+/// The k `APPROX_TOP_K` accepts.
+pub const TOP_K_KS: std::ops::RangeInclusive<u32> = 1..=1_000;
+/// `APPROX_TOP_K`'s capacity (counters kept per sketch) when none is given: a count is then at
+/// most 0.1 % of the values below the true one.
+pub const DEFAULT_TOP_K_CAPACITY: u32 = 1_000;
+/// The capacities `APPROX_TOP_K` accepts (at least k).
+pub const TOP_K_CAPACITIES: std::ops::RangeInclusive<u32> = 1..=1_000_000;
+
 impl AggFunc {
     /// Whether the aggregate keeps its values in order (a multiset ordered by the aggregate's
     /// ORDER BY, then by value).
@@ -267,7 +311,12 @@ impl AggFunc {
 
     /// Whether the aggregate is a sketch: mergeable partial states, no retraction.
     pub fn is_sketch(self) -> bool {
-        matches!(self, AggFunc::ApproxCountDistinct { .. } | AggFunc::ApproxPercentile { .. })
+        matches!(
+            self,
+            AggFunc::ApproxCountDistinct { .. }
+                | AggFunc::ApproxPercentile { .. }
+                | AggFunc::ApproxTopK { .. }
+        )
     }
 
     /// Whether NULL arguments are skipped (all but `ARRAY_AGG`, `FIRST_VALUE`, `LAST_VALUE`).
@@ -293,6 +342,7 @@ impl fmt::Display for AggFunc {
             AggFunc::ApproxCountDistinct { .. } => "approx_count_distinct",
             AggFunc::ApproxPercentile { median: true, .. } => "approx_median",
             AggFunc::ApproxPercentile { median: false, .. } => "approx_percentile",
+            AggFunc::ApproxTopK { .. } => "approx_top_k",
         })
     }
 }
@@ -359,6 +409,12 @@ impl fmt::Display for AggCall {
                     }
                     if compression != DEFAULT_TDIGEST_COMPRESSION {
                         write!(f, ", {compression}")?;
+                    }
+                }
+                if let AggFunc::ApproxTopK { k, capacity } = self.func {
+                    write!(f, ", {k}")?;
+                    if capacity != DEFAULT_TOP_K_CAPACITY {
+                        write!(f, ", {capacity}")?;
                     }
                 }
                 if self.func == AggFunc::StringAgg {
@@ -717,7 +773,9 @@ impl LogicalPlan {
     pub fn is_monotonic(&self) -> bool {
         match self {
             LogicalPlan::Window { spec, input, bounds_columns, .. } => {
-                *spec == WindowSpec::Unbounded && !bounds_columns && input.is_stream_source()
+                matches!(spec, WindowSpec::Unbounded | WindowSpec::Deduplicate { .. })
+                    && !bounds_columns
+                    && input.is_stream_source()
             }
             LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }

@@ -20,7 +20,9 @@ pub mod topk;
 pub mod union;
 pub mod values;
 pub mod window_bounds;
+pub mod window_dedup;
 pub mod window_rows;
+pub mod window_sample;
 pub mod window_session;
 pub mod window_time;
 

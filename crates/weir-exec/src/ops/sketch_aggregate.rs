@@ -1,6 +1,6 @@
 //! Sketch aggregation: γ_{keys; aggs}(W(S)) for sketch aggregates (`APPROX_COUNT_DISTINCT`,
-//! `APPROX_PERCENTILE`, `APPROX_MEDIAN`) beside `COUNT`, over a time window W of a stream S, or
-//! over an append-only input.
+//! `APPROX_PERCENTILE`, `APPROX_MEDIAN`, `APPROX_TOP_K`) beside `COUNT`, over a time window W of
+//! a stream S, or over an append-only input.
 //!
 //! A sketch can be merged but not taken apart: rows cannot be retracted from it. So the
 //! window is not applied upstream (where it would retract every row that leaves) but here:
@@ -21,22 +21,25 @@
 //! Elements that fall into a gap between windows (T < S) are dropped on arrival. The input only inserts (the
 //! binder refuses an input that can delete rows); a retraction is an internal error.
 //!
-//! Determinism: a HyperLogLog is a function of the set of hashed values, a t-digest of the
-//! multisets of values of each instant, settled once per instant after its rows (see
-//! [`crate::sketch`]); a window merges its slices in slice order. So the output does not depend
+//! Determinism: a HyperLogLog is a function of the set of hashed values, a t-digest and a
+//! Misra-Gries summary of the multisets of values of each instant, settled once per instant
+//! after its rows (see [`crate::sketch`]); a window merges its slices in slice order. So the output does not depend
 //! on batching, on the arrival order within the watermark bound, or on the worker a group is
 //! on. State: per slice and group, its row count and partials; the current output; the
 //! instants still to evaluate. Checkpointed as the sections `sketch_aggregate` (`started`),
 //! `sketch_aggregate.slices` (`slice` Int64, `key` Binary, `rows` Int64, and per aggregate `a`
-//! a Binary `p{a}`: a count as 8 bytes little-endian, a sketch as [`Hll::to_bytes`] or
-//! [`Quantiles::to_bytes`]), `sketch_aggregate.current` (`key`, per aggregate `v{a}`, Int64
-//! for a count, Float64 for a percentile) and `sketch_aggregate.pending` (`t` Int64), each
-//! sorted.
+//! a Binary `p{a}`: a count as 8 bytes little-endian, a sketch as [`Hll::to_bytes`],
+//! [`Quantiles::to_bytes`] or [`TopK::to_bytes`]), `sketch_aggregate.current` (`key`, per
+//! aggregate `v{a}`, Int64 for a count, Float64 for a percentile, Binary for a top-k list) and
+//! `sketch_aggregate.pending` (`t` Int64), each sorted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, Float64Array, Int64Array};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Float64Array, Int64Array, ListArray, StructArray,
+};
+use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
@@ -50,6 +53,7 @@ use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::sketch::hll::Hll;
 use crate::sketch::quantile::Quantiles;
+use crate::sketch::topk::TopK;
 use crate::sketch::value_hash;
 use crate::state::{
     binary_col, bool_col, i64_col, invalid, opt_f64_col, signature, StateReader, StateWriter,
@@ -64,15 +68,27 @@ enum Partial {
     Hll(Hll),
     /// APPROX_PERCENTILE, APPROX_MEDIAN: the sketch and the quantile p asked for.
     Quantiles(Quantiles, f64),
+    /// APPROX_TOP_K: the summary and the k asked for.
+    TopK(TopK, usize),
 }
 
 /// One aggregate's value in the output.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Value {
     /// COUNT, APPROX_COUNT_DISTINCT.
     Int(i64),
     /// A percentile (NULL over no values).
     Float(Option<f64>),
+    /// APPROX_TOP_K: (value's row encoding, count), most frequent first.
+    Top(Vec<(Vec<u8>, i64)>),
+}
+
+/// The type of an aggregate's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Int,
+    Float,
+    Top,
 }
 
 impl PartialEq for Value {
@@ -81,6 +97,7 @@ impl PartialEq for Value {
         match (self, other) {
             (Value::Int(a), Value::Int(b)) => a == b,
             (Value::Float(a), Value::Float(b)) => a.map(f64::to_bits) == b.map(f64::to_bits),
+            (Value::Top(a), Value::Top(b)) => a == b,
             _ => false,
         }
     }
@@ -120,6 +137,16 @@ impl Partial {
                     .collect::<Result<Vec<_>>>()?;
                 Partial::Quantiles(Quantiles::merge_all(q.compression(), sketches), *p)
             }
+            Partial::TopK(t, k) => {
+                let summaries = parts
+                    .iter()
+                    .map(|p| match p {
+                        Partial::TopK(t, _) => Ok(t),
+                        _ => Err(mixed()),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Partial::TopK(TopK::merge_all(t.capacity() as u32, &summaries), *k)
+            }
         })
     }
 
@@ -128,6 +155,7 @@ impl Partial {
             Partial::Count(n) => Value::Int(*n),
             Partial::Hll(h) => Value::Int(h.estimate() as i64),
             Partial::Quantiles(q, p) => Value::Float(q.estimate(*p)),
+            Partial::TopK(t, k) => Value::Top(t.top(*k)),
         }
     }
 
@@ -136,6 +164,7 @@ impl Partial {
             Partial::Count(n) => n.to_le_bytes().to_vec(),
             Partial::Hll(h) => h.to_bytes(),
             Partial::Quantiles(q, _) => q.to_bytes(),
+            Partial::TopK(t, _) => t.to_bytes(),
         }
     }
 }
@@ -225,6 +254,9 @@ impl SketchAggregate {
                 AggFunc::ApproxCountDistinct { precision } => Partial::Hll(Hll::new(precision)),
                 AggFunc::ApproxPercentile { p, compression, .. } => {
                     Partial::Quantiles(Quantiles::new(compression), p.get())
+                }
+                AggFunc::ApproxTopK { k, capacity } => {
+                    Partial::TopK(TopK::new(capacity), k as usize)
                 }
                 _ => Partial::Count(0),
             })
@@ -316,6 +348,12 @@ impl SketchAggregate {
                             h.insert(value_hash(rows.get(i)));
                         }
                     }
+                    (Partial::TopK(t, _), Arg::Hashed(col, rows)) => {
+                        if !col.is_null(i) {
+                            t.insert(rows.get(i), diff);
+                            unsettled.insert((idx, key));
+                        }
+                    }
                     (Partial::Quantiles(q, _), Arg::Numbers(col)) => {
                         if !col.is_null(i) {
                             for _ in 0..diff {
@@ -339,8 +377,10 @@ impl SketchAggregate {
             let group = self.slices.get_mut(&idx).and_then(|s| s.get_mut(key));
             let group = group.ok_or_else(|| WeirError::internal("settling a missing group"))?;
             for acc in &mut group.accs {
-                if let Partial::Quantiles(q, _) = acc {
-                    q.settle();
+                match acc {
+                    Partial::Quantiles(q, _) => q.settle(),
+                    Partial::TopK(t, _) => t.settle(),
+                    _ => {}
                 }
             }
         }
@@ -477,6 +517,9 @@ impl SketchAggregate {
             AggFunc::ApproxPercentile { p, compression, .. } => {
                 Ok(Partial::Quantiles(Quantiles::from_bytes(compression, b)?, p.get()))
             }
+            AggFunc::ApproxTopK { k, capacity } => {
+                Ok(Partial::TopK(TopK::from_bytes(capacity, b)?, k as usize))
+            }
             _ => {
                 let w: [u8; 8] = b
                     .try_into()
@@ -486,33 +529,103 @@ impl SketchAggregate {
         }
     }
 
-    /// Whether aggregate `a`'s value is a DOUBLE (a percentile) rather than a BIGINT.
-    fn is_float(&self, a: usize) -> bool {
-        matches!(self.aggs[a].func, AggFunc::ApproxPercentile { .. })
+    /// The type of aggregate `a`'s values.
+    fn kind(&self, a: usize) -> Kind {
+        match self.aggs[a].func {
+            AggFunc::ApproxPercentile { .. } => Kind::Float,
+            AggFunc::ApproxTopK { .. } => Kind::Top,
+            _ => Kind::Int,
+        }
     }
 
     /// Aggregate `a`'s values as an output column.
     fn column(&self, a: usize, vals: &[Value]) -> Result<ArrayRef> {
         let wrong = || WeirError::internal("a sketch aggregate's value of the wrong type");
-        Ok(if self.is_float(a) {
-            let v: Vec<Option<f64>> = vals
-                .iter()
-                .map(|v| match v {
-                    Value::Float(f) => Ok(*f),
-                    Value::Int(_) => Err(wrong()),
-                })
-                .collect::<Result<_>>()?;
-            opt_f64_col(v)
-        } else {
-            let v: Vec<i64> = vals
-                .iter()
-                .map(|v| match v {
-                    Value::Int(n) => Ok(*n),
-                    Value::Float(_) => Err(wrong()),
-                })
-                .collect::<Result<_>>()?;
-            Arc::new(Int64Array::from(v)) as ArrayRef
+        Ok(match self.kind(a) {
+            Kind::Float => {
+                let v: Vec<Option<f64>> = vals
+                    .iter()
+                    .map(|v| match v {
+                        Value::Float(f) => Ok(*f),
+                        _ => Err(wrong()),
+                    })
+                    .collect::<Result<_>>()?;
+                opt_f64_col(v)
+            }
+            Kind::Int => {
+                let v: Vec<i64> = vals
+                    .iter()
+                    .map(|v| match v {
+                        Value::Int(n) => Ok(*n),
+                        _ => Err(wrong()),
+                    })
+                    .collect::<Result<_>>()?;
+                Arc::new(Int64Array::from(v)) as ArrayRef
+            }
+            Kind::Top => self.top_column(a, vals)?,
         })
+    }
+
+    /// APPROX_TOP_K's values as a list of `{value, count}` structs, of the type of the
+    /// aggregate's output field.
+    fn top_column(&self, a: usize, vals: &[Value]) -> Result<ArrayRef> {
+        let wrong = || WeirError::internal("APPROX_TOP_K's output is not a list of structs");
+        let field = self.schema.field(self.keys.len() + a);
+        let DataType::List(item) = field.data_type() else { return Err(wrong()) };
+        let DataType::Struct(fields) = item.data_type() else { return Err(wrong()) };
+        let [vf, _] = &fields.iter().collect::<Vec<_>>()[..] else { return Err(wrong()) };
+        let codec = self.value_codecs[a].as_ref().ok_or_else(wrong)?;
+        let mut offsets = vec![0i32];
+        let mut encoded: Vec<&[u8]> = Vec::new();
+        let mut counts: Vec<i64> = Vec::new();
+        for v in vals {
+            let Value::Top(top) = v else { return Err(wrong()) };
+            for (e, c) in top {
+                encoded.push(e);
+                counts.push(*c);
+            }
+            let end = i32::try_from(encoded.len()).map_err(|_| {
+                WeirError::exec("APPROX_TOP_K: an output batch of over 2^31 values")
+            })?;
+            offsets.push(end);
+        }
+        let values = match codec.decode(encoded)?.pop() {
+            Some(v) if v.data_type() == vf.data_type() => v,
+            Some(v) => arrow::compute::cast(&v, vf.data_type())?,
+            None => return Err(wrong()),
+        };
+        let counts = Arc::new(Int64Array::from(counts)) as ArrayRef;
+        let structs = StructArray::try_new(fields.clone(), vec![values, counts], None)?;
+        let list = ListArray::try_new(
+            item.clone(),
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Arc::new(structs),
+            None,
+        )?;
+        Ok(Arc::new(list))
+    }
+
+    /// Aggregate `a`'s values as they are checkpointed: as [`Self::column`], but APPROX_TOP_K's
+    /// as Binary (per entry: the value's length, 4 bytes little-endian, its row encoding and its
+    /// count, 8 bytes).
+    fn saved_column(&self, a: usize, vals: &[Value]) -> Result<ArrayRef> {
+        if self.kind(a) != Kind::Top {
+            return self.column(a, vals);
+        }
+        let mut out = Vec::with_capacity(vals.len());
+        for v in vals {
+            let Value::Top(top) = v else {
+                return Err(WeirError::internal("APPROX_TOP_K's value of the wrong type"));
+            };
+            let mut b = Vec::new();
+            for (e, c) in top {
+                b.extend_from_slice(&(e.len() as u32).to_le_bytes());
+                b.extend_from_slice(e);
+                b.extend_from_slice(&c.to_le_bytes());
+            }
+            out.push(b);
+        }
+        Ok(binary_col(out.iter().map(|b| &b[..])))
     }
 
     /// Memory held by the slices' partials, in bytes (an estimate, for the benchmark).
@@ -529,11 +642,27 @@ impl SketchAggregate {
                             Partial::Count(_) => 16,
                             Partial::Hll(h) => h.bytes(),
                             Partial::Quantiles(q, _) => q.bytes(),
+                            Partial::TopK(t, _) => t.bytes(),
                         })
                         .sum::<usize>()
             })
             .sum()
     }
+}
+
+/// Reads [`SketchAggregate::saved_column`]'s bytes of one APPROX_TOP_K value.
+fn top_from_bytes(mut b: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+    let bad = || invalid("section 'sketch_aggregate.current': a bad APPROX_TOP_K value");
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (len, rest) = b.split_at_checked(4).ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+        let (v, rest) = rest.split_at_checked(len).ok_or_else(bad)?;
+        let (c, rest) = rest.split_at_checked(8).ok_or_else(bad)?;
+        out.push((v.to_vec(), i64::from_le_bytes(c.try_into().map_err(|_| bad())?)));
+        b = rest;
+    }
+    Ok(out)
 }
 
 /// An input batch evaluated for the partials.
@@ -568,7 +697,7 @@ impl Emitted {
         self.keys.push(key.to_vec());
         self.cols.resize_with(vals.len(), Vec::new);
         for (col, v) in self.cols.iter_mut().zip(vals) {
-            col.push(*v);
+            col.push(v.clone());
         }
         self.times.push(t);
         self.diffs.push(diff);
@@ -688,8 +817,8 @@ impl Operator for SketchAggregate {
         let vnames: Vec<String> = (0..self.aggs.len()).map(|a| format!("v{a}")).collect();
         let mut cols = vec![("key", binary_col(self.current.keys().map(|k| &k[..])))];
         for (a, name) in vnames.iter().enumerate() {
-            let vals: Vec<Value> = self.current.values().map(|v| v[a]).collect();
-            cols.push((name, self.column(a, &vals)?));
+            let vals: Vec<Value> = self.current.values().map(|v| v[a].clone()).collect();
+            cols.push((name, self.saved_column(a, &vals)?));
         }
         w.put("sketch_aggregate.current", &sig, self.current.len(), cols)?;
         w.put(
@@ -721,10 +850,14 @@ impl Operator for SketchAggregate {
         let vals: Vec<Vec<Value>> = (0..self.aggs.len())
             .map(|a| {
                 let name = format!("v{a}");
-                Ok(if self.is_float(a) {
-                    s.opt_f64s(&name)?.into_iter().map(Value::Float).collect()
-                } else {
-                    s.i64s(&name)?.into_iter().map(Value::Int).collect()
+                Ok(match self.kind(a) {
+                    Kind::Float => s.opt_f64s(&name)?.into_iter().map(Value::Float).collect(),
+                    Kind::Int => s.i64s(&name)?.into_iter().map(Value::Int).collect(),
+                    Kind::Top => s
+                        .binary(&name)?
+                        .into_iter()
+                        .map(|b| top_from_bytes(b).map(Value::Top))
+                        .collect::<Result<_>>()?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -733,7 +866,7 @@ impl Operator for SketchAggregate {
         }
         let mut current = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
-            current.insert(k.to_vec(), vals.iter().map(|v| v[i]).collect());
+            current.insert(k.to_vec(), vals.iter().map(|v| v[i].clone()).collect());
         }
         let s = r.take("sketch_aggregate.pending", &sig)?;
         self.pending = s.i64s("t")?.into_iter().collect();

@@ -3,18 +3,25 @@
 //!
 //! - [`hll`]: HyperLogLog, the number of distinct values (`APPROX_COUNT_DISTINCT`).
 //! - [`quantile`]: a t-digest, quantiles (`APPROX_PERCENTILE`, `APPROX_MEDIAN`).
+//! - [`topk`]: a mergeable Misra-Gries summary, the most frequent values (`APPROX_TOP_K`).
+//! - [`bloom`]: a rotating Bloom filter, keys seen before (`[DEDUPLICATE ...]`).
+//!
+//! `[SAMPLE N ROWS]` (bottom-k sampling by a seeded hash) keeps its elements themselves: see
+//! [`crate::ops::window_sample`].
 //!
 //! A HyperLogLog is a function of the *set* of values it was given (not of their order,
-//! batching or worker); a t-digest of the sequence of the multisets of values it was given
-//! per instant. Two sketches merge into a sketch of all their values; so a window's
+//! batching or worker); a t-digest and a Misra-Gries summary of the sequence of the multisets
+//! of values they were given per instant. Two sketches merge into a sketch of all their values; so a window's
 //! sketch is the merge of its slices' sketches, in slice order (see
 //! [`crate::ops::sketch_aggregate::SketchAggregate`]). HyperLogLog's values are hashed with a
 //! fixed hash of their row encoding ([`value_hash`]), the same on every machine and every run;
-//! a t-digest's are numbers. A sketch restored from a checkpoint goes on exactly as the one
+//! a t-digest's are numbers; a Misra-Gries summary keys its counts by the row encoding. A sketch restored from a checkpoint goes on exactly as the one
 //! that was saved.
 
+pub mod bloom;
 pub mod hll;
 pub mod quantile;
+pub mod topk;
 
 /// The 64-bit hash a sketch sees of a value: the router's fixed hash of its row encoding,
 /// mixed once more with a constant of its own, so that its bits are independent of the bits

@@ -642,6 +642,24 @@ impl Converter<'_> {
             WindowKind::AsOf { .. } => {
                 return Err(WeirError::internal("FOR SYSTEM_TIME AS OF planned as a window"))
             }
+            WindowKind::Deduplicate { by, capacity, error } => {
+                let p = match error {
+                    Some(p) => p.parse::<f64>().ok(),
+                    None => Some(weir_plan::DEFAULT_DEDUP_ERROR),
+                };
+                let error = p.filter(|p| *p > 0.0 && *p < 1.0).and_then(weir_plan::Fraction::new);
+                let error = error.ok_or_else(|| {
+                    WeirError::plan_at("a DEDUPLICATE window's ERROR must lie in (0, 1)", w.span)
+                })?;
+                WindowSpec::Deduplicate {
+                    by: column_indices(w, source, by, "DEDUPLICATE BY")?,
+                    capacity: capacity.unwrap_or(weir_plan::DEFAULT_DEDUP_CAPACITY),
+                    error,
+                }
+            }
+            WindowKind::Sample { rows, seed } => {
+                WindowSpec::Sample { rows: *rows, seed: seed.unwrap_or(0) }
+            }
         })
     }
 }
@@ -652,14 +670,21 @@ fn partition_indices(
     source: &LogicalPlan,
     cols: &[(String, Option<weir_common::Span>)],
 ) -> Result<Vec<usize>> {
+    column_indices(w, source, cols, "PARTITION BY")
+}
+
+/// The input positions of the columns a window's `clause` names.
+fn column_indices(
+    w: &WindowAst,
+    source: &LogicalPlan,
+    cols: &[(String, Option<weir_common::Span>)],
+    clause: &str,
+) -> Result<Vec<usize>> {
     let schema = source.schema();
     let mut by = Vec::new();
     for (c, span) in cols {
         let idx = schema.fields().iter().position(|f| f.name() == c).ok_or_else(|| {
-            WeirError::plan_at(
-                format!("unknown column '{c}' in PARTITION BY of '{}'", w.stream),
-                *span,
-            )
+            WeirError::plan_at(format!("unknown column '{c}' in {clause} of '{}'", w.stream), *span)
         })?;
         by.push(idx);
     }
@@ -1449,8 +1474,18 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
     let mut precision = weir_plan::DEFAULT_HLL_PRECISION;
     let mut quantile = None;
     let mut compression = weir_plan::DEFAULT_TDIGEST_COMPRESSION;
+    let mut top = None;
     let (arg, separator) = match (name.as_str(), p.args.as_slice()) {
         (_, []) => (None, None),
+        ("approx_top_k", [a, k, rest @ ..]) if rest.len() <= 1 => {
+            let k = top_k_integer(k, "k", weir_plan::TOP_K_KS)?;
+            let capacity = match rest {
+                [c] => top_k_integer(c, "capacity", k..=*weir_plan::TOP_K_CAPACITIES.end())?,
+                _ => weir_plan::DEFAULT_TOP_K_CAPACITY.max(k),
+            };
+            top = Some((k, capacity));
+            (Some(a.clone()), None)
+        }
         ("approx_count_distinct" | "approx_distinct", [a, prec]) => {
             precision = hll_precision(prec)?;
             (Some(a.clone()), None)
@@ -1491,6 +1526,11 @@ fn agg_call(e: &Expr) -> Result<AggCall> {
                 None => (weir_plan::Fraction::new(0.5).ok_or_else(|| unsupported("0.5"))?, true),
             };
             AggFunc::ApproxPercentile { p, compression, median }
+        }
+        "approx_top_k" => {
+            let (k, capacity) =
+                top.ok_or_else(|| WeirError::plan("APPROX_TOP_K takes a value and k"))?;
+            AggFunc::ApproxTopK { k, capacity }
         }
         other => return Err(unsupported(&format!("aggregate function {other}"))),
     };
@@ -1589,6 +1629,21 @@ fn tdigest_compression(e: &Expr) -> Result<u32> {
         })
 }
 
+/// `APPROX_TOP_K`'s k or capacity: an integer constant in `range` (checked first on the syntax
+/// tree, as the others).
+fn top_k_integer(e: &Expr, what: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
+    numeric_constant(e)
+        .filter(|c| c.fract() == 0.0 && *c >= *range.start() as f64 && *c <= *range.end() as f64)
+        .map(|c| c as u32)
+        .ok_or_else(|| {
+            WeirError::plan(format!(
+                "APPROX_TOP_K's {what} must be an integer constant from {} to {}, found {e}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
 /// Whether `plan` holds a sliding window with an offset.
 fn has_window_offset(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Window { spec: WindowSpec::RangeSlide { offset, .. }, .. } if *offset != 0)
@@ -1600,6 +1655,12 @@ fn has_window_offset(plan: &LogicalPlan) -> bool {
 /// A percentile's argument must be a number, and each value counts (no DISTINCT).
 fn check_sketch_input(aggs: &[AggCall], input: &Arc<LogicalPlan>, schema: &DFSchema) -> Result<()> {
     let Some(sketch) = aggs.iter().find(|a| a.func.is_sketch()) else { return Ok(()) };
+    if aggs.iter().any(|a| a.distinct && matches!(a.func, AggFunc::ApproxTopK { .. })) {
+        return Err(WeirError::plan(
+            "APPROX_TOP_K(DISTINCT ...) is not supported: each distinct value would count once, \
+             so none would be more frequent than another",
+        ));
+    }
     for a in aggs.iter().filter(|a| matches!(a.func, AggFunc::ApproxPercentile { .. })) {
         let name = a.func.to_string().to_uppercase();
         if a.distinct {

@@ -441,17 +441,20 @@ fn place_duplicate_relation(e: WeirError, q: &sql::Query) -> WeirError {
 
 /// The sketch aggregates' names (see [`sketch_udf`]), by the name errors give them (their
 /// [`weir_plan::AggFunc`]'s, in capitals).
-const SKETCH_NAMES: [(&str, &[&str]); 3] = [
+const SKETCH_NAMES: [(&str, &[&str]); 4] = [
     ("APPROX_COUNT_DISTINCT", &["approx_count_distinct", "approx_distinct"]),
     ("APPROX_PERCENTILE", &["approx_percentile", "approx_quantile"]),
     ("APPROX_MEDIAN", &["approx_median"]),
+    ("APPROX_TOP_K", &["approx_top_k"]),
 ];
 
 /// Checks the constant arguments of sketch aggregates on the syntax tree, where an error can
 /// point at them: `APPROX_COUNT_DISTINCT(x, precision)`'s precision, an integer constant in
 /// [`weir_plan::HLL_PRECISIONS`]; `APPROX_PERCENTILE(x, p, compression)`'s p, a numeric
 /// constant in [0, 1], and compression, an integer constant in
-/// [`weir_plan::TDIGEST_COMPRESSIONS`].
+/// [`weir_plan::TDIGEST_COMPRESSIONS`]; `APPROX_TOP_K(x, k, capacity)`'s k, an integer constant
+/// in [`weir_plan::TOP_K_KS`] (and given), and capacity, one in
+/// [`weir_plan::TOP_K_CAPACITIES`] and at least k.
 fn check_sketch_args(q: &sql::Query) -> Result<()> {
     let found = sql::visit_expressions(q, |e| {
         let sql::Expr::Function(f) = e else { return std::ops::ControlFlow::Continue(()) };
@@ -506,6 +509,39 @@ fn check_sketch_args(q: &sql::Query) -> Result<()> {
                         "compression must be an integer constant from {} to {} (the t-digest's \
                          δ: at most about that many centroids)",
                         range.start(),
+                        range.end()
+                    ),
+                ));
+            }
+            "approx_top_k" => {
+                if list.args.len() < 2 {
+                    return std::ops::ControlFlow::Break(WeirError::plan_at(
+                        "APPROX_TOP_K takes a value and k, the number of most frequent values to \
+                         give: APPROX_TOP_K(x, 10)",
+                        Span::from_sql(sql::Spanned::span(e)),
+                    ));
+                }
+                let ks = weir_plan::TOP_K_KS;
+                let k = number(1).and_then(|n| n.parse::<u32>().ok()).filter(|k| ks.contains(k));
+                checks.push((
+                    1,
+                    k.is_some(),
+                    format!(
+                        "k must be an integer constant from {} to {} (the number of most frequent \
+                         values to give)",
+                        ks.start(),
+                        ks.end()
+                    ),
+                ));
+                let range = weir_plan::TOP_K_CAPACITIES;
+                checks.push((
+                    2,
+                    number(2)
+                        .and_then(|n| n.parse::<u32>().ok())
+                        .is_some_and(|c| range.contains(&c) && k.is_none_or(|k| c >= k)),
+                    format!(
+                        "capacity must be an integer constant from k to {} (the counters kept: a \
+                         count is at most n/(capacity+1) below the true one)",
                         range.end()
                     ),
                 ));

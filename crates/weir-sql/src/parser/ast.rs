@@ -125,6 +125,18 @@ pub enum WindowKind {
         column: String,
         at: Option<Span>,
     },
+    /// `s [DEDUPLICATE [BY k, ...] [CAPACITY n] [ERROR p]]`: approximate de-duplication by a
+    /// rotating Bloom filter (`error` as written, checked to lie in (0, 1)).
+    Deduplicate {
+        by: Vec<(String, Option<Span>)>,
+        capacity: Option<u64>,
+        error: Option<String>,
+    },
+    /// `s [SAMPLE n ROWS [SEED s]]`: a uniform sample of n elements.
+    Sample {
+        rows: u64,
+        seed: Option<u64>,
+    },
 }
 
 impl WindowKind {
@@ -361,6 +373,27 @@ impl std::fmt::Display for WindowKind {
             }
             WindowKind::AsOf { qualifier: None, column, .. } => {
                 write!(f, "FOR SYSTEM_TIME AS OF {column}")
+            }
+            WindowKind::Deduplicate { by, capacity, error } => {
+                f.write_str("[DEDUPLICATE")?;
+                if !by.is_empty() {
+                    let cols: Vec<&str> = by.iter().map(|(c, _)| c.as_str()).collect();
+                    write!(f, " BY {}", cols.join(", "))?;
+                }
+                if let Some(n) = capacity {
+                    write!(f, " CAPACITY {n}")?;
+                }
+                if let Some(p) = error {
+                    write!(f, " ERROR {p}")?;
+                }
+                f.write_str("]")
+            }
+            WindowKind::Sample { rows, seed } => {
+                write!(f, "[SAMPLE {rows} ROWS")?;
+                if let Some(s) = seed {
+                    write!(f, " SEED {s}")?;
+                }
+                f.write_str("]")
             }
         }
     }

@@ -54,7 +54,8 @@ fn parse_window(
 ) -> Result<(WindowKind, Option<Duration>)> {
     let mut c = Cursor::new(toks).followed_by(close);
     let mut offset = None;
-    let expected = "UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION in the window";
+    let expected =
+        "UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY, SESSION, DEDUPLICATE or SAMPLE in the window";
     if c.at_end() {
         return Err(WeirError::syntax_at(
             format!("expected {expected}, found ']'"),
@@ -105,6 +106,48 @@ fn parse_window(
             vec![]
         };
         WindowKind::Session { column: None, gap, by }
+    } else if c.eat_word("DEDUPLICATE") {
+        let by = if c.eat_word("BY") { partition_columns(&mut c)? } else { vec![] };
+        let (mut capacity, mut error) = (None, None);
+        loop {
+            if capacity.is_none() && c.eat_word("CAPACITY") {
+                capacity = Some(dedup_capacity(&mut c)?);
+            } else if error.is_none() && c.eat_word("ERROR") {
+                error = Some(dedup_error(&mut c)?);
+            } else {
+                break;
+            }
+        }
+        if !c.at_end() {
+            let what = match (capacity, &error) {
+                (None, None) => "BY, CAPACITY, ERROR or ']'",
+                (None, Some(_)) => "CAPACITY or ']'",
+                (Some(_), None) => "ERROR or ']'",
+                (Some(_), Some(_)) => "']'",
+            };
+            return Err(c.err(what));
+        }
+        WindowKind::Deduplicate { by, capacity, error }
+    } else if c.eat_word("SAMPLE") {
+        let span = c.peek().and_then(tok_span);
+        let rows = rows_count(&mut c)?;
+        if rows == 0 {
+            return Err(WeirError::syntax_at("a SAMPLE window needs a count of at least 1", span));
+        }
+        c.expect_word("ROWS")?;
+        let seed = if c.eat_word("SEED") {
+            let span = c.peek().and_then(tok_span);
+            let s = c.integer("a seed")?;
+            Some(u64::try_from(s).map_err(|_| {
+                WeirError::syntax_at(
+                    "a SAMPLE window's SEED must be an integer of at least 0",
+                    span,
+                )
+            })?)
+        } else {
+            None
+        };
+        WindowKind::Sample { rows, seed }
     } else {
         return Err(c.err(expected));
     };
@@ -282,6 +325,44 @@ fn session_gap(c: &mut Cursor, then: &[&str]) -> Result<Duration> {
         return Err(WeirError::plan_at("a SESSION gap must be positive", span));
     }
     Ok(gap)
+}
+
+/// `[DEDUPLICATE ... CAPACITY n]`'s n: keys per generation of the filter.
+fn dedup_capacity(c: &mut Cursor) -> Result<u64> {
+    let span = c.peek().and_then(tok_span);
+    let range = weir_plan::DEDUP_CAPACITIES;
+    let n = c.integer("a capacity (keys remembered)")?;
+    u64::try_from(n).ok().filter(|n| range.contains(n)).ok_or_else(|| {
+        WeirError::syntax_at(
+            format!(
+                "a DEDUPLICATE window's CAPACITY must be from {} to {} keys, found {n}",
+                range.start(),
+                range.end()
+            ),
+            span,
+        )
+    })
+}
+
+/// `[DEDUPLICATE ... ERROR p]`'s p, a false-positive rate: a number strictly between 0 and 1.
+fn dedup_error(c: &mut Cursor) -> Result<String> {
+    let t = c.peek();
+    let span = t.and_then(tok_span);
+    match t.map(|t| &t.token) {
+        Some(Token::Number(n, _)) if n.parse::<f64>().is_ok_and(|p| p > 0.0 && p < 1.0) => {
+            let n = n.clone();
+            c.next();
+            Ok(n)
+        }
+        Some(Token::Number(n, _)) => Err(WeirError::syntax_at(
+            format!(
+                "a DEDUPLICATE window's ERROR is a false-positive rate, a number greater than 0 \
+                 and less than 1, found {n}"
+            ),
+            span,
+        )),
+        _ => Err(c.err("a false-positive rate (0.01 is 1 %)")),
+    }
 }
 
 fn rows_count(c: &mut Cursor) -> Result<u64> {
@@ -722,6 +803,9 @@ mod tests {
             "SELECT ISTREAM window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE e, DESCRIPTOR(ts), INTERVAL '10' SECOND)) GROUP BY window_start",
             "SELECT * FROM TABLE(HOP(TABLE e, DESCRIPTOR(ts), 5, 10)) AS h",
             "SELECT ISTREAM k, COUNT(*) FROM s [SESSION 30 SECONDS PARTITION BY k, j] GROUP BY k",
+            "SELECT * FROM s [DEDUPLICATE] x JOIN t [DEDUPLICATE BY a, b CAPACITY 10 ERROR 0.5] y ON x.a = y.a",
+            "SELECT * FROM s [DEDUPLICATE ERROR 0.001]",
+            "SELECT v FROM s [SAMPLE 3 ROWS] UNION ALL SELECT v FROM t [SAMPLE 4 ROWS SEED 9]",
             "SELECT * FROM s [SESSION 5] AS x",
             "SELECT window_start FROM TABLE(SESSION(TABLE e PARTITION BY k, DESCRIPTOR(ts), INTERVAL '30' SECOND)) AS w",
             "SELECT * FROM TABLE(SESSION(TABLE e, DESCRIPTOR(ts), 5))",
@@ -871,6 +955,8 @@ mod tests {
                 (1i64..100, 1i64..100).prop_map(|(t, s)| format!("[RANGE {t} SLIDE {s}]")),
                 (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
                 (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
+                (1u64..10).prop_map(|n| format!("[SAMPLE {n} ROWS SEED {}]", n * 7)),
+                (1u64..10).prop_map(|n| format!("[DEDUPLICATE BY k CAPACITY {n} ERROR 0.25]")),
                 (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
                 (1i64..100).prop_map(|g| format!("[SESSION {g}]")),
                 (1i64..10).prop_map(|g| format!("[SESSION {g} SECONDS PARTITION BY k, j]")),

@@ -410,7 +410,7 @@ mod tests {
         assert!(e.contains("expected a duration"), "{e}");
         assert!(e.contains("found ']' at line 1, column 23"), "{e}");
         let e = parse_script("SELECT * FROM s [FOO 3]").unwrap_err().to_string();
-        assert!(e.contains("expected UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY or SESSION"), "{e}");
+        assert!(e.contains("expected UNBOUNDED, NOW, RANGE, ROWS, PARTITION BY, SESSION, DEDUPLICATE or SAMPLE"), "{e}");
         let e = parse_script("SELECT a FROM s WHERE").unwrap_err().to_string();
         assert!(e.contains("expected an expression"), "{e}");
         assert!(e.contains("^"), "{e}");

@@ -112,9 +112,11 @@ impl Kind {
                 _ => Kind::Bytes,
             },
             AggFunc::BoolAnd | AggFunc::BoolOr => Kind::Bool,
-            AggFunc::StringAgg | AggFunc::ArrayAgg | AggFunc::FirstValue | AggFunc::LastValue => {
-                Kind::Scalar
-            }
+            AggFunc::StringAgg
+            | AggFunc::ArrayAgg
+            | AggFunc::FirstValue
+            | AggFunc::LastValue
+            | AggFunc::ApproxTopK { .. } => Kind::Scalar,
         }
     }
 }

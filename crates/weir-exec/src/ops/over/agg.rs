@@ -133,7 +133,8 @@ impl Acc {
             | AggFunc::FirstValue
             | AggFunc::LastValue
             | AggFunc::ApproxCountDistinct { .. }
-            | AggFunc::ApproxPercentile { .. } => {}
+            | AggFunc::ApproxPercentile { .. }
+            | AggFunc::ApproxTopK { .. } => {}
         }
         Ok(())
     }

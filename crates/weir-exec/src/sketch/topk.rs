@@ -1,0 +1,352 @@
+//! Heavy hitters (`APPROX_TOP_K`): the mergeable Misra-Gries summary ("Finding repeated
+//! elements", Misra and Gries 1982; merged as in Agarwal, Cormode, Huang, Phillips, Wei, Yi,
+//! "Mergeable summaries", 2012), the counter-based dual of SpaceSaving.
+//!
+//! A summary of capacity m keeps a count per value for at most m values after each
+//! [`TopK::settle`] (up to 2m between two: pruning is lazy, so that its cost is amortised over
+//! the values that made it necessary). Each count is a *lower bound* of the value's true
+//! count, at most [`TopK::error`] below it, and `error` is at most n/(m+1) for n values
+//! counted: a prune subtracts the (m+1)-th largest count d from every count and drops the counts
+//! that reach 0, which takes at least (m+1)·d out of a total of at most n. A value counted more
+//! than n/(m+1) times is therefore always kept. While no prune has happened (at most 2m
+//! distinct values were seen) the counts are exact.
+//!
+//! Deterministic: counts add, and a prune depends on the multiset of counts only (every count
+//! tied with the (m+1)-th largest goes, never a chosen one of them), so a summary is a function
+//! of the sequence of the multisets of values it was given between settles: not of their order,
+//! batching or worker. [`TopK::merge`] adds counts and errors: the merge of summaries of
+//! disjoint bags is a summary of their union, with the error bound of the sum. Not invertible.
+
+use datafusion_common::HashMap;
+
+use weir_common::{Result, WeirError};
+
+/// A Misra-Gries summary over values given as their row encodings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopK {
+    capacity: usize,
+    /// Value -> its count less the decrements it took (always > 0).
+    counts: HashMap<Vec<u8>, i64>,
+    /// The sum of the decrements: how far below its true count any count (or any value's
+    /// absent count, 0) can be.
+    error: i64,
+    /// Values counted.
+    n: i64,
+}
+
+impl TopK {
+    /// An empty summary of `capacity` counters (at least 1).
+    pub fn new(capacity: u32) -> Self {
+        TopK { capacity: capacity.max(1) as usize, counts: HashMap::new(), error: 0, n: 0 }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Counts `value` `weight` times (weight > 0).
+    pub fn insert(&mut self, value: &[u8], weight: i64) {
+        self.n += weight;
+        match self.counts.get_mut(value) {
+            Some(c) => *c += weight,
+            None => {
+                self.counts.insert(value.to_vec(), weight);
+            }
+        }
+    }
+
+    /// Ends a batch of insertions (an instant): prunes to at most `capacity` counts if more
+    /// than twice that many are held.
+    pub fn settle(&mut self) {
+        if self.counts.len() > 2 * self.capacity {
+            self.prune();
+        }
+    }
+
+    /// Subtracts the (m+1)-th largest count from every count and drops those left at 0 or
+    /// below: at most m counts remain.
+    fn prune(&mut self) {
+        let m = self.capacity;
+        if self.counts.len() <= m {
+            return;
+        }
+        let mut cs: Vec<i64> = self.counts.values().copied().collect();
+        let (_, d, _) = cs.select_nth_unstable_by(m, |a, b| b.cmp(a));
+        let d = *d;
+        self.counts.retain(|_, c| {
+            *c -= d;
+            *c > 0
+        });
+        self.error += d;
+    }
+
+    /// Adds `other`'s counts: a summary of both bags (not pruned; [`TopK::settle`] prunes).
+    pub fn merge(&mut self, other: &TopK) {
+        self.n += other.n;
+        self.error += other.error;
+        for (v, c) in &other.counts {
+            match self.counts.get_mut(v) {
+                Some(mine) => *mine += c,
+                None => {
+                    self.counts.insert(v.clone(), *c);
+                }
+            }
+        }
+    }
+
+    /// The sum of `parts` (addition commutes: their order does not matter), not pruned.
+    pub fn merge_all(capacity: u32, parts: &[&TopK]) -> TopK {
+        // Start from a copy of the largest part and add the others into it.
+        let Some((big, _)) = parts.iter().enumerate().max_by_key(|(i, p)| (p.counts.len(), *i))
+        else {
+            return TopK::new(capacity);
+        };
+        let mut out = parts[big].clone();
+        for (i, p) in parts.iter().enumerate() {
+            if i != big {
+                out.merge(p);
+            }
+        }
+        out
+    }
+
+    /// The k values with the largest counts, most frequent first, ties by encoding (the
+    /// values' SQL order): (value, count).
+    pub fn top(&self, k: usize) -> Vec<(Vec<u8>, i64)> {
+        let mut all: Vec<(&Vec<u8>, i64)> = self.counts.iter().map(|(v, c)| (v, *c)).collect();
+        let order = |a: &(&Vec<u8>, i64), b: &(&Vec<u8>, i64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
+        if all.len() > k {
+            all.select_nth_unstable_by(k, order);
+            all.truncate(k);
+        }
+        all.sort_unstable_by(order);
+        all.into_iter().map(|(v, c)| (v.clone(), c)).collect()
+    }
+
+    /// How far below its true count any count can be (at most n/(capacity+1)).
+    pub fn error(&self) -> i64 {
+        self.error
+    }
+
+    /// The number of values counted.
+    pub fn len(&self) -> i64 {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Memory held, in bytes (an estimate, for metrics and the benchmark's figures).
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.counts.capacity() * (std::mem::size_of::<(Vec<u8>, i64)>() + 1)
+            + self.counts.keys().map(|k| k.capacity()).sum::<usize>()
+    }
+
+    /// The summary as bytes, for checkpoints: n and error (8 bytes each, little-endian), then
+    /// per value, in encoding order, its length (4 bytes), its bytes and its count.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.counts.len() * 24);
+        out.extend_from_slice(&self.n.to_le_bytes());
+        out.extend_from_slice(&self.error.to_le_bytes());
+        let mut vs: Vec<(&Vec<u8>, &i64)> = self.counts.iter().collect();
+        vs.sort_unstable();
+        for (v, c) in vs {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        out
+    }
+
+    /// Reads [`TopK::to_bytes`] back; errors (never panics) on bytes that are not a summary.
+    pub fn from_bytes(capacity: u32, bytes: &[u8]) -> Result<TopK> {
+        let bad = || WeirError::exec("checkpoint: an APPROX_TOP_K summary is malformed");
+        let mut r = Reader(bytes);
+        let mut t = TopK::new(capacity);
+        t.n = r.i64().ok_or_else(bad)?;
+        t.error = r.i64().ok_or_else(bad)?;
+        while !r.0.is_empty() {
+            let len = r.u32().ok_or_else(bad)? as usize;
+            let v = r.take(len).ok_or_else(bad)?.to_vec();
+            let c = r.i64().ok_or_else(bad)?;
+            if c <= 0 || t.counts.insert(v, c).is_some() {
+                return Err(bad());
+            }
+        }
+        if t.n < 0 || t.error < 0 {
+            return Err(bad());
+        }
+        Ok(t)
+    }
+}
+
+/// Reads little-endian fields off a byte slice.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::mix;
+
+    /// A value drawn from a Zipf-like law over `distinct` values (rank r with probability about
+    /// proportional to 1/r): the rank of a uniform point on a log scale.
+    fn zipf(seed: u64, distinct: u64) -> u64 {
+        let u = (mix(seed) >> 11) as f64 / (1u64 << 53) as f64;
+        ((distinct as f64).powf(u) as u64).min(distinct - 1)
+    }
+
+    /// A summary of `values`, settled every `per_instant` values; and the exact counts.
+    fn run(capacity: u32, values: &[u64], per_instant: usize) -> (TopK, HashMap<Vec<u8>, i64>) {
+        let mut t = TopK::new(capacity);
+        let mut exact = HashMap::new();
+        for chunk in values.chunks(per_instant) {
+            for v in chunk {
+                t.insert(&v.to_be_bytes(), 1);
+                *exact.entry(v.to_be_bytes().to_vec()).or_insert(0) += 1;
+            }
+            t.settle();
+        }
+        (t, exact)
+    }
+
+    /// The stated guarantees, which hold always (not just mostly): each count is at most
+    /// `error` below the true count and never above it, `error` is at most n/(m+1), at most m
+    /// counts are kept after a prune, and each of the top k has a true count at least the true
+    /// k-th largest count less `error`.
+    fn check(t: &TopK, exact: &HashMap<Vec<u8>, i64>, k: usize, what: &str) {
+        let n: i64 = exact.values().sum();
+        assert_eq!(t.len(), n);
+        assert!(t.error() * (t.capacity() as i64 + 1) <= n, "{what}: error {} of n {n}", t.error());
+        for (v, f) in exact {
+            let c = t.counts.get(v).copied().unwrap_or(0);
+            assert!(c <= *f && *f <= c + t.error(), "{what}: {v:?} true {f} counted {c}");
+        }
+        let mut truth: Vec<i64> = exact.values().copied().collect();
+        truth.sort_unstable_by(|a, b| b.cmp(a));
+        let kth = truth.get(k - 1).copied().unwrap_or(0);
+        for (v, _) in t.top(k) {
+            assert!(exact[&v] >= kth - t.error(), "{what}: {v:?} is not among the top {k}");
+        }
+    }
+
+    #[test]
+    fn small_inputs_are_counted_exactly() {
+        let (t, _) = run(4, &[3, 1, 3, 2, 3, 1, 5, 6], 3);
+        assert_eq!(t.error(), 0);
+        let top: Vec<(u64, i64)> = t
+            .top(3)
+            .into_iter()
+            .map(|(v, c)| (u64::from_be_bytes(v.try_into().expect("8 bytes")), c))
+            .collect();
+        // 3 three times, 1 twice, then 2, 5 and 6 once each: the smallest value wins the tie.
+        assert_eq!(top, vec![(3, 3), (1, 2), (2, 1)]);
+        assert!(TopK::new(10).top(3).is_empty());
+    }
+
+    /// Over many seeds, capacities and instant sizes, uniform and skewed inputs.
+    #[test]
+    fn counts_lie_within_the_stated_error() {
+        let runs: u64 =
+            std::env::var("WEIR_SKETCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+        for seed in 0..runs {
+            let distinct = [50, 2_000, 100_000][seed as usize % 3];
+            let skewed = seed % 2 == 0;
+            let values: Vec<u64> = (0..20_000u64)
+                .map(|i| {
+                    let s = i.wrapping_add(seed << 32);
+                    if skewed {
+                        zipf(s, distinct)
+                    } else {
+                        mix(s) % distinct
+                    }
+                })
+                .collect();
+            let capacity = [8, 100, 1_000][(seed / 3) as usize % 3];
+            let per_instant = [1, 37, 5_000][(seed / 9) as usize % 3];
+            let (t, exact) = run(capacity, &values, per_instant);
+            check(&t, &exact, 10, &format!("seed {seed}"));
+            if exact.len() <= 2 * capacity as usize {
+                assert_eq!(t.error(), 0, "seed {seed}: no prune, exact");
+            }
+        }
+    }
+
+    /// Per-slice summaries merged: within the error of the merge, the sum of theirs.
+    #[test]
+    fn merged_slices_keep_the_bound() {
+        for seed in 0..20u64 {
+            let values: Vec<u64> = (0..30_000u64).map(|i| zipf(i ^ (seed << 40), 5_000)).collect();
+            let slices: Vec<(TopK, HashMap<Vec<u8>, i64>)> =
+                values.chunks(3_000).map(|c| run(50, c, 100)).collect();
+            let parts: Vec<&TopK> = slices.iter().map(|s| &s.0).collect();
+            let merged = TopK::merge_all(50, &parts);
+            let mut exact = HashMap::new();
+            for (_, e) in &slices {
+                for (v, c) in e {
+                    *exact.entry(v.clone()).or_insert(0) += c;
+                }
+            }
+            assert_eq!(merged.error(), slices.iter().map(|s| s.0.error()).sum::<i64>());
+            check(&merged, &exact, 5, &format!("seed {seed}"));
+            // The order of the parts does not matter.
+            let rev: Vec<&TopK> = parts.iter().rev().copied().collect();
+            assert_eq!(TopK::merge_all(50, &rev), merged);
+        }
+    }
+
+    /// The same multisets between settles, in any order, give the same summary.
+    #[test]
+    fn order_within_an_instant_does_not_matter() {
+        let values: Vec<u64> = (0..10_000u64).map(|i| zipf(i, 3_000)).collect();
+        let (a, _) = run(20, &values, 500);
+        let mut shuffled = Vec::new();
+        for chunk in values.chunks(500) {
+            let mut c = chunk.to_vec();
+            c.sort_by_key(|v| mix(*v ^ 77));
+            shuffled.extend(c);
+        }
+        let (b, _) = run(20, &shuffled, 500);
+        assert_eq!(a, b);
+        assert!(a.error() > 0, "the test must prune");
+    }
+
+    #[test]
+    fn bytes_round_trip_and_bad_bytes_are_refused() {
+        for n in [0usize, 5, 3_000] {
+            let values: Vec<u64> = (0..n as u64).map(|i| zipf(i, 700)).collect();
+            let (t, _) = run(30, &values, 64);
+            assert_eq!(TopK::from_bytes(30, &t.to_bytes()).expect("round trip"), t);
+        }
+        assert!(TopK::from_bytes(3, &[]).is_err());
+        assert!(TopK::from_bytes(3, &[0; 15]).is_err());
+        let (t, _) = run(3, &[1, 2, 2], 3);
+        let mut b = t.to_bytes();
+        b.pop();
+        assert!(TopK::from_bytes(3, &b).is_err());
+        let mut b = t.to_bytes();
+        let last = b.len() - 8;
+        b[last..].copy_from_slice(&0i64.to_le_bytes());
+        assert!(TopK::from_bytes(3, &b).is_err(), "a count of 0");
+    }
+}
