@@ -206,6 +206,44 @@ fn window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
     })
 }
 
+/// A join's operator: [`Join`], or [`TemporalJoin`] for [`JoinKind::Temporal`]. Apart from
+/// [`build`], so that its locals do not enlarge `build`'s frame (see [`add`]).
+#[inline(never)]
+fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } = plan else {
+        return Err(WeirError::internal("build_join on another node"));
+    };
+    let (ls, rs) = (left.schema(), right.schema());
+    let mut key_types = Vec::new();
+    let mut lkeys = Vec::new();
+    let mut rkeys = Vec::new();
+    for (l, r) in on {
+        key_types.push(expr_type(l, &ls)?);
+        lkeys.push(ScalarExpr::compile(l, &ls)?);
+        rkeys.push(ScalarExpr::compile(r, &rs)?);
+    }
+    let lschema = exec_schema(&ls);
+    let rschema = exec_schema(&rs);
+    // The residual predicate sees both sides' columns, whatever the join outputs
+    // (a semi join outputs the left side only).
+    let both = ls.join(&rs).map_err(|e| WeirError::internal(e.to_string()))?;
+    let filter = match filter {
+        Some(f) => Some(ScalarExpr::compile(f, &both)?),
+        None => None,
+    };
+    let left =
+        JoinSide { keys: lkeys, row_codec: RowCodec::for_schema(&lschema)?, schema: lschema };
+    let right =
+        JoinSide { keys: rkeys, row_codec: RowCodec::for_schema(&rschema)?, schema: rschema };
+    let key_codec = RowCodec::new(key_types)?;
+    Ok(match kind {
+        JoinKind::Temporal { outer } => {
+            Box::new(TemporalJoin::new(*outer, left, right, key_codec, filter, schema))
+        }
+        _ => Box::new(Join::new(*kind, *nulls_equal, left, right, key_codec, filter, schema)),
+    })
+}
+
 /// The operator for one plan node (its inputs are the nodes of [`LogicalPlan::inputs`]).
 #[inline(never)]
 fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
@@ -233,55 +271,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 exprs.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
             Box::new(Linear::new(Project::new(exprs, schema)))
         }
-        LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } => {
-            let (ls, rs) = (left.schema(), right.schema());
-            let mut key_types = Vec::new();
-            let mut lkeys = Vec::new();
-            let mut rkeys = Vec::new();
-            for (l, r) in on {
-                key_types.push(expr_type(l, &ls)?);
-                lkeys.push(ScalarExpr::compile(l, &ls)?);
-                rkeys.push(ScalarExpr::compile(r, &rs)?);
-            }
-            let lschema = exec_schema(&ls);
-            let rschema = exec_schema(&rs);
-            // The residual predicate sees both sides' columns, whatever the join outputs
-            // (a semi join outputs the left side only).
-            let both = ls.join(&rs).map_err(|e| WeirError::internal(e.to_string()))?;
-            let filter = match filter {
-                Some(f) => Some(ScalarExpr::compile(f, &both)?),
-                None => None,
-            };
-            let left = JoinSide {
-                keys: lkeys,
-                row_codec: RowCodec::for_schema(&lschema)?,
-                schema: lschema,
-            };
-            let right = JoinSide {
-                keys: rkeys,
-                row_codec: RowCodec::for_schema(&rschema)?,
-                schema: rschema,
-            };
-            if let JoinKind::Temporal { outer } = kind {
-                return Ok(Box::new(TemporalJoin::new(
-                    *outer,
-                    left,
-                    right,
-                    RowCodec::new(key_types)?,
-                    filter,
-                    schema,
-                )));
-            }
-            Box::new(Join::new(
-                *kind,
-                *nulls_equal,
-                left,
-                right,
-                RowCodec::new(key_types)?,
-                filter,
-                schema,
-            ))
-        }
+        LogicalPlan::Join { .. } => build_join(plan, schema)?,
         LogicalPlan::Aggregate { group, aggs, input, .. } => {
             let in_schema = input.schema();
             let keys =
