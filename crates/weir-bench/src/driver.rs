@@ -189,6 +189,9 @@ pub fn run(cfg: &RunConfig) -> Result<Report> {
     let mut engine = Engine::new();
     engine.set_workers(cfg.workers)?;
     engine.execute(ddl())?;
+    if let Some(setup) = cfg.query.setup() {
+        engine.execute(&setup).with_context(|| format!("setting up {}", cfg.query))?;
+    }
     let sql = cfg.query.sql(&cfg.params);
     let sub = engine.subscribe(&sql).with_context(|| format!("starting {}: {sql}", cfg.query))?;
     let streams = cfg.query.streams();

@@ -60,6 +60,13 @@ pub enum Query {
     /// orders by price only, date_time makes ties deterministic whatever the columns). A
     /// relation.
     Q19,
+    /// Bounded side input join: every bid with the value that a side table of
+    /// [`SIDE_INPUT_KEYS`] rows (loaded before the stream starts, see [`Query::setup`]) has for
+    /// its auction modulo [`SIDE_INPUT_KEYS`], looked up as of the bid's time (`JOIN side_input
+    /// FOR SYSTEM_TIME AS OF b.date_time`: a lookup join, the table having no key). The
+    /// reference looks up as of the bid's processing time; the table does not change while
+    /// the bids come, so the rows are the same.
+    Q13,
     /// Calculation: the bids with a price (in euros, `0.908 · price`) above 1 000 000 and below
     /// 50 000 000, with the part of the day they were placed in (from the hour of `date_time`)
     /// and the number of `c`s in `extra` (the reference's `count_char` function, written as
@@ -141,7 +148,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 25] = [
+    pub const ALL: [Query; 26] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -153,6 +160,7 @@ impl Query {
         Query::Q8,
         Query::Q9,
         Query::Q11,
+        Query::Q13,
         Query::Q14,
         Query::Q15,
         Query::Q16,
@@ -188,6 +196,7 @@ impl Query {
             Query::Q11 => "q11",
             Query::Q18 => "q18",
             Query::Q19 => "q19",
+            Query::Q13 => "q13",
             Query::Q14 => "q14",
             Query::Q15 => "q15",
             Query::Q16 => "q16",
@@ -214,6 +223,7 @@ impl Query {
             | Query::Q11
             | Query::Q18
             | Query::Q19
+            | Query::Q13
             | Query::Q14
             | Query::Q15
             | Query::Q16
@@ -228,6 +238,20 @@ impl Query {
             Query::Q3 | Query::Q8 => &["person", "auction"],
             Query::Q4 | Query::Q6 | Query::Q9 | Query::Q20 => &["auction", "bid"],
         }
+    }
+
+    /// Statements to run before the query starts: q13's side table, filled with
+    /// [`SIDE_INPUT_KEYS`] rows `(key, 'key')`.
+    pub fn setup(self) -> Option<String> {
+        if self != Query::Q13 {
+            return None;
+        }
+        let rows: Vec<String> = (0..SIDE_INPUT_KEYS).map(|k| format!("({k}, '{k}')")).collect();
+        Some(format!(
+            "CREATE TABLE side_input (key BIGINT, value VARCHAR); \
+             INSERT INTO side_input VALUES {}",
+            rows.join(", ")
+        ))
     }
 
     /// The query text with the given window sizes.
@@ -300,6 +324,11 @@ impl Query {
                                (PARTITION BY auction ORDER BY price DESC, date_time) AS rn \
                              FROM bid) AS w \
                            WHERE rn <= 10"
+                .into(),
+            Query::Q13 => "SELECT b.auction, b.bidder, b.price, b.date_time, s.value \
+                           FROM bid AS b \
+                           JOIN side_input FOR SYSTEM_TIME AS OF b.date_time AS s \
+                             ON b.auction % 10000 = s.key"
                 .into(),
             Query::Q14 => "SELECT ISTREAM auction, bidder, 0.908 * price AS price, \
                              CASE WHEN EXTRACT(HOUR FROM date_time) BETWEEN 8 AND 18 \
@@ -397,6 +426,9 @@ impl Query {
         }
     }
 }
+
+/// The rows of q13's side table (the reference's side input file has 10 000 lines).
+pub const SIDE_INPUT_KEYS: i64 = 10_000;
 
 /// The day of a bid, as q15-q17 group by it (the reference's `DATE_FORMAT(dateTime,
 /// 'yyyy-MM-dd')`).

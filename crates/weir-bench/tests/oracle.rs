@@ -23,6 +23,7 @@ use arrow::array::{ArrayRef, Float64Array, TimestampMicrosecondArray};
 use weir::format::value_as_text;
 use weir::Engine;
 use weir_bench::generator::{ddl, to_batches, Auction, Bid, Person, Rows};
+use weir_bench::queries::SIDE_INPUT_KEYS;
 use weir_bench::{Config, Generator, Params, Query};
 
 /// The test's window sizes, in microseconds, for events 100 µs apart (10 000 events/s).
@@ -64,6 +65,9 @@ fn add(bag: &mut Bag, row: Row) {
 fn engine_output(q: Query, config: &Config, events: u64, chunk: u64) -> Output {
     let mut e = Engine::new();
     e.execute(ddl()).unwrap();
+    if let Some(setup) = q.setup() {
+        e.execute(&setup).unwrap();
+    }
     let sub = e.subscribe(&q.sql(&params())).unwrap();
     let mut g = Generator::new(config.clone());
     let mut left = events;
@@ -336,6 +340,26 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 }
                 bag
             })
+        }
+        Query::Q13 => {
+            // Every bid finds its row: the side table holds every key below SIDE_INPUT_KEYS,
+            // with the key as its value, from before the first bid.
+            let mut out: Output = bids
+                .iter()
+                .map(|b| {
+                    let key = b.auction.rem_euclid(SIDE_INPUT_KEYS);
+                    let row = vec![
+                        int(b.auction),
+                        int(b.bidder),
+                        int(b.price),
+                        ts(b.date_time),
+                        key.to_string(),
+                    ];
+                    (b.date_time, row, 1)
+                })
+                .collect();
+            out.sort();
+            out
         }
         Query::Q14 => {
             let mut out = Output::new();
@@ -807,4 +831,9 @@ fn q21_adds_channel_ids() {
 #[test]
 fn q22_splits_url_directories() {
     check(Query::Q22, 1500);
+}
+
+#[test]
+fn q13_joins_bids_with_the_side_table() {
+    check(Query::Q13, 3000);
 }
