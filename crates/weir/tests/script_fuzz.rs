@@ -9,6 +9,7 @@
 //! sessions) with filters, arithmetic that can overflow, aggregates, DISTINCT, joins with the
 //! table and window functions. The queries' subscriptions are polled after every statement,
 //! and every stream is closed at the end, so windows close and their results are computed.
+//! One script in four (the seeds divisible by 4) runs on two timely workers.
 //!
 //! `FUZZ_SCRIPTS` sets how many scripts run (100 by default, for CI; thousands for a deep run)
 //! and `FUZZ_SEED` the first seed. A failure prints the seed and the script, which replays it:
@@ -225,8 +226,11 @@ struct Tally {
 
 /// Runs `statements` on a new engine, counting into `tally`; the first internal error, with
 /// the statement it came from, or `None`.
-fn run(statements: &[String], tally: &mut Tally) -> Option<String> {
+fn run(statements: &[String], workers: usize, tally: &mut Tally) -> Option<String> {
     let mut engine = Engine::new();
+    if let Err(e) = engine.set_workers(workers) {
+        return Some(format!("starting {workers} workers: {e}"));
+    }
     let mut subs: Vec<(String, Subscription, bool)> = Vec::new();
     let poll = |subs: &mut Vec<(String, Subscription, bool)>, tally: &mut Tally| {
         for (q, sub, failed) in subs.iter_mut() {
@@ -276,6 +280,8 @@ fn random_scripts_never_panic_hang_or_report_internal_errors() {
     let mut total = Tally::default();
     for seed in first..first + n {
         let stmts = script(seed);
+        // One script in four runs on two timely workers.
+        let workers = if seed % 4 == 0 { 2 } else { 1 };
         let (tx, rx) = mpsc::channel();
         let to_run = stmts.clone();
         // The engine lives on its own thread so that a script running without end is reported
@@ -283,7 +289,7 @@ fn random_scripts_never_panic_hang_or_report_internal_errors() {
         std::thread::spawn(move || {
             let outcome = std::panic::catch_unwind(|| {
                 let mut tally = Tally::default();
-                (run(&to_run, &mut tally), tally)
+                (run(&to_run, workers, &mut tally), tally)
             });
             let _ = tx.send(outcome);
         });
@@ -301,7 +307,7 @@ fn random_scripts_never_panic_hang_or_report_internal_errors() {
             Err(_) => format!("no end after {SCRIPT_TIMEOUT:?}"),
         };
         panic!(
-            "seed {seed}: {failure}\nreplay: FUZZ_SEED={seed} FUZZ_SCRIPTS=1 cargo test \
+            "seed {seed} ({workers} workers): {failure}\nreplay: FUZZ_SEED={seed} FUZZ_SCRIPTS=1 cargo test \
              --workspace --test script_fuzz\nscript:\n{};",
             stmts.join(";\n")
         );
