@@ -145,14 +145,7 @@ impl Bloom {
         if rest.len() != gens * words * 8 || b.inserted >= b.capacity {
             return Err(bad());
         }
-        let all: Vec<u64> = rest
-            .chunks_exact(8)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w.copy_from_slice(c);
-                u64::from_le_bytes(w)
-            })
-            .collect();
+        let all = super::le_words(rest);
         b.current = all[..words].to_vec();
         if gens == 2 {
             b.previous = Some(all[words..].to_vec());

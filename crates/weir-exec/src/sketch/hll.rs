@@ -177,14 +177,7 @@ impl Hll {
         let q = 64 - p;
         match form {
             0 if rest.len() % 8 == 0 && rest.len() / 8 <= h.sparse_limit() => {
-                let hashes: Vec<u64> = rest
-                    .chunks_exact(8)
-                    .map(|c| {
-                        let mut w = [0u8; 8];
-                        w.copy_from_slice(c);
-                        u64::from_le_bytes(w)
-                    })
-                    .collect();
+                let hashes = super::le_words(rest);
                 if hashes.windows(2).any(|w| w[0] >= w[1]) {
                     return Err(bad());
                 }

@@ -29,3 +29,44 @@ pub mod topk;
 pub fn value_hash(row: &[u8]) -> u64 {
     crate::route::mix(crate::route::hash_bytes(row) ^ 0x6A09_E667_F3BC_C908)
 }
+
+/// Reads little-endian numbers off the front of a byte slice: how the sketches read their
+/// checkpoint bytes back. What is left is `.0`.
+pub(crate) struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    /// The next `n` bytes, `None` if fewer are left.
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    pub fn u32(&mut self) -> Option<u32> {
+        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
+    }
+
+    pub fn i64(&mut self) -> Option<i64> {
+        self.take(8)?.try_into().ok().map(i64::from_le_bytes)
+    }
+
+    pub fn f64(&mut self) -> Option<f64> {
+        self.take(8)?.try_into().ok().map(f64::from_le_bytes)
+    }
+}
+
+/// `bytes` as little-endian 64-bit words (a trailing part shorter than 8 bytes is ignored:
+/// callers check the length first).
+pub(crate) fn le_words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}

@@ -30,6 +30,8 @@
 use datafusion_functions_aggregate_common::tdigest::{Centroid, TDigest};
 use weir_common::{Result, WeirError};
 
+use super::Reader;
+
 /// A quantile sketch of compression δ (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quantiles {
@@ -217,28 +219,6 @@ impl Quantiles {
             buffer.push(v);
         }
         Ok(Quantiles { compression, digest, buffer })
-    }
-}
-
-/// Reads little-endian numbers off the front of a byte slice.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4)?.try_into().ok().map(u32::from_le_bytes)
-    }
-
-    fn f64(&mut self) -> Option<f64> {
-        self.take(8)?.try_into().ok().map(f64::from_le_bytes)
     }
 }
 

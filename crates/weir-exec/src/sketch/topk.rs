@@ -21,6 +21,8 @@ use datafusion_common::HashMap;
 
 use weir_common::{Result, WeirError};
 
+use super::Reader;
+
 /// A Misra-Gries summary over values given as their row encodings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopK {
@@ -179,28 +181,6 @@ impl TopK {
             return Err(bad());
         }
         Ok(t)
-    }
-}
-
-/// Reads little-endian fields off a byte slice.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
 }
 
