@@ -23,7 +23,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use weir::{ChangeBatch, Engine, Subscription};
 
 use crate::files::{read_stream, BatchReader, Format};
-use crate::generator::{ddl, Config, Generator};
+use crate::generator::{Config, Generator};
 use crate::queries::{Params, Query};
 use weir_common::rng::SplitMix64;
 
@@ -188,7 +188,7 @@ fn first_time(batch: &RecordBatch) -> Option<i64> {
 pub fn run(cfg: &RunConfig) -> Result<Report> {
     let mut engine = Engine::new();
     engine.set_workers(cfg.workers)?;
-    engine.execute(ddl())?;
+    engine.execute(cfg.query.ddl())?;
     if let Some(setup) = cfg.query.setup() {
         engine.execute(&setup).with_context(|| format!("setting up {}", cfg.query))?;
     }
@@ -200,7 +200,8 @@ pub fn run(cfg: &RunConfig) -> Result<Report> {
         outputs: 0,
         chunks: Vec::new(),
         samples: Vec::new(),
-        measure_latency: cfg.input == Input::Memory,
+        // Output instants of processing time say nothing about which chunk caused them.
+        measure_latency: cfg.input == Input::Memory && !cfg.query.on_processing_time(),
     };
     let mut busy = Duration::ZERO;
     let input_name;

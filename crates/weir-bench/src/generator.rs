@@ -230,17 +230,46 @@ pub fn bid_schema() -> SchemaRef {
     ]))
 }
 
+/// `CREATE STREAM person` and `auction`, each with its event-time column `date_time`.
+macro_rules! person_and_auction_ddl {
+    () => {
+        "CREATE STREAM person (id BIGINT, name VARCHAR, email_address VARCHAR, \
+           credit_card VARCHAR, city VARCHAR, state VARCHAR, date_time TIMESTAMP, extra VARCHAR, \
+           WATERMARK FOR date_time AS date_time);
+         CREATE STREAM auction (id BIGINT, item_name VARCHAR, description VARCHAR, \
+           initial_bid BIGINT, reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, \
+           seller BIGINT, category BIGINT, extra VARCHAR, WATERMARK FOR date_time AS date_time);"
+    };
+}
+
+/// The columns of a bid, as `CREATE STREAM bid` declares them.
+macro_rules! bid_columns {
+    () => {
+        "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
+         date_time TIMESTAMP, extra VARCHAR"
+    };
+}
+
 /// The `CREATE STREAM` statements for the three streams, in order, each with its event-time
 /// column `date_time` (in order: no watermark delay).
 pub fn ddl() -> &'static str {
-    "CREATE STREAM person (id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, \
-       city VARCHAR, state VARCHAR, date_time TIMESTAMP, extra VARCHAR, \
-       WATERMARK FOR date_time AS date_time);
-     CREATE STREAM auction (id BIGINT, item_name VARCHAR, description VARCHAR, \
-       initial_bid BIGINT, reserve BIGINT, date_time TIMESTAMP, expires TIMESTAMP, \
-       seller BIGINT, category BIGINT, extra VARCHAR, WATERMARK FOR date_time AS date_time);
-     CREATE STREAM bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, \
-       url VARCHAR, date_time TIMESTAMP, extra VARCHAR, WATERMARK FOR date_time AS date_time);"
+    concat!(
+        person_and_auction_ddl!(),
+        " CREATE STREAM bid (",
+        bid_columns!(),
+        ", WATERMARK FOR date_time AS date_time);"
+    )
+}
+
+/// [`ddl`] with bids stamped on arrival instead: `bid` has the column `p_time AS PROCTIME()`
+/// and no event time (`date_time` is a value), as q12 reads it.
+pub fn ddl_bids_on_arrival() -> &'static str {
+    concat!(
+        person_and_auction_ddl!(),
+        " CREATE STREAM bid (",
+        bid_columns!(),
+        ", p_time AS PROCTIME());"
+    )
 }
 
 /// Random printable text that `extra` and `url` fields are cut from (cutting is cheaper than

@@ -44,7 +44,7 @@ Examples:
   weir-bench --write csv --events 1000000 --data /tmp/nexmark"
 )]
 struct Args {
-    /// The queries to run: q0 ... q9, q11, q13 ... q22, tumble, hop, cumulate, tumble_cql,
+    /// The queries to run: q0 ... q9, q11 ... q22, tumble, hop, cumulate, tumble_cql,
     /// hop_cql, a list (q1,q5) or all
     #[arg(long, value_name = "QUERIES", default_value = "q0", value_parser = parse_queries)]
     query: Queries,

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use crate::generator;
+
 /// The queries the benchmark runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Query {
@@ -60,6 +62,12 @@ pub enum Query {
     /// orders by price only, date_time makes ties deterministic whatever the columns). A
     /// relation.
     Q19,
+    /// Processing-time windows: how many bids each bidder made in each 10 s tumbling window
+    /// of *processing* time (`TABLE(TUMBLE(TABLE bid, DESCRIPTOR(p_time), 10 s))` grouped by
+    /// bidder and the window, `ISTREAM`), the bid stream declared with `p_time AS PROCTIME()`
+    /// and no event time ([`Query::ddl`]): each bid is stamped when the engine takes it in,
+    /// and a window's counts come out when the processing clock passes its end.
+    Q12,
     /// Bounded side input join: every bid with the value that a side table of
     /// [`SIDE_INPUT_KEYS`] rows (loaded before the stream starts, see [`Query::setup`]) has for
     /// its auction modulo [`SIDE_INPUT_KEYS`], looked up as of the bid's time (`JOIN side_input
@@ -129,6 +137,8 @@ pub struct Params {
     pub tumble: i64,
     /// q11's session gap.
     pub session_gap: i64,
+    /// q12's tumbling window of processing time.
+    pub proctime_tumble: i64,
 }
 
 impl Default for Params {
@@ -139,6 +149,7 @@ impl Default for Params {
             q5_slide: 2_000_000,
             tumble: 10_000_000,
             session_gap: 10_000_000,
+            proctime_tumble: 10_000_000,
         }
     }
 }
@@ -148,7 +159,7 @@ fn us(micros: i64) -> String {
 }
 
 impl Query {
-    pub const ALL: [Query; 26] = [
+    pub const ALL: [Query; 27] = [
         Query::Q0,
         Query::Q1,
         Query::Q2,
@@ -160,6 +171,7 @@ impl Query {
         Query::Q8,
         Query::Q9,
         Query::Q11,
+        Query::Q12,
         Query::Q13,
         Query::Q14,
         Query::Q15,
@@ -194,6 +206,7 @@ impl Query {
             Query::Q6 => "q6",
             Query::Q9 => "q9",
             Query::Q11 => "q11",
+            Query::Q12 => "q12",
             Query::Q18 => "q18",
             Query::Q19 => "q19",
             Query::Q13 => "q13",
@@ -221,6 +234,7 @@ impl Query {
             | Query::Q5
             | Query::Q7
             | Query::Q11
+            | Query::Q12
             | Query::Q18
             | Query::Q19
             | Query::Q13
@@ -238,6 +252,21 @@ impl Query {
             Query::Q3 | Query::Q8 => &["person", "auction"],
             Query::Q4 | Query::Q6 | Query::Q9 | Query::Q20 => &["auction", "bid"],
         }
+    }
+
+    /// The `CREATE STREAM` statements: [`generator::ddl`], or for q12
+    /// [`generator::ddl_bids_on_arrival`].
+    pub fn ddl(self) -> &'static str {
+        match self {
+            Query::Q12 => generator::ddl_bids_on_arrival(),
+            _ => generator::ddl(),
+        }
+    }
+
+    /// Whether the query's output times are processing time (the processing clock when its
+    /// input arrived) rather than event time.
+    pub fn on_processing_time(self) -> bool {
+        self == Query::Q12
     }
 
     /// Statements to run before the query starts: q13's side table, filled with
@@ -312,6 +341,13 @@ impl Query {
                  FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), {g})) \
                  GROUP BY bidder, window_start, window_end",
                 g = us(p.session_gap)
+            ),
+            Query::Q12 => format!(
+                "SELECT ISTREAM bidder, COUNT(*) AS bid_count, window_start AS starttime, \
+                   window_end AS endtime \
+                 FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(p_time), {w})) \
+                 GROUP BY bidder, window_start, window_end",
+                w = us(p.proctime_tumble)
             ),
             Query::Q18 => "SELECT auction, bidder, price, date_time FROM ( \
                              SELECT auction, bidder, price, date_time, ROW_NUMBER() OVER \

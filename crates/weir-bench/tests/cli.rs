@@ -34,7 +34,7 @@ fn bad_values_name_the_good_ones() {
     assert_eq!(
         stderr,
         "error: invalid value 'q1,q77' for '--query <QUERIES>': unknown query 'q77' (the \
-         queries: q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q11, q13, q14, q15, q16, q17, \
+         queries: q0, q1, q2, q3, q4, q5, q6, q7, q8, q9, q11, q12, q13, q14, q15, q16, q17, \
          q18, q19, q20, q21, q22, tumble, hop, tumble_cql, hop_cql, cumulate, or all)\n\n\
          For more information, try '--help'.\n"
     );

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Float64Array, TimestampMicrosecondArray};
 use weir::format::value_as_text;
 use weir::Engine;
-use weir_bench::generator::{ddl, to_batches, Auction, Bid, Person, Rows};
+use weir_bench::generator::{to_batches, Auction, Bid, Person, Rows};
 use weir_bench::queries::SIDE_INPUT_KEYS;
 use weir_bench::{Config, Generator, Params, Query};
 
@@ -34,8 +34,12 @@ fn params() -> Params {
         q5_slide: 20_000,
         tumble: 40_000,
         session_gap: 10_000,
+        proctime_tumble: 40_000,
     }
 }
+
+/// Processing time between two events' arrivals in the tests of queries on processing time.
+const ARRIVAL_GAP: i64 = 100;
 
 type Row = Vec<String>;
 type Bag = BTreeMap<Row, i64>;
@@ -62,9 +66,16 @@ fn add(bag: &mut Bag, row: Row) {
 
 /// The engine's output for `q` on `events` events generated with `config`, pushed in chunks
 /// of `chunk`.
+///
+/// A query on processing time ([`Query::on_processing_time`]) runs on the engine's test clock,
+/// which starts at the epoch and moves [`ARRIVAL_GAP`] per event after each chunk: the events
+/// of chunk k arrive at `k · chunk · ARRIVAL_GAP`.
 fn engine_output(q: Query, config: &Config, events: u64, chunk: u64) -> Output {
     let mut e = Engine::new();
-    e.execute(ddl()).unwrap();
+    if q.on_processing_time() {
+        e.use_manual_processing_time();
+    }
+    e.execute(q.ddl()).unwrap();
     if let Some(setup) = q.setup() {
         e.execute(&setup).unwrap();
     }
@@ -83,6 +94,10 @@ fn engine_output(q: Query, config: &Config, events: u64, chunk: u64) -> Output {
             }
         }
         out.extend(sub.poll_changes().unwrap());
+        if q.on_processing_time() {
+            e.advance_processing_time(std::time::Duration::from_micros(n * ARRIVAL_GAP as u64));
+            out.extend(sub.poll_changes().unwrap());
+        }
     }
     e.close_all().unwrap();
     out.extend(sub.poll_changes().unwrap());
@@ -531,6 +546,7 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 bag
             })
         }
+        Query::Q12 => panic!("q12's times are processing time: see q12_oracle"),
         Query::Q11 => {
             // From scratch: each bidder's bids in time order, cut where the next comes `gap`
             // or more after the last; each session's row is in R only at its end − 1, so
@@ -771,6 +787,45 @@ fn q11_counts_each_bidders_sessions() {
     assert!(per_bidder.values().any(|&n| n >= 3), "{per_bidder:?}");
     assert!(sessions.iter().any(|(_, row, _)| row[1].parse::<i64>().unwrap() >= 5));
     check(Query::Q11, 6000);
+}
+
+/// q12 from scratch: the bids of chunk k arrive at `k · chunk · ARRIVAL_GAP` (see
+/// [`engine_output`]); each bidder's count per tumbling window of that time, each row at its
+/// window's last instant.
+fn q12_oracle(config: &Config, events: u64, chunk: u64) -> Output {
+    let w = params().proctime_tumble;
+    let mut g = Generator::new(config.clone());
+    let mut counts: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    let (mut left, mut arrival) = (events, 0i64);
+    while left > 0 {
+        let n = left.min(chunk);
+        left -= n;
+        for b in &g.next_rows(n).bids {
+            *counts.entry((arrival.div_euclid(w), b.bidder)).or_insert(0) += 1;
+        }
+        arrival += n as i64 * ARRIVAL_GAP;
+    }
+    let mut out: Output = counts
+        .into_iter()
+        .map(|((k, bidder), n)| {
+            (k * w + w - 1, vec![int(bidder), int(n), ts(k * w), ts(k * w + w)], 1)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn q12_counts_bids_per_bidder_in_processing_time_windows() {
+    let config = Config::default();
+    let events = 3000;
+    for chunk in [7, 1000] {
+        let expected = q12_oracle(&config, events, chunk);
+        let windows: BTreeSet<i64> = expected.iter().map(|(t, _, _)| *t).collect();
+        assert!(windows.len() >= 3, "chunk {chunk}: {} windows", windows.len());
+        assert!(expected.iter().any(|(_, row, _)| row[1] != "1"), "no bidder bid twice");
+        assert_eq!(engine_output(Query::Q12, &config, events, chunk), expected, "chunk {chunk}");
+    }
 }
 
 #[test]

@@ -50,6 +50,7 @@ impl Catalog for Streams {
                     domain: TimeDomain::Ticks,
                     watermark_delay: 0,
                     primary_key: vec![0],
+                    proctime: None,
                 }))
             }
             "tb" => {
@@ -69,6 +70,7 @@ impl Catalog for Streams {
             domain: TimeDomain::Ticks,
             watermark_delay: 0,
             primary_key: vec![],
+            proctime: None,
         }))
     }
 }

@@ -6,12 +6,14 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{Time, TimeDomain};
 use weir_plan::{LogicalPlan, PlanKind};
 
-/// A base stream: append-only, stamped by its event-time column.
+/// A base stream: append-only, stamped by its event-time column, or on arrival by the
+/// processing clock when that column is its `PROCTIME()` one.
 #[derive(Debug, Clone)]
 pub struct StreamDef {
     pub name: String,
     pub schema: SchemaRef,
-    /// Index of the event-time column.
+    /// Index of the column whose value is each element's timestamp: the event-time column of
+    /// `WATERMARK FOR`, or without one the `PROCTIME()` column.
     pub time_column: usize,
     pub domain: TimeDomain,
     /// Bounded disorder d of `WATERMARK FOR ts AS ts - d` (0 for in-order streams).
@@ -19,6 +21,41 @@ pub struct StreamDef {
     /// The columns of its `PRIMARY KEY`, if it has one (a changelog: each element is its
     /// key's row from its timestamp on); empty otherwise.
     pub primary_key: Vec<usize>,
+    /// The column declared `name AS PROCTIME()`, if any: not given by writers, filled by the
+    /// engine with each element's arrival time on the processing clock.
+    pub proctime: Option<usize>,
+}
+
+impl StreamDef {
+    /// Whether elements are stamped on arrival by the processing clock (the stream's time
+    /// column is its `PROCTIME()` column) rather than by an event time they carry.
+    pub fn stamped_on_arrival(&self) -> bool {
+        self.proctime == Some(self.time_column)
+    }
+
+    /// The columns writers give (pushes, INSERT, sources): every column but the `PROCTIME()`
+    /// one, in order.
+    pub fn input_schema(&self) -> SchemaRef {
+        match self.proctime {
+            None => self.schema.clone(),
+            Some(p) => {
+                let fields = self.schema.fields().iter().enumerate().filter(|(i, _)| *i != p);
+                Arc::new(arrow::datatypes::Schema::new(
+                    fields.map(|(_, f)| f.clone()).collect::<Vec<_>>(),
+                ))
+            }
+        }
+    }
+
+    /// The event-time column's index in [`StreamDef::input_schema`]; None when elements are
+    /// stamped on arrival.
+    pub fn input_time_column(&self) -> Option<usize> {
+        match self.proctime {
+            Some(p) if p == self.time_column => None,
+            Some(p) if p < self.time_column => Some(self.time_column - 1),
+            _ => Some(self.time_column),
+        }
+    }
 }
 
 /// A table: a relation changed by INSERT and DELETE.

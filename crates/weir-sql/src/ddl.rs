@@ -34,19 +34,47 @@ pub fn stream_def(
     primary_key: Option<&PrimaryKeyAst>,
     span: Option<Span>,
 ) -> Result<StreamDef> {
-    let Some(wm) = watermark else {
-        return Err(WeirError::plan_at(
-            format!(
-                "stream '{name}' needs an event-time column: add \
-                 WATERMARK FOR <column> [AS <column> - <delay>]"
-            ),
-            span,
-        ));
-    };
     let schema = columns_schema(columns)?;
+    let proctime = proctime_column(columns)?;
+    let Some(wm) = watermark else {
+        // Without an event time, the PROCTIME() column stamps each element on arrival: in
+        // order, the watermark the processing clock.
+        return match proctime {
+            Some(p) => {
+                let primary_key = key_columns(&schema, primary_key)?;
+                check_stream_name(name, span)?;
+                Ok(StreamDef {
+                    name: name.to_string(),
+                    schema,
+                    time_column: p,
+                    domain: TimeDomain::Micros,
+                    watermark_delay: 0,
+                    primary_key,
+                    proctime: Some(p),
+                })
+            }
+            None => Err(WeirError::plan_at(
+                format!(
+                    "stream '{name}' needs a time: add WATERMARK FOR <column> [AS <column> - \
+                     <delay>] (event time), or a column <name> AS PROCTIME() (arrival time)"
+                ),
+                span,
+            )),
+        };
+    };
     let time_column = schema.index_of(&wm.column).map_err(|_| {
         WeirError::plan_at(format!("WATERMARK FOR names unknown column '{}'", wm.column), wm.span)
     })?;
+    if proctime == Some(time_column) {
+        return Err(WeirError::plan_at(
+            format!(
+                "'{}' is the arrival time (PROCTIME()): the processing clock is its watermark; \
+                 leave WATERMARK FOR out, or name an event-time column",
+                wm.column
+            ),
+            wm.span,
+        ));
+    }
     let domain = match schema.field(time_column).data_type() {
         DataType::Timestamp(_, None) => TimeDomain::Micros,
         t if t.is_integer() => TimeDomain::Ticks,
@@ -79,12 +107,7 @@ pub fn stream_def(
     if delay < 0 {
         return Err(WeirError::plan_at("the watermark delay must not be negative", wm.span));
     }
-    if name.contains('$') {
-        return Err(WeirError::plan_at(
-            format!("'{name}': '$' is reserved for s$late and s$errors"),
-            span,
-        ));
-    }
+    check_stream_name(name, span)?;
     let primary_key = key_columns(&schema, primary_key)?;
     Ok(StreamDef {
         name: name.to_string(),
@@ -93,7 +116,33 @@ pub fn stream_def(
         domain,
         watermark_delay: delay,
         primary_key,
+        proctime,
     })
+}
+
+fn check_stream_name(name: &str, span: Option<Span>) -> Result<()> {
+    if name.contains('$') {
+        return Err(WeirError::plan_at(
+            format!("'{name}': '$' is reserved for s$late and s$errors"),
+            span,
+        ));
+    }
+    Ok(())
+}
+
+/// The position of the `name AS PROCTIME()` column, if there is one (at most one).
+fn proctime_column(columns: &[ColumnAst]) -> Result<Option<usize>> {
+    let mut found = None;
+    for (i, c) in columns.iter().enumerate().filter(|(_, c)| c.proctime) {
+        if found.is_some() {
+            return Err(WeirError::plan_at(
+                format!("'{}': a stream has at most one PROCTIME() column", c.name),
+                c.span,
+            ));
+        }
+        found = Some(i);
+    }
+    Ok(found)
 }
 
 /// The definition of `CREATE TABLE name (columns [, PRIMARY KEY (...)])`.
@@ -164,7 +213,12 @@ mod tests {
     #[test]
     fn refuses_bad_event_time_clauses_with_their_position() {
         let cases = [
-            ("CREATE STREAM s (t BIGINT)", "stream 's' needs an event-time column"),
+            ("CREATE STREAM s (t BIGINT)", "stream 's' needs a time: add WATERMARK FOR"),
+            (
+                "CREATE STREAM s (p AS PROCTIME(), WATERMARK FOR p)",
+                "'p' is the arrival time (PROCTIME())",
+            ),
+            ("CREATE STREAM s (p AS PROCTIME(), q AS PROCTIME())", "at most one PROCTIME()"),
             ("CREATE STREAM s (t BIGINT, WATERMARK FOR u)", "names unknown column 'u'"),
             ("CREATE STREAM s (t VARCHAR, WATERMARK FOR t)", "must be TIMESTAMP or an integer"),
             (
@@ -178,6 +232,34 @@ mod tests {
             assert!(err.contains(expected), "{sql}: {err}");
             assert!(err.contains("at line 1, column"), "{sql}: no position in {err}");
         }
+    }
+
+    #[test]
+    fn proctime_columns_are_filled_on_arrival() {
+        // Alone, the PROCTIME() column is the stream's time.
+        let on_arrival = bind("CREATE STREAM s (k VARCHAR, p AS PROCTIME(), v BIGINT)").unwrap();
+        assert_eq!((on_arrival.time_column, on_arrival.proctime), (1, Some(1)));
+        assert!(on_arrival.stamped_on_arrival());
+        assert_eq!(on_arrival.domain, TimeDomain::Micros);
+        assert_eq!(
+            on_arrival.schema.field(1).data_type(),
+            &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None)
+        );
+        let input = on_arrival.input_schema();
+        let names: Vec<&str> = input.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["k", "v"]);
+        assert_eq!(on_arrival.input_time_column(), None);
+        // Beside an event time, it is a value: the event time stamps the element.
+        let both =
+            bind("CREATE STREAM s (p AS PROCTIME(), ts TIMESTAMP, WATERMARK FOR ts)").unwrap();
+        assert_eq!((both.time_column, both.proctime), (1, Some(0)));
+        assert!(!both.stamped_on_arrival());
+        assert_eq!(both.input_time_column(), Some(0));
+        let plain = bind("CREATE STREAM s (ts TIMESTAMP, WATERMARK FOR ts)").unwrap();
+        assert_eq!((plain.proctime, plain.input_time_column()), (None, Some(0)));
+        let err = bind("CREATE STREAM s (p AS NOW(), t BIGINT, WATERMARK FOR t)").unwrap_err();
+        assert!(err.contains("the only computed column Weir has is `p AS PROCTIME()`"), "{err}");
+        assert!(err.contains("line 1, column 23"), "{err}");
     }
 
     #[test]

@@ -37,6 +37,7 @@ fn stub() -> Stub {
         domain: TimeDomain::Ticks,
         watermark_delay: 0,
         primary_key: vec![],
+        proctime: None,
     };
     c.0.insert("s".into(), CatalogEntry::Stream(def));
     let bids = Schema::new(vec![
@@ -51,6 +52,7 @@ fn stub() -> Stub {
         domain: TimeDomain::Micros,
         watermark_delay: 2_000_000,
         primary_key: vec![],
+        proctime: None,
     };
     c.0.insert("bids".into(), CatalogEntry::Stream(def));
     let t = Schema::new(vec![

@@ -21,6 +21,9 @@ pub struct ColumnAst {
     pub name: String,
     pub data_type: sql::DataType,
     pub span: Option<Span>,
+    /// `name AS PROCTIME()` (streams only): a TIMESTAMP the engine fills with each element's
+    /// arrival time on the processing clock.
+    pub proctime: bool,
 }
 
 /// A duration as written: bare integers are ticks, durations with a unit are microseconds.

@@ -200,6 +200,9 @@ fn parse_primary_key(elem: &[TokenWithSpan]) -> Result<PrimaryKeyAst> {
 fn parse_column(elem: &[TokenWithSpan]) -> Result<(ColumnAst, Option<Option<Span>>)> {
     let mut c = Cursor::new(elem);
     let (name, span) = c.ident("a column name")?;
+    if c.eat_word("AS") {
+        return parse_proctime_column(c, name, span);
+    }
     let mut p = sub_parser(c.rest())?;
     let data_type = p.parse_data_type().map_err(|e| sql_err(e, elem))?;
     // Column constraints other than PRIMARY KEY (NOT NULL, UNIQUE...) are accepted and not
@@ -219,7 +222,31 @@ fn parse_column(elem: &[TokenWithSpan]) -> Result<(ColumnAst, Option<Option<Span
             tok_span(t),
         ));
     }
-    Ok((ColumnAst { name, data_type, span }, primary))
+    Ok((ColumnAst { name, data_type, span, proctime: false }, primary))
+}
+
+/// `name AS PROCTIME()`, Flink's processing-time attribute (after `name AS`). Other computed
+/// columns are refused by name.
+fn parse_proctime_column(
+    mut c: Cursor,
+    name: String,
+    span: Option<Span>,
+) -> Result<(ColumnAst, Option<Option<Span>>)> {
+    let at = c.peek().and_then(tok_span);
+    if !c.eat_word("PROCTIME") {
+        return Err(WeirError::syntax_at(
+            format!(
+                "column '{name}': the only computed column Weir has is `{name} AS PROCTIME()` \
+                 (the arrival time); give other columns a type"
+            ),
+            at.or(span),
+        ));
+    }
+    c.expect(&Token::LParen, "'(' after PROCTIME")?;
+    c.expect(&Token::RParen, "')': PROCTIME() takes no arguments")?;
+    c.end()?;
+    let data_type = sql::DataType::Timestamp(None, sql::TimezoneInfo::None);
+    Ok((ColumnAst { name, data_type, span, proctime: true }, None))
 }
 
 /// How many of a sub-parser's tokens are left (its end-of-input token not counted).
@@ -288,6 +315,7 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
                     name: ident_of(&col.name),
                     data_type: col.data_type.clone(),
                     span: Span::from_sql(col.name.span),
+                    proctime: false,
                 })
                 .collect();
             let mut primary_key = None;

@@ -70,7 +70,7 @@ impl Engine {
                 )),
             };
         let decoder =
-            RowDecoder::new(def.schema.clone(), Some(def.time_column), format, epoch_unit)
+            RowDecoder::new(def.input_schema(), def.input_time_column(), format, epoch_unit)
                 .map_err(WeirError::plan)?;
         Ok(CopyIn {
             header_pending: decoder.wants_header(),

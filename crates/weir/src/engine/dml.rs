@@ -36,7 +36,16 @@ impl Engine {
                     span,
                 ));
             }
-            s.schema.clone()
+            if let Some(p) = s.proctime {
+                let p = s.schema.field(p).name();
+                if columns.iter().any(|c| c == p) {
+                    return Err(WeirError::plan_at(
+                        format!("'{target}'.'{p}' is the arrival time (PROCTIME()): Weir fills it"),
+                        span,
+                    ));
+                }
+            }
+            s.input_schema()
         } else if let Some(t) = self.catalog.table(target) {
             t.schema.clone()
         } else if self.catalog.view(target).is_some() {

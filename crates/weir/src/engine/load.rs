@@ -134,9 +134,9 @@ impl Engine {
         }
         let name = stream.to_ascii_lowercase();
         let def = &self.intake.writable(&name, stream)?.def;
-        let (schema, time_column) = (def.schema.clone(), def.time_column);
+        let (schema, time_column) = (def.input_schema(), def.input_time_column());
         let input_err = |e: String| WeirError::input(format!("COPY into '{stream}': {e}"));
-        let mut reader = SourceReader::new(spec, schema, Some(time_column)).map_err(input_err)?;
+        let mut reader = SourceReader::new(spec, schema, time_column).map_err(input_err)?;
         reader.start(&self.base_dir).map_err(input_err)?;
         let mut records = 0;
         loop {

@@ -456,7 +456,11 @@ impl Engine {
     /// [`dataflow`]); idle streams rise to what their readers evaluated, and elements every
     /// reader has passed are no longer counted as buffered (see [`Intake::settle`]).
     fn run_queries(&mut self) {
-        self.intake.refresh_idleness();
+        if let Some(now) = self.intake.refresh_processing_time() {
+            // With streams stamped on arrival, a table changed now changes at the processing
+            // clock's instant: after the elements that arrived before the change.
+            self.clock = self.clock.max(now);
+        }
         let frontiers = self.dataflow.frontiers(|s| self.intake.input_time(s));
         self.intake.settle(&self.dataflow.reader_frontiers(&frontiers));
         self.dataflow.advance(&frontiers);
@@ -487,7 +491,7 @@ impl Engine {
 
     fn push_from(&mut self, stream: &str, batch: RecordBatch, origin: &str) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let schema = self.intake.writable(&name, stream)?.def.schema.clone();
+        let schema = self.intake.writable(&name, stream)?.def.input_schema();
         let arrival = crate::intake::batch_arrival(&name, &schema, batch, origin)?;
         self.ingest(&name, arrival)
     }
@@ -501,7 +505,7 @@ impl Engine {
         rows: &[Vec<datafusion_common::ScalarValue>],
     ) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        let schema = self.intake.writable(&name, stream)?.def.schema.clone();
+        let schema = self.intake.writable(&name, stream)?.def.input_schema();
         let arrival = crate::intake::values_arrival(&schema, rows)?;
         self.ingest(&name, arrival)
     }
@@ -512,7 +516,12 @@ impl Engine {
     /// way (nothing, not even a late element, could be stamped after it): `CLOSE` ends a stream.
     pub fn advance(&mut self, stream: &str, t: Time) -> Result<()> {
         let name = stream.to_ascii_lowercase();
-        self.intake.writable(&name, stream)?;
+        if self.intake.writable(&name, stream)?.def.stamped_on_arrival() {
+            return Err(WeirError::exec(format!(
+                "'{name}' is stamped on arrival (PROCTIME()): its time follows the processing \
+                 clock, not ADVANCE"
+            )));
+        }
         if t == Time::MAX {
             return Err(WeirError::exec(format!(
                 "cannot ADVANCE '{name}' to {t}, the largest instant: CLOSE {name} ends the stream"
@@ -592,14 +601,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Idle timeouts then follow [`Engine::advance_processing_time`] instead of the wall clock
-    /// (for tests and simulations).
+    /// Idle timeouts and `PROCTIME()` stamps then follow [`Engine::advance_processing_time`]
+    /// instead of the wall clock (for tests and simulations); the manual clock starts at the
+    /// Unix epoch, 1970-01-01 00:00:00.
     pub fn use_manual_processing_time(&mut self) {
         self.intake.use_manual_processing_time();
     }
 
     /// Moves the manual processing clock forward (see [`Engine::use_manual_processing_time`]);
-    /// streams past their idle timeout become idle and the queries they held back go on.
+    /// streams past their idle timeout become idle and the queries they held back go on, and
+    /// streams stamped on arrival complete every instant before the new time.
     pub fn advance_processing_time(&mut self, by: WallDuration) {
         self.intake.advance_processing_time(by);
         self.run_queries();

@@ -408,8 +408,8 @@ impl Engine {
                 Some(src) => {
                     let mut reader = SourceReader::new(
                         src.spec,
-                        st.def.schema.clone(),
-                        Some(st.def.time_column),
+                        st.def.input_schema(),
+                        st.def.input_time_column(),
                     )
                     .map_err(|e| bad(&e))?;
                     reader

@@ -60,9 +60,11 @@ pub(crate) fn stream_stats(
 }
 
 /// `DESCRIBE name`: each column's name, SQL type and what it is (the event-time column of a
-/// stream says so, with the watermark delay).
+/// stream says so, with the watermark delay; so does a `PROCTIME()` column).
 pub(crate) fn describe(catalog: &Catalog, name: &str, span: Option<Span>) -> Result<ExecResult> {
+    let mut proctime = None;
     let (schema, time_col, delay, kind) = if let Some(s) = catalog.stream(name) {
+        proctime = s.proctime;
         (s.schema.clone(), Some(s.time_column), s.watermark_delay, "stream")
     } else if let Some(t) = catalog.table(name) {
         (t.schema.clone(), None, 0, "table")
@@ -78,7 +80,11 @@ pub(crate) fn describe(catalog: &Catalog, name: &str, span: Option<Span>) -> Res
     for (i, f) in schema.fields().iter().enumerate() {
         cols.push(f.name().clone());
         types.push(sql_type_name(f.data_type()));
-        notes.push(if Some(i) == time_col {
+        notes.push(if Some(i) == proctime && proctime == time_col {
+            format!("{kind} arrival time (PROCTIME()), the stream's time")
+        } else if Some(i) == proctime {
+            format!("{kind} arrival time (PROCTIME())")
+        } else if Some(i) == time_col {
             format!("{kind} event time, watermark delay {delay}")
         } else {
             kind.to_string()

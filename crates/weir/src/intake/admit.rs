@@ -499,6 +499,7 @@ mod tests {
             domain: TimeDomain::Ticks,
             watermark_delay: delay,
             primary_key: vec![],
+            proctime: None,
         }
     }
 

@@ -58,6 +58,7 @@ pub(crate) fn late_def(def: &StreamDef) -> Result<StreamDef> {
         domain: def.domain,
         watermark_delay: 0,
         primary_key: vec![],
+        proctime: None,
     })
 }
 
@@ -79,6 +80,7 @@ pub(crate) fn errors_def(def: &StreamDef) -> StreamDef {
         domain: def.domain,
         watermark_delay: 0,
         primary_key: vec![],
+        proctime: None,
     }
 }
 

@@ -19,7 +19,10 @@ pub mod companions;
 pub mod policy;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration as WallDuration;
+
+use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, TimestampMicrosecondArray};
 
 use weir_common::{
     ChangeBatch, Result, Time, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
@@ -89,6 +92,31 @@ impl StreamState {
         self.last_activity = now;
         self.idle = false;
     }
+
+    /// The `PROCTIME()` stamp of an arrival when the processing clock reads `clock`: for a
+    /// stream stamped on arrival, never below what it already stamped or completed (a
+    /// restored watermark may be ahead of a manual clock that starts again at the epoch).
+    fn arrival_stamp(&self, clock: Time) -> Time {
+        if !self.def.stamped_on_arrival() {
+            return clock;
+        }
+        clock.max(self.max_seen.unwrap_or(Time::MIN)).max(clamp(self.watermark))
+    }
+}
+
+/// An arrival's rows (in the stream's input schema, without its `PROCTIME()` column) with
+/// that column, at position `p`, filled with `stamp`.
+fn stamp_arrival(
+    def: &StreamDef,
+    data: &RecordBatch,
+    p: usize,
+    stamp: Time,
+) -> Result<RecordBatch> {
+    let n = data.num_rows();
+    let mut cols: Vec<ArrayRef> = data.columns().to_vec();
+    cols.insert(p, Arc::new(TimestampMicrosecondArray::from_value(stamp, n)));
+    let options = RecordBatchOptions::new().with_row_count(Some(n));
+    Ok(RecordBatch::try_new_with_options(def.schema.clone(), cols, &options)?)
 }
 
 /// A stream's source and whether it failed.
@@ -118,25 +146,44 @@ impl SourceState {
     }
 }
 
-/// Processing (wall-clock) time, for idle timeouts. Tests use a manual clock.
+/// Processing (wall-clock) time, for idle timeouts and `PROCTIME()` stamps. Tests use a manual
+/// clock.
 #[derive(Debug)]
 enum ProcessingClock {
-    System(std::time::Instant),
+    /// The machine's clock: monotonic time since the engine started, and the calendar time
+    /// (since the Unix epoch) it started at.
+    System { start: std::time::Instant, epoch_at_start: WallDuration },
+    /// Moved only by [`Intake::advance_processing_time`]; it starts at the Unix epoch
+    /// (1970-01-01 00:00:00), so a test's `PROCTIME()` stamps do not depend on when it ran.
     Manual(WallDuration),
 }
 
 impl Default for ProcessingClock {
     fn default() -> Self {
-        ProcessingClock::System(std::time::Instant::now())
+        let epoch_at_start =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        ProcessingClock::System { start: std::time::Instant::now(), epoch_at_start }
     }
 }
 
 impl ProcessingClock {
+    /// Time since the clock started (the idle timeouts' measure).
     fn now(&self) -> WallDuration {
         match self {
-            ProcessingClock::System(start) => start.elapsed(),
+            ProcessingClock::System { start, .. } => start.elapsed(),
             ProcessingClock::Manual(t) => *t,
         }
+    }
+
+    /// Calendar time now, in microseconds since the Unix epoch: the `PROCTIME()` stamp. It
+    /// never goes back while the engine runs (the system variant counts monotonic time from
+    /// its start).
+    fn epoch_micros(&self) -> Time {
+        let t = match self {
+            ProcessingClock::System { start, epoch_at_start } => *epoch_at_start + start.elapsed(),
+            ProcessingClock::Manual(t) => *t,
+        };
+        Time::try_from(t.as_micros()).unwrap_or(Time::MAX - 1)
     }
 }
 
@@ -172,7 +219,7 @@ impl Intake {
         let name = def.name.clone();
         let mut st = StreamState::new(def, policy, now);
         if let Some(spec) = source {
-            let reader = SourceReader::new(spec, st.def.schema.clone(), Some(st.def.time_column))
+            let reader = SourceReader::new(spec, st.def.input_schema(), st.def.input_time_column())
                 .map_err(WeirError::plan)?;
             st.source = Some(SourceState { reader, failed: None });
         }
@@ -228,10 +275,14 @@ impl Intake {
     /// Takes in an arrival at stream `name` (see [`admit::admit`]): counts what it accepted,
     /// routed and refused, moves the watermark, and returns what the dataflow must be given.
     /// An arrival refused whole (a push under a strict policy) changes nothing.
-    pub fn admit(&mut self, name: &str, a: Arrival) -> Result<Admitted> {
+    pub fn admit(&mut self, name: &str, mut a: Arrival) -> Result<Admitted> {
         let now = self.now();
+        let stamp = self.processing.epoch_micros();
         let st =
             self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
+        if let Some(p) = st.def.proctime {
+            a.data = stamp_arrival(&st.def, &a.data, p, st.arrival_stamp(stamp))?;
+        }
         let origin = a.origin.clone();
         let before = admit::Progress { watermark: st.watermark, max_seen: st.max_seen };
         let adm = admit::admit(&st.def, &st.policy, before, a)?;
@@ -319,14 +370,24 @@ impl Intake {
         Some((base.watermark, base.idle))
     }
 
-    /// Marks streams idle whose idle timeout has passed without an element or heartbeat.
-    pub fn refresh_idleness(&mut self) {
+    /// Follows the processing clock: marks streams idle whose idle timeout has passed without
+    /// an element or heartbeat, and moves the watermark of every stream stamped on arrival
+    /// (`PROCTIME()`) to the clock: every instant before now is complete. Returns the clock
+    /// (as a `PROCTIME()` stamp) if some open stream is stamped on arrival.
+    pub fn refresh_processing_time(&mut self) -> Option<Time> {
         let now = self.now();
+        let stamp = self.processing.epoch_micros();
+        let mut on_arrival = None;
         for st in self.streams.values_mut() {
             if let Some(timeout) = st.policy.idle_timeout {
                 st.idle = !st.closed && now.saturating_sub(st.last_activity) >= timeout;
             }
+            if st.def.stamped_on_arrival() && !st.closed {
+                st.watermark = st.watermark.max(stamp as Watermark);
+                on_arrival = Some(clamp(st.watermark));
+            }
         }
+        on_arrival
     }
 
     /// After the queries' frontiers are known: `readers` holds, per stream that some query
@@ -385,7 +446,7 @@ impl Intake {
         if st.source.as_ref().is_some_and(|s| s.reader.started()) {
             return Err(WeirError::exec(format!("stream '{name}' is already reading its source")));
         }
-        let reader = SourceReader::new(spec, st.def.schema.clone(), Some(st.def.time_column))
+        let reader = SourceReader::new(spec, st.def.input_schema(), st.def.input_time_column())
             .map_err(WeirError::plan)?;
         st.source = Some(SourceState { reader, failed: None });
         Ok(())
@@ -411,9 +472,13 @@ impl Intake {
         self.processing.now()
     }
 
-    /// Idle timeouts follow [`Intake::advance_processing_time`] instead of the wall clock.
+    /// Idle timeouts and `PROCTIME()` stamps follow [`Intake::advance_processing_time`]
+    /// instead of the wall clock, from the Unix epoch on. Every stream counts as active now.
     pub fn use_manual_processing_time(&mut self) {
-        self.processing = ProcessingClock::Manual(self.processing.now());
+        self.processing = ProcessingClock::Manual(WallDuration::ZERO);
+        for st in self.streams.values_mut() {
+            st.last_activity = WallDuration::ZERO;
+        }
     }
 
     pub fn advance_processing_time(&mut self, by: WallDuration) {
@@ -442,6 +507,7 @@ mod tests {
             domain: TimeDomain::Ticks,
             watermark_delay: 1,
             primary_key: vec![],
+            proctime: None,
         };
         let mut i = Intake::default();
         i.use_manual_processing_time();
@@ -493,7 +559,7 @@ mod tests {
         let a = times(&i, &[2, 4]);
         i.admit("s", a).unwrap();
         i.advance_processing_time(WallDuration::from_secs(6));
-        i.refresh_idleness();
+        i.refresh_processing_time();
         assert_eq!(i.input_time("s"), Some((3, true)));
         let readers = HashMap::from([("s".to_string(), (3, 10))]);
         i.settle(&readers);
