@@ -738,6 +738,13 @@ impl LogicalPlan {
         match self {
             LogicalPlan::StreamScan { .. } | LogicalPlan::ToStream { .. } => PlanKind::Stream,
             LogicalPlan::Rename { input, .. } => input.kind(),
+            // A base stream narrowed to some of its columns (column pruning under a session
+            // window) is still that stream, element for element.
+            LogicalPlan::Project { input, .. }
+                if matches!(input.as_ref(), LogicalPlan::StreamScan { .. }) =>
+            {
+                PlanKind::Stream
+            }
             _ => PlanKind::Relation,
         }
     }

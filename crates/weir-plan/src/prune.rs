@@ -1,4 +1,5 @@
-//! Column pruning: each join input narrowed to the columns used above it.
+//! Column pruning: each join input, and each session window's input, narrowed to the columns
+//! used above it.
 //!
 //! A join keeps every row of both inputs in its state, encoded whole, so a column that nothing
 //! above the join reads still costs memory and encoding work on every change. [`prune`] walks
@@ -20,12 +21,15 @@
 //!   relation-to-stream operators, and [`LogicalPlan::Apply`] (its subqueries see the row);
 //! - a `Window` keeps its input whole and in place (its input stays a stream, `PARTITION BY`
 //!   and the event-time column keep their positions): narrowing happens above it; so does a
-//!   `TimeWindows` (its time column keeps its position);
+//!   `TimeWindows` (its time column keeps its position). A session window is the exception:
+//!   it keeps every element's row until its session closes, so its input is narrowed like a
+//!   join input, to the columns read above plus `PARTITION BY` (a session depends only on the
+//!   partition columns and the timestamps, which elements carry beside their rows);
 //! - a `Project` drops only output columns that are plain column references nothing reads;
 //!   computed expressions stay, so an expression that would fail still fails;
 //! - the root keeps all its columns: the query's output schema is unchanged.
 //!
-//! A plan without a join is returned unchanged.
+//! A plan without a join or a session window is returned unchanged.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,11 +39,11 @@ use datafusion_common::{Column, DFSchema, DFSchemaRef, TableReference};
 use datafusion_expr::Expr;
 use weir_common::{Result, WeirError};
 
-use crate::plan::{JoinKind, LogicalPlan};
+use crate::plan::{JoinKind, LogicalPlan, WindowSpec};
 
 /// `plan` with each join input narrowed to the columns used above it. See the module docs.
 pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
-    if !contains_join(plan) {
+    if !contains_join(plan) && !contains_session(plan) {
         return Ok(plan.clone());
     }
     let all = all_columns(&plan.schema());
@@ -52,6 +56,11 @@ pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
 
 fn contains_join(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Join { .. }) || plan.inputs().iter().any(|i| contains_join(i))
+}
+
+fn contains_session(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Window { spec: WindowSpec::Session { .. }, .. })
+        || plan.inputs().iter().any(|i| contains_session(i))
 }
 
 /// Positions of a node's output columns.
@@ -71,6 +80,12 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::StreamScan { .. }
         | LogicalPlan::TableScan { .. }
         | LogicalPlan::Values { .. } => Ok((plan.clone(), (0..schema.fields().len()).collect())),
+        LogicalPlan::Window {
+            spec: WindowSpec::Session { gap, by },
+            input,
+            schema: s,
+            bounds_columns,
+        } => narrow_session(*gap, by, input, s, *bounds_columns, required),
         // Nodes that keep their input's columns whole.
         LogicalPlan::Window { spec, input, schema: s, bounds_columns } => {
             unchanged(LogicalPlan::Window {
@@ -197,6 +212,48 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         }
         LogicalPlan::Join { .. } => narrow_join(plan, required),
     }
+}
+
+/// The session window case of [`narrow`]: its input narrowed to the columns read above it
+/// plus the `PARTITION BY` columns (a `Project` under the window). A session keeps its
+/// elements' rows until it closes and then shows each of them twice (in, then out), so every
+/// column nothing reads costs state and work per element; once narrowed, a session's equal
+/// rows are kept as one with a multiplicity. Elements carry their timestamps beside the row,
+/// so the event-time column goes too when nothing above reads it.
+fn narrow_session(
+    gap: weir_common::Time,
+    by: &[usize],
+    input: &Arc<LogicalPlan>,
+    schema: &DFSchemaRef,
+    bounds_columns: bool,
+    required: &Cols,
+) -> Result<(Arc<LogicalPlan>, Vec<usize>)> {
+    let n_in = input.schema().fields().len();
+    let mut need: Cols = required.iter().copied().filter(|i| *i < n_in).collect();
+    need.extend(by.iter().copied());
+    let (input, kept) = narrow_input(input, &need)?;
+    let by = by
+        .iter()
+        .map(|b| {
+            kept.iter()
+                .position(|k| k == b)
+                .ok_or_else(|| WeirError::internal("column pruning lost a PARTITION BY column"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut out: Vec<usize> = kept.clone();
+    if bounds_columns {
+        out.extend([n_in, n_in + 1]);
+    }
+    let schema = select_fields(schema, &out)?;
+    Ok((
+        Arc::new(LogicalPlan::Window {
+            spec: WindowSpec::Session { gap, by },
+            input,
+            schema,
+            bounds_columns,
+        }),
+        out,
+    ))
 }
 
 /// The general join case of [`narrow`]: each input narrowed to the columns read above the join

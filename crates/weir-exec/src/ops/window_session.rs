@@ -24,7 +24,7 @@
 //! time domain never closes. Input retractions are refused (windows apply to streams).
 //!
 //! State: per key, the open session (start, last timestamp, its elements as encoded rows with
-//! multiplicities), an index of open sessions by last tick, and the sessions shown at the
+//! multiplicities, consecutive equal rows kept once), an index of open sessions by last tick, and the sessions shown at the
 //! last instant until they leave. Closed sessions are dropped once they have left. Checkpointed
 //! as sections `session_window` (one row per session: `key`, `start`, `last`, `rows` counts,
 //! `shown` — the instant it was shown, NULL for an open session) and `session_window.rows`
@@ -155,7 +155,12 @@ impl SessionWindow {
                         self.closing.entry(new).or_default().insert(owned);
                     }
                 }
-                s.rows.push((row.into(), diff));
+                match s.rows.last_mut() {
+                    // Equal rows in a row are kept once, with their multiplicity (after
+                    // column pruning, often the whole session: see `weir_plan::prune`).
+                    Some((last, n)) if last[..] == *row => *n += diff,
+                    _ => s.rows.push((row.into(), diff)),
+                }
             }
             _ => {
                 // No open session (one that ended before t was closed at its last tick).
