@@ -50,7 +50,7 @@
 //! ignored (like the properties that found them) until the engine is fixed: run them with
 //! `cargo test -p weir --test differential -- --ignored`.
 //!
-//! Set `DIFF_CASES` to change the number of cases per property. The default, 16, keeps the
+//! Set `DIFF_CASES` to change the number of cases per property. The default, 8, keeps the
 //! whole CI run short on two cores; a deep run before a release uses `DIFF_CASES=512`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -2750,7 +2750,7 @@ fn window() -> impl Strategy<Value = Win> {
 }
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("DIFF_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(16);
+    let cases = std::env::var("DIFF_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(8);
     ProptestConfig {
         cases,
         failure_persistence: None,
