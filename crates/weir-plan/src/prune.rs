@@ -1,5 +1,5 @@
-//! Column pruning: each join input, and each session window's input, narrowed to the columns
-//! used above it.
+//! Column pruning: each join input, and the input of each window that keeps rows, narrowed to
+//! the columns used above it.
 //!
 //! A join keeps every row of both inputs in its state, encoded whole, so a column that nothing
 //! above the join reads still costs memory and encoding work on every change. [`prune`] walks
@@ -21,15 +21,16 @@
 //!   relation-to-stream operators, and [`LogicalPlan::Apply`] (its subqueries see the row);
 //! - a `Window` keeps its input whole and in place (its input stays a stream, `PARTITION BY`
 //!   and the event-time column keep their positions): narrowing happens above it; so does a
-//!   `TimeWindows` (its time column keeps its position). A session window is the exception:
-//!   it keeps every element's row until its session closes, so its input is narrowed like a
-//!   join input, to the columns read above plus `PARTITION BY` (a session depends only on the
-//!   partition columns and the timestamps, which elements carry beside their rows);
+//!   `TimeWindows` (its time column keeps its position). The exception is a window that keeps
+//!   its elements' rows (`[NOW]`, `[RANGE]`, `[ROWS]`, `[PARTITION BY ... ROWS]`, sessions,
+//!   cumulating windows): its input is narrowed like a join input, to the columns read above
+//!   plus `PARTITION BY`, since which elements it holds depends only on those columns, the
+//!   timestamps (which elements carry beside their rows) and the arrival order;
 //! - a `Project` drops only output columns that are plain column references nothing reads;
 //!   computed expressions stay, so an expression that would fail still fails;
 //! - the root keeps all its columns: the query's output schema is unchanged.
 //!
-//! A plan without a join or a session window is returned unchanged.
+//! A plan without a join or a window that keeps rows is returned unchanged.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -43,7 +44,7 @@ use crate::plan::{JoinKind, LogicalPlan, WindowSpec};
 
 /// `plan` with each join input narrowed to the columns used above it. See the module docs.
 pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
-    if !contains_join(plan) && !contains_session(plan) {
+    if !contains_join(plan) && !contains_stateful_window(plan) {
         return Ok(plan.clone());
     }
     let all = all_columns(&plan.schema());
@@ -58,9 +59,9 @@ fn contains_join(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Join { .. }) || plan.inputs().iter().any(|i| contains_join(i))
 }
 
-fn contains_session(plan: &LogicalPlan) -> bool {
-    matches!(plan, LogicalPlan::Window { spec: WindowSpec::Session { .. }, .. })
-        || plan.inputs().iter().any(|i| contains_session(i))
+fn contains_stateful_window(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Window { spec, .. } if keeps_rows(spec))
+        || plan.inputs().iter().any(|i| contains_stateful_window(i))
 }
 
 /// Positions of a node's output columns.
@@ -80,12 +81,9 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         LogicalPlan::StreamScan { .. }
         | LogicalPlan::TableScan { .. }
         | LogicalPlan::Values { .. } => Ok((plan.clone(), (0..schema.fields().len()).collect())),
-        LogicalPlan::Window {
-            spec: WindowSpec::Session { gap, by },
-            input,
-            schema: s,
-            bounds_columns,
-        } => narrow_session(*gap, by, input, s, *bounds_columns, required),
+        LogicalPlan::Window { spec, input, schema: s, bounds_columns } if keeps_rows(spec) => {
+            narrow_window(spec, input, s, *bounds_columns, required)
+        }
         // Nodes that keep their input's columns whole.
         LogicalPlan::Window { spec, input, schema: s, bounds_columns } => {
             unchanged(LogicalPlan::Window {
@@ -214,21 +212,41 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
     }
 }
 
-/// The session window case of [`narrow`]: its input narrowed to the columns read above it
-/// plus the `PARTITION BY` columns (a `Project` under the window). A session keeps its
-/// elements' rows until it closes and then shows each of them twice (in, then out), so every
-/// column nothing reads costs state and work per element; once narrowed, a session's equal
-/// rows are kept as one with a multiplicity. Elements carry their timestamps beside the row,
-/// so the event-time column goes too when nothing above reads it.
-fn narrow_session(
-    gap: weir_common::Time,
-    by: &[usize],
+/// Whether a window keeps its elements' rows in its state until they leave (every window but
+/// `[UNBOUNDED]`, which keeps none, and those whose result depends on whole rows: a
+/// `DEDUPLICATE` without `BY` compares them, a `SAMPLE` hashes them).
+fn keeps_rows(spec: &WindowSpec) -> bool {
+    match spec {
+        WindowSpec::Now
+        | WindowSpec::Range(_)
+        | WindowSpec::RangeSlide { .. }
+        | WindowSpec::Rows(_)
+        | WindowSpec::PartitionRows { .. }
+        | WindowSpec::Session { .. }
+        | WindowSpec::Cumulate { .. } => true,
+        WindowSpec::Unbounded | WindowSpec::Deduplicate { .. } | WindowSpec::Sample { .. } => false,
+    }
+}
+
+/// The case of [`narrow`] for a window that keeps rows ([`keeps_rows`]): its input narrowed
+/// to the columns read above it plus its `PARTITION BY` columns (a `Project` under the
+/// window). The window holds every element's row until it leaves (a session's until the
+/// session closes), so a column nothing reads would cost state and work per element. Which
+/// elements are in the window depends only on their timestamps, which elements carry beside
+/// their rows, their arrival order and the partition columns, so the event-time column goes
+/// too when nothing above reads it.
+fn narrow_window(
+    spec: &WindowSpec,
     input: &Arc<LogicalPlan>,
     schema: &DFSchemaRef,
     bounds_columns: bool,
     required: &Cols,
 ) -> Result<(Arc<LogicalPlan>, Vec<usize>)> {
     let n_in = input.schema().fields().len();
+    let by: &[usize] = match spec {
+        WindowSpec::PartitionRows { by, .. } | WindowSpec::Session { by, .. } => by,
+        _ => &[],
+    };
     let mut need: Cols = required.iter().copied().filter(|i| *i < n_in).collect();
     need.extend(by.iter().copied());
     let (input, kept) = narrow_input(input, &need)?;
@@ -240,20 +258,17 @@ fn narrow_session(
                 .ok_or_else(|| WeirError::internal("column pruning lost a PARTITION BY column"))
         })
         .collect::<Result<Vec<_>>>()?;
+    let spec = match spec {
+        WindowSpec::PartitionRows { rows, .. } => WindowSpec::PartitionRows { by, rows: *rows },
+        WindowSpec::Session { gap, .. } => WindowSpec::Session { gap: *gap, by },
+        other => other.clone(),
+    };
     let mut out: Vec<usize> = kept.clone();
     if bounds_columns {
         out.extend([n_in, n_in + 1]);
     }
     let schema = select_fields(schema, &out)?;
-    Ok((
-        Arc::new(LogicalPlan::Window {
-            spec: WindowSpec::Session { gap, by },
-            input,
-            schema,
-            bounds_columns,
-        }),
-        out,
-    ))
+    Ok((Arc::new(LogicalPlan::Window { spec, input, schema, bounds_columns }), out))
 }
 
 /// The general join case of [`narrow`]: each input narrowed to the columns read above the join

@@ -24,7 +24,8 @@ fn explain_names_every_cql_operator() {
       Aggregate: group=[s.k] aggs=[count(*)]  -> relation
         Exchange: by hash of s.k  -> relation
           Window: [RANGE 10 SLIDE 5]  -> relation
-            StreamScan: s  -> stream
+            Project: s.k  -> stream
+              StreamScan: s  -> stream
 "
     );
 }

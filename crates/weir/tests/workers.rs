@@ -121,7 +121,8 @@ fn explain_shows_the_exchanges_between_workers() {
       Aggregate: group=[s.k] aggs=[count(*)]  -> relation
         Exchange: by hash of s.k  -> relation
           Window: [RANGE 10 SLIDE 5]  -> relation
-            StreamScan: s  -> stream
+            Project: s.k  -> stream
+              StreamScan: s  -> stream
 "
     );
     // The plan reads the same on one worker, where nothing moves.
@@ -133,7 +134,8 @@ fn explain_shows_the_exchanges_between_workers() {
     Project: s.k  -> relation
       Window: [ROWS 3]  -> relation
         Exchange: all rows to one worker  -> stream
-          StreamScan: s  -> stream
+          Project: s.k  -> stream
+            StreamScan: s  -> stream
 "
     );
     // A partitioned ROWS window and a window function exchange by their partition key.
