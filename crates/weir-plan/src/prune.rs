@@ -250,14 +250,7 @@ fn narrow_window(
     let mut need: Cols = required.iter().copied().filter(|i| *i < n_in).collect();
     need.extend(by.iter().copied());
     let (input, kept) = narrow_input(input, &need)?;
-    let by = by
-        .iter()
-        .map(|b| {
-            kept.iter()
-                .position(|k| k == b)
-                .ok_or_else(|| WeirError::internal("column pruning lost a PARTITION BY column"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let by = positions_in(&kept, by, "a PARTITION BY column")?;
     let spec = match spec {
         WindowSpec::PartitionRows { rows, .. } => WindowSpec::PartitionRows { by, rows: *rows },
         WindowSpec::Session { gap, .. } => WindowSpec::Session { gap: *gap, by },
@@ -435,14 +428,7 @@ fn narrow_input(plan: &Arc<LogicalPlan>, need: &Cols) -> Result<(Arc<LogicalPlan
         return Ok((p, kept));
     }
     // Positions of the wanted columns in the narrowed input's output.
-    let positions = want
-        .iter()
-        .map(|w| {
-            kept.iter()
-                .position(|k| k == w)
-                .ok_or_else(|| WeirError::internal("column pruning lost a needed column"))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let positions = positions_in(&kept, &want, "a needed column")?;
     let in_schema = p.schema();
     let exprs = positions
         .iter()
@@ -453,6 +439,19 @@ fn narrow_input(plan: &Arc<LogicalPlan>, need: &Cols) -> Result<(Arc<LogicalPlan
         .collect();
     let schema = select_fields(&in_schema, &positions)?;
     Ok((Arc::new(LogicalPlan::Project { exprs, input: p, schema }), want))
+}
+
+/// Where each of the columns `wanted` sits among the columns `kept` (both as positions in the
+/// same node's output); an internal error naming `what` if one was not kept.
+fn positions_in(kept: &[usize], wanted: &[usize], what: &str) -> Result<Vec<usize>> {
+    wanted
+        .iter()
+        .map(|w| {
+            kept.iter()
+                .position(|k| k == w)
+                .ok_or_else(|| WeirError::internal(format!("column pruning lost {what}")))
+        })
+        .collect()
 }
 
 /// The column among `candidates` that is cheapest to carry: the narrowest fixed-width type,

@@ -47,6 +47,22 @@ pub(super) fn side_columns(
         .collect()
 }
 
+/// A side's join keys over the changes `d`, encoded, and for each change whether its key is
+/// NULL-bearing and so never matches (a key column is NULL and `nulls_equal` is false).
+pub(super) fn encode_keys(
+    side: &JoinSide,
+    key_codec: &RowCodec,
+    d: &ChangeBatch,
+    nulls_equal: bool,
+) -> Result<(EncodedRows, Vec<bool>)> {
+    let n = d.len();
+    let key_cols: Vec<ArrayRef> =
+        side.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
+    let keys = key_codec.encode(&key_cols, n)?;
+    let null_key = (0..n).map(|i| !nulls_equal && key_cols.iter().any(|c| c.is_null(i))).collect();
+    Ok((keys, null_key))
+}
+
 /// One input change, encoded: its key (`None` if a key column is NULL and NULLs never match),
 /// its row and its diff. Borrowed from the span's encoded rows.
 #[derive(Debug, Clone, Copy)]
@@ -70,13 +86,8 @@ impl EncodedSide {
         d: &ChangeBatch,
         nulls_equal: bool,
     ) -> Result<Self> {
-        let n = d.len();
-        let key_cols: Vec<ArrayRef> =
-            side.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
-        let keys = key_codec.encode(&key_cols, n)?;
-        let rows = side.row_codec.encode(d.data.columns(), n)?;
-        let null_key =
-            (0..n).map(|i| !nulls_equal && key_cols.iter().any(|c| c.is_null(i))).collect();
+        let (keys, null_key) = encode_keys(side, key_codec, d, nulls_equal)?;
+        let rows = side.row_codec.encode(d.data.columns(), d.len())?;
         Ok(EncodedSide { keys, rows, null_key })
     }
 

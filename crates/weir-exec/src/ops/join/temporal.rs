@@ -34,7 +34,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
-use super::rows::side_columns;
+use super::rows::{encode_keys, side_columns};
 use super::{JoinSide, Key};
 use crate::expr::ScalarExpr;
 use crate::operator::{take_inputs, Operator, Step};
@@ -77,11 +77,11 @@ impl TemporalJoin {
 
     /// Each row's encoded key, `None` where a key column is NULL.
     fn keys(&self, side: &JoinSide, d: &ChangeBatch) -> Result<Vec<Option<Key>>> {
-        let n = d.len();
-        let cols: Vec<_> = side.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
-        let keys = self.key_codec.encode(&cols, n)?;
-        Ok((0..n)
-            .map(|i| (!cols.iter().any(|c| c.is_null(i))).then(|| Key::from_slice(keys.get(i))))
+        let (keys, null_key) = encode_keys(side, &self.key_codec, d, false)?;
+        Ok(null_key
+            .iter()
+            .enumerate()
+            .map(|(i, &null)| (!null).then(|| Key::from_slice(keys.get(i))))
             .collect())
     }
 
