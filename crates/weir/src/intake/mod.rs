@@ -277,11 +277,11 @@ impl Intake {
     /// An arrival refused whole (a push under a strict policy) changes nothing.
     pub fn admit(&mut self, name: &str, mut a: Arrival) -> Result<Admitted> {
         let now = self.now();
-        let stamp = self.processing.epoch_micros();
         let st =
             self.streams.get_mut(name).ok_or_else(|| WeirError::internal("stream vanished"))?;
         if let Some(p) = st.def.proctime {
-            a.data = stamp_arrival(&st.def, &a.data, p, st.arrival_stamp(stamp))?;
+            let stamp = st.arrival_stamp(self.processing.epoch_micros());
+            a.data = stamp_arrival(&st.def, &a.data, p, stamp)?;
         }
         let origin = a.origin.clone();
         let before = admit::Progress { watermark: st.watermark, max_seen: st.max_seen };
