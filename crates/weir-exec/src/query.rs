@@ -13,8 +13,17 @@
 //! Buffered changes are kept as the pushed chunks, each sorted by time once on arrival, with a
 //! cursor: taking the changes of the next instant (or of every instant up to a bound) is a
 //! slice of each chunk's head, never a copy per instant. When every node of the graph is
-//! span-capable and the query reads no table (see [`crate::operator`]), all complete instants
-//! are evaluated in one step instead of one walk of the graph per instant.
+//! span-capable (see [`crate::operator`]), all complete instants are evaluated in one step
+//! instead of one walk of the graph per instant.
+//!
+//! **Queries that read a table.** A table change is applied at its own instant if the query
+//! has not evaluated past it, else at the query's next instant (the engine's
+//! `forward_table_change`). So the runner's last evaluated instant must be the last instant
+//! the query really had, not the end of a span: such a query's span ends at the last instant
+//! of its buffered input and heartbeats, and the wake-ups after it (a window's expiry) are
+//! evaluated one instant at a time, as without spans. A table change that arrives after the
+//! span and before the frontier then counts at its own instant, exactly as it would have
+//! instant by instant.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -44,6 +53,9 @@ pub struct QueryRunner {
     pending: HashMap<String, Vec<Chunk>>,
     /// Whether instants are evaluated in spans (see the module docs).
     span: bool,
+    /// Whether the query reads a table: its spans end at its last known instant (see the
+    /// module docs).
+    reads_table: bool,
     /// Heartbeat instants, with the sources they came from.
     heartbeats: BTreeMap<Time, BTreeSet<String>>,
     last: Option<Time>,
@@ -62,9 +74,9 @@ impl Chunk {
     }
 }
 
-/// Whether the plan reads a table (whose changes may be applied at a later instant than their
-/// own, so its queries are evaluated instant by instant).
-fn reads_table(plan: &LogicalPlan) -> bool {
+/// Whether the plan reads a table, whose changes may be applied at a later instant than their
+/// own (see the module docs).
+pub fn reads_table(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::TableScan { .. }) || plan.inputs().iter().any(|p| reads_table(p))
 }
 
@@ -81,10 +93,23 @@ pub fn check_after(last: Option<Time>, times: &[Time], what: &str) -> Result<()>
     Ok(())
 }
 
-/// Whether the query of `plan`, compiled into `flow`, is evaluated in spans of instants: if
-/// every node can, and it reads no table (see the module docs).
+/// Whether the query of `plan`, compiled into `flow`, is evaluated in spans of instants on
+/// the timely workers: if every node can, and it reads no table. (The workers' spans run to
+/// the frontier, so a table change after them could not count at its own instant; the
+/// one-worker [`QueryRunner`] ends such a query's spans at its last instant instead.)
 pub fn runs_in_spans(plan: &LogicalPlan, flow: &Graph) -> bool {
     flow.span_capable() && !reads_table(plan)
+}
+
+/// The last buffered time of `chunks` at most `end`, if any.
+fn last_upto(chunks: &[Chunk], end: Time) -> Option<Time> {
+    chunks
+        .iter()
+        .filter_map(|c| {
+            let rest = &c.batch.times[c.pos..];
+            rest.partition_point(|&t| t <= end).checked_sub(1).map(|i| rest[i])
+        })
+        .max()
 }
 
 /// The buffered changes of one source stamped at most `hi`, sorted by time (arrival order
@@ -116,7 +141,8 @@ impl QueryRunner {
         let schema = exec_schema(&plan.schema());
         let flow = compile(plan)?;
         Ok(QueryRunner {
-            span: runs_in_spans(plan, &flow),
+            span: flow.span_capable(),
+            reads_table: reads_table(plan),
             flow,
             kind: plan.kind(),
             codec: RowCodec::for_schema(&schema)?,
@@ -221,17 +247,37 @@ impl QueryRunner {
         Ok(())
     }
 
-    /// [`QueryRunner::advance`] in one span: every instant from the next one up to the
-    /// frontier.
+    /// [`QueryRunner::advance`] in spans: one span of every instant from the next one up to
+    /// the frontier; for a query that reads a table, one up to its last known instant, then
+    /// one step per wake-up after it (see the module docs).
     fn advance_span(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
-        let Some(lo) = self.next_instant() else { return Ok(()) };
-        if lo as Watermark >= frontier {
-            return Ok(());
+        while let Some(lo) = self.next_instant() {
+            if lo as Watermark >= frontier {
+                break;
+            }
+            let end = (frontier - 1).min(Time::MAX as Watermark) as Time;
+            let hi = if self.reads_table {
+                self.last_known_instant(end).map_or(lo, |t| t.max(lo))
+            } else {
+                end
+            };
+            self.eval_span(lo, hi, out)?;
         }
+        Ok(())
+    }
+
+    /// The last instant at most `end` of the buffered input and the heartbeats, if any.
+    fn last_known_instant(&self, end: Time) -> Option<Time> {
+        let input = self.pending.values().filter_map(|cs| last_upto(cs, end)).max();
+        let beat = self.heartbeats.range(..=end).next_back().map(|(t, _)| *t);
+        input.max(beat)
+    }
+
+    /// Evaluates the span [lo, hi] in one step.
+    fn eval_span(&mut self, lo: Time, hi: Time, out: &mut Vec<ChangeBatch>) -> Result<()> {
         if self.last.is_some_and(|l| lo <= l) {
             return Err(WeirError::internal(format!("instant {lo} evaluated twice")));
         }
-        let hi = (frontier - 1).min(Time::MAX as Watermark) as Time;
         let mut ctx = EvalCtx::default();
         for (name, chunks) in &mut self.pending {
             if let Some(b) = take_upto(chunks, hi)? {
