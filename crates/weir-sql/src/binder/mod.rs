@@ -42,6 +42,7 @@ use crate::parser::{object_name, CqlQuery, WindowAst, WINDOW_PREFIX};
 pub mod convert;
 pub mod names;
 mod sketch_udf;
+mod to_char_udf;
 mod window_udf;
 
 use convert::{window_schema, Converter};
@@ -130,6 +131,11 @@ fn functions() -> &'static Functions {
                 scalar.insert(alias.clone(), f.clone());
             }
             scalar.insert(f.name().to_string(), f);
+        }
+        // `to_char` with its format parsed once per batch, not once per row.
+        let to_char = to_char_udf::to_char();
+        for name in to_char.aliases().iter().chain([&to_char.name().to_string()]) {
+            scalar.insert(name.clone(), to_char.clone());
         }
         let mut aggregate = BTreeMap::new();
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {
