@@ -280,7 +280,10 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                 group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
             let specs =
                 aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
-            Box::new(Aggregate::new(keys, key_types, specs, schema)?)
+            Box::new(
+                Aggregate::new(keys, key_types, specs, schema)?
+                    .with_append_only(input.is_monotonic()),
+            )
         }
         LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
         LogicalPlan::UnionAll { .. } => Box::new(UnionAll::new(schema)),

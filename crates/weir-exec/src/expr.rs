@@ -58,6 +58,11 @@ impl ScalarExpr {
         Ok(ScalarExpr { phys, text, int_type })
     }
 
+    /// Whether `other` is the same expression (so gives the same values on the same rows).
+    pub fn same_as(&self, other: &ScalarExpr) -> bool {
+        *self.phys == *other.phys
+    }
+
     /// The expression in SQL.
     pub fn text(&self) -> &str {
         &self.text

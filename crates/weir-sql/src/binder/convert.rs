@@ -149,6 +149,8 @@ impl Converter<'_> {
                     group.push(g.clone());
                 }
                 let aggs = a.aggr_expr.iter().map(agg_call).collect::<Result<Vec<_>>>()?;
+                let aggs =
+                    aggs.into_iter().map(|c| exact_avg(c, a.input.schema())).collect::<Vec<_>>();
                 let input = self.convert(&a.input)?;
                 check_sketch_input(&aggs, &input, a.input.schema())?;
                 LogicalPlan::Aggregate { group, aggs, input, schema: a.schema.clone() }
@@ -1456,6 +1458,32 @@ fn qualified(name: &str, schema: &SchemaRef) -> Result<Arc<DFSchema>> {
 
 fn is_subquery(e: &Expr) -> bool {
     matches!(e, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_))
+}
+
+/// `AVG` over an integer column, which DataFusion's coercion wraps in a cast to DOUBLE, gets
+/// the integer itself: the executor then keeps an exact integer sum, so the average does not
+/// depend on the order the values arrive in, nor lose digits past 2^53 (the result is still a
+/// DOUBLE). Unsigned 64-bit integers keep the cast (they do not fit the executor's `i64`).
+fn exact_avg(mut call: AggCall, input: &DFSchema) -> AggCall {
+    if call.func != AggFunc::Avg {
+        return call;
+    }
+    if let Some(Expr::Cast(c)) = &call.arg {
+        let integer = matches!(
+            c.expr.get_type(input),
+            Ok(DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32)
+        );
+        if c.field.data_type() == &DataType::Float64 && integer {
+            call.arg = Some(c.expr.as_ref().clone());
+        }
+    }
+    call
 }
 
 fn agg_call(e: &Expr) -> Result<AggCall> {

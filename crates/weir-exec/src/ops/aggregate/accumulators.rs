@@ -20,9 +20,31 @@ use crate::row::RowBytes;
 
 #[derive(Debug, Clone)]
 pub(super) enum Sum {
-    Int(i128),
+    Int(Wide),
     Float(f64),
-    Dec(i128),
+    Dec(Wide),
+}
+
+/// An `i128` kept as two 64-bit halves: 8-byte aligned, so that an accumulator holding one is
+/// not padded to 16 bytes (every group keeps one accumulator per aggregate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Wide([u64; 2]);
+
+impl Wide {
+    pub(super) fn new(v: i128) -> Self {
+        Wide([v as u64, (v >> 64) as u64])
+    }
+
+    pub(super) fn get(self) -> i128 {
+        ((self.0[1] as i128) << 64) | self.0[0] as i128
+    }
+
+    /// Adds `v`; an error if the sum leaves the `i128` range (a decimal sum can).
+    pub(super) fn add(&mut self, v: i128) -> Result<()> {
+        let sum = self.get().checked_add(v).ok_or_else(|| WeirError::exec("overflow in SUM"))?;
+        *self = Wide::new(sum);
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -32,8 +54,9 @@ pub(super) enum Acc {
         sum: Sum,
         n: i64,
     },
+    /// AVG: the sum (exact over integer arguments, a float otherwise) and the count.
     Avg {
-        sum: f64,
+        sum: Sum,
         n: i64,
     },
     /// MIN/MAX over values kept as their row encoding.
@@ -43,7 +66,7 @@ pub(super) enum Acc {
     },
     /// MIN/MAX over values kept as `i64` order keys (see [`Kind::KeyInt`], [`Kind::KeyFloat`]).
     MinMaxKey {
-        values: KeySet,
+        values: Box<KeySet>,
         max: bool,
     },
     /// BOOL_AND/BOOL_OR: how many true and how many false values the group holds.
@@ -61,9 +84,19 @@ pub(super) enum Acc {
 #[derive(Debug, Clone)]
 pub(super) struct AccState {
     pub(super) acc: Acc,
-    /// For DISTINCT: multiplicity of each value.
-    pub(super) seen: Option<HashMap<RowBytes, i64>>,
 }
+
+/// The DISTINCT aggregates of one argument in a group (see [`super::Aggregate`]'s
+/// `distinct_sets`): each value present, with its multiplicity as seen by each of them (a
+/// FILTER makes them differ). An entry leaves when all its counts are 0.
+pub(super) type SeenMap = HashMap<SeenKey, SeenCounts>;
+
+/// A value's multiplicity per member of its DISTINCT set, inline up to 4 members.
+pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;
+
+/// A DISTINCT value's row encoding, inline up to 16 bytes (any number, a short string): no
+/// allocation per value, and a probe compares without a trip to the heap.
+pub(super) type SeenKey = smallvec::SmallVec<[u8; 16]>;
 
 /// How an aggregate's values are kept and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +152,11 @@ impl Kind {
             | AggFunc::ApproxTopK { .. } => Kind::Scalar,
         }
     }
+}
+
+/// Whether SUM and AVG take an argument of type `t` as an `i64` (and keep an exact integer sum).
+pub(super) fn int_arg(t: &DataType) -> bool {
+    t.is_integer() || *t == DataType::Null || *t == DataType::Boolean
 }
 
 /// The `i64` whose order is the total order of `f` (−NaN < −∞ < … < −0 < +0 < … < +∞ < NaN),
@@ -183,16 +221,25 @@ impl Aggregate {
         let max = spec.func == AggFunc::Max;
         let acc = match kind {
             _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
-            _ if spec.func == AggFunc::Avg => Acc::Avg { sum: 0.0, n: 0 },
+            _ if spec.func == AggFunc::Avg => Acc::Avg {
+                sum: if int_arg(&spec.arg_type) {
+                    Sum::Int(Wide::default())
+                } else {
+                    Sum::Float(0.0)
+                },
+                n: 0,
+            },
             Kind::Bool => Acc::Bool { trues: 0, falses: 0 },
             Kind::Scalar => Acc::Ordered { elements: BTreeMap::new() },
-            Kind::Int => Acc::Sum { sum: Sum::Int(0), n: 0 },
+            Kind::Int => Acc::Sum { sum: Sum::Int(Wide::default()), n: 0 },
             Kind::Float => Acc::Sum { sum: Sum::Float(0.0), n: 0 },
-            Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(0), n: 0 },
-            Kind::KeyInt | Kind::KeyFloat => Acc::MinMaxKey { values: KeySet::new(), max },
+            Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(Wide::default()), n: 0 },
+            Kind::KeyInt | Kind::KeyFloat => {
+                Acc::MinMaxKey { values: Box::new(KeySet::new()), max }
+            }
             Kind::Bytes => Acc::MinMax { values: BTreeMap::new(), max },
         };
-        AccState { acc, seen: spec.distinct.then(HashMap::new) }
+        AccState { acc }
     }
 
     pub(super) fn view(spec: &AggSpec, kind: Kind, col: Option<&ArrayRef>) -> Result<ArgView> {
@@ -217,14 +264,7 @@ impl Aggregate {
                 | DataType::Float32
                 | DataType::Float64
                 | DataType::Decimal128(..) => float(col.as_ref())?,
-                t if t.is_integer() || *t == DataType::Null || *t == DataType::Boolean => {
-                    let a = int(col.as_ref())?;
-                    if spec.func == AggFunc::Avg {
-                        float(&a)?
-                    } else {
-                        ArgView::Int(a)
-                    }
-                }
+                t if int_arg(t) => ArgView::Int(int(col.as_ref())?),
                 t => {
                     return Err(WeirError::exec(format!("{} over {t} is not supported", spec.func)))
                 }
@@ -240,30 +280,51 @@ impl Aggregate {
         })
     }
 
-    /// Applies value i of `view` with multiplicity `diff` to an accumulator.
+    /// Applies value i of `view` with multiplicity `diff` to an accumulator. With
+    /// `append_only` (`diff` is then positive), MIN and MAX keep only their extreme.
     pub(super) fn update(
         acc: &mut Acc,
         view: &ArgView,
         i: usize,
         value: Option<&[u8]>,
         diff: i64,
+        append_only: bool,
     ) -> Result<()> {
         match acc {
             Acc::Count(n) => *n += diff,
             Acc::Sum { sum, n } => {
                 *n += diff;
                 match (sum, view) {
-                    (Sum::Int(s), ArgView::Int(a)) => *s += a.value(i) as i128 * diff as i128,
+                    (Sum::Int(s), ArgView::Int(a)) => s.add(a.value(i) as i128 * diff as i128)?,
                     (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
-                    (Sum::Dec(s), ArgView::Dec(a)) => *s += a.value(i) * diff as i128,
+                    (Sum::Dec(s), ArgView::Dec(a)) => {
+                        let v = a.value(i).checked_mul(diff as i128);
+                        s.add(v.ok_or_else(|| WeirError::exec("overflow in SUM"))?)?
+                    }
                     _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
                 }
             }
             Acc::Avg { sum, n } => {
                 *n += diff;
-                match view {
-                    ArgView::Float(a) => *sum += a.value(i) * diff as f64,
-                    _ => return Err(WeirError::internal("avg view mismatch")),
+                match (sum, view) {
+                    (Sum::Int(s), ArgView::Int(a)) => s.add(a.value(i) as i128 * diff as i128)?,
+                    (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
+                    _ => return Err(WeirError::internal("avg accumulator/view mismatch")),
+                }
+            }
+            Acc::MinMax { values, max } if append_only => {
+                let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
+                let extreme = if *max { values.keys().next_back() } else { values.keys().next() };
+                let beats = match extreme {
+                    None => true,
+                    Some(e) if *max => v > &e[..],
+                    Some(e) => v < &e[..],
+                };
+                if beats {
+                    values.clear();
+                    values.insert(v.into(), diff);
+                } else if let Some(c) = values.get_mut(v) {
+                    *c += diff;
                 }
             }
             Acc::MinMax { values, .. } => {
@@ -287,7 +348,11 @@ impl Aggregate {
                     ArgView::Float(a) => f64_key(a.value(i)),
                     _ => return Err(WeirError::internal("min/max key view mismatch")),
                 };
-                values.update(k, diff, *max);
+                if append_only {
+                    values.insert_extreme_only(k, diff, *max);
+                } else {
+                    values.update(k, diff, *max);
+                }
             }
             Acc::Bool { trues, falses } => match view {
                 ArgView::Bool(a) if a.value(i) => *trues += diff,
@@ -334,13 +399,19 @@ impl Aggregate {
                 Acc::Sum { n, .. } | Acc::Avg { n, .. } if *n <= 0 => Out::Null,
                 Acc::Sum { sum, .. } => match sum {
                     Sum::Int(s) => Out::Int(
-                        i64::try_from(*s)
+                        i64::try_from(s.get())
                             .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
                     ),
                     Sum::Float(s) => Out::Float(s.to_bits()),
-                    Sum::Dec(s) => Out::dec(*s),
+                    Sum::Dec(s) => Out::dec(s.get()),
                 },
-                Acc::Avg { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
+                Acc::Avg { sum: Sum::Int(s), n } => {
+                    Out::Float((s.get() as f64 / *n as f64).to_bits())
+                }
+                Acc::Avg { sum: Sum::Float(s), n } => Out::Float((*s / *n as f64).to_bits()),
+                Acc::Avg { sum: Sum::Dec(_), .. } => {
+                    return Err(WeirError::internal("AVG kept as a decimal sum"))
+                }
                 Acc::MinMax { values, max } => {
                     let v = if *max { values.keys().next_back() } else { values.keys().next() };
                     v.map_or(Out::Null, |v| Out::Bytes(v.clone()))

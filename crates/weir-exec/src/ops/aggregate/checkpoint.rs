@@ -5,7 +5,7 @@ use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
-use super::accumulators::{f64_key, key_f64, Acc, AccState, Kind, Sum};
+use super::accumulators::{f64_key, key_f64, Acc, AccState, Kind, SeenCounts, SeenKey, Sum, Wide};
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
 use crate::state::{
@@ -145,8 +145,8 @@ impl Aggregate {
             cols.push((
                 isum,
                 opt_i128_col(accs().map(|acc| match acc {
-                    Some(Acc::Sum { sum: Sum::Int(s), .. })
-                    | Some(Acc::Sum { sum: Sum::Dec(s), .. }) => Some(*s),
+                    Some(Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), .. })
+                    | Some(Acc::Avg { sum: Sum::Int(s), .. }) => Some(s.get()),
                     Some(Acc::Bool { falses, .. }) => Some(i128::from(*falses)),
                     _ => None,
                 })),
@@ -154,9 +154,8 @@ impl Aggregate {
             cols.push((
                 fsum,
                 opt_f64_col(accs().map(|acc| match acc {
-                    Some(Acc::Sum { sum: Sum::Float(s), .. }) | Some(Acc::Avg { sum: s, .. }) => {
-                        Some(*s)
-                    }
+                    Some(Acc::Sum { sum: Sum::Float(s), .. })
+                    | Some(Acc::Avg { sum: Sum::Float(s), .. }) => Some(*s),
                     _ => None,
                 })),
             ));
@@ -180,10 +179,14 @@ impl Aggregate {
                     }
                     _ => {}
                 }
-                if let Some(s) = &st.seen {
-                    let mut s: Vec<_> = s.iter().collect();
+                if let Some((s, m)) = self.distinct_of[a] {
+                    let mut s: Vec<(&[u8], i64)> = group.seen[s]
+                        .iter()
+                        .filter(|(_, c)| c[m] != 0)
+                        .map(|(v, c)| (&v[..], c[m]))
+                        .collect();
                     s.sort_unstable();
-                    seen.extend(s.into_iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                    seen.extend(s.into_iter().map(|(v, c)| (g as i64, a as i64, v, c)));
                 }
             }
         }
@@ -235,11 +238,27 @@ impl Aggregate {
                 );
                 match (&mut st.acc, n, isum, fsum) {
                     (Acc::Count(c), Some(n), None, None) => *c = n,
-                    (Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), n: c }, Some(n), Some(v), None) => {
-                        (*s, *c) = (v, n)
+                    (
+                        Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), n: c }
+                        | Acc::Avg { sum: Sum::Int(s), n: c },
+                        Some(n),
+                        Some(v),
+                        None,
+                    ) => (*s, *c) = (Wide::new(v), n),
+                    (
+                        Acc::Sum { sum: Sum::Float(s), n: c }
+                        | Acc::Avg { sum: Sum::Float(s), n: c },
+                        Some(n),
+                        None,
+                        Some(v),
+                    ) => (*s, *c) = (v, n),
+                    // Written before AVG over integers kept an exact sum: its float sum, which
+                    // holds an integer (exactly, up to 2^53).
+                    (Acc::Avg { sum: Sum::Int(s), n: c }, Some(n), None, Some(v))
+                        if v.fract() == 0.0 && v.abs() < 2f64.powi(63) =>
+                    {
+                        (*s, *c) = (Wide::new(v as i128), n)
                     }
-                    (Acc::Sum { sum: Sum::Float(s), n: c }, Some(n), None, Some(v))
-                    | (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v)) => (*s, *c) = (v, n),
                     (Acc::Bool { trues, falses }, Some(n), Some(v), None) => {
                         *trues = n;
                         *falses = i64::try_from(v).map_err(|_| bad(a))?;
@@ -286,6 +305,21 @@ impl Aggregate {
             for i in 0..gs.len() {
                 let group = usize::try_from(gs[i]).ok().and_then(|g| groups.get_mut(g));
                 let a = agg_of(i);
+                if name == "aggregate.seen" {
+                    let (Some(group), Some((s, m))) = (group, a.and_then(|a| self.distinct_of[a]))
+                    else {
+                        return Err(invalid(format!("section '{name}': row {i} does not fit")));
+                    };
+                    let members = self.distinct_sets[s].len();
+                    let mine = group.seen[s]
+                        .entry(SeenKey::from_slice(vals[i]))
+                        .or_insert_with(|| SeenCounts::from_elem(0, members));
+                    if mine[m] != 0 {
+                        return Err(invalid(format!("section '{name}': a value appears twice")));
+                    }
+                    mine[m] = nonzero(name, counts[i])?;
+                    continue;
+                }
                 let st = group.and_then(|g| a.and_then(|a| g.accs.get_mut(a)));
                 let duplicate = match (name, st) {
                     (
@@ -309,9 +343,6 @@ impl Aggregate {
                             .ok_or_else(|| WeirError::internal("ordered elements"))?;
                         let c = nonzero(name, counts[i])?;
                         elements.insert(RowBytes::from(vals[i]), (c, v)).is_some()
-                    }
-                    ("aggregate.seen", Some(AccState { seen: Some(seen), .. })) => {
-                        seen.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?).is_some()
                     }
                     _ => return Err(invalid(format!("section '{name}': row {i} does not fit"))),
                 };

@@ -7,13 +7,17 @@
 //! NULL over an empty relation, as SQL says). Output rows are sorted by group key, each group's
 //! old row before its new one.
 //!
-//! Retraction: COUNT, SUM and AVG are invertible and retract in O(1) (floating-point sums may
-//! differ from a fresh sum in the last digits). MIN and MAX keep an ordered multiset of values
+//! Retraction: COUNT, SUM and AVG are invertible and retract in O(1) (SUM and AVG over
+//! integers keep an exact integer sum, so AVG is that sum divided by the count, whatever the
+//! order of the changes; floating-point sums may differ from a fresh sum in the last digits).
+//! MIN and MAX keep an ordered multiset of values
 //! (value -> count), so deleting any value, not only the oldest, is exact: over integer types
 //! (up to 32-bit unsigned), timestamps, Date64 and Float64 the values are kept as `i64` order
 //! keys (a float by its total order, the order of its row encoding), over any other type as
 //! their row encoding. DISTINCT variants keep a value -> count map and feed the inner aggregate
-//! only when a value appears or disappears. BOOL_AND and BOOL_OR keep the counts of true and of
+//! only when a value appears or disappears; the DISTINCT aggregates of one argument (q15's
+//! `COUNT(DISTINCT bidder)` with and without each `FILTER`) share one map per group, value ->
+//! a count per aggregate, so a change costs one lookup per argument, not one per aggregate. BOOL_AND and BOOL_OR keep the counts of true and of
 //! false values (BOOL_AND is true while no false is counted), so retracting the last false turns
 //! BOOL_AND back to true. The ordered aggregates (STRING_AGG, ARRAY_AGG, FIRST_VALUE, LAST_VALUE)
 //! keep an ordered multiset of elements, each the row encoding of the aggregate's ORDER BY terms
@@ -22,6 +26,13 @@
 //! output is the same whatever order the changes arrived in. STRING_AGG and ARRAY_AGG rebuild
 //! their value from the multiset when the group changes (O(group size)); FIRST_VALUE and
 //! LAST_VALUE read an end of it.
+//!
+//! Insert-only input (a monotonic plan: an unbounded window over a stream, and what filters,
+//! projects or inner-joins such inputs; see [`Aggregate::with_append_only`]): a value that is
+//! not a group's MIN (MAX) when it arrives can never become it, since nothing leaves, so MIN
+//! and MAX keep only their current extreme and its count: constant state per group instead of
+//! every value, as Flink's accumulators without retraction do. A retraction reaching such an
+//! aggregate is an internal error, never a wrong answer.
 //!
 //! `FILTER (WHERE p)`: a row whose `p` is not true (false or NULL) does not reach that aggregate,
 //! neither as an insertion nor as a retraction, so each aggregate is that of the group's rows
@@ -38,8 +49,8 @@
 //! `aggregate.groups` (per group sorted by key: `key` Binary, `rows` Int64, and per aggregate
 //! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count, BOOL_AND's and
 //! BOOL_OR's count of true values), `isum{a}` (an integer or decimal SUM, BOOL_AND's and
-//! BOOL_OR's count of false values, 16-byte Binary), `fsum{a}` (a float SUM or AVG's sum,
-//! Float64)), `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its
+//! BOOL_OR's count of false values, AVG's sum over integers, 16-byte Binary), `fsum{a}` (a
+//! float SUM's or AVG's sum, Float64)), `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its
 //! in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
 //! order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
 //! into the groups), `agg`, `value` Binary and `count` Int64.
@@ -75,7 +86,7 @@ use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
-use accumulators::{Acc, AccState, ArgView, Kind, Out};
+use accumulators::{Acc, AccState, ArgView, Kind, Out, SeenCounts, SeenKey, SeenMap};
 
 mod accumulators;
 mod checkpoint;
@@ -173,6 +184,8 @@ struct Group {
     key: Vec<u8>,
     rows: i64,
     accs: Vec<AccState>,
+    /// Per DISTINCT set (see `Aggregate::distinct_sets`): its values' multiplicities.
+    seen: Vec<SeenMap>,
     /// The number of the instant that last touched the group (0: none yet).
     mark: u64,
 }
@@ -215,11 +228,12 @@ impl Emitted {
         self.diffs.clear();
     }
 
-    fn push(&mut self, key: &[u8], vals: &[Out], t: Time, diff: i64) {
+    /// Appends a row, taking its values out of `vals` (which are left NULL).
+    fn push(&mut self, key: &[u8], vals: &mut [Out], t: Time, diff: i64) {
         self.key_bytes.extend_from_slice(key);
         self.key_ends.push(self.key_bytes.len());
         for (col, v) in self.cols.iter_mut().zip(vals) {
-            col.push(v.clone());
+            col.push(std::mem::replace(v, Out::Null));
         }
         self.times.push(t);
         self.diffs.push(diff);
@@ -261,6 +275,11 @@ pub struct Aggregate {
     element_converters: Vec<Option<RowConverter>>,
     /// Whether a floating-point sum is kept (see [`Aggregate::apply_order`]).
     float_order: bool,
+    /// The DISTINCT aggregates grouped by argument (the same expression of the same type,
+    /// ordered aggregates apart): the members of each set, which share one map per group.
+    distinct_sets: Vec<Vec<usize>>,
+    /// Per aggregate: its DISTINCT set and its position among the set's members.
+    distinct_of: Vec<Option<(usize, usize)>>,
     schema: SchemaRef,
     /// The groups, by slot; free slots are listed in `free`.
     slots: Vec<Group>,
@@ -277,6 +296,8 @@ pub struct Aggregate {
     old: Vec<Out>,
     new: Vec<Out>,
     emitted: Emitted,
+    /// The input only ever inserts (see the module docs).
+    append_only: bool,
 }
 
 impl Aggregate {
@@ -299,16 +320,40 @@ impl Aggregate {
         let element_converters =
             aggs.iter().map(AggSpec::element_converter).collect::<Result<_>>()?;
         let float_order = aggs.iter().any(|s| {
-            s.func == AggFunc::Avg
+            (s.func == AggFunc::Avg && !accumulators::int_arg(&s.arg_type))
                 || (s.func == AggFunc::Sum
                     && matches!(
                         s.arg_type,
                         DataType::Float16 | DataType::Float32 | DataType::Float64
                     ))
         });
+        let mut distinct_sets: Vec<Vec<usize>> = Vec::new();
+        let mut distinct_of = vec![None; aggs.len()];
+        for (a, spec) in aggs.iter().enumerate().filter(|(_, s)| s.distinct) {
+            let shares = |first: &AggSpec| match (&first.arg, &spec.arg) {
+                (Some(x), Some(y)) => {
+                    !first.func.is_ordered()
+                        && !spec.func.is_ordered()
+                        && first.arg_type == spec.arg_type
+                        && x.same_as(y)
+                }
+                _ => false,
+            };
+            let s = match distinct_sets.iter().position(|m| shares(&aggs[m[0]])) {
+                Some(s) => s,
+                None => {
+                    distinct_sets.push(Vec::new());
+                    distinct_sets.len() - 1
+                }
+            };
+            distinct_of[a] = Some((s, distinct_sets[s].len()));
+            distinct_sets[s].push(a);
+        }
         Ok(Aggregate {
             keys,
             key_codec: RowCodec::new(key_types)?,
+            distinct_sets,
+            distinct_of,
             kinds: aggs.iter().map(Kind::of).collect(),
             aggs,
             value_codecs,
@@ -324,12 +369,21 @@ impl Aggregate {
             old: Vec::new(),
             new: Vec::new(),
             emitted: Emitted::default(),
+            append_only: false,
         })
+    }
+
+    /// Declares the input insert-only (a monotonic plan): MIN and MAX then keep only their
+    /// extreme (see the module docs), and a retraction in the input becomes an error.
+    pub fn with_append_only(mut self, append_only: bool) -> Self {
+        self.append_only = append_only;
+        self
     }
 
     fn new_group(&self, key: &[u8]) -> Group {
         let accs = self.aggs.iter().zip(&self.kinds).map(|(a, k)| Self::fresh_acc(a, *k)).collect();
-        Group { key: key.to_vec(), rows: 0, accs, mark: 0 }
+        let seen = self.distinct_sets.iter().map(|_| SeenMap::default()).collect();
+        Group { key: key.to_vec(), rows: 0, accs, seen, mark: 0 }
     }
 
     /// Puts a new, empty group with `key` into a slot and indexes it.
@@ -360,6 +414,7 @@ impl Aggregate {
         for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
             *st = Self::fresh_acc(spec, *kind);
         }
+        g.seen.iter_mut().for_each(|m| *m = SeenMap::default());
         self.free.push(id);
     }
 
@@ -424,7 +479,11 @@ impl Aggregate {
                 Some(e) => Some(e.eval_as(&d.data, &spec.arg_type)?),
                 None => None,
             };
-            let encode = spec.distinct || *kind == Kind::Bytes;
+            // A DISTINCT set's values are encoded once, for its first member.
+            let encode = match self.distinct_of[a] {
+                Some((s, _)) => self.distinct_sets[s][0] == a,
+                None => *kind == Kind::Bytes,
+            };
             values.push(match (&col, &self.value_codecs[a], &self.element_converters[a]) {
                 (Some(c), _, Some(conv)) => {
                     let mut cols = Vec::with_capacity(spec.order.len() + 1);
@@ -491,8 +550,14 @@ impl Aggregate {
         touched: &mut Vec<Touched>,
         old: &mut Vec<Out>,
     ) -> Result<()> {
+        if diff < 0 && self.append_only {
+            return Err(WeirError::internal(
+                "an aggregate planned over an insert-only input saw a retraction",
+            ));
+        }
         let key = p.keys.get(i);
         let scalar = self.keys.is_empty();
+        let append_only = self.append_only;
         let id = match self.index.get(key) {
             Some(&id) => id,
             None => self.alloc(key),
@@ -511,7 +576,7 @@ impl Aggregate {
         }
         group.rows += diff;
         for (a, st) in group.accs.iter_mut().enumerate() {
-            if p.filters[a].as_ref().is_some_and(|f| !f.value(i)) {
+            if self.distinct_of[a].is_some() || p.filters[a].as_ref().is_some_and(|f| !f.value(i)) {
                 continue;
             }
             let spec = &self.aggs[a];
@@ -527,25 +592,41 @@ impl Aggregate {
                 continue;
             }
             let value = p.values[a].as_ref().map(|v| v.get(i));
-            match &mut st.seen {
-                None => Self::update(&mut st.acc, view, i, value, diff)?,
-                Some(seen) => {
-                    let v = value.ok_or_else(|| WeirError::internal("distinct value"))?;
-                    let before = seen.get(v).copied().unwrap_or(0);
-                    let after = before + diff;
-                    if after == 0 {
-                        seen.remove(v);
-                    } else if let Some(c) = seen.get_mut(v) {
-                        *c = after;
-                    } else {
-                        seen.insert(v.into(), after);
-                    }
-                    if before <= 0 && after > 0 {
-                        Self::update(&mut st.acc, view, i, value, 1)?;
-                    } else if before > 0 && after <= 0 {
-                        Self::update(&mut st.acc, view, i, value, -1)?;
-                    }
+            Self::update(&mut st.acc, view, i, value, diff, append_only)?;
+        }
+        // DISTINCT: one map lookup per set; a member's aggregate sees a value when its count
+        // for it turns positive, and loses it when the count returns to 0.
+        for (s, members) in self.distinct_sets.iter().enumerate() {
+            let reaches = |a: usize| {
+                p.filters[a].as_ref().is_none_or(|f| f.value(i))
+                    && !(self.aggs[a].func.skips_nulls() && p.views[a].is_null(i))
+            };
+            if !members.iter().any(|&a| reaches(a)) {
+                continue;
+            }
+            let v = p.values[members[0]]
+                .as_ref()
+                .map(|v| v.get(i))
+                .ok_or_else(|| WeirError::internal("distinct value"))?;
+            let counts = group.seen[s]
+                .entry(SeenKey::from_slice(v))
+                .or_insert_with(|| SeenCounts::from_elem(0, members.len()));
+            for (m, &a) in members.iter().enumerate() {
+                if !reaches(a) {
+                    continue;
                 }
+                let before = counts[m];
+                let after = before + diff;
+                counts[m] = after;
+                let change = match (before > 0, after > 0) {
+                    (false, true) => 1,
+                    (true, false) => -1,
+                    _ => continue,
+                };
+                Self::update(&mut group.accs[a].acc, &p.views[a], i, Some(v), change, append_only)?;
+            }
+            if counts.iter().all(|c| *c == 0) {
+                group.seen[s].remove(v);
             }
         }
         Ok(())
@@ -598,14 +679,14 @@ impl Aggregate {
             if exists {
                 Self::output_into(&self.aggs, g, &mut new)?;
             }
-            let before = old_at.map(|at| &old[at as usize..at as usize + n]);
-            let after = exists.then_some(&new[..]);
-            if before != after {
-                if let Some(v) = before {
-                    out.push(&g.key, v, t, -1);
+            let old_range = old_at.map(|at| at as usize..at as usize + n);
+            let changed = old_range.clone().map(|r| &old[r]) != exists.then_some(&new[..]);
+            if changed {
+                if let Some(r) = old_range {
+                    out.push(&g.key, &mut old[r], t, -1);
                 }
-                if let Some(v) = after {
-                    out.push(&g.key, v, t, 1);
+                if exists {
+                    out.push(&g.key, &mut new, t, 1);
                 }
             }
             if !self.keys.is_empty() && g.rows == 0 {

@@ -395,3 +395,208 @@ fn filter_bool_and_ordered_checkpoint_round_trips_at_every_instant() {
         assert_eq!(out, whole, "cut at {cut}");
     }
 }
+
+/// Insert-only changes: repeated values, NULLs, a new extreme after others, a diff of 2.
+fn insert_only_input() -> Vec<Tick> {
+    vec![
+        kv(1, "+1 a 5, +1 a 1, +1 b 7, +1 a 9"),
+        kv(2, "+1 a 9, +1 a 5, +1 b 2, +2 b 7"),
+        kv(3, "+1 a 1, +1 b 8, +1 a _, +1 c _"),
+        kv(4, "+1 a 0, +1 c 3"),
+        kv(5, "+1 b 9, +1 c 3, +1 c 1"),
+    ]
+}
+
+const INSERT_ONLY_AGGS: [(AggFunc, bool); 5] = [
+    (AggFunc::Min, false),
+    (AggFunc::Max, false),
+    (AggFunc::Max, true),
+    (AggFunc::Count, true),
+    (AggFunc::CountStar, false),
+];
+
+#[test]
+fn insert_only_min_max_keep_one_value_and_give_the_same_answers() {
+    let times: Vec<Time> = (1..=5).collect();
+    for ty in [DataType::Int64, DataType::Float64, DataType::Utf8] {
+        let aggs = &INSERT_ONLY_AGGS;
+        let general = run(&mut agg_op_as(true, aggs, ty.clone(), insert_only_input()));
+        let op = aggregate(true, aggs, ty.clone()).with_append_only(true);
+        let mut flow = fed(op, [insert_only_input()]);
+        assert_eq!(eval_at(&mut flow, &times), general, "{ty}");
+        // The saved MIN/MAX values: one per group and aggregate (3 groups; the NULL-only
+        // group `c` at first, then its values), where the general form keeps every value.
+        let mut w = StateWriter::new();
+        flow.operator(1).unwrap().save_state(&mut w).unwrap();
+        let sig = aggregate(true, aggs, ty.clone()).signature();
+        let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+        r.take("aggregate", &sig).unwrap();
+        r.take("aggregate.groups", &sig).unwrap();
+        let values = r.take("aggregate.values", &sig).unwrap();
+        let mut kept: Vec<(i64, i64, i64)> = {
+            let (g, a, c) = (values.i64s("group"), values.i64s("agg"), values.i64s("count"));
+            let (g, a, c) = (g.unwrap(), a.unwrap(), c.unwrap());
+            (0..g.len()).map(|i| (g[i], a[i], c[i])).collect()
+        };
+        kept.sort_unstable();
+        // Groups a, b, c by key; MIN, MAX, MAX(DISTINCT) are aggregates 0-2: `a`'s MIN 0
+        // once, MAX 9 twice; `b`'s MIN 2 once, MAX 9 once; `c`'s MIN 1 once, MAX 3 twice.
+        assert_eq!(
+            kept,
+            [
+                (0, 0, 1),
+                (0, 1, 2),
+                (0, 2, 1),
+                (1, 0, 1),
+                (1, 1, 1),
+                (1, 2, 1),
+                (2, 0, 1),
+                (2, 1, 2),
+                (2, 2, 1)
+            ],
+            "{ty}"
+        );
+    }
+}
+
+#[test]
+fn insert_only_checkpoint_round_trips_at_every_instant() {
+    let times: Vec<Time> = (1..=5).collect();
+    let aggs =
+        &[INSERT_ONLY_AGGS.as_slice(), &[(AggFunc::Avg, false), (AggFunc::Sum, false)]].concat();
+    let make = |input| fed(aggregate(true, aggs, DataType::Int64).with_append_only(true), [input]);
+    let whole = eval_at(&mut make(insert_only_input()), &times);
+    for cut in 0..times.len() {
+        let mut a = make(insert_only_input());
+        let mut out = eval_at(&mut a, &times[..cut]);
+        let mut b = make(insert_only_input());
+        eval_at(&mut b, &times[..cut]);
+        let mut fresh = make(vec![]);
+        copy_state(&a, &mut fresh);
+        copy_state(&fresh, &mut b);
+        out.extend(eval_at(&mut b, &times[cut..]));
+        assert_eq!(out, whole, "cut at {cut}");
+    }
+}
+
+#[test]
+fn insert_only_aggregate_refuses_a_retraction() {
+    let aggs = [(AggFunc::Max, false)];
+    let op = aggregate(true, &aggs, DataType::Int64).with_append_only(true);
+    let mut flow = fed(op, [vec![kv(1, "+1 a 4"), kv(2, "-1 a 4")]]);
+    let ctx = EvalCtx::default();
+    flow.eval(1, 1, &ctx).unwrap();
+    let err = flow.eval(2, 2, &ctx).unwrap_err();
+    assert!(err.to_string().contains("insert-only"), "{err}");
+}
+
+#[test]
+fn avg_over_integers_is_exact_whatever_the_order() {
+    // 2^53 + 1 is not a double: a float sum gives (2^53 + 2) / 2 as 2^52, or 2^52 + 1, by
+    // the order the values come in. The exact sum gives 2^52 + 1 both ways.
+    for input in ["+1 a 9007199254740993, +1 a 1", "+1 a 1, +1 a 9007199254740993"] {
+        let out = agg(true, &[(AggFunc::Avg, false)], vec![kv(1, input)]);
+        assert_eq!(out, ["@1 +1 a 4503599627370497.0"], "{input}");
+    }
+    // Retracting down to one value leaves exactly that value.
+    let out = agg(
+        true,
+        &[(AggFunc::Avg, false)],
+        vec![kv(1, "+1 a 9007199254740993, +1 a 3"), kv(2, "-1 a 9007199254740993")],
+    );
+    assert_eq!(out[..2], ["@1 +1 a 4503599627370498.0", "@2 +1 a 3.0"]);
+}
+
+/// `COUNT(DISTINCT v)`, `COUNT(DISTINCT v) FILTER (WHERE v < 5)`, `SUM(DISTINCT v) FILTER
+/// (WHERE v >= 5)`, `MAX(DISTINCT v)` and `COUNT(DISTINCT CAST(v AS VARCHAR))` per `k`: the
+/// first four share one DISTINCT set, the last has its own; with `shared` false, every one
+/// keeps its own map (the layout before sets were shared).
+fn distinct_aggregate(shared: bool) -> Aggregate {
+    use datafusion_expr::lit;
+    let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+    let c = |e: &Expr| ScalarExpr::compile(e, &df).unwrap();
+    let v = col("v");
+    let distinct = |f, filter: Option<Expr>| AggSpec {
+        filter: filter.map(|p| c(&p)),
+        ..AggSpec::plain(f, Some(c(&v)), DataType::Int64, true)
+    };
+    let specs = vec![
+        distinct(AggFunc::Count, None),
+        distinct(AggFunc::Count, Some(v.clone().lt(lit(5i64)))),
+        distinct(AggFunc::Sum, Some(v.clone().gt_eq(lit(5i64)))),
+        distinct(AggFunc::Max, None),
+        AggSpec::plain(
+            AggFunc::Count,
+            Some(c(&cast(v.clone(), DataType::Utf8))),
+            DataType::Utf8,
+            true,
+        ),
+    ];
+    let fields = ["k", "n", "low", "high", "max", "texts"].map(|n| {
+        let ty = if n == "k" { DataType::Utf8 } else { DataType::Int64 };
+        Field::new(n, ty, true)
+    });
+    let schema = Arc::new(Schema::new(fields.to_vec()));
+    let mut agg = Aggregate::new(vec![c(&col("k"))], vec![DataType::Utf8], specs, schema).unwrap();
+    assert_eq!(agg.distinct_sets, [vec![0, 1, 2, 3], vec![4]]);
+    if !shared {
+        agg.distinct_sets = (0..5).map(|a| vec![a]).collect();
+        agg.distinct_of = (0..5).map(|a| Some((a, 0))).collect();
+    }
+    agg
+}
+
+#[test]
+fn distinct_aggregates_of_one_argument_share_a_map_exactly() {
+    // Retractions under filters, a value deleted more often than inserted (min_max_input),
+    // NULLs: the shared map gives what one map per aggregate gives.
+    for input in [rich_input(), min_max_input()] {
+        let apart = run(&mut fed(distinct_aggregate(false), [input.clone()]));
+        assert!(apart.len() > 4);
+        assert_eq!(run(&mut fed(distinct_aggregate(true), [input])), apart);
+    }
+    // a at 1: {5, 1} (NULL skipped), 1 below 5, 5 from 5 up; b: {3}. a at 2: 9 joins.
+    let out = run(&mut fed(distinct_aggregate(true), [rich_input()]));
+    assert_eq!(out[..3], ["@1 +1 a 2 1 5 5 2", "@1 +1 b 1 1 _ 3 1", "@2 +1 a 3 1 14 9 3"]);
+}
+
+#[test]
+fn shared_distinct_checkpoint_round_trips_at_every_instant() {
+    let times: Vec<Time> = (1..=8).collect();
+    let make = |input| fed(distinct_aggregate(true), [input]);
+    let whole = eval_at(&mut make(min_max_input()), &times);
+    for cut in 0..times.len() {
+        let mut a = make(min_max_input());
+        let mut out = eval_at(&mut a, &times[..cut]);
+        let mut b = make(min_max_input());
+        eval_at(&mut b, &times[..cut]);
+        let mut fresh = make(vec![]);
+        copy_state(&a, &mut fresh);
+        copy_state(&fresh, &mut b);
+        out.extend(eval_at(&mut b, &times[cut..]));
+        assert_eq!(out, whole, "cut at {cut}");
+    }
+    // The saved rows are one per (aggregate, value) with its own count: what separate maps
+    // save, so checkpoints written before the maps were shared restore.
+    let state = |agg: Aggregate| {
+        let mut flow = fed(agg, [min_max_input()]);
+        eval_at(&mut flow, &times[..3]);
+        let mut w = StateWriter::new();
+        flow.operator(1).unwrap().save_state(&mut w).unwrap();
+        w.into_bytes().unwrap()
+    };
+    assert_eq!(state(distinct_aggregate(true)), state(distinct_aggregate(false)));
+}
+
+#[test]
+fn accumulators_stay_small() {
+    // Every group keeps one per aggregate: q16 keeps 17 for each of its 10 000 groups a day.
+    assert!(std::mem::size_of::<AccState>() <= 40, "{}", std::mem::size_of::<AccState>());
+    let big = i128::MAX - 3;
+    for v in [0, 1, -1, i64::MIN as i128, big, -big, i128::MIN] {
+        assert_eq!(accumulators::Wide::new(v).get(), v);
+    }
+    let mut w = accumulators::Wide::new(big);
+    assert!(w.add(3).is_ok());
+    assert!(w.add(1).is_err());
+}
