@@ -249,8 +249,14 @@ impl Aggregate {
             let a = a.as_any().downcast_ref::<Float64Array>().cloned();
             Ok(ArgView::Float(a.ok_or_else(|| WeirError::internal("float view"))?))
         };
+        // Not `safe`: a value that does not fit (an unsigned 64-bit one above BIGINT's range)
+        // is an error, never a NULL the aggregate would skip.
         let int = |a: &dyn Array| -> Result<Int64Array> {
-            let a = arrow::compute::cast(a, &DataType::Int64)?;
+            let strict = arrow::compute::CastOptions { safe: false, ..Default::default() };
+            let a =
+                arrow::compute::cast_with_options(a, &DataType::Int64, &strict).map_err(|e| {
+                    WeirError::exec(format!("{} over {}: {e}", spec.func, a.data_type()))
+                })?;
             let a = a.as_any().downcast_ref::<Int64Array>().cloned();
             a.ok_or_else(|| WeirError::internal("int view"))
         };
