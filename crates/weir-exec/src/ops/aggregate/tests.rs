@@ -600,3 +600,33 @@ fn accumulators_stay_small() {
     assert!(w.add(3).is_ok());
     assert!(w.add(1).is_err());
 }
+
+#[test]
+fn count_distinct_matches_a_recount_over_many_values() {
+    use std::collections::BTreeMap;
+    // One group; values 0..30 enter (half of them twice) and then leave once each in another
+    // order: the count is recomputed from scratch after every change.
+    let mut ticks = vec![];
+    let mut present: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut want = vec![];
+    let mut last: Option<i64> = None;
+    for t in 1..=60i64 {
+        let (v, d) = if t <= 30 { ((t * 7) % 30, 1 + t % 2) } else { (((t - 30) * 11) % 30, -1) };
+        ticks.push(kv(t, &format!("{d:+} a {v}")));
+        *present.entry(v).or_insert(0) += d;
+        present.retain(|_, c| *c != 0);
+        let now = present.values().filter(|c| **c > 0).count() as i64;
+        if last != Some(now) {
+            if let Some(old) = last {
+                want.push(format!("@{t} -1 a {old}"));
+            }
+            want.push(format!("@{t} +1 a {now}"));
+            last = Some(now);
+        }
+    }
+    let mut got = agg(true, &[(AggFunc::Count, true)], ticks);
+    // Within an instant, rows are rendered sorted: compare as sets per instant.
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
