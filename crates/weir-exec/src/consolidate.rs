@@ -76,16 +76,13 @@ pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeB
                     // neighbours; cheaper than hashing for the common -old/+new pair.
                     run.extend((start..end).map(|i| (rows.get(i), i as u32, batch.diffs[i])));
                     run.sort_by(|a, b| a.0.cmp(b.0));
-                    let mut w = 0;
-                    for r in 0..run.len() {
-                        if w > 0 && run[w - 1].0 == run[r].0 {
-                            run[w - 1].2 += run[r].2;
-                        } else {
-                            run[w] = run[r];
-                            w += 1;
+                    run.dedup_by(|later, kept| {
+                        let same = later.0 == kept.0;
+                        if same {
+                            kept.2 += later.2;
                         }
-                    }
-                    run.truncate(w);
+                        same
+                    });
                     run.retain(|r| r.2 != 0);
                 } else {
                     net.clear();

@@ -127,15 +127,12 @@ fn functions() -> &'static Functions {
         // The list functions (array_length, array_element, ...): DataFusion's own library.
         let nested = datafusion_functions_nested::all_default_nested_functions();
         for f in datafusion_functions::all_default_functions().into_iter().chain(nested) {
+            // `to_char` with its format parsed once per batch, not once per row.
+            let f = if f.name() == "to_char" { to_char_udf::to_char() } else { f };
             for alias in f.aliases() {
                 scalar.insert(alias.clone(), f.clone());
             }
             scalar.insert(f.name().to_string(), f);
-        }
-        // `to_char` with its format parsed once per batch, not once per row.
-        let to_char = to_char_udf::to_char();
-        for name in to_char.aliases().iter().chain([&to_char.name().to_string()]) {
-            scalar.insert(name.clone(), to_char.clone());
         }
         let mut aggregate = BTreeMap::new();
         for f in datafusion_functions_aggregate::all_default_aggregate_functions() {

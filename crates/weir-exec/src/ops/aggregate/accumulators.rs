@@ -94,6 +94,24 @@ pub(super) type SeenMap = HashMap<SeenKey, SeenCounts>;
 /// A value's multiplicity per member of its DISTINCT set, inline up to 4 members.
 pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;
 
+/// The counts of value `v` in `map`, zeros for a set of `members` members if it is new.
+pub(super) fn seen_counts<'m>(
+    map: &'m mut SeenMap,
+    v: &[u8],
+    members: usize,
+) -> &'m mut SeenCounts {
+    map.entry(SeenKey::from_slice(v)).or_insert_with(|| SeenCounts::from_elem(0, members))
+}
+
+/// The most extreme of MIN/MAX's row-encoded values (the greatest for MAX).
+fn bytes_extreme(values: &BTreeMap<RowBytes, i64>, max: bool) -> Option<&RowBytes> {
+    if max {
+        values.keys().next_back()
+    } else {
+        values.keys().next()
+    }
+}
+
 /// A DISTINCT value's row encoding, inline up to 16 bytes (any number, a short string): no
 /// allocation per value, and a probe compares without a trip to the heap.
 pub(super) type SeenKey = smallvec::SmallVec<[u8; 16]>;
@@ -298,7 +316,8 @@ impl Aggregate {
     ) -> Result<()> {
         match acc {
             Acc::Count(n) => *n += diff,
-            Acc::Sum { sum, n } => {
+            // AVG never has a decimal view: its decimal argument is viewed as a float.
+            Acc::Sum { sum, n } | Acc::Avg { sum, n } => {
                 *n += diff;
                 match (sum, view) {
                     (Sum::Int(s), ArgView::Int(a)) => s.add(a.value(i) as i128 * diff as i128)?,
@@ -310,18 +329,9 @@ impl Aggregate {
                     _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
                 }
             }
-            Acc::Avg { sum, n } => {
-                *n += diff;
-                match (sum, view) {
-                    (Sum::Int(s), ArgView::Int(a)) => s.add(a.value(i) as i128 * diff as i128)?,
-                    (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
-                    _ => return Err(WeirError::internal("avg accumulator/view mismatch")),
-                }
-            }
             Acc::MinMax { values, max } if append_only => {
                 let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
-                let extreme = if *max { values.keys().next_back() } else { values.keys().next() };
-                let beats = match extreme {
+                let beats = match bytes_extreme(values, *max) {
                     None => true,
                     Some(e) if *max => v > &e[..],
                     Some(e) => v < &e[..],
@@ -419,8 +429,7 @@ impl Aggregate {
                     return Err(WeirError::internal("AVG kept as a decimal sum"))
                 }
                 Acc::MinMax { values, max } => {
-                    let v = if *max { values.keys().next_back() } else { values.keys().next() };
-                    v.map_or(Out::Null, |v| Out::Bytes(v.clone()))
+                    bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))
                 }
                 Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
             };

@@ -5,7 +5,7 @@ use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
-use super::accumulators::{f64_key, key_f64, Acc, AccState, Kind, SeenCounts, SeenKey, Sum, Wide};
+use super::accumulators::{f64_key, key_f64, seen_counts, Acc, AccState, Kind, Sum, Wide};
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
 use crate::state::{
@@ -311,9 +311,7 @@ impl Aggregate {
                         return Err(invalid(format!("section '{name}': row {i} does not fit")));
                     };
                     let members = self.distinct_sets[s].len();
-                    let mine = group.seen[s]
-                        .entry(SeenKey::from_slice(vals[i]))
-                        .or_insert_with(|| SeenCounts::from_elem(0, members));
+                    let mine = seen_counts(&mut group.seen[s], vals[i], members);
                     if mine[m] != 0 {
                         return Err(invalid(format!("section '{name}': a value appears twice")));
                     }

@@ -10,15 +10,15 @@
 //! Retraction: COUNT, SUM and AVG are invertible and retract in O(1) (SUM and AVG over
 //! integers keep an exact integer sum, so AVG is that sum divided by the count, whatever the
 //! order of the changes; floating-point sums may differ from a fresh sum in the last digits).
-//! MIN and MAX keep an ordered multiset of values
-//! (value -> count), so deleting any value, not only the oldest, is exact: over integer types
-//! (up to 32-bit unsigned), timestamps, Date64 and Float64 the values are kept as `i64` order
-//! keys (a float by its total order, the order of its row encoding), over any other type as
-//! their row encoding. DISTINCT variants keep a value -> count map and feed the inner aggregate
-//! only when a value appears or disappears; the DISTINCT aggregates of one argument (q15's
-//! `COUNT(DISTINCT bidder)` with and without each `FILTER`) share one map per group, value ->
-//! a count per aggregate, so a change costs one lookup per argument, not one per aggregate. BOOL_AND and BOOL_OR keep the counts of true and of
-//! false values (BOOL_AND is true while no false is counted), so retracting the last false turns
+//! MIN and MAX keep an ordered multiset of values (value -> count), so deleting any value, not
+//! only the oldest, is exact: over integer types (up to 32-bit unsigned), timestamps, Date64
+//! and Float64 the values are kept as `i64` order keys (a float by its total order, the order
+//! of its row encoding), over any other type as their row encoding. DISTINCT variants keep a
+//! value -> count map and feed the inner aggregate only when a value appears or disappears;
+//! the DISTINCT aggregates of one argument (q15's `COUNT(DISTINCT bidder)` with and without
+//! each `FILTER`) share one map per group, value -> a count per aggregate, so a change costs
+//! one lookup per argument, not one per aggregate. BOOL_AND and BOOL_OR keep the counts of
+//! true and of false values (BOOL_AND is true while no false is counted), so retracting the last false turns
 //! BOOL_AND back to true. The ordered aggregates (STRING_AGG, ARRAY_AGG, FIRST_VALUE, LAST_VALUE)
 //! keep an ordered multiset of elements, each the row encoding of the aggregate's ORDER BY terms
 //! followed by the value (byte order = the aggregate's order, ties by value ascending, NULL
@@ -50,8 +50,8 @@
 //! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count, BOOL_AND's and
 //! BOOL_OR's count of true values), `isum{a}` (an integer or decimal SUM, BOOL_AND's and
 //! BOOL_OR's count of false values, AVG's sum over integers, 16-byte Binary), `fsum{a}` (a
-//! float SUM's or AVG's sum, Float64)), `aggregate.values` (MIN/MAX multisets, each value row-encoded whatever its
-//! in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
+//! float SUM's or AVG's sum, Float64)), `aggregate.values` (MIN/MAX multisets, each value
+//! row-encoded whatever its in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
 //! order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
 //! into the groups), `agg`, `value` Binary and `count` Int64.
 //!
@@ -86,7 +86,7 @@ use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
-use accumulators::{Acc, AccState, ArgView, Kind, Out, SeenCounts, SeenKey, SeenMap};
+use accumulators::{seen_counts, Acc, AccState, ArgView, Kind, Out, SeenMap};
 
 mod accumulators;
 mod checkpoint;
@@ -608,9 +608,7 @@ impl Aggregate {
                 .as_ref()
                 .map(|v| v.get(i))
                 .ok_or_else(|| WeirError::internal("distinct value"))?;
-            let counts = group.seen[s]
-                .entry(SeenKey::from_slice(v))
-                .or_insert_with(|| SeenCounts::from_elem(0, members.len()));
+            let counts = seen_counts(&mut group.seen[s], v, members.len());
             for (m, &a) in members.iter().enumerate() {
                 if !reaches(a) {
                     continue;

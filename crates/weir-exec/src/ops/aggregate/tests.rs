@@ -76,6 +76,29 @@ fn copy_state(from: &Graph, to: &mut Graph) {
     r.finish().unwrap();
 }
 
+/// Evaluates `make(input())` at `times` in one go, then cut by a checkpoint after each instant
+/// (the state copied into a fresh operator and back, so a restored state saves what it
+/// restored), and asserts the same output every way; `what` names the case in a failure.
+fn assert_round_trips_at_every_cut(
+    make: impl Fn(Vec<Tick>) -> Graph,
+    input: impl Fn() -> Vec<Tick>,
+    times: &[Time],
+    what: &str,
+) {
+    let whole = eval_at(&mut make(input()), times);
+    for cut in 0..times.len() {
+        let mut a = make(input());
+        let mut out = eval_at(&mut a, &times[..cut]);
+        let mut b = make(input());
+        eval_at(&mut b, &times[..cut]); // consumes the feed's first instants
+        let mut fresh = make(vec![]);
+        copy_state(&a, &mut fresh);
+        copy_state(&fresh, &mut b);
+        out.extend(eval_at(&mut b, &times[cut..]));
+        assert_eq!(out, whole, "{what} cut at {cut}");
+    }
+}
+
 #[test]
 fn min_max_survive_deleting_the_current_extreme() {
     let out = agg(
@@ -189,18 +212,8 @@ fn min_max_checkpoint_round_trips_at_every_instant() {
     ];
     let times: Vec<Time> = (1..=8).collect();
     for ty in [DataType::Int64, DataType::Float64, DataType::Utf8] {
-        let whole = eval_at(&mut agg_op_as(true, &aggs, ty.clone(), min_max_input()), &times);
-        for cut in 0..times.len() {
-            let mut a = agg_op_as(true, &aggs, ty.clone(), min_max_input());
-            let mut out = eval_at(&mut a, &times[..cut]);
-            let mut b = agg_op_as(true, &aggs, ty.clone(), min_max_input());
-            eval_at(&mut b, &times[..cut]); // consumes the feed's first instants
-            let mut fresh = agg_op_as(true, &aggs, ty.clone(), vec![]);
-            copy_state(&a, &mut fresh);
-            copy_state(&fresh, &mut b); // a restored state saves what it restored
-            out.extend(eval_at(&mut b, &times[cut..]));
-            assert_eq!(out, whole, "{ty} cut at {cut}");
-        }
+        let make = |input| agg_op_as(true, &aggs, ty.clone(), input);
+        assert_round_trips_at_every_cut(make, min_max_input, &times, &ty.to_string());
     }
 }
 
@@ -382,18 +395,8 @@ fn filter_bool_and_ordered_aggregates_retract_exactly() {
 #[test]
 fn filter_bool_and_ordered_checkpoint_round_trips_at_every_instant() {
     let times: Vec<Time> = (1..=6).collect();
-    let whole = eval_at(&mut fed(rich_aggregate(), [rich_input()]), &times);
-    for cut in 0..times.len() {
-        let mut a = fed(rich_aggregate(), [rich_input()]);
-        let mut out = eval_at(&mut a, &times[..cut]);
-        let mut b = fed(rich_aggregate(), [rich_input()]);
-        eval_at(&mut b, &times[..cut]);
-        let mut fresh = fed(rich_aggregate(), [vec![]]);
-        copy_state(&a, &mut fresh);
-        copy_state(&fresh, &mut b);
-        out.extend(eval_at(&mut b, &times[cut..]));
-        assert_eq!(out, whole, "cut at {cut}");
-    }
+    let make = |input| fed(rich_aggregate(), [input]);
+    assert_round_trips_at_every_cut(make, rich_input, &times, "rich");
 }
 
 /// Insert-only changes: repeated values, NULLs, a new extreme after others, a diff of 2.
@@ -465,18 +468,7 @@ fn insert_only_checkpoint_round_trips_at_every_instant() {
     let aggs =
         &[INSERT_ONLY_AGGS.as_slice(), &[(AggFunc::Avg, false), (AggFunc::Sum, false)]].concat();
     let make = |input| fed(aggregate(true, aggs, DataType::Int64).with_append_only(true), [input]);
-    let whole = eval_at(&mut make(insert_only_input()), &times);
-    for cut in 0..times.len() {
-        let mut a = make(insert_only_input());
-        let mut out = eval_at(&mut a, &times[..cut]);
-        let mut b = make(insert_only_input());
-        eval_at(&mut b, &times[..cut]);
-        let mut fresh = make(vec![]);
-        copy_state(&a, &mut fresh);
-        copy_state(&fresh, &mut b);
-        out.extend(eval_at(&mut b, &times[cut..]));
-        assert_eq!(out, whole, "cut at {cut}");
-    }
+    assert_round_trips_at_every_cut(make, insert_only_input, &times, "insert-only");
 }
 
 #[test]
@@ -564,18 +556,7 @@ fn distinct_aggregates_of_one_argument_share_a_map_exactly() {
 fn shared_distinct_checkpoint_round_trips_at_every_instant() {
     let times: Vec<Time> = (1..=8).collect();
     let make = |input| fed(distinct_aggregate(true), [input]);
-    let whole = eval_at(&mut make(min_max_input()), &times);
-    for cut in 0..times.len() {
-        let mut a = make(min_max_input());
-        let mut out = eval_at(&mut a, &times[..cut]);
-        let mut b = make(min_max_input());
-        eval_at(&mut b, &times[..cut]);
-        let mut fresh = make(vec![]);
-        copy_state(&a, &mut fresh);
-        copy_state(&fresh, &mut b);
-        out.extend(eval_at(&mut b, &times[cut..]));
-        assert_eq!(out, whole, "cut at {cut}");
-    }
+    assert_round_trips_at_every_cut(make, min_max_input, &times, "shared distinct");
     // The saved rows are one per (aggregate, value) with its own count: what separate maps
     // save, so checkpoints written before the maps were shared restore.
     let state = |agg: Aggregate| {
