@@ -56,6 +56,13 @@ fn float(v: f64) -> String {
     value_as_text(&a, 0).unwrap()
 }
 
+/// `0.908 * price`, exactly: the literal is a DECIMAL(3,3), so the product has three decimals.
+fn euros(price: i64) -> String {
+    let milli = 908 * i128::from(price);
+    let sign = if milli < 0 { "-" } else { "" };
+    format!("{sign}{}.{:03}", milli.abs() / 1000, milli.abs() % 1000)
+}
+
 fn int(v: i64) -> String {
     v.to_string()
 }
@@ -168,7 +175,7 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                     Query::Q1 => Some(vec![
                         int(b.auction),
                         int(b.bidder),
-                        float(0.908 * b.price as f64),
+                        euros(b.price),
                         ts(b.date_time),
                         b.extra.clone(),
                     ]),
@@ -379,8 +386,9 @@ fn oracle(q: Query, rows: &Rows) -> Output {
         Query::Q14 => {
             let mut out = Output::new();
             for b in bids {
-                let euros = 0.908 * b.price as f64;
-                if !(euros > 1_000_000.0 && euros < 50_000_000.0) {
+                // 0.908 * price between 10^6 and 5 * 10^7, exactly: in thousandths.
+                let milli = 908 * i128::from(b.price);
+                if !(milli > 1_000_000_000 && milli < 50_000_000_000) {
                     continue;
                 }
                 let hour = b.date_time.div_euclid(3_600_000_000).rem_euclid(24);
@@ -393,7 +401,7 @@ fn oracle(q: Query, rows: &Rows) -> Output {
                 let row = vec![
                     int(b.auction),
                     int(b.bidder),
-                    float(euros),
+                    euros(b.price),
                     part.to_string(),
                     ts(b.date_time),
                     b.extra.clone(),

@@ -23,8 +23,8 @@ pub struct ScalarExpr {
     phys: Arc<dyn PhysicalExpr>,
     /// The expression in SQL, for errors.
     text: String,
-    /// The SQL name of the result type if it is an integer (for overflow errors).
-    int_type: Option<&'static str>,
+    /// The SQL name of the result type if it is an integer or a decimal (for overflow errors).
+    range_type: Option<&'static str>,
 }
 
 impl ScalarExpr {
@@ -48,14 +48,8 @@ impl ScalarExpr {
                 e => e.to_string(),
             })
             .unwrap_or_else(|_| shown.human_display().to_string());
-        let int_type = match phys.data_type(schema.as_arrow()) {
-            Ok(DataType::Int64) => Some("BIGINT"),
-            Ok(DataType::Int32) => Some("INTEGER"),
-            Ok(DataType::Int16) => Some("SMALLINT"),
-            Ok(DataType::Int8) => Some("TINYINT"),
-            _ => None,
-        };
-        Ok(ScalarExpr { phys, text, int_type })
+        let range_type = range_type(&phys, schema.as_arrow());
+        Ok(ScalarExpr { phys, text, range_type })
     }
 
     /// Whether `other` is the same expression (so gives the same values on the same rows).
@@ -109,7 +103,7 @@ impl ScalarExpr {
             DataFusionError::ArrowError(a, _) => match &**a {
                 ArrowError::ArithmeticOverflow(m) => {
                     let operation = m.trim_start_matches("Overflow happened on: ");
-                    format!("{} out of range: {operation}", self.int_type.unwrap_or("integer"))
+                    format!("{} out of range: {operation}", self.range_type.unwrap_or("number"))
                 }
                 ArrowError::ComputeError(m) => m.clone(),
                 ArrowError::CastError(m) => format!("cannot cast: {m}"),
@@ -119,6 +113,35 @@ impl ScalarExpr {
         };
         WeirError::exec(format!("{what}, evaluating {}", self.text))
     }
+}
+
+/// The SQL name of the type an overflow of `phys` is in: the result type of its outermost
+/// arithmetic that is an integer or a decimal (`v * 2 <> 0` overflows as a BIGINT).
+fn range_type(
+    phys: &Arc<dyn PhysicalExpr>,
+    schema: &arrow::datatypes::Schema,
+) -> Option<&'static str> {
+    use datafusion_common::tree_node::TreeNodeRecursion;
+    let name = |e: &Arc<dyn PhysicalExpr>| match e.data_type(schema) {
+        Ok(DataType::Int64) => Some("BIGINT"),
+        Ok(DataType::Int32) => Some("INTEGER"),
+        Ok(DataType::Int16) => Some("SMALLINT"),
+        Ok(DataType::Int8) => Some("TINYINT"),
+        Ok(DataType::Decimal128(..)) => Some("DECIMAL"),
+        _ => None,
+    };
+    let mut found = name(phys);
+    if found.is_none() {
+        let _ = phys.apply(|e| {
+            let arithmetic =
+                e.downcast_ref::<BinaryExpr>().is_some_and(|b| b.op().is_numerical_operators());
+            if arithmetic {
+                found = name(e);
+            }
+            Ok(if found.is_some() { TreeNodeRecursion::Stop } else { TreeNodeRecursion::Continue })
+        });
+    }
+    found
 }
 
 /// Every binary operator of a physical expression, with overflow an error instead of a wrap.

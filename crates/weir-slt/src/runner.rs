@@ -900,7 +900,8 @@ mod tests {
     fn values_print_by_type_letter() {
         // R prints %.3f; a listed R value may also be written as Weir prints it.
         assert_eq!(counts("query R\nSELECT 5.0 / 2\n----\n2.500\n").0, (1, 0, 0));
-        assert_eq!(counts("query R\nSELECT 5.0 / 2\n----\n2.5\n").0, (1, 0, 0));
+        assert_eq!(counts("query R\nSELECT 5e0 / 2\n----\n2.5\n").0, (1, 0, 0));
+        assert_eq!(counts("query R\nSELECT 5.0 / 2\n----\n2.50000\n").0, (1, 0, 0));
         assert_eq!(counts("query R\nSELECT 7\n----\n7.000\n").0, (1, 0, 0));
         // A real in an I column is truncated, as the reference driver's sqlite3_column_int does.
         assert_eq!(counts("query I\nSELECT 5.0 / 2\n----\n2\n").0, (1, 0, 0));

@@ -49,7 +49,8 @@ use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
     check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
-    name_duplicate_columns, timestamps_in_micros, typed_null_aggregate_args, window_null_order,
+    float_literals_as_double, name_duplicate_columns, timestamps_in_micros,
+    typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -657,6 +658,8 @@ impl<'a> Binder<'a> {
             collect_spans: true,
             default_null_ordering,
             map_string_types_to_utf8view: false,
+            // Exact decimals; `float_literals_as_double` keeps scientific notation DOUBLE.
+            parse_float_as_decimal: true,
             ..ParserOptions::default()
         };
         let planner = SqlToRel::new_with_options(&provider, parser_options);
@@ -666,6 +669,7 @@ impl<'a> Binder<'a> {
         let mut query = query.clone();
         fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);
+        float_literals_as_double(&mut query);
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
         // Output columns are named as written (`1 + 1`, `sum(v)`), repeated names told apart.

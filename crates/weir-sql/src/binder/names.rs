@@ -269,6 +269,36 @@ pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
     }
 }
 
+/// Number literals take the types SQL gives them (as in PostgreSQL and Flink): an integer that
+/// fits is `BIGINT` (or `BIGINT UNSIGNED`), a literal with a decimal point or too many digits
+/// is an exact `DECIMAL(p, s)` with its written digits (`0.908` is `DECIMAL(3,3)`, `1.50` is
+/// `DECIMAL(3,2)`), and one in scientific notation (`1e3`, `2.5E-4`) is a `DOUBLE`, as in
+/// Flink. The planner reads every non-integer literal as a decimal; this pass makes the
+/// `DOUBLE` ones, and a literal beyond `DECIMAL`'s 38 digits, a cast of their text to `DOUBLE`.
+pub(super) fn float_literals_as_double(q: &mut sql::Query) {
+    use sqlparser::ast::{visit_expressions_mut, Value};
+    let _ = visit_expressions_mut(q, |e| {
+        if let sql::Expr::Value(v) = e {
+            if let Value::Number(n, _) = &v.value {
+                let digits = n.bytes().filter(u8::is_ascii_digit).count();
+                let integer = n.bytes().all(|b| b.is_ascii_digit() || b == b'_');
+                let fits_integer = integer && n.replace('_', "").parse::<u64>().is_ok();
+                if !fits_integer && (n.contains(['e', 'E']) || digits > 38) {
+                    let text = Value::SingleQuotedString(n.replace('_', "")).with_span(v.span);
+                    *e = sql::Expr::Cast {
+                        kind: sql::CastKind::Cast,
+                        expr: Box::new(sql::Expr::Value(text)),
+                        data_type: sql::DataType::Double(sql::ExactNumberInfo::None),
+                        array: false,
+                        format: None,
+                    };
+                }
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
 /// `SUM(NULL)`, `SUM(DISTINCT NULL)`, `AVG(NULL)`: SQL gives NULL (no non-NULL value), while
 /// DataFusion has no SUM or AVG over its NULL type. The NULL argument becomes a `BIGINT` NULL.
 pub(super) fn typed_null_aggregate_args(q: &mut sql::Query) {

@@ -123,7 +123,7 @@ pub(super) enum Kind {
     Int,
     /// Float SUM, AVG: an `f64` output.
     Float,
-    /// Decimal SUM: an `i128` output of this precision and scale.
+    /// Decimal SUM and AVG: an `i128` output of this precision and scale.
     Dec(u8, i8),
     /// MIN/MAX over an integer, timestamp or Date64 type: the value as `i64` (the type's
     /// order is the integers').
@@ -143,7 +143,11 @@ impl Kind {
         match spec.func {
             // Sketches are evaluated by `SketchAggregate`; `Aggregate::new` refuses them.
             AggFunc::CountStar | AggFunc::Count | AggFunc::ApproxCountDistinct { .. } => Kind::Int,
-            AggFunc::Avg | AggFunc::ApproxPercentile { .. } => Kind::Float,
+            AggFunc::Avg => match &spec.arg_type {
+                DataType::Decimal128(_, s) => Kind::Dec(38, avg_scale(*s)),
+                _ => Kind::Float,
+            },
+            AggFunc::ApproxPercentile { .. } => Kind::Float,
             AggFunc::Sum => match &spec.arg_type {
                 DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
                 DataType::Decimal128(p, s) => Kind::Dec(*p, *s),
@@ -170,6 +174,29 @@ impl Kind {
             | AggFunc::ApproxTopK { .. } => Kind::Scalar,
         }
     }
+}
+
+/// The scale of AVG over a decimal of scale `s`: four more digits (DataFusion's result type,
+/// as in MySQL), at most 38.
+pub(crate) fn avg_scale(s: i8) -> i8 {
+    s.saturating_add(4).min(38)
+}
+
+/// AVG over a decimal: `sum / n` (the sum at the argument's scale `s`) at [`avg_scale`],
+/// rounded half away from zero as PostgreSQL and Flink round a decimal quotient. Exact: the
+/// sum is divided first, so only an average beyond 38 digits overflows.
+pub(crate) fn decimal_avg(sum: i128, n: i64, s: i8) -> Result<i128> {
+    let overflow = || WeirError::exec("decimal overflow in AVG");
+    let pow = 10i128.pow(avg_scale(s).saturating_sub(s).max(0) as u32);
+    let n = i128::from(n);
+    let (q, r) = (sum / n, sum % n);
+    // |r| < n <= 2^63 and pow <= 10^4: no overflow.
+    let scaled = r * pow;
+    let mut fraction = scaled / n;
+    if 2 * (scaled % n).abs() >= n {
+        fraction += scaled.signum();
+    }
+    q.checked_mul(pow).and_then(|v| v.checked_add(fraction)).ok_or_else(overflow)
 }
 
 /// Whether SUM and AVG take an argument of type `t` as an `i64` (and keep an exact integer sum).
@@ -240,10 +267,10 @@ impl Aggregate {
         let acc = match kind {
             _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
             _ if spec.func == AggFunc::Avg => Acc::Avg {
-                sum: if int_arg(&spec.arg_type) {
-                    Sum::Int(Wide::default())
-                } else {
-                    Sum::Float(0.0)
+                sum: match spec.arg_type {
+                    DataType::Decimal128(..) => Sum::Dec(Wide::default()),
+                    ref t if int_arg(t) => Sum::Int(Wide::default()),
+                    _ => Sum::Float(0.0),
                 },
                 n: 0,
             },
@@ -280,14 +307,11 @@ impl Aggregate {
         };
         Ok(match spec.func {
             AggFunc::Sum | AggFunc::Avg => match col.data_type() {
-                DataType::Decimal128(..) if spec.func == AggFunc::Sum => {
+                DataType::Decimal128(..) => {
                     let a = col.as_any().downcast_ref::<Decimal128Array>().cloned();
                     ArgView::Dec(a.ok_or_else(|| WeirError::internal("decimal view"))?)
                 }
-                DataType::Float16
-                | DataType::Float32
-                | DataType::Float64
-                | DataType::Decimal128(..) => float(col.as_ref())?,
+                DataType::Float16 | DataType::Float32 | DataType::Float64 => float(col.as_ref())?,
                 t if int_arg(t) => ArgView::Int(int(col.as_ref())?),
                 t => {
                     return Err(WeirError::exec(format!("{} over {t} is not supported", spec.func)))
@@ -316,7 +340,6 @@ impl Aggregate {
     ) -> Result<()> {
         match acc {
             Acc::Count(n) => *n += diff,
-            // AVG never has a decimal view: its decimal argument is viewed as a float.
             Acc::Sum { sum, n } | Acc::Avg { sum, n } => {
                 *n += diff;
                 match (sum, view) {
@@ -425,8 +448,11 @@ impl Aggregate {
                     Out::Float((s.get() as f64 / *n as f64).to_bits())
                 }
                 Acc::Avg { sum: Sum::Float(s), n } => Out::Float((*s / *n as f64).to_bits()),
-                Acc::Avg { sum: Sum::Dec(_), .. } => {
-                    return Err(WeirError::internal("AVG kept as a decimal sum"))
+                Acc::Avg { sum: Sum::Dec(s), n } => {
+                    let DataType::Decimal128(_, scale) = spec.arg_type else {
+                        return Err(WeirError::internal("decimal AVG of a non-decimal"));
+                    };
+                    Out::dec(decimal_avg(s.get(), *n, scale)?)
                 }
                 Acc::MinMax { values, max } => {
                     bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))

@@ -146,7 +146,7 @@ impl Aggregate {
                 isum,
                 opt_i128_col(accs().map(|acc| match acc {
                     Some(Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), .. })
-                    | Some(Acc::Avg { sum: Sum::Int(s), .. }) => Some(s.get()),
+                    | Some(Acc::Avg { sum: Sum::Int(s) | Sum::Dec(s), .. }) => Some(s.get()),
                     Some(Acc::Bool { falses, .. }) => Some(i128::from(*falses)),
                     _ => None,
                 })),
@@ -240,7 +240,7 @@ impl Aggregate {
                     (Acc::Count(c), Some(n), None, None) => *c = n,
                     (
                         Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), n: c }
-                        | Acc::Avg { sum: Sum::Int(s), n: c },
+                        | Acc::Avg { sum: Sum::Int(s) | Sum::Dec(s), n: c },
                         Some(n),
                         Some(v),
                         None,
@@ -258,6 +258,18 @@ impl Aggregate {
                         if v.fract() == 0.0 && v.abs() < 2f64.powi(63) =>
                     {
                         (*s, *c) = (Wide::new(v as i128), n)
+                    }
+                    // Written before AVG over decimals kept an exact sum: its float sum of
+                    // values of the argument's scale, exact up to 2^53 units of that scale.
+                    (Acc::Avg { sum: Sum::Dec(s), n: c }, Some(n), None, Some(v)) => {
+                        let DataType::Decimal128(_, scale) = self.aggs[a].arg_type else {
+                            return Err(bad(a));
+                        };
+                        let units = (v * 10f64.powi(i32::from(scale))).round();
+                        if units.is_nan() || units.abs() >= 2f64.powi(53) {
+                            return Err(bad(a));
+                        }
+                        (*s, *c) = (Wide::new(units as i128), n)
                     }
                     (Acc::Bool { trues, falses }, Some(n), Some(v), None) => {
                         *trues = n;

@@ -89,6 +89,7 @@ use crate::state::{StateReader, StateWriter};
 use accumulators::{seen_counts, Acc, AccState, ArgView, Kind, Out, SeenMap};
 
 mod accumulators;
+pub(crate) use accumulators::{avg_scale, decimal_avg};
 mod checkpoint;
 mod minmax;
 #[cfg(test)]
@@ -320,7 +321,9 @@ impl Aggregate {
         let element_converters =
             aggs.iter().map(AggSpec::element_converter).collect::<Result<_>>()?;
         let float_order = aggs.iter().any(|s| {
-            (s.func == AggFunc::Avg && !accumulators::int_arg(&s.arg_type))
+            (s.func == AggFunc::Avg
+                && !accumulators::int_arg(&s.arg_type)
+                && !matches!(s.arg_type, DataType::Decimal128(..)))
                 || (s.func == AggFunc::Sum
                     && matches!(
                         s.arg_type,

@@ -42,9 +42,16 @@ fn aggregate(grouped: bool, aggs: &[(AggFunc, bool)], arg: DataType) -> Aggregat
                     (Some(ScalarExpr::compile(&e, &df).unwrap()), arg.clone())
                 }
             };
-            let out = match f {
-                AggFunc::Avg => DataType::Float64,
-                AggFunc::Min | AggFunc::Max => ty.clone(),
+            // The output types DataFusion gives.
+            let out = match (f, &ty) {
+                (AggFunc::Avg, DataType::Decimal128(p, s)) => {
+                    DataType::Decimal128((p + 4).min(38), s + 4)
+                }
+                (AggFunc::Sum, DataType::Decimal128(p, s)) => {
+                    DataType::Decimal128((p + 10).min(38), *s)
+                }
+                (AggFunc::Avg, _) => DataType::Float64,
+                (AggFunc::Min | AggFunc::Max, _) => ty.clone(),
                 _ => DataType::Int64,
             };
             fields.push(Field::new(format!("{f}"), out, true));
@@ -141,6 +148,55 @@ fn sum_and_avg_skip_nulls_and_retract() {
         vec![kv(1, "+1 a 2, +1 a _, +1 a 4"), kv(2, "-1 a 4")],
     );
     assert_eq!(out, ["@1 +1 a 6 3.0 2", "@2 +1 a 2 2.0 1", "@2 -1 a 6 3.0 2"]);
+}
+
+#[test]
+fn decimal_avg_is_exact_and_rounds_half_away_from_zero() {
+    use super::accumulators::decimal_avg;
+    assert_eq!(decimal_avg(1, 3, 1).unwrap(), 3333); // 0.1 / 3 = 0.03333
+    assert_eq!(decimal_avg(-2, 3, 0).unwrap(), -6667); // -0.66667 at scale 4
+    assert_eq!(decimal_avg(1, 20_000, 0).unwrap(), 1); // 0.00005 rounds to 0.0001
+    assert_eq!(decimal_avg(-1, 20_000, 0).unwrap(), -1);
+    assert_eq!(decimal_avg(1, 20_001, 0).unwrap(), 0);
+    // The sum is divided first: a sum near i128's limit still averages.
+    assert_eq!(decimal_avg(i128::MAX - 1, 2, 38).unwrap(), (i128::MAX - 1) / 2);
+    assert!(decimal_avg(i128::MAX - 1, 1, 0).is_err());
+}
+
+/// SUM and AVG over DECIMAL(20,2): exact past 2^53, where a float sum loses the last digit.
+fn decimal_input() -> Vec<Tick> {
+    vec![
+        kv(1, "+1 a 9007199254740993, +1 a 1, +1 a 1, +1 b -1, +1 b -1, +1 b 0"),
+        kv(2, "-1 a 1, -1 b 0"),
+        kv(3, "-1 a 9007199254740993"),
+    ]
+}
+
+#[test]
+fn decimal_sum_and_avg_are_exact_and_retract() {
+    let make = |input| {
+        agg_op_as(
+            true,
+            &[(AggFunc::Sum, false), (AggFunc::Avg, false)],
+            DataType::Decimal128(20, 2),
+            input,
+        )
+    };
+    let out = run(&mut make(decimal_input()));
+    assert_eq!(
+        out,
+        [
+            "@1 +1 a 9007199254740995.00 3002399751580331.666667",
+            "@1 +1 b -2.00 -0.666667",
+            "@2 +1 a 9007199254740994.00 4503599627370497.000000",
+            "@2 +1 b -2.00 -1.000000",
+            "@2 -1 a 9007199254740995.00 3002399751580331.666667",
+            "@2 -1 b -2.00 -0.666667",
+            "@3 +1 a 1.00 1.000000",
+            "@3 -1 a 9007199254740994.00 4503599627370497.000000",
+        ]
+    );
+    assert_round_trips_at_every_cut(make, decimal_input, &[1, 2, 3], "decimal SUM and AVG");
 }
 
 #[test]
@@ -275,6 +331,47 @@ fn restored_values_that_do_not_fit_are_errors() {
     let mut fresh = aggregate(true, &aggs, DataType::Int64);
     let err = fresh.restore_own(&mut r).unwrap_err();
     assert!(err.to_string().contains("does not fit"), "{err}");
+}
+
+#[test]
+fn decimal_avg_restores_the_float_sum_written_before_it_was_exact() {
+    let aggs = [(AggFunc::Avg, false)];
+    let ty = DataType::Decimal128(20, 2);
+    let mut a = agg_op_as(true, &aggs, ty.clone(), vec![kv(1, "+1 a 10, +1 a 20")]);
+    assert_eq!(eval_at(&mut a, &[1]), ["@1 +1 a 15.000000"]);
+    let mut w = StateWriter::new();
+    a.operator(1).unwrap().save_state(&mut w).unwrap();
+    let sig = aggregate(true, &aggs, ty.clone()).signature();
+    let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+    r.take("aggregate", &sig).unwrap();
+    let groups = r.take("aggregate.groups", &sig).unwrap();
+    let keys = groups.binary("key").unwrap();
+    // The layout an older Weir wrote: the AVG's sum as a float (with a float's error).
+    let mut old = StateWriter::new();
+    old.put("aggregate", &sig, 1, vec![("started", bool_col([true]))]).unwrap();
+    let groups = vec![
+        ("key", binary_col(keys)),
+        ("rows", i64_col([2])),
+        ("n0", opt_i64_col([Some(2)])),
+        ("isum0", opt_i128_col([None])),
+        ("fsum0", opt_f64_col([Some(30.000000000000004)])),
+    ];
+    old.put("aggregate.groups", &sig, 1, groups).unwrap();
+    for name in ["aggregate.values", "aggregate.seen"] {
+        let none: Vec<&[u8]> = vec![];
+        let cols = vec![
+            ("group", i64_col(vec![])),
+            ("agg", i64_col(vec![])),
+            ("value", binary_col(none)),
+            ("count", i64_col(vec![])),
+        ];
+        old.put(name, &sig, 0, cols).unwrap();
+    }
+    let mut r = StateReader::from_bytes(&old.into_bytes().unwrap()).unwrap();
+    let mut b = agg_op_as(true, &aggs, ty, vec![kv(2, "+1 a 30")]);
+    b.operator_mut(1).unwrap().restore_state(&mut r).unwrap();
+    r.finish().unwrap();
+    assert_eq!(eval_at(&mut b, &[2]), ["@2 +1 a 20.000000", "@2 -1 a 15.000000"]);
 }
 
 #[test]

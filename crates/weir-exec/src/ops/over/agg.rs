@@ -61,7 +61,8 @@ pub struct OverAggSpec {
 pub(super) struct Acc {
     rows: i64,
     count: i64,
-    /// SUM (in the argument's type), MIN, MAX, and AVG's sum as a double.
+    /// SUM (in the argument's type, and AVG's over a decimal), MIN, MAX, and AVG's sum as a
+    /// double.
     sum: ScalarValue,
     min: ScalarValue,
     max: ScalarValue,
@@ -97,15 +98,9 @@ impl Acc {
         }
         self.count += 1;
         match func {
-            AggFunc::Sum => {
-                self.sum = if self.sum.is_null() {
-                    v.clone()
-                } else {
-                    self.sum.add_checked(v).map_err(|e| {
-                        WeirError::exec(format!("SUM over a window: {}", e.strip_backtrace()))
-                    })?
-                };
-            }
+            // AVG over a decimal keeps an exact sum, divided when the value is read.
+            AggFunc::Sum => self.add_to_sum(func, v)?,
+            AggFunc::Avg if matches!(v, ScalarValue::Decimal128(..)) => self.add_to_sum(func, v)?,
             AggFunc::Avg => {
                 if let ScalarValue::Float64(Some(x)) = v.cast_to(&DataType::Float64).map_err(df)? {
                     self.fsum += x;
@@ -139,6 +134,17 @@ impl Acc {
         Ok(())
     }
 
+    fn add_to_sum(&mut self, func: AggFunc, v: &ScalarValue) -> Result<()> {
+        self.sum = if self.sum.is_null() {
+            v.clone()
+        } else {
+            self.sum.add_checked(v).map_err(|e| {
+                WeirError::exec(format!("{func} over a window: {}", e.strip_backtrace()))
+            })?
+        };
+        Ok(())
+    }
+
     fn result(&self, spec: &OverAggSpec) -> Result<ScalarValue> {
         match spec.func {
             OverFunc::Agg(f) => self.value(f, &spec.out_type),
@@ -158,7 +164,13 @@ impl Acc {
             AggFunc::Count => ScalarValue::Int64(Some(self.count)),
             AggFunc::Sum => self.sum.clone(),
             AggFunc::Avg if self.count == 0 => ScalarValue::Float64(None),
-            AggFunc::Avg => ScalarValue::Float64(Some(self.fsum / self.count as f64)),
+            AggFunc::Avg => match self.sum {
+                ScalarValue::Decimal128(Some(sum), _, scale) => {
+                    let avg = crate::ops::aggregate::decimal_avg(sum, self.count, scale)?;
+                    ScalarValue::Decimal128(Some(avg), 38, crate::ops::aggregate::avg_scale(scale))
+                }
+                _ => ScalarValue::Float64(Some(self.fsum / self.count as f64)),
+            },
             AggFunc::Min => self.min.clone(),
             AggFunc::Max => self.max.clone(),
             other => return Err(WeirError::internal(format!("{other} is not an OVER aggregate"))),
