@@ -9,9 +9,16 @@
 //! in memory is not.
 //!
 //! Latency (memory mode): an output at instant τ is caused by the first chunk holding an event
-//! stamped τ or later (the event that completed instant τ); its latency is the time from the
+//! stamped after τ (the event that completed instant τ: a watermark equal to the largest
+//! timestamp completes the instants below it); its latency is the time from the
 //! start of that chunk's push to the poll that returned the output. One sample per output
 //! instant.
+//!
+//! [`paced`] measures latency as a live source sees it: chunks arrive on a schedule (a fixed
+//! rate of events per second of wall-clock time), and an output's latency runs from the
+//! scheduled arrival of the chunk that caused it, not from when the driver got round to
+//! pushing it, so a run that falls behind its schedule shows the delay it built up
+//! (coordinated omission corrected).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -153,7 +160,9 @@ impl Sink<'_> {
                 continue;
             }
             last = Some(t);
-            let i = self.chunks.partition_point(|(max, _)| *max < t);
+            // Instant t is complete once an event stamped after t has arrived (the watermark
+            // is the largest timestamp, and instants below it are evaluated).
+            let i = self.chunks.partition_point(|(max, _)| *max <= t);
             let start = self.chunks.get(i).or(self.chunks.last()).map(|c| c.1);
             if let Some(start) = start {
                 self.samples.push(now.saturating_duration_since(start));
@@ -162,12 +171,38 @@ impl Sink<'_> {
     }
 
     fn latency(&mut self) -> Option<(Duration, Duration)> {
-        if self.samples.is_empty() {
+        let p = Percentiles::of(&mut self.samples)?;
+        Some((p.p50, p.p99))
+    }
+}
+
+/// Latency percentiles of a run's samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Percentiles {
+    pub samples: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub p999: Duration,
+    pub max: Duration,
+}
+
+impl Percentiles {
+    /// The nearest-rank percentiles of `samples` (sorted in place); None if there are none.
+    pub fn of(samples: &mut [Duration]) -> Option<Percentiles> {
+        if samples.is_empty() {
             return None;
         }
-        self.samples.sort_unstable();
-        let at = |q: f64| self.samples[((self.samples.len() - 1) as f64 * q).round() as usize];
-        Some((at(0.5), at(0.99)))
+        samples.sort_unstable();
+        let at = |q: f64| {
+            samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1]
+        };
+        Some(Percentiles {
+            samples: samples.len(),
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: samples[samples.len() - 1],
+        })
     }
 }
 
@@ -272,6 +307,140 @@ pub fn run(cfg: &RunConfig) -> Result<Report> {
         peak_rss_mb: peak_rss_mb(),
         latency: sink.latency(),
         traffic: (cfg.workers > 1).then(|| engine.worker_traffic()),
+    })
+}
+
+/// What a paced run measured (see [`paced`]).
+#[derive(Debug, Clone)]
+pub struct PacedReport {
+    pub query: Query,
+    pub events: u64,
+    /// The schedule: events per second of wall-clock time, in chunks of `chunk` events.
+    pub rate: f64,
+    pub chunk: usize,
+    /// The wall-clock time of the run, from the first chunk's arrival to the last output.
+    pub seconds: f64,
+    /// The longest a chunk's push started after its scheduled arrival.
+    pub max_behind: Duration,
+    pub outputs: u64,
+    pub latency: Option<Percentiles>,
+}
+
+impl PacedReport {
+    /// One line: query, schedule, events, percentiles, how far behind the schedule, outputs.
+    pub fn line(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let lat = match &self.latency {
+            Some(p) => format!(
+                "p50 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms  ({} samples)",
+                ms(p.p50),
+                ms(p.p99),
+                ms(p.p999),
+                ms(p.max),
+                p.samples
+            ),
+            None => "latency -".into(),
+        };
+        format!(
+            "{:<3} paced {:.0} events/s in chunks of {}  events {}  {:.2} s  {lat}  behind schedule at most {:.3} ms  outputs {}",
+            self.query.name(),
+            self.rate,
+            self.chunk,
+            self.events,
+            self.seconds,
+            ms(self.max_behind),
+            self.outputs
+        )
+    }
+}
+
+/// Runs one query with its events arriving at `rate` events per second of wall-clock time:
+/// chunk i (of `cfg.chunk` events) is due at i·chunk/rate seconds after the start. The events
+/// are generated before the clock starts. The driver waits for each chunk's time (sleeping,
+/// then spinning the last stretch while it polls the output), pushes it and polls; an output
+/// at instant τ gets one sample, from the scheduled arrival of the first chunk holding an
+/// event stamped after τ to the poll that returned it. Memory input only; queries on
+/// processing time are refused (their instants are not caused by a chunk).
+pub fn paced(cfg: &RunConfig, rate: f64) -> Result<PacedReport> {
+    anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--pace must be a positive rate");
+    anyhow::ensure!(
+        !cfg.query.on_processing_time(),
+        "{} runs on processing time: its outputs are not caused by an event's arrival",
+        cfg.query
+    );
+    let mut engine = Engine::new();
+    engine.set_workers(cfg.workers)?;
+    engine.execute(cfg.query.ddl())?;
+    if let Some(setup) = cfg.query.setup() {
+        engine.execute(&setup).with_context(|| format!("setting up {}", cfg.query))?;
+    }
+    let sql = cfg.query.sql(&cfg.params);
+    let sub = engine.subscribe(&sql).with_context(|| format!("starting {}: {sql}", cfg.query))?;
+    let streams = cfg.query.streams();
+    // Every chunk, generated up front: (its largest timestamp, its batches of the query's
+    // streams).
+    let mut g = Generator::new(cfg.generator.clone());
+    let mut chunks: Vec<(i64, Vec<(&str, RecordBatch)>)> = Vec::new();
+    let mut left = cfg.events;
+    while left > 0 {
+        let n = left.min(cfg.chunk as u64);
+        left -= n;
+        let b = g.next_events(n)?;
+        let max = g.time_of(g.events_so_far() - 1);
+        let batches = streams
+            .iter()
+            .filter_map(|s| b.get(s).filter(|b| b.num_rows() > 0).map(|b| (*s, b.clone())))
+            .collect();
+        chunks.push((max, batches));
+    }
+    let mut sink = Sink {
+        sub: &sub,
+        outputs: 0,
+        chunks: Vec::with_capacity(chunks.len() + 1),
+        samples: Vec::new(),
+        measure_latency: true,
+    };
+    let period = cfg.chunk as f64 / rate;
+    let start = Instant::now();
+    let mut max_behind = Duration::ZERO;
+    for (i, (max, batches)) in chunks.into_iter().enumerate() {
+        let due = start + Duration::from_secs_f64(i as f64 * period);
+        // Sleep to within a millisecond of the arrival, then spin on the output.
+        loop {
+            let now = Instant::now();
+            if now >= due {
+                max_behind = max_behind.max(now - due);
+                break;
+            }
+            if due - now > Duration::from_millis(1) {
+                std::thread::sleep(due - now - Duration::from_millis(1));
+            } else {
+                sink.poll()?;
+            }
+        }
+        sink.chunks.push((max, due));
+        for (s, batch) in batches {
+            engine.push(s, batch)?;
+            sink.poll()?;
+        }
+    }
+    let due = start + Duration::from_secs_f64(sink.chunks.len() as f64 * period);
+    while Instant::now() < due {
+        sink.poll()?;
+    }
+    sink.chunks.push((i64::MAX, due));
+    engine.close_all()?;
+    sink.poll()?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(PacedReport {
+        query: cfg.query,
+        events: cfg.events,
+        rate,
+        chunk: cfg.chunk,
+        seconds,
+        max_behind,
+        outputs: sink.outputs,
+        latency: Percentiles::of(&mut sink.samples),
     })
 }
 
@@ -490,4 +659,22 @@ pub fn sketch_query(
         start_rss_mb,
         outputs,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut ms: Vec<Duration> = (1..=1000).rev().map(Duration::from_millis).collect();
+        let p = Percentiles::of(&mut ms).unwrap();
+        assert_eq!(p.samples, 1000);
+        assert_eq!([p.p50, p.p99, p.p999, p.max].map(|d| d.as_millis()), [500, 990, 999, 1000]);
+        let mut one = vec![Duration::from_micros(7)];
+        let p = Percentiles::of(&mut one).unwrap();
+        assert_eq!([p.p50, p.p999, p.max], [Duration::from_micros(7); 3]);
+        assert!(Percentiles::of(&mut []).is_none());
+    }
 }

@@ -11,7 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use anyhow::Result;
 use clap::Parser;
 use weir_bench::driver::{
-    reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
+    paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
 };
 use weir_bench::files::{path_of, write_events, Format};
 use weir_bench::{Config, Params, Query};
@@ -37,6 +37,7 @@ const SKETCH_AGGS: [&str; 3] =
 Examples:
   weir-bench --query q5 --events 10_000_000
   weir-bench --query all --input csv
+  weir-bench --query q0,q5 --events 1000000 --pace 100000 --chunk 100
   weir-bench --scaling --events 2000000
   weir-bench --sketch --events 10000000 --keys 1000000
   weir-bench --top-k --events 10000000 --keys 1000000
@@ -100,6 +101,11 @@ struct Args {
     /// APPROX_COUNT_DISTINCT(k) and APPROX_COUNT_DISTINCT(k, 12))
     #[arg(long, value_name = "AGG", requires = "sketch")]
     agg: Option<String>,
+    /// Latency under a steady arrival rate: events arrive at this many per second of wall-clock
+    /// time, --chunk at a time (memory input), and each output's latency is measured from the
+    /// scheduled arrival of the event that caused it (p50, p99, p99.9, max)
+    #[arg(long, value_name = "EVENTS_PER_SEC")]
+    pace: Option<f64>,
     /// Only write the events to --data, as csv or json, and stop
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     write: Option<Format>,
@@ -208,6 +214,11 @@ fn main() -> Result<()> {
             input: input.clone(),
             workers: usize::try_from(a.workers)?,
         };
+        if let Some(rate) = a.pace {
+            anyhow::ensure!(input == Input::Memory, "--pace runs on events generated in memory");
+            println!("{}", paced(&cfg, rate)?.line());
+            continue;
+        }
         let report = run(&cfg)?;
         println!("{}", report.line());
     }

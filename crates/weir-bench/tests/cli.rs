@@ -49,3 +49,25 @@ fn bad_values_name_the_good_ones() {
         "{stderr}"
     );
 }
+
+/// A paced run reports its latency percentiles; a windowed query's outputs too, each caused by
+/// a chunk. A debug build is slow, so the rate is low and only the shape is checked.
+#[test]
+fn paced_runs_report_latency_percentiles() {
+    let (code, stdout, stderr) =
+        bench(&["--query", "q0,q5", "--events", "3000", "--pace", "100000", "--chunk", "100"]);
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    for (line, q) in lines.iter().zip(["q0 ", "q5 "]) {
+        assert!(line.starts_with(q), "{line}");
+        assert!(line.contains("paced 100000 events/s in chunks of 100  events 3000"), "{line}");
+        for part in ["p50 ", " ms  p99 ", " ms  p99.9 ", " ms  max ", "behind schedule"] {
+            assert!(line.contains(part), "{part}: {line}");
+        }
+        assert!(!line.contains("outputs 0"), "{line}");
+    }
+    let (code, _, stderr) = bench(&["--query", "q12", "--pace", "1000", "--events", "10"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("q12 runs on processing time"), "{stderr}");
+}
