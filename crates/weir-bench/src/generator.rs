@@ -261,6 +261,11 @@ pub fn ddl() -> &'static str {
     )
 }
 
+/// The `bid` stream's columns, as `CREATE STREAM` lists them.
+pub fn bid_columns() -> &'static str {
+    bid_columns!()
+}
+
 /// [`ddl`] with bids stamped on arrival instead: `bid` has the column `p_time AS PROCTIME()`
 /// and no event time (`date_time` is a value), as q12 reads it.
 pub fn ddl_bids_on_arrival() -> &'static str {

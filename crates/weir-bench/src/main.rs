@@ -10,6 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use anyhow::Result;
 use clap::Parser;
+use weir_bench::decode::decode;
 use weir_bench::driver::{
     paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
 };
@@ -42,6 +43,7 @@ Examples:
   weir-bench --sketch --events 10000000 --keys 1000000
   weir-bench --top-k --events 10000000 --keys 1000000
   weir-bench --top-k approx --events 10000000 --keys 1000000
+  weir-bench --decode csv --events 2000000
   weir-bench --write csv --events 1000000 --data /tmp/nexmark"
 )]
 struct Args {
@@ -109,6 +111,13 @@ struct Args {
     /// Only write the events to --data, as csv or json, and stop
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     write: Option<Format>,
+    /// Instead of NEXMark: how fast Weir's file source takes in the bid file of --data (csv or
+    /// json; written first if missing), beside arrow's reader alone on the same file
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format, conflicts_with_all = ["sketch", "scaling", "write", "top_k", "pace"])]
+    decode: Option<Format>,
+    /// With --decode: timed runs of each reader, in turn (the fastest is reported)
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    runs: usize,
 }
 
 /// The queries of one `--query` value.
@@ -152,6 +161,14 @@ fn main() -> Result<()> {
     if let Some(format) = a.write {
         write_events(&data, format, &generator, a.events)?;
         println!("wrote {} events to {}", a.events, data.display());
+        return Ok(());
+    }
+    if let Some(format) = a.decode {
+        if !path_of(&data, "bid", format).exists() {
+            eprintln!("writing {} events to {} (not timed)", a.events, data.display());
+            write_events(&data, format, &generator, a.events)?;
+        }
+        println!("{}", decode(&data, format, a.runs)?.line());
         return Ok(());
     }
     if a.scaling {

@@ -71,3 +71,22 @@ fn paced_runs_report_latency_percentiles() {
     assert_eq!(code, 1);
     assert!(stderr.contains("q12 runs on processing time"), "{stderr}");
 }
+
+#[test]
+fn decode_times_weir_and_arrow_over_the_same_rows() {
+    let dir = std::env::temp_dir().join(format!("weir-bench-decode-{}", std::process::id()));
+    let data = dir.to_str().unwrap();
+    for format in ["csv", "json"] {
+        let (code, stdout, stderr) =
+            bench(&["--decode", format, "--events", "3000", "--runs", "1", "--data", data]);
+        assert_eq!(code, 0, "{stderr}");
+        // The 3000 events hold 2760 bids (46 in 50); both readers must have read all of them
+        // (the run fails if their counts differ).
+        let ext = if format == "csv" { "csv  " } else { "jsonl" };
+        assert!(stdout.starts_with(&format!("decode {ext} rows      2760 ")), "{stdout}");
+        for part in [" rows/s ", " MB/s  arrow alone ", "weir/arrow "] {
+            assert!(stdout.contains(part), "{part}: {stdout}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

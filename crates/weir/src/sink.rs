@@ -235,7 +235,12 @@ impl FileSink {
             return Ok(());
         }
         // A stream element of multiplicity n is written n times; relation changes keep _diff.
-        let (data, times, diffs) = if self.kind == PlanKind::Stream {
+        let (data, times, diffs) = if self.kind == PlanKind::Stream
+            && changes.diffs.iter().all(|&d| d == 1)
+        {
+            // Every element once (nearly always): the batch's own columns, not a copy.
+            (changes.data.columns().to_vec(), changes.times.clone(), None)
+        } else if self.kind == PlanKind::Stream {
             let mut idx = Vec::new();
             for (i, &d) in changes.diffs.iter().enumerate() {
                 idx.extend(std::iter::repeat_n(i as u32, d.max(0) as usize));

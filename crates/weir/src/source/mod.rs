@@ -371,14 +371,10 @@ impl SourceReader {
             let follow = matches!(self.spec.input, Input::Files { follow: true, .. });
             let last = self.next_file >= self.files.len();
             let Some(cur) = self.current.as_mut() else { continue };
-            let mut buf = vec![0u8; max_bytes.max(4096)];
-            let n = loop {
-                match cur.file.read(&mut buf) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("reading '{}': {e}", cur.name)),
-                }
-            };
+            let n = cur
+                .framer
+                .read_from(&mut cur.file, max_bytes.max(4096))
+                .map_err(|e| format!("reading '{}': {e}", cur.name))?;
             self.bytes_read += n as u64;
             // A followed file at its end waits for more, unless a newer file has appeared:
             // then it is complete, and read to its end like any other.
@@ -387,7 +383,7 @@ impl SourceReader {
             }
             let Some(cur) = self.current.as_mut() else { continue };
             let eof = n == 0;
-            let mut recs = cur.framer.feed(&buf[..n], eof);
+            let mut recs = cur.framer.frame(eof);
             let name = cur.name.clone();
             if cur.header_pending && !recs.is_empty() {
                 cur.header = Some(recs.record(0).to_vec());
