@@ -11,6 +11,7 @@
 //! A source never blocks the engine: files are read in bounded chunks and standard input is
 //! read by a helper thread into a channel.
 
+pub(crate) mod csv_fast;
 pub(crate) mod decode;
 pub(crate) mod framing;
 pub(crate) mod parquet;
