@@ -1,9 +1,10 @@
 //! Decoding framed records (CSV or JSON lines) into a stream's Arrow batches, row by row
 //! accountable.
 //!
-//! The fast path hands a whole run of records to arrow's CSV or JSON decoder and converts the
-//! `TIMESTAMP` columns (read as text) with [`parse_timestamp`]: ISO-8601 text or an epoch
-//! number. If anything in the run fails, the slow path checks each record on its own, so that
+//! The fast path decodes a whole run of records at once: a CSV run with no quoted field with
+//! [`super::csv_fast`] (fields parsed where they lie), any other run with arrow's CSV or JSON
+//! decoder, converting the `TIMESTAMP` columns (read as text) with [`parse_timestamp`]:
+//! ISO-8601 text or an epoch number. If anything in the run fails, the slow path checks each record on its own, so that
 //! a bad row is reported with its line, byte offset, field and reason and the good rows around
 //! it are kept; the good rows are then decoded together by the fast path again.
 
