@@ -78,15 +78,12 @@ pub fn decode(dir: &Path, format: Format, runs: usize) -> Result<DecodeReport> {
 /// One run of Weir's source over `path`: seconds and rows taken in.
 fn weir_run(path: &Path, format: Format) -> Result<(f64, u64)> {
     let mut engine = Engine::new();
-    let format_name = match format {
-        Format::Csv => "csv",
-        Format::Json => "jsonl",
-    };
     engine.execute(&format!(
         "CREATE STREAM bid ({}, WATERMARK FOR date_time AS date_time) \
-         WITH (source = 'file', path = '{}', format = '{format_name}')",
+         WITH (source = 'file', path = '{}', format = '{}')",
         crate::generator::bid_columns(),
-        path.display()
+        path.display(),
+        format.extension()
     ))?;
     let sub = engine.subscribe("SELECT auction FROM bid WHERE auction < 0")?;
     let start = Instant::now();

@@ -163,11 +163,16 @@ fn main() -> Result<()> {
         println!("wrote {} events to {}", a.events, data.display());
         return Ok(());
     }
-    if let Some(format) = a.decode {
+    // The event files of a file mode, written first (untimed) if missing.
+    let ensure_files = |format: Format| -> Result<()> {
         if !path_of(&data, "bid", format).exists() {
             eprintln!("writing {} events to {} (not timed)", a.events, data.display());
             write_events(&data, format, &generator, a.events)?;
         }
+        Ok(())
+    };
+    if let Some(format) = a.decode {
+        ensure_files(format)?;
         println!("{}", decode(&data, format, a.runs)?.line());
         return Ok(());
     }
@@ -213,10 +218,7 @@ fn main() -> Result<()> {
         "memory" => Input::Memory,
         f => {
             let format = parse_format(f).map_err(anyhow::Error::msg)?;
-            if !path_of(&data, "bid", format).exists() {
-                eprintln!("writing {} events to {} (not timed)", a.events, data.display());
-                write_events(&data, format, &generator, a.events)?;
-            }
+            ensure_files(format)?;
             Input::Files(format, data.clone())
         }
     };
