@@ -342,20 +342,16 @@ impl FileSink {
 fn timestamps_as_text(batch: RecordBatch) -> Result<RecordBatch> {
     use arrow::array::{Array, AsArray, StringBuilder};
     use arrow::datatypes::TimestampMicrosecondType;
-    let in_range = |v: i64| (ISO_FIRST_MICROS..=ISO_LAST_MICROS).contains(&v);
     let text_column = |c: &ArrayRef| {
         if *c.data_type() != DataType::Timestamp(TimeUnit::Microsecond, None) {
             return None;
         }
         let values = c.as_primitive::<TimestampMicrosecondType>();
-        if !values.iter().flatten().all(in_range) {
-            return None;
-        }
         let mut out = StringBuilder::with_capacity(values.len(), values.len() * 26);
         let mut text = IsoText::default();
         for v in values.iter() {
             match v {
-                Some(v) => out.append_value(text.write(v)),
+                Some(v) => out.append_value(text.write(v)?),
                 None => out.append_null(),
             }
         }
@@ -386,12 +382,7 @@ fn timestamps_as_text(batch: RecordBatch) -> Result<RecordBatch> {
     )?)
 }
 
-/// 0000-01-01T00:00:00 and 9999-12-31T23:59:59.999999 in microseconds since the epoch: the
-/// instants [`IsoText`] writes.
-const ISO_FIRST_MICROS: i64 = -62_167_219_200_000_000;
-const ISO_LAST_MICROS: i64 = 253_402_300_799_999_999;
-
-/// Writes instants within [`ISO_FIRST_MICROS`]..=[`ISO_LAST_MICROS`] as ISO-8601 text, as
+/// Writes instants of the years 0-9999 as ISO-8601 text, as
 /// chrono's `NaiveDateTime` debug form: a fraction only if there is one, in 3 digits when it
 /// is whole milliseconds, else 6. The date and time of day are kept from one value to the next
 /// and written again only when the second changes (a sink's rows mostly come in time order).
@@ -408,21 +399,22 @@ impl Default for IsoText {
 }
 
 impl IsoText {
-    fn write(&mut self, micros: i64) -> &str {
+    /// The text of `micros`; None outside the years 0-9999.
+    fn write(&mut self, micros: i64) -> Option<&str> {
+        use chrono::{Datelike, Timelike};
         let second = micros.div_euclid(1_000_000);
         let fraction = micros.rem_euclid(1_000_000) as u32;
         if second != self.second {
+            let t = chrono::DateTime::from_timestamp(second, 0)?;
+            let year = u32::try_from(t.year()).ok().filter(|y| *y <= 9999)?;
             self.second = second;
-            let (year, month, day) = civil_from_days(second.div_euclid(86_400));
-            let of_day = second.rem_euclid(86_400) as u32;
-            let year = year as u32;
             self.digits(0, year / 100, 2);
             self.digits(2, year % 100, 2);
-            self.digits(5, month as u32, 2);
-            self.digits(8, day as u32, 2);
-            self.digits(11, of_day / 3600, 2);
-            self.digits(14, of_day / 60 % 60, 2);
-            self.digits(17, of_day % 60, 2);
+            self.digits(5, t.month(), 2);
+            self.digits(8, t.day(), 2);
+            self.digits(11, t.hour(), 2);
+            self.digits(14, t.minute(), 2);
+            self.digits(17, t.second(), 2);
         }
         let len = match fraction {
             0 => 19,
@@ -436,7 +428,7 @@ impl IsoText {
             }
         };
         // Only ASCII digits and separators are ever in the buffer.
-        std::str::from_utf8(&self.buf[..len]).unwrap_or_default()
+        std::str::from_utf8(&self.buf[..len]).ok()
     }
 
     /// Writes the last `width` decimal digits of `value` at `buf[at..]`.
@@ -446,21 +438,6 @@ impl IsoText {
             value /= 10;
         }
     }
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (counted in 400-year eras from March 1
-/// of year 0, so February ends each counted year).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
-    (year_of_era + era * 400 + i64::from(month <= 2), month, day)
 }
 
 impl Drop for FileSink {
@@ -475,6 +452,11 @@ impl Drop for FileSink {
 mod tests {
     use super::*;
     use arrow::util::display::{ArrayFormatter, FormatOptions};
+
+    /// 0000-01-01T00:00:00 and 9999-12-31T23:59:59.999999 in microseconds since the epoch:
+    /// the first and last instants [`IsoText`] writes.
+    const ISO_FIRST_MICROS: i64 = -62_167_219_200_000_000;
+    const ISO_LAST_MICROS: i64 = 253_402_300_799_999_999;
 
     fn arrows_text(micros: i64) -> String {
         let a = TimestampMicrosecondArray::from(vec![micros]);
@@ -498,8 +480,10 @@ mod tests {
             ISO_FIRST_MICROS,
             ISO_LAST_MICROS,
         ] {
-            assert_eq!(text.write(v), arrows_text(v), "{v}");
+            assert_eq!(text.write(v), Some(arrows_text(v).as_str()), "{v}");
         }
+        assert_eq!(text.write(ISO_FIRST_MICROS - 1), None);
+        assert_eq!(text.write(ISO_LAST_MICROS + 1), None);
         let micros = prop_oneof![
             ISO_FIRST_MICROS..=ISO_LAST_MICROS,
             (ISO_FIRST_MICROS / 1000..=ISO_LAST_MICROS / 1000).prop_map(|ms| ms * 1000),
@@ -512,7 +496,8 @@ mod tests {
             let mut text = IsoText::default();
             for (v, step) in run {
                 for w in [v, (v + step).min(ISO_LAST_MICROS)] {
-                    prop_assert_eq!(text.write(w), arrows_text(w));
+                    let expected = arrows_text(w);
+                    prop_assert_eq!(text.write(w), Some(expected.as_str()));
                 }
             }
         });

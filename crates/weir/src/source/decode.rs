@@ -4,7 +4,8 @@
 //! The fast path decodes a whole run of records at once: a CSV run with no quoted field with
 //! [`super::csv_fast`] (fields parsed where they lie), any other run with arrow's CSV or JSON
 //! decoder, converting the `TIMESTAMP` columns (read as text) with [`parse_timestamp`]:
-//! ISO-8601 text or an epoch number. If anything in the run fails, the slow path checks each record on its own, so that
+//! ISO-8601 text or an epoch number. If anything in the run fails, the slow path checks each
+//! record on its own, so that
 //! a bad row is reported with its line, byte offset, field and reason and the good rows around
 //! it are kept; the good rows are then decoded together by the fast path again.
 
@@ -267,8 +268,8 @@ impl RowDecoder {
         }
     }
 
-    /// Arrow's decoder over whole records, then the TIMESTAMP conversion and the event-time
-    /// check. Arrow reads a number too large for its type (`1e400`) as infinity; with
+    /// A run of whole records at once: the CSV fast path if it takes the run, else arrow's
+    /// decoder. Both read a number too large for its type (`1e400`) as infinity; with
     /// `no_infinity`, any infinite float sends the run to the slow path, whose checks tell a
     /// written infinity (`inf`, `-Infinity`) from an out-of-range number.
     fn decode_fast(
@@ -277,13 +278,20 @@ impl RowDecoder {
         records: usize,
         no_infinity: bool,
     ) -> Result<RecordBatch, String> {
-        let batch_size = records.max(1);
-        if let Some(batch) = self.fast_csv.as_ref().and_then(|f| f.decode(bytes, records)) {
-            if no_infinity && has_infinity(&batch) {
-                return Err("an infinite float".into());
-            }
-            return Ok(batch);
+        let batch = match self.fast_csv.as_ref().and_then(|f| f.decode(bytes, records)) {
+            Some(batch) => batch,
+            None => self.decode_with_arrow(bytes, records)?,
+        };
+        if no_infinity && has_infinity(&batch) {
+            return Err("an infinite float".into());
         }
+        Ok(batch)
+    }
+
+    /// Arrow's CSV or JSON decoder over whole records, then [`Self::finish`]: the TIMESTAMP
+    /// conversion and the event-time check.
+    fn decode_with_arrow(&self, bytes: &[u8], records: usize) -> Result<RecordBatch, String> {
+        let batch_size = records.max(1);
         let raw = match &self.format {
             Format::Csv { delimiter, .. } => {
                 let layout = self.layout.as_ref().ok_or("no CSV header read yet")?;
@@ -321,11 +329,7 @@ impl RowDecoder {
             }
             Format::Parquet => return Err("Parquet is not read as text".into()),
         };
-        let batch = self.finish(raw).map_err(|(_, _, e)| e)?;
-        if no_infinity && has_infinity(&batch) {
-            return Err("an infinite float".into());
-        }
-        Ok(batch)
+        self.finish(raw).map_err(|(_, _, e)| e)
     }
 
     /// Converts text TIMESTAMP columns and checks every row has an event time.
@@ -654,9 +658,8 @@ fn iso_micros(b: &[u8]) -> Option<i64> {
     };
     let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
     let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
+    // None for an invalid date (month 13, April 31, February 29 of a common year).
+    let date = chrono::NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
@@ -675,30 +678,13 @@ fn iso_micros(b: &[u8]) -> Option<i64> {
     if !(rest.is_empty() || rest == b"Z" || rest == b"z") {
         return None;
     }
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
+    let days = i64::from(chrono::Datelike::num_days_from_ce(&date)) - UNIX_EPOCH_DAYS_FROM_CE;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
     Some(seconds * 1_000_000 + micros)
 }
 
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (month and day valid):
-/// counted in 400-year eras from March 1 of year 0, so February ends each counted year.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
+/// Days from 0001-01-01 (day 1 of chrono's count) to 1970-01-01.
+pub(crate) const UNIX_EPOCH_DAYS_FROM_CE: i64 = 719_163;
 
 #[cfg(test)]
 mod tests {
