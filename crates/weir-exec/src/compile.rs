@@ -20,6 +20,7 @@ use crate::consolidate::consolidate;
 use crate::expr::ScalarExpr;
 use crate::graph::Graph;
 use crate::operator::{EvalCtx, Operator};
+use crate::ops::aggregate::panes::PaneAggregate;
 use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
@@ -285,6 +286,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
                     .with_append_only(input.is_monotonic()),
             )
         }
+        LogicalPlan::PaneAggregate { .. } => pane_aggregate(plan, schema)?,
         LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
         LogicalPlan::UnionAll { .. } => Box::new(UnionAll::new(schema)),
         LogicalPlan::Values { rows, schema: df } => {
@@ -343,6 +345,21 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             }
         }
     })
+}
+
+/// The operator of a [`LogicalPlan::PaneAggregate`] (its own function: `build`'s stack frame
+/// must stay small, see `add`).
+#[inline(never)]
+fn pane_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    let LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, .. } = plan else {
+        return Err(WeirError::internal("pane aggregate expected"));
+    };
+    let in_schema = input.schema();
+    let keys = group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
+    let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
+    let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
+    let groups = Aggregate::new(keys, key_types, specs, schema.clone())?;
+    Ok(Box::new(PaneAggregate::new(*pane, *offset, groups, schema)?))
 }
 
 /// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame

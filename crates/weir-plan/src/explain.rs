@@ -117,6 +117,18 @@ fn label(plan: &LogicalPlan) -> String {
                 list(aggs)
             )
         }
+        LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, .. } => {
+            let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
+            let mut panes = LogicalPlan::duration_label(*pane, domain);
+            if *offset != 0 {
+                let _ = write!(panes, " OFFSET {}", LogicalPlan::duration_label(*offset, domain));
+            }
+            format!(
+                "PaneAggregate: panes of {panes} group=[{}] aggs=[{}]",
+                list(group.iter().map(|e| e.to_string())),
+                list(aggs.iter().map(|a| a.to_string()))
+            )
+        }
         LogicalPlan::Distinct { .. } => "Distinct".to_string(),
         LogicalPlan::Apply { subqueries, .. } => {
             format!("Apply: {} subquery(ies) per row", subqueries.len())

@@ -14,16 +14,20 @@
 //! schema; scalar expressions are DataFusion [`Expr`]s over the input's schema, already
 //! type-coerced by the binder. [`explain`] prints the tree for `EXPLAIN`; [`prune`] narrows
 //! each join input to the columns used above it; [`lift_window_bounds`] computes an aggregate
-//! per TUMBLE/HOP window over the plain window and adds the window's bounds after.
+//! per TUMBLE/HOP window over the plain window and adds the window's bounds after;
+//! [`pre_aggregate_panes`] aggregates a sliding, tumbling or cumulating window's elements pane
+//! by pane as they arrive, so that a slide merges panes instead of applying every element.
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
 pub mod explain;
+pub mod panes;
 pub mod plan;
 pub mod prune;
 pub mod window_bounds;
 
 pub use explain::explain;
+pub use panes::pre_aggregate_panes;
 pub use plan::{
     sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound, JoinKind,
     LogicalPlan, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SketchWindow,

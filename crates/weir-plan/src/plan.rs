@@ -642,6 +642,20 @@ pub enum LogicalPlan {
     },
     /// Group by `group` (empty: one scalar row) computing `aggs`; output = keys then aggregates.
     Aggregate { group: Vec<Expr>, aggs: Vec<AggCall>, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    /// A stream's elements aggregated pane by pane, under a time window's aggregate (see
+    /// [`crate::panes`]): panes are the spans [offset + j·pane, offset + (j+1)·pane) of
+    /// timestamps, and for each pane and each group (equal `group` values, NULLs equal) with
+    /// an element in it, one output element: the keys, then `aggs` over the group's elements
+    /// in the pane, stamped with the pane's last tick, offset + (j+1)·pane − 1. A stream, and
+    /// nothing of a pane is output before that tick.
+    PaneAggregate {
+        pane: Time,
+        offset: Time,
+        group: Vec<Expr>,
+        aggs: Vec<AggCall>,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
     /// Set semantics: each distinct row once.
     Distinct { input: Arc<LogicalPlan> },
     /// Bag union of inputs with one schema.
@@ -719,6 +733,7 @@ impl LogicalPlan {
             | LogicalPlan::Project { schema, .. }
             | LogicalPlan::Join { schema, .. }
             | LogicalPlan::Aggregate { schema, .. }
+            | LogicalPlan::PaneAggregate { schema, .. }
             | LogicalPlan::UnionAll { schema, .. }
             | LogicalPlan::Values { schema, .. }
             | LogicalPlan::Apply { schema, .. }
@@ -736,7 +751,9 @@ impl LogicalPlan {
     /// Stream or relation.
     pub fn kind(&self) -> PlanKind {
         match self {
-            LogicalPlan::StreamScan { .. } | LogicalPlan::ToStream { .. } => PlanKind::Stream,
+            LogicalPlan::StreamScan { .. }
+            | LogicalPlan::ToStream { .. }
+            | LogicalPlan::PaneAggregate { .. } => PlanKind::Stream,
             LogicalPlan::Rename { input, .. } => input.kind(),
             // A base stream narrowed to some of its columns (column pruning under a session
             // window) is still that stream, element for element.
@@ -761,6 +778,7 @@ impl LogicalPlan {
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }
+            | LogicalPlan::PaneAggregate { input, .. }
             | LogicalPlan::Distinct { input }
             | LogicalPlan::ToStream { input, .. }
             | LogicalPlan::TopK { input, .. }
@@ -900,6 +918,16 @@ impl LogicalPlan {
                 input: m(input),
                 schema: schema.clone(),
             },
+            LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, schema } => {
+                LogicalPlan::PaneAggregate {
+                    pane: *pane,
+                    offset: *offset,
+                    group: group.iter().map(f).collect(),
+                    aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
+                    input: m(input),
+                    schema: schema.clone(),
+                }
+            }
             LogicalPlan::Distinct { input } => LogicalPlan::Distinct { input: m(input) },
             LogicalPlan::UnionAll { inputs, schema } => LogicalPlan::UnionAll {
                 inputs: inputs.iter().map(m).collect(),
@@ -1026,6 +1054,7 @@ impl LogicalPlan {
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }
+            | LogicalPlan::PaneAggregate { input, .. }
             | LogicalPlan::Distinct { input }
             | LogicalPlan::ToStream { input, .. }
             | LogicalPlan::TopK { input, .. }

@@ -177,6 +177,22 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
+        LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, schema: s } => {
+            let in_schema = input.schema();
+            let mut need = Cols::new();
+            for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
+                expr_columns(e, &in_schema, &mut need);
+            }
+            let (input, _) = narrow(input, &need)?;
+            unchanged(LogicalPlan::PaneAggregate {
+                pane: *pane,
+                offset: *offset,
+                group: group.clone(),
+                aggs: aggs.clone(),
+                input,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::Filter { predicate, input } => {
             let mut need = required.clone();
             expr_columns(predicate, &input.schema(), &mut need);

@@ -138,6 +138,10 @@ const WINDOWS: &[Win] = &[
     Win::Slide(2, 3),
     Win::Slide(4, 4),
     Win::Slide(3, 1),
+    // Panes of 2 ticks under an aggregate (`weir_plan::panes`): overlapping windows, and
+    // windows with gaps between them.
+    Win::Slide(4, 2),
+    Win::Slide(2, 4),
     Win::Rows(0),
     Win::Rows(1),
     Win::Rows(3),
@@ -2796,6 +2800,7 @@ proptest! {
             (Win::Slide(3, 2), false, false),
             (Win::Slide(5, 2), true, false),
             (Win::Slide(3, 1), true, true),
+            (Win::Slide(6, 2), true, false),
         ];
         for (w, by_key, reads_bounds) in cases {
             check(&q_window_tvf(w, by_key, reads_bounds), &input)?;

@@ -619,6 +619,8 @@ impl<'a> Binder<'a> {
         };
         // Aggregates per TUMBLE/HOP window run over the plain window, the bounds added after.
         let plan = weir_plan::lift_window_bounds(&plan)?;
+        // Aggregates over sliding windows are pre-aggregated pane by pane as elements arrive.
+        let plan = weir_plan::pre_aggregate_panes(&plan)?;
         // Joins store whole input rows: each input keeps only the columns used above it.
         let plan = weir_plan::prune(&plan)?;
         let domains = plan.stream_domains();

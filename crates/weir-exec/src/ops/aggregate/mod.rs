@@ -63,7 +63,8 @@
 //! The operator is split by job: this file holds the groups and the walk of a step;
 //! `accumulators.rs` how each aggregate function keeps, updates and outputs its values;
 //! `checkpoint.rs` the state's sections; `minmax.rs` the MIN/MAX multisets kept as order keys;
-//! `tests.rs` the tests.
+//! `panes.rs` the pane aggregation under a time window's aggregate, which feeds the same groups
+//! without output and emits them all at once; `tests.rs` the tests.
 
 use std::ops::Range;
 
@@ -92,6 +93,7 @@ mod accumulators;
 pub(crate) use accumulators::{avg_scale, decimal_avg};
 mod checkpoint;
 mod minmax;
+pub mod panes;
 #[cfg(test)]
 mod tests;
 
@@ -720,6 +722,11 @@ impl Aggregate {
         for (t, range) in runs {
             self.instant(*t, d, p, range.clone(), out)?;
         }
+        self.build(out)
+    }
+
+    /// The changes collected in `out`, as a batch.
+    fn build(&self, out: &mut Emitted) -> Result<ChangeBatch> {
         let n = out.diffs.len();
         if n == 0 {
             return Ok(ChangeBatch::empty(self.schema.clone()));
@@ -738,5 +745,61 @@ impl Aggregate {
         let times = std::mem::replace(&mut out.times, Vec::with_capacity(n));
         let diffs = std::mem::replace(&mut out.diffs, Vec::with_capacity(n));
         Ok(ChangeBatch::new(data, times, diffs))
+    }
+}
+
+/// Pre-aggregation (see [`panes`]): groups fed without output, then emitted all at once.
+impl Aggregate {
+    /// Applies the rows `range` of `d` (prepared as `p`) to their groups and emits nothing.
+    fn absorb(&mut self, d: &ChangeBatch, p: &Prepared, range: Range<usize>) -> Result<()> {
+        // `apply` takes a group's old output at its first change in an instant; with no new
+        // instant, only a new group (which has none) or the scalar group is first.
+        let mut touched = std::mem::take(&mut self.touched);
+        let mut old = std::mem::take(&mut self.old);
+        let result = if self.float_order {
+            Self::apply_order(d, p, range).and_then(|order| {
+                order
+                    .into_iter()
+                    .try_for_each(|(i, diff)| self.apply(p, i, diff, &mut touched, &mut old))
+            })
+        } else {
+            range.into_iter().try_for_each(|i| self.apply(p, i, d.diffs[i], &mut touched, &mut old))
+        };
+        touched.clear();
+        old.clear();
+        self.touched = touched;
+        self.old = old;
+        result
+    }
+
+    /// Every group with rows, inserted at `t` in key order; the aggregate is left empty.
+    fn drain(&mut self, t: Time) -> Result<ChangeBatch> {
+        let mut out = std::mem::take(&mut self.emitted);
+        out.clear(self.aggs.len());
+        let slots = &self.slots;
+        let mut ids: Vec<u32> = self.index.values().copied().collect();
+        ids.sort_unstable_by(|&a, &b| slots[a as usize].key.cmp(&slots[b as usize].key));
+        let mut vals = std::mem::take(&mut self.new);
+        let mut result = Ok(());
+        for &id in &ids {
+            let g = &self.slots[id as usize];
+            if g.rows <= 0 {
+                continue;
+            }
+            vals.clear();
+            result = Self::output_into(&self.aggs, g, &mut vals);
+            if result.is_err() {
+                break;
+            }
+            out.push(&g.key, &mut vals, t, 1);
+        }
+        self.new = vals;
+        // The slots stay allocated for the next pane's groups.
+        for id in ids {
+            self.release(id);
+        }
+        let batch = result.and_then(|()| self.build(&mut out));
+        self.emitted = out;
+        batch
     }
 }

@@ -1,0 +1,250 @@
+//! Pane aggregation: a stream's elements aggregated pane by pane, under a time window's
+//! aggregate (the plan's `PaneAggregate`; why and when the planner puts it there:
+//! `weir_plan::panes`).
+//!
+//! Panes are the spans [O + jP, O + (j+1)P) of timestamps. Delta semantics: the output is a
+//! stream; at the pane's last tick L = O + (j+1)P − 1 it inserts, for each group (equal keys,
+//! NULLs equal) with an element stamped in the pane, one element: the keys, then each
+//! aggregate over the group's elements in the pane, in key order; at every other instant it
+//! outputs nothing. A pane whose last tick lies past the end of the time domain is never
+//! output (a window never holds its elements either), so its elements are dropped.
+//!
+//! The input is a stream, so its changes are insertions in time order, and a step holds every
+//! element stamped in [lo, hi]: once a step reaches a pane's last tick, the pane is complete.
+//! Between steps at most one pane is open (the one holding the last evaluated instant), kept
+//! as an insert-only [`Aggregate`] fed as the elements arrive: the work of a pane is done as
+//! its elements arrive, and emitting it costs its groups. The operator asks to be woken at the
+//! open pane's last tick, which makes that tick an instant.
+//!
+//! State: the open pane's last tick (section `pane_aggregate`, column `open`, NULL when no
+//! pane is open) and its groups, as the aggregate's own sections.
+
+use arrow::datatypes::SchemaRef;
+use weir_common::{ChangeBatch, Result, Time, WeirError};
+
+use super::Aggregate;
+use crate::operator::{take_inputs, Operator, Step};
+use crate::route::Placement;
+use crate::state::{opt_i64_col, signature, StateReader, StateWriter};
+
+#[derive(Debug)]
+pub struct PaneAggregate {
+    pane: Time,
+    offset: Time,
+    /// The open pane's groups (insert-only).
+    groups: Aggregate,
+    /// The last tick of the open pane, if one is open.
+    open: Option<Time>,
+    schema: SchemaRef,
+}
+
+impl PaneAggregate {
+    /// Panes of `pane` ticks (at least 1) starting at `offset` plus multiples of `pane`; each
+    /// pane's groups computed by `groups`.
+    pub fn new(pane: Time, offset: Time, groups: Aggregate, schema: SchemaRef) -> Result<Self> {
+        if pane < 1 {
+            return Err(WeirError::internal(format!("panes of {pane} ticks")));
+        }
+        Ok(PaneAggregate {
+            pane,
+            offset: offset.rem_euclid(pane),
+            groups: groups.with_append_only(true),
+            open: None,
+            schema,
+        })
+    }
+
+    /// The last tick of the pane holding `t`, if it lies in the time domain.
+    fn last_tick(&self, t: Time) -> Option<Time> {
+        let (p, o) = (self.pane as i128, self.offset as i128);
+        let start = p * (t as i128 - o).div_euclid(p) + o;
+        Time::try_from(start + p - 1).ok()
+    }
+
+    /// Emits the open pane, if any, into `out`.
+    fn close(&mut self, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        if let Some(last) = self.open.take() {
+            out.push(self.groups.drain(last)?);
+        }
+        Ok(())
+    }
+}
+
+impl Operator for PaneAggregate {
+    /// The step's elements, in time order, feed their panes; each pane is emitted when the
+    /// step has reached its last tick (see the module docs).
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        let mut out = Vec::new();
+        if !d.is_empty() {
+            let prepared = self.groups.prepare(&d)?;
+            let mut start = 0;
+            while start < d.len() {
+                let last = self.last_tick(d.times[start]);
+                // The run of elements in the same pane (the times are sorted).
+                let end = match last {
+                    Some(l) => start + d.times[start..].partition_point(|&t| t <= l),
+                    None => d.len(),
+                };
+                if self.open.is_some() && self.open != last {
+                    self.close(&mut out)?;
+                }
+                if last.is_some() {
+                    self.groups.absorb(&d, &prepared, start..end)?;
+                    self.open = last;
+                }
+                start = end;
+            }
+        }
+        if self.open.is_some_and(|l| l <= step.hi) {
+            self.close(&mut out)?;
+        }
+        match out.len() {
+            0 => Ok(ChangeBatch::empty(self.schema.clone())),
+            1 => Ok(out.pop().unwrap_or_else(|| ChangeBatch::empty(self.schema.clone()))),
+            _ => ChangeBatch::concat(&self.schema, &out),
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Time> {
+        self.open
+    }
+
+    fn span_capable(&self) -> bool {
+        true
+    }
+
+    /// A group's elements meet on one worker, as for the aggregate above.
+    fn placement(&self, input: usize) -> Result<Placement> {
+        self.groups.placement(input)
+    }
+
+    /// State: see the module docs.
+    fn save_state(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = signature("pane_aggregate", &self.schema, (self.pane, self.offset));
+        w.put("pane_aggregate", &sig, 1, vec![("open", opt_i64_col([self.open]))])?;
+        self.groups.save_state(w)
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = signature("pane_aggregate", &self.schema, (self.pane, self.offset));
+        let s = r.take("pane_aggregate", &sig)?;
+        let open = s.opt_i64s("open")?;
+        let [open] = open.as_slice() else {
+            return Err(crate::state::invalid("pane_aggregate holds one row"));
+        };
+        self.open = *open;
+        self.groups.restore_state(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+    use weir_common::{ChangeBatch, Time};
+    use weir_plan::AggFunc;
+
+    use super::PaneAggregate;
+    use crate::expr::ScalarExpr;
+    use crate::operator::{EvalCtx, Operator, Step};
+    use crate::ops::aggregate::{AggSpec, Aggregate};
+    use crate::state::{StateReader, StateWriter};
+
+    fn schema(names: &[&str]) -> Arc<Schema> {
+        Arc::new(Schema::new(
+            names.iter().map(|n| Field::new(*n, DataType::Int64, true)).collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Elements (k, v) stamped `times`.
+    fn elements(rows: &[(i64, i64, Time)]) -> ChangeBatch {
+        let k: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0)));
+        let v: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
+        let data = RecordBatch::try_new(schema(&["k", "v"]), vec![k, v]).unwrap();
+        ChangeBatch::new(data, rows.iter().map(|r| r.2).collect(), vec![1; rows.len()])
+    }
+
+    /// Panes of 5 offset 1 ([1, 6), [6, 11), ...), grouped by k: COUNT(*), MAX(v).
+    fn op() -> PaneAggregate {
+        let df = DFSchema::try_from(schema(&["k", "v"]).as_ref().clone()).unwrap();
+        let column = |name: &str| ScalarExpr::compile(&col(name), &df).unwrap();
+        let aggs = vec![
+            AggSpec::plain(AggFunc::CountStar, None, DataType::Null, false),
+            AggSpec::plain(AggFunc::Max, Some(column("v")), DataType::Int64, false),
+        ];
+        let out = schema(&["k", "n", "top"]);
+        let groups = Aggregate::new(vec![column("k")], vec![DataType::Int64], aggs, out.clone());
+        PaneAggregate::new(5, 6, groups.unwrap(), out).unwrap()
+    }
+
+    /// (time, k, n, top, diff) of each output row.
+    fn rows(b: &ChangeBatch) -> Vec<(Time, i64, i64, i64, i64)> {
+        let col = |i: usize| {
+            b.data.column(i).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()
+        };
+        let (k, n, top) = (col(0), col(1), col(2));
+        (0..b.len()).map(|i| (b.times[i], k[i], n[i], top[i], b.diffs[i])).collect()
+    }
+
+    fn eval(op: &mut PaneAggregate, lo: Time, hi: Time, d: ChangeBatch) -> ChangeBatch {
+        let ctx = EvalCtx::default();
+        let step = Step { lo, hi, ctx: &ctx, input_wakeup: None };
+        op.eval(&step, vec![d]).unwrap()
+    }
+
+    #[test]
+    fn a_pane_is_emitted_once_at_its_last_tick_and_not_before() {
+        let mut op = op();
+        // [1, 6): k=1 twice, k=2 once, over two steps.
+        let out = eval(&mut op, 1, 3, elements(&[(2, 7, 1), (1, 3, 2), (1, 9, 3)]));
+        assert!(out.is_empty());
+        assert_eq!(op.next_wakeup(), Some(5));
+        let out = eval(&mut op, 4, 4, elements(&[(1, 4, 4)]));
+        assert!(out.is_empty());
+        // A step without input at the last tick closes the pane.
+        let out = eval(&mut op, 5, 5, elements(&[]));
+        assert_eq!(rows(&out), vec![(5, 1, 3, 9, 1), (5, 2, 1, 7, 1)]);
+        assert_eq!(op.next_wakeup(), None);
+    }
+
+    #[test]
+    fn a_span_closes_every_pane_it_passes_in_time_order() {
+        let mut op = op();
+        // Panes [1, 6), [11, 16) and the open [16, 21); none in [6, 11).
+        let out = eval(
+            &mut op,
+            0,
+            17,
+            elements(&[(3, 1, 0), (1, 5, 5), (2, 8, 12), (2, 6, 15), (1, 2, 16), (4, 4, 17)]),
+        );
+        // 0 is in the pane [-4, 1), whose last tick is 0.
+        assert_eq!(rows(&out), vec![(0, 3, 1, 1, 1), (5, 1, 1, 5, 1), (15, 2, 2, 8, 1)],);
+        assert_eq!(op.next_wakeup(), Some(20));
+        // The open pane survives a checkpoint.
+        let mut w = StateWriter::new();
+        op.save_state(&mut w).unwrap();
+        let mut restored = super::tests::op();
+        let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+        restored.restore_state(&mut r).unwrap();
+        r.finish().unwrap();
+        assert_eq!(restored.next_wakeup(), Some(20));
+        let out = eval(&mut restored, 18, 25, elements(&[(1, 7, 18)]));
+        assert_eq!(rows(&out), vec![(20, 1, 2, 7, 1), (20, 4, 1, 4, 1)]);
+    }
+
+    #[test]
+    fn panes_past_the_end_of_time_are_dropped() {
+        let mut op = op();
+        // The pane holding Time::MAX − 1 ends past Time::MAX (offset 1, panes of 5).
+        let top = Time::MAX - 1;
+        assert!(op.last_tick(top).is_none());
+        let out = eval(&mut op, top, top, elements(&[(1, 1, top)]));
+        assert!(out.is_empty());
+        assert_eq!(op.next_wakeup(), None);
+    }
+}
