@@ -28,11 +28,14 @@
 //!             s
 //! ```
 //!
-//! with the pane P = gcd(T, S) (a cumulating window's step). The pane aggregate keeps the
-//! partial aggregates of the current pane as its elements arrive, and at the pane's last tick
-//! emits one element per group of the pane; the window then holds those elements instead of
-//! the stream's, and the aggregate above merges them: a slide costs the groups of the panes
-//! that enter and leave, not their elements.
+//! with the pane P = gcd(T, S) (a cumulating window's step). The pane aggregate keeps the partial
+//! aggregates of the current pane as its elements arrive, and at the pane's last tick emits one
+//! element per group of the pane; the window then holds those elements instead of the stream's, and
+//! the aggregate above merges them: a slide costs the groups of the panes that enter and leave, not
+//! their elements. When a window is one pane (T divides S: a tumbling window, or one with gaps
+//! between windows; a cumulating window whose step is its size) and the aggregate has a GROUP BY,
+//! the window holds one partial row per group, which is that group's row: the merging aggregate is
+//! left out, and the Project reads the window.
 //!
 //! Exact, never a change of meaning:
 //! - every window bound (kS + O and kS + O − T; a cumulating window's k·size + O + j·step) is
@@ -292,6 +295,19 @@ fn rewrite(
         bounds_columns: false,
     });
 
+    // A window of one pane (its range divides its slide: a tumbling window, or one with gaps)
+    // holds one partial row per group: those rows are the groups, and nothing is merged.
+    let single_pane = match *spec {
+        WindowSpec::RangeSlide { range, .. } => range == pane,
+        WindowSpec::Cumulate { step, size, .. } => step == size,
+        _ => false,
+    };
+    if single_pane && keys > 0 {
+        let exprs = finals(&merges, &reads, keys, schema, &pane_schema);
+        let plan = LogicalPlan::Project { exprs, input: windowed, schema: schema.clone() };
+        return Ok(Some(Arc::new(plan)));
+    }
+
     // The merges: one per partial, over the partial's column.
     let mut merged_fields = key_fields();
     let mut merged = Vec::with_capacity(partials.len());
@@ -313,12 +329,25 @@ fn rewrite(
         schema: merged_schema.clone(),
     });
 
-    // Each aggregate's value from its merged partials, in the aggregate's columns.
-    let mut exprs: Vec<Expr> = (0..keys).map(|i| column(&merged_schema, i)).collect();
-    for (a, ((m, _), (part, count))) in merges.iter().zip(&reads).enumerate() {
+    let exprs = finals(&merges, &reads, keys, schema, &merged_schema);
+    Ok(Some(Arc::new(LogicalPlan::Project { exprs, input: aggregate, schema: schema.clone() })))
+}
+
+/// Each aggregate's value (the aggregate's columns, `schema`) from its merged partials, the
+/// columns of `merged` (the keys, then one per partial): `reads` says which partials each
+/// aggregate reads.
+fn finals(
+    merges: &[(Merge, Option<DataType>)],
+    reads: &[(usize, Option<usize>)],
+    keys: usize,
+    schema: &DFSchema,
+    merged: &DFSchema,
+) -> Vec<Expr> {
+    let mut exprs: Vec<Expr> = (0..keys).map(|i| column(merged, i)).collect();
+    for (a, ((m, _), (part, count))) in merges.iter().zip(reads).enumerate() {
         let out_type = schema.field(keys + a).data_type().clone();
         let p = keys + part;
-        let at = column(&merged_schema, p);
+        let at = column(merged, p);
         exprs.push(match m {
             Merge::Count if keys == 0 => Expr::Case(Case {
                 expr: None,
@@ -329,10 +358,10 @@ fn rewrite(
                 else_expr: Some(Box::new(at)),
             }),
             Merge::Count | Merge::Same | Merge::Sum => {
-                cast_unless(at, merged_schema.field(p).data_type(), out_type)
+                cast_unless(at, merged.field(p).data_type(), out_type)
             }
             Merge::Avg => {
-                let n = column(&merged_schema, keys + count.unwrap_or(*part));
+                let n = column(merged, keys + count.unwrap_or(*part));
                 let quotient = Expr::BinaryExpr(BinaryExpr::new(
                     Box::new(cast(at, DataType::Float64)),
                     Operator::Divide,
@@ -342,5 +371,5 @@ fn rewrite(
             }
         });
     }
-    Ok(Some(Arc::new(LogicalPlan::Project { exprs, input: aggregate, schema: schema.clone() })))
+    exprs
 }
