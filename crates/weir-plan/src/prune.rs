@@ -40,7 +40,7 @@ use datafusion_common::{Column, DFSchema, DFSchemaRef, TableReference};
 use datafusion_expr::Expr;
 use weir_common::{Result, WeirError};
 
-use crate::plan::{JoinKind, LogicalPlan, WindowSpec};
+use crate::plan::{AggCall, JoinKind, LogicalPlan, WindowSpec};
 
 /// `plan` with each join input narrowed to the columns used above it. See the module docs.
 pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
@@ -164,12 +164,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
             schema: s.clone(),
         }),
         LogicalPlan::Aggregate { group, aggs, input, schema: s } => {
-            let in_schema = input.schema();
-            let mut need = Cols::new();
-            for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
-                expr_columns(e, &in_schema, &mut need);
-            }
-            let (input, _) = narrow(input, &need)?;
+            let (input, _) = narrow(input, &aggregate_reads(group, aggs, &input.schema()))?;
             unchanged(LogicalPlan::Aggregate {
                 group: group.clone(),
                 aggs: aggs.clone(),
@@ -178,12 +173,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
             })
         }
         LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, schema: s } => {
-            let in_schema = input.schema();
-            let mut need = Cols::new();
-            for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
-                expr_columns(e, &in_schema, &mut need);
-            }
-            let (input, _) = narrow(input, &need)?;
+            let (input, _) = narrow(input, &aggregate_reads(group, aggs, &input.schema()))?;
             unchanged(LogicalPlan::PaneAggregate {
                 pane: *pane,
                 offset: *offset,
@@ -231,6 +221,15 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
 /// Whether a window keeps its elements' rows in its state until they leave (every window but
 /// `[UNBOUNDED]`, which keeps none, and those whose result depends on whole rows: a
 /// `DEDUPLICATE` without `BY` compares them, a `SAMPLE` hashes them).
+/// The input columns an aggregate's keys and aggregates read.
+fn aggregate_reads(group: &[Expr], aggs: &[AggCall], schema: &DFSchema) -> Cols {
+    let mut need = Cols::new();
+    for e in group.iter().chain(aggs.iter().flat_map(|a| a.exprs())) {
+        expr_columns(e, schema, &mut need);
+    }
+    need
+}
+
 fn keeps_rows(spec: &WindowSpec) -> bool {
     match spec {
         WindowSpec::Now
