@@ -57,6 +57,11 @@ impl ScalarExpr {
         *self.phys == *other.phys
     }
 
+    /// The input column this expression reads and returns unchanged, if that is all it does.
+    pub fn column_index(&self) -> Option<usize> {
+        self.phys.downcast_ref::<datafusion_physical_expr::expressions::Column>().map(|c| c.index())
+    }
+
     /// The expression in SQL.
     pub fn text(&self) -> &str {
         &self.text

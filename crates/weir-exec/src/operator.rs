@@ -97,6 +97,21 @@ pub trait Operator: Send + std::fmt::Debug {
         Ok(Placement::Single)
     }
 
+    /// With its input routed by key ([`Placement::Keyed`]), the output columns that hold that
+    /// key, in key order, each with the type it is hashed as: every output row is then on the
+    /// worker its key names, so a consumer keyed by the same columns needs no exchange. None
+    /// (the default) if the output does not carry the key so.
+    fn output_key_columns(&self) -> Option<Vec<(usize, arrow::datatypes::DataType)>> {
+        None
+    }
+
+    /// Whether each output row is an input row, its columns in place (more may follow), kept
+    /// on the worker it arrived at (a window), so that a key its input rows are placed by
+    /// places its output rows too.
+    fn passes_rows(&self) -> bool {
+        false
+    }
+
     /// Whether each output row at τ comes from input rows at τ alone (a row map, a union, a
     /// scan), so that input split among workers by instant gives output split by instant. An
     /// operator with state that changes its output later (a window's expiry) does not.

@@ -97,6 +97,17 @@ impl KeyRoute {
         }
     }
 
+    /// The key as columns of the row, by position, each with the type its values are hashed
+    /// as; None if some part of the key is computed (or it is the whole row).
+    pub fn columns_hashed(&self) -> Option<Vec<(usize, DataType)>> {
+        let positions: Vec<usize> = match &self.key {
+            Key::WholeRow => return None,
+            Key::Exprs(e) => e.iter().map(ScalarExpr::column_index).collect::<Option<_>>()?,
+            Key::Columns(by, _) => by.clone(),
+        };
+        Some(positions.into_iter().zip(self.codec.types().iter().cloned()).collect())
+    }
+
     /// The key, for EXPLAIN: its expressions in SQL, or `the whole row`.
     pub fn describe(&self) -> String {
         match &self.key {

@@ -33,6 +33,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError}
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arrow::datatypes::DataType;
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Exchange;
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
@@ -735,7 +736,9 @@ pub fn exchanges(plan: &LogicalPlan) -> Result<Vec<Option<String>>> {
 /// output rows at τ come from its input rows at τ ([`weir_exec::Operator::keeps_instants`]:
 /// a scan of a source, which is split so, a row map, a union) and each input reached it split
 /// by instant; a consumer that needs its input so ([`Placement::ByInstant`]) then gets it
-/// without an exchange.
+/// without an exchange. Rows already on the worker their consumer's key names (a keyed
+/// operator's output that carries its key, [`weir_exec::Operator::output_key_columns`], seen
+/// through windows that pass rows on) reach it without an exchange too.
 fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<Route>, Vec<bool>)> {
     let n = nodes.len();
     let mut consumer: Vec<Option<(usize, usize)>> = vec![None; n];
@@ -747,7 +750,10 @@ fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<R
     let mut everywhere = Vec::with_capacity(n);
     let mut split = Vec::with_capacity(n);
     let mut arrives_split: Vec<Vec<bool>> = vec![Vec::new(); n];
-    let mut routes = Vec::with_capacity(n);
+    let mut routes: Vec<Route> = Vec::with_capacity(n);
+    // Per node: the output columns (and hashed types) whose key names the worker each output
+    // row is on, if known.
+    let mut keyed_by: Vec<Option<Vec<(usize, DataType)>>> = Vec::with_capacity(n);
     for (i, (op, inputs)) in nodes.iter().enumerate() {
         let placements: Vec<Placement> = if inputs.is_empty() {
             vec![op.placement(0)?]
@@ -757,10 +763,26 @@ fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<R
         let all = runs_everywhere(&placements);
         everywhere.push(all);
         split.push(!all || (op.keeps_instants() && arrives_split[i].iter().all(|&s| s)));
+        keyed_by.push(match (inputs.as_slice(), placements.as_slice()) {
+            ([_], [Placement::Keyed(k)]) if all && !k.is_constant() => op.output_key_columns(),
+            ([input], [Placement::Local]) if op.passes_rows() => match routes[*input] {
+                Route::Here => keyed_by[*input].clone(),
+                _ => None,
+            },
+            _ => None,
+        });
         let route = match consumer[i] {
             None => Route::Worker0,
             Some((c, k)) => {
-                let route = Route::of(nodes[c].0.placement(k)?, split[i]);
+                let placement = nodes[c].0.placement(k)?;
+                // Rows already on the worker of the key their consumer is keyed by stay there.
+                let placed = match (&placement, &keyed_by[i]) {
+                    (Placement::Keyed(key), Some(cols)) if !key.is_constant() => {
+                        key.columns_hashed().as_ref() == Some(cols)
+                    }
+                    _ => false,
+                };
+                let route = if placed { Route::Here } else { Route::of(placement, split[i]) };
                 let arrives = match route {
                     Route::Here => split[i],
                     Route::ByInstant | Route::Worker0 => true,

@@ -120,11 +120,10 @@ fn explain_shows_the_exchanges_between_workers() {
     Project: s.k, count(*) AS COUNT(*)  -> relation
       Project: s.k, __window_0  -> relation
         Aggregate: group=[s.k] aggs=[sum(__pane_0)]  -> relation
-          Exchange: by hash of s.k  -> relation
-            Window: [RANGE 10 SLIDE 5]  -> relation
-              PaneAggregate: panes of 5 group=[s.k] aggs=[count(*)]  -> stream
-                Exchange: by hash of s.k  -> stream
-                  StreamScan: s  -> stream
+          Window: [RANGE 10 SLIDE 5]  -> relation
+            PaneAggregate: panes of 5 group=[s.k] aggs=[count(*)]  -> stream
+              Exchange: by hash of s.k  -> stream
+                StreamScan: s  -> stream
 "
     );
     // The plan reads the same on one worker, where nothing moves.

@@ -645,6 +645,11 @@ impl Operator for TimeWindow {
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)
     }
+
+    /// Each output row is an element as it arrived, with the bounds columns after it.
+    fn passes_rows(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

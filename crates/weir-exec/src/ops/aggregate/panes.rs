@@ -119,6 +119,12 @@ impl Operator for PaneAggregate {
         self.groups.placement(input)
     }
 
+    /// The keys are the output's first columns, of the types they were routed by.
+    fn output_key_columns(&self) -> Option<Vec<(usize, arrow::datatypes::DataType)>> {
+        let types = self.groups.key_codec.types();
+        (!types.is_empty()).then(|| types.iter().cloned().enumerate().collect())
+    }
+
     /// State: see the module docs.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let sig = signature("pane_aggregate", &self.schema, (self.pane, self.offset));
