@@ -274,17 +274,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
         }
         LogicalPlan::Join { .. } => build_join(plan, schema)?,
         LogicalPlan::Aggregate { group, aggs, input, .. } => {
-            let in_schema = input.schema();
-            let keys =
-                group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
-            let key_types =
-                group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
-            let specs =
-                aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
-            Box::new(
-                Aggregate::new(keys, key_types, specs, schema)?
-                    .with_append_only(input.is_monotonic()),
-            )
+            Box::new(grouped(group, aggs, input, schema)?.with_append_only(input.is_monotonic()))
         }
         LogicalPlan::PaneAggregate { .. } => pane_aggregate(plan, schema)?,
         LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
@@ -347,19 +337,30 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
     })
 }
 
-/// The operator of a [`LogicalPlan::PaneAggregate`] (its own function: `build`'s stack frame
-/// must stay small, see `add`).
+/// The [`Aggregate`] grouping `input` by `group` and computing `aggs`, output as `schema`
+/// (its own function: `build`'s stack frame must stay small, see `add`).
+#[inline(never)]
+fn grouped(
+    group: &[datafusion_expr::Expr],
+    aggs: &[weir_plan::AggCall],
+    input: &LogicalPlan,
+    schema: SchemaRef,
+) -> Result<Aggregate> {
+    let in_schema = input.schema();
+    let keys = group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
+    let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
+    let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
+    Aggregate::new(keys, key_types, specs, schema)
+}
+
+/// The operator of a [`LogicalPlan::PaneAggregate`] (its own function, as [`grouped`]).
 #[inline(never)]
 fn pane_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
     let LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, .. } = plan else {
         return Err(WeirError::internal("pane aggregate expected"));
     };
-    let in_schema = input.schema();
-    let keys = group.iter().map(|e| ScalarExpr::compile(e, &in_schema)).collect::<Result<_>>()?;
-    let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
-    let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
-    let groups = Aggregate::new(keys, key_types, specs, schema.clone())?;
-    Ok(Box::new(PaneAggregate::new(*pane, *offset, groups, schema)?))
+    let groups = grouped(group, aggs, input, schema)?;
+    Ok(Box::new(PaneAggregate::new(*pane, *offset, groups)?))
 }
 
 /// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame

@@ -113,29 +113,20 @@ fn window_under(plan: &Arc<LogicalPlan>) -> Option<(Vec<Arc<LogicalPlan>>, Arc<L
     let mut chain = Vec::new();
     let mut node = plan.clone();
     loop {
-        match node.as_ref() {
+        let movable = match node.as_ref() {
             LogicalPlan::Window { bounds_columns: false, input, .. }
                 if input.kind() == PlanKind::Stream =>
             {
                 return Some((chain, node));
             }
-            LogicalPlan::Filter { predicate, input } if !predicate.is_volatile() => {
-                let next = input.clone();
-                chain.push(node);
-                node = next;
-            }
-            LogicalPlan::Project { exprs, input, .. } if !exprs.iter().any(Expr::is_volatile) => {
-                let next = input.clone();
-                chain.push(node);
-                node = next;
-            }
-            LogicalPlan::Rename { input, .. } => {
-                let next = input.clone();
-                chain.push(node);
-                node = next;
-            }
-            _ => return None,
-        }
+            LogicalPlan::Filter { predicate, .. } => !predicate.is_volatile(),
+            LogicalPlan::Project { exprs, .. } => !exprs.iter().any(Expr::is_volatile),
+            LogicalPlan::Rename { .. } => true,
+            _ => false,
+        };
+        let next = node.inputs().first().map(|i| Arc::clone(i)).filter(|_| movable)?;
+        chain.push(node);
+        node = next;
     }
 }
 

@@ -19,7 +19,6 @@
 //! State: the open pane's last tick (section `pane_aggregate`, column `open`, NULL when no
 //! pane is open) and its groups, as the aggregate's own sections.
 
-use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use super::Aggregate;
@@ -35,13 +34,12 @@ pub struct PaneAggregate {
     groups: Aggregate,
     /// The last tick of the open pane, if one is open.
     open: Option<Time>,
-    schema: SchemaRef,
 }
 
 impl PaneAggregate {
     /// Panes of `pane` ticks (at least 1) starting at `offset` plus multiples of `pane`; each
-    /// pane's groups computed by `groups`.
-    pub fn new(pane: Time, offset: Time, groups: Aggregate, schema: SchemaRef) -> Result<Self> {
+    /// pane's groups computed by `groups`, whose output is this operator's.
+    pub fn new(pane: Time, offset: Time, groups: Aggregate) -> Result<Self> {
         if pane < 1 {
             return Err(WeirError::internal(format!("panes of {pane} ticks")));
         }
@@ -50,7 +48,6 @@ impl PaneAggregate {
             offset: offset.rem_euclid(pane),
             groups: groups.with_append_only(true),
             open: None,
-            schema,
         })
     }
 
@@ -99,10 +96,11 @@ impl Operator for PaneAggregate {
         if self.open.is_some_and(|l| l <= step.hi) {
             self.close(&mut out)?;
         }
+        let schema = &self.groups.schema;
         match out.len() {
-            0 => Ok(ChangeBatch::empty(self.schema.clone())),
-            1 => Ok(out.pop().unwrap_or_else(|| ChangeBatch::empty(self.schema.clone()))),
-            _ => ChangeBatch::concat(&self.schema, &out),
+            0 => Ok(ChangeBatch::empty(schema.clone())),
+            1 => Ok(out.pop().unwrap_or_else(|| ChangeBatch::empty(schema.clone()))),
+            _ => ChangeBatch::concat(schema, &out),
         }
     }
 
@@ -127,13 +125,13 @@ impl Operator for PaneAggregate {
 
     /// State: see the module docs.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        let sig = signature("pane_aggregate", &self.schema, (self.pane, self.offset));
+        let sig = signature("pane_aggregate", &self.groups.schema, (self.pane, self.offset));
         w.put("pane_aggregate", &sig, 1, vec![("open", opt_i64_col([self.open]))])?;
         self.groups.save_state(w)
     }
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
-        let sig = signature("pane_aggregate", &self.schema, (self.pane, self.offset));
+        let sig = signature("pane_aggregate", &self.groups.schema, (self.pane, self.offset));
         let s = r.take("pane_aggregate", &sig)?;
         let open = s.opt_i64s("open")?;
         let [open] = open.as_slice() else {
@@ -184,8 +182,8 @@ mod tests {
             AggSpec::plain(AggFunc::Max, Some(column("v")), DataType::Int64, false),
         ];
         let out = schema(&["k", "n", "top"]);
-        let groups = Aggregate::new(vec![column("k")], vec![DataType::Int64], aggs, out.clone());
-        PaneAggregate::new(5, 6, groups.unwrap(), out).unwrap()
+        let groups = Aggregate::new(vec![column("k")], vec![DataType::Int64], aggs, out);
+        PaneAggregate::new(5, 6, groups.unwrap()).unwrap()
     }
 
     /// (time, k, n, top, diff) of each output row.
@@ -262,8 +260,8 @@ mod tests {
                 Field::new("top", DataType::Int64, true),
                 Field::new("total", DataType::Int64, true),
             ]));
-            let groups = Aggregate::new(vec![column("k")], vec![DataType::Utf8], aggs, out.clone());
-            let op = PaneAggregate::new(3, 1, groups.unwrap(), out).unwrap();
+            let groups = Aggregate::new(vec![column("k")], vec![DataType::Utf8], aggs, out);
+            let op = PaneAggregate::new(3, 1, groups.unwrap()).unwrap();
             let input = vec![
                 kv(0, "+1 a 1, +1 b _"),
                 kv(1, "+1 a 4"),
