@@ -164,10 +164,14 @@ fn plain_time_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Ope
 /// A [`WindowBounds`] operator for `spec` (its own function, so that [`build`]'s frame stays
 /// small).
 #[inline(never)]
-fn window_bounds(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+fn window_bounds(
+    spec: &WindowSpec,
+    istream_sees: [bool; 2],
+    schema: SchemaRef,
+) -> Result<Box<dyn Operator>> {
     Ok(Box::new(match time_bounds(spec)? {
         b @ (TimeBounds::Cumulate { .. } | TimeBounds::Slide { .. }) => {
-            WindowBounds::of(b, schema)?
+            WindowBounds::of(b, schema)?.seen_by_istream(istream_sees)
         }
         _ => return Err(WeirError::internal("window bounds of a window that does not move")),
     }))
@@ -257,7 +261,9 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             session_window(*gap, by, *bounds_columns, schema)?
         }
         LogicalPlan::Window { spec, bounds_columns: true, .. } => bounds_time_window(spec, schema)?,
-        LogicalPlan::WindowBounds { spec, .. } => window_bounds(spec, schema)?,
+        LogicalPlan::WindowBounds { spec, istream_sees, .. } => {
+            window_bounds(spec, *istream_sees, schema)?
+        }
         LogicalPlan::Window { spec, .. } => window(spec, schema)?,
         LogicalPlan::TimeWindows { column, size, slide, .. } => Box::new(Linear::new(
             crate::ops::time_windows::TimeWindows::new(*column, *size, *slide, schema)?,

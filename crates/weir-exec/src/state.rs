@@ -421,13 +421,13 @@ pub fn invalid(msg: impl std::fmt::Display) -> WeirError {
 
 /// Writes a multiset (encoded row -> count) as a section of `row` (Binary) and `count`
 /// (Int64), sorted by row.
-pub fn put_counts(
+pub fn put_counts<'a>(
     w: &mut StateWriter,
     name: &str,
     signature: &str,
-    counts: &std::collections::HashMap<crate::row::RowBytes, i64>,
+    counts: impl IntoIterator<Item = (&'a crate::row::RowBytes, &'a i64)>,
 ) -> Result<()> {
-    let mut rows: Vec<(&crate::row::RowBytes, &i64)> = counts.iter().collect();
+    let mut rows: Vec<(&crate::row::RowBytes, &i64)> = counts.into_iter().collect();
     rows.sort_unstable();
     w.put(
         name,

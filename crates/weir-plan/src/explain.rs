@@ -90,10 +90,23 @@ fn label(plan: &LogicalPlan) -> String {
                 )
             }
         }
-        LogicalPlan::WindowBounds { spec, input, .. } => {
+        LogicalPlan::WindowBounds { spec, input, istream_sees, .. } => {
             let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
             let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
-            format!("WindowBounds: window_start, window_end of [{label}]")
+            let seen: Vec<&str> = ["window_start", "window_end"]
+                .into_iter()
+                .zip(istream_sees)
+                .filter_map(|(n, s)| s.then_some(n))
+                .collect();
+            if seen.is_empty() {
+                format!("WindowBounds: window_start, window_end of [{label}]")
+            } else {
+                format!(
+                    "WindowBounds: window_start, window_end of [{label}], inserts only (ISTREAM \
+                     sees {})",
+                    seen.join(", ")
+                )
+            }
         }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {

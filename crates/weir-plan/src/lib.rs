@@ -36,4 +36,4 @@ pub use plan::{
     R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
-pub use window_bounds::lift_window_bounds;
+pub use window_bounds::{lift_window_bounds, mark_istream_bounds};

@@ -624,7 +624,18 @@ pub enum LogicalPlan {
     /// and inserted with the new. The planner puts it above an aggregate per TUMBLE/HOP/CUMULATE
     /// window computed over the plain window (see [`crate::window_bounds`]), whose input
     /// changes only where the window moves.
-    WindowBounds { spec: WindowSpec, input: Arc<LogicalPlan>, schema: DFSchemaRef },
+    ///
+    /// `istream_sees` says which bounds (`[window_start, window_end]`) an `ISTREAM` above
+    /// receives unchanged, through filters, renames and projections only (set by
+    /// [`crate::window_bounds::lift_window_bounds`]). At a move where one of those changes,
+    /// no row with the old bounds can cancel a row with the new ones, so the ISTREAM would drop
+    /// the retractions: they are not produced.
+    WindowBounds {
+        spec: WindowSpec,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+        istream_sees: [bool; 2],
+    },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -888,11 +899,14 @@ impl LogicalPlan {
                     schema: schema.clone(),
                 }
             }
-            LogicalPlan::WindowBounds { spec, input, schema } => LogicalPlan::WindowBounds {
-                spec: spec.clone(),
-                input: m(input),
-                schema: schema.clone(),
-            },
+            LogicalPlan::WindowBounds { spec, input, schema, istream_sees } => {
+                LogicalPlan::WindowBounds {
+                    spec: spec.clone(),
+                    input: m(input),
+                    schema: schema.clone(),
+                    istream_sees: *istream_sees,
+                }
+            }
             LogicalPlan::Filter { predicate, input } => {
                 LogicalPlan::Filter { predicate: f(predicate), input: m(input) }
             }

@@ -103,11 +103,12 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
-        LogicalPlan::WindowBounds { spec, input, schema: s } => {
+        LogicalPlan::WindowBounds { spec, input, schema: s, istream_sees } => {
             unchanged(LogicalPlan::WindowBounds {
                 spec: spec.clone(),
                 input: whole(input)?,
                 schema: s.clone(),
+                istream_sees: *istream_sees,
             })
         }
         LogicalPlan::Distinct { input } => {

@@ -46,6 +46,15 @@
 //! an aggregate's argument, a key computed from them), when something other than filters,
 //! projections and renames stands between the aggregate and the window, or for sketch
 //! aggregates (which apply windows themselves).
+//!
+//! Under `ISTREAM` (the usual way to read such an aggregate: each window's rows once, when it
+//! closes) the bounds' retractions are wasted work: when the window moves, every row leaves
+//! with the old bounds and the rows still there come back with the new ones, and if a bound
+//! that changed reaches the ISTREAM as a column, no row leaving can cancel a row entering, so
+//! the ISTREAM drops every one of them. When only filters, renames and projections stand
+//! between the ISTREAM and the bounds, and they pass at least one bound on as a plain column,
+//! the `WindowBounds` node is told which (`istream_sees`), and at a move where one of those
+//! changes it leaves the retractions out. The stream is the same; the work of a move halves.
 
 use std::sync::Arc;
 
@@ -53,7 +62,7 @@ use datafusion_common::{Column, DFSchema, DFSchemaRef, ScalarValue, TableReferen
 use datafusion_expr::Expr;
 use weir_common::{Result, WeirError};
 
-use crate::plan::{LogicalPlan, WindowSpec};
+use crate::plan::{LogicalPlan, WindowSpec, R2S};
 use crate::prune::{expr_columns, select_fields};
 
 type Cols = std::collections::BTreeSet<usize>;
@@ -68,6 +77,77 @@ pub fn lift_window_bounds(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
         }
     }
     Ok(Arc::new(node))
+}
+
+/// `plan` with every `WindowBounds` read by an `ISTREAM` through filters, renames and
+/// projections told which bounds the ISTREAM sees (see the module docs). Run after
+/// [`lift_window_bounds`], on the plan with its relation-to-stream operator.
+pub fn mark_istream_bounds(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
+    if let LogicalPlan::ToStream { op: R2S::Istream, input } = plan.as_ref() {
+        if let Some(bounds) = reaching(input) {
+            let mut seen = [false; 2];
+            for (_, w) in &bounds.at {
+                seen[*w] = true;
+            }
+            let input = seen_by_istream(input, seen);
+            return Ok(Arc::new(LogicalPlan::ToStream { op: R2S::Istream, input }));
+        }
+    }
+    Ok(Arc::new(plan.map_inputs(&mut |i| mark_istream_bounds(i))?))
+}
+
+/// Where the bounds of a [`LogicalPlan::WindowBounds`] below `plan` sit in its output, if
+/// only filters, renames and projections stand between them and at least one bound is passed
+/// on as a plain column.
+fn reaching(plan: &LogicalPlan) -> Option<Bounds> {
+    let bounds = match plan {
+        LogicalPlan::WindowBounds { schema, .. } => {
+            let n = schema.fields().len();
+            Bounds { at: vec![(n.checked_sub(2)?, 0), (n - 1, 1)] }
+        }
+        LogicalPlan::Filter { input, .. } | LogicalPlan::Rename { input, .. } => reaching(input)?,
+        LogicalPlan::Project { exprs, input, .. } => {
+            let below = reaching(input)?;
+            let in_schema = input.schema();
+            let at = exprs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| Some((i, bound_ref(e, &in_schema, &below)?)))
+                .collect();
+            Bounds { at }
+        }
+        _ => return None,
+    };
+    (!bounds.at.is_empty()).then_some(bounds)
+}
+
+/// `plan` (a chain that [`reaching`] accepted) with its window bounds told which bounds the
+/// ISTREAM above sees.
+fn seen_by_istream(plan: &Arc<LogicalPlan>, seen: [bool; 2]) -> Arc<LogicalPlan> {
+    match plan.as_ref() {
+        LogicalPlan::WindowBounds { spec, input, schema, .. } => {
+            Arc::new(LogicalPlan::WindowBounds {
+                spec: spec.clone(),
+                input: input.clone(),
+                schema: schema.clone(),
+                istream_sees: seen,
+            })
+        }
+        LogicalPlan::Filter { predicate, input } => Arc::new(LogicalPlan::Filter {
+            predicate: predicate.clone(),
+            input: seen_by_istream(input, seen),
+        }),
+        LogicalPlan::Rename { input, schema } => Arc::new(LogicalPlan::Rename {
+            input: seen_by_istream(input, seen),
+            schema: schema.clone(),
+        }),
+        LogicalPlan::Project { exprs, input, schema } => Arc::new(LogicalPlan::Project {
+            exprs: exprs.clone(),
+            input: seen_by_istream(input, seen),
+            schema: schema.clone(),
+        }),
+        _ => plan.clone(),
+    }
 }
 
 /// The positions of the two bounds columns in a node's output, if both are passed on.
@@ -263,6 +343,7 @@ fn lift(
         spec: l.spec,
         input: aggregate,
         schema: bounds_schema.clone(),
+        istream_sees: [false; 2],
     });
     // The aggregate's columns in their order: keys (bounds or kept), then aggregates.
     let col = |i: usize| {

@@ -629,6 +629,33 @@ fn q_window_tvf(w: Win, by_key: bool, reads_bounds: bool) -> Case {
     )
 }
 
+/// An aggregate per HOP or CUMULATE window (`tvf`, the table function over `s`) that groups by
+/// both bounds and k but selects only `window_start` (with `start`) or neither: at τ, the
+/// groups of the window's contents by k with their counts (and the window's start). Under
+/// ISTREAM, the rows that stay the same across a move cancel, which the plan must not lose when
+/// it leaves out retractions that only a changed bound makes redundant.
+fn q_tvf_some_bounds(w: Win, tvf: String, start: bool) -> Case {
+    let sel = if start { "window_start, " } else { "" };
+    let sql = format!("SELECT {sel}k, COUNT(*) FROM {tvf} GROUP BY window_start, window_end, k");
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let lo = match w {
+                Win::Slide(size, slide) => i128::from(slide * (tau + 1).div_euclid(slide) - size),
+                Win::Cumulate(step, size, offset) => cumulate_bounds(step, size, offset, tau).0,
+                _ => unreachable!("bounds of a moving window"),
+            };
+            bag(groups_of(s_at(w, i, tau)).into_iter().map(|(k, es)| {
+                let mut row = if start { vec![int(clamped(lo))] } else { vec![] };
+                row.extend([int(k), int(es.len() as i64)]);
+                row
+            }))
+        }),
+    )
+}
+
 /// [`q_window_tvf`]'s per-key aggregate in Flink's group-window syntax, `GROUP BY HOP(t,
 /// slide, size), k` with `HOP_START`/`HOP_END` (`TUMBLE` when size = slide): the same relation.
 fn q_group_window(w: Win) -> Case {
@@ -763,7 +790,10 @@ fn check_cumulate_offset(
     for (by_key, reads_bounds) in [(true, false), (false, false), (true, true)] {
         check(&q_cumulate_tvf(step, size, offset, by_key, reads_bounds), input)?;
     }
-    check(&q_cumulate_tvf(step, size, offset, true, false).with_mode(Mode::Istream), input)
+    check(&q_cumulate_tvf(step, size, offset, true, false).with_mode(Mode::Istream), input)?;
+    let tvf = format!("TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), {step}, {size}, {offset}))");
+    let w = Win::Cumulate(step, size, offset);
+    check(&q_tvf_some_bounds(w, tvf, true).with_mode(Mode::Istream), input)
 }
 
 /// GROUP BY with SUM, MIN, MAX, COUNT(v) over a nullable column.
@@ -2804,6 +2834,12 @@ proptest! {
         ];
         for (w, by_key, reads_bounds) in cases {
             check(&q_window_tvf(w, by_key, reads_bounds), &input)?;
+            // ISTREAM, which sees both bounds, or window_end, or (the general plan) both.
+            check(&q_window_tvf(w, by_key, reads_bounds).with_mode(Mode::Istream), &input)?;
+            // ISTREAM of window_start alone, or of no bound: unchanged groups cancel.
+            let Win::Slide(size, slide) = w else { unreachable!() };
+            let tvf = format!("TABLE(HOP(TABLE s, DESCRIPTOR(t), {slide}, {size}))");
+            check(&q_tvf_some_bounds(w, tvf, by_key).with_mode(Mode::Istream), &input)?;
         }
         // Flink's group-window syntax for the same windows.
         for w in [Win::Slide(4, 4), Win::Slide(5, 2)] {

@@ -19,11 +19,19 @@
 //! so each move costs one retraction and one insertion per group, and each element enters and
 //! leaves the aggregate once, whatever T/S is.
 //!
-//! State: the multiset A (encoded rows with their counts) and the bounds at the last instant,
+//! Under an ISTREAM that sees some of the bounds unchanged ([`WindowBounds::seen_by_istream`]),
+//! a move where one of those bounds changes leaves out the −(every row, old bounds) part: no
+//! row with the old value of that column can cancel a row with the new one in the ISTREAM's
+//! consolidation, so the ISTREAM would drop them all, and its output is the same without them.
+//! (A bound is clamped to the 64-bit range, so two windows near the ends of time can share a
+//! `window_start`; the operator compares the values it would emit.)
+//!
+//! State: the multiset A (encoded rows with their counts, kept in row order, which is the
+//! order rows are emitted in at a move) and the bounds at the last instant,
 //! checkpointed as sections `window_bounds` (one row: `current_lo`, `current_hi`, 16-byte
 //! Binary, NULL before the first instant) and `window_bounds.rows` (`row`, `count`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::ArrayRef;
@@ -40,6 +48,11 @@ use crate::state::{
     invalid, opt_i128_col, put_counts, signature, take_counts, StateReader, StateWriter,
 };
 
+/// A bound as emitted: clamped to the 64-bit range of the columns.
+fn clamp(v: i128) -> i64 {
+    v.clamp(Time::MIN as i128, Time::MAX as i128) as i64
+}
+
 #[derive(Debug)]
 pub struct WindowBounds {
     bounds: TimeBounds,
@@ -49,9 +62,11 @@ pub struct WindowBounds {
     data_schema: SchemaRef,
     codec: RowCodec,
     /// A: every input row present, with its multiplicity.
-    rows: HashMap<RowBytes, i64>,
+    rows: BTreeMap<RowBytes, i64>,
     /// The bounds [lo, hi) at the last instant.
     current: Option<(i128, i128)>,
+    /// Which bounds (`window_start`, `window_end`) an ISTREAM above receives unchanged.
+    istream_sees: [bool; 2],
 }
 
 impl WindowBounds {
@@ -79,7 +94,31 @@ impl WindowBounds {
         })?;
         let data_schema = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
         let codec = RowCodec::for_schema(&data_schema)?;
-        Ok(WindowBounds { bounds, schema, data_schema, codec, rows: HashMap::new(), current: None })
+        Ok(WindowBounds {
+            bounds,
+            schema,
+            data_schema,
+            codec,
+            rows: BTreeMap::new(),
+            current: None,
+            istream_sees: [false; 2],
+        })
+    }
+
+    /// The operator under an ISTREAM that receives the bounds marked in `seen` (`window_start`,
+    /// `window_end`) as columns, through filters, renames and projections only: at a move where
+    /// one of them changes, the rows leaving with the old bounds are not emitted (see the
+    /// module docs).
+    pub fn seen_by_istream(mut self, seen: [bool; 2]) -> Self {
+        self.istream_sees = seen;
+        self
+    }
+
+    /// Whether the retractions of a move from `old` to `now` can be left out: a bound the
+    /// ISTREAM sees takes a new value.
+    fn retractions_unseen(&self, old: (i128, i128), now: (i128, i128)) -> bool {
+        let changed = [clamp(old.0) != clamp(now.0), clamp(old.1) != clamp(now.1)];
+        changed.iter().zip(self.istream_sees).any(|(c, s)| *c && s)
     }
 
     fn bounds(&self) -> TimeBounds {
@@ -106,7 +145,6 @@ impl WindowBounds {
         diffs: Vec<i64>,
         t: Time,
     ) -> Result<ChangeBatch> {
-        let clamp = |v: i128| v.clamp(Time::MIN as i128, Time::MAX as i128) as i64;
         let mut cols = data;
         for v in [bounds.0, bounds.1] {
             cols.push(Arc::new(arrow::array::Int64Array::from(vec![clamp(v); n])) as ArrayRef);
@@ -116,11 +154,9 @@ impl WindowBounds {
 
     /// Every row of A with `bounds`, each with its count times `sign`, stamped `t`.
     fn all_rows(&self, bounds: (i128, i128), sign: i64, t: Time) -> Result<ChangeBatch> {
-        let mut rows: Vec<(&RowBytes, &i64)> = self.rows.iter().collect();
-        rows.sort_unstable();
-        let data = self.codec.decode(rows.iter().map(|(r, _)| &r[..]))?;
-        let diffs = rows.iter().map(|(_, c)| **c * sign).collect();
-        self.with_bounds(data, rows.len(), bounds, diffs, t)
+        let data = self.codec.decode(self.rows.keys().map(|r| &r[..]))?;
+        let diffs = self.rows.values().map(|c| *c * sign).collect();
+        self.with_bounds(data, self.rows.len(), bounds, diffs, t)
     }
 
     /// Adds the changes `d` (all at one instant) to A.
@@ -129,10 +165,16 @@ impl WindowBounds {
             if diff == 0 {
                 continue;
             }
-            let c = self.rows.entry(row.clone()).or_insert(0);
-            *c += diff;
-            if *c == 0 {
-                self.rows.remove(&row);
+            match self.rows.entry(row) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(diff);
+                }
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    *o.get_mut() += diff;
+                    if *o.get() == 0 {
+                        o.remove();
+                    }
+                }
             }
         }
         Ok(())
@@ -169,7 +211,7 @@ impl Operator for WindowBounds {
             let now = self.bounds().at(t);
             let moved = self.current.is_some_and(|c| c != now);
             if moved && !self.rows.is_empty() {
-                if let Some(old) = self.current {
+                if let Some(old) = self.current.filter(|old| !self.retractions_unseen(*old, now)) {
                     parts.push(self.all_rows(old, -1, t)?);
                 }
             }
@@ -240,7 +282,7 @@ impl Operator for WindowBounds {
             ([None], [None]) => None,
             _ => return Err(invalid("section 'window_bounds': bad current bounds")),
         };
-        self.rows = take_counts(r, "window_bounds.rows", &sig)?;
+        self.rows = take_counts(r, "window_bounds.rows", &sig)?.into_iter().collect();
         Ok(())
     }
 }
@@ -319,6 +361,36 @@ mod tests {
             );
         }
         assert!(WindowBounds::cumulate(2, 5, schema()).is_err());
+    }
+
+    #[test]
+    fn under_an_istream_that_sees_a_changed_bound_a_move_emits_no_retractions() {
+        // CUMULATE step 2, size 4: [0,2) at 1, [0,4) at 3, [4,6) at 5. window_start stays 0
+        // from 1 to 3, so an ISTREAM that sees only it needs the retractions there.
+        let input = || vec![kv(1, "+1 a 1"), kv(3, "+1 b 2"), kv(5, "-1 a 1, -1 b 2")];
+        let run = |seen: [bool; 2]| {
+            let op = WindowBounds::cumulate(2, 4, schema()).unwrap().seen_by_istream(seen);
+            let mut out = run_spans(&mut fed(op, [input()]), 0);
+            out.sort();
+            out
+        };
+        assert_eq!(run([false, true]), ["@1 +1 a 1 0 2", "@3 +1 a 1 0 4", "@3 +1 b 2 0 4"]);
+        // At 5 window_start changes too: the retractions there are left out.
+        assert_eq!(
+            run([true, false]),
+            ["@1 +1 a 1 0 2", "@3 +1 a 1 0 4", "@3 +1 b 2 0 4", "@3 -1 a 1 0 2"]
+        );
+        assert_eq!(
+            run([false, false]),
+            [
+                "@1 +1 a 1 0 2",
+                "@3 +1 a 1 0 4",
+                "@3 +1 b 2 0 4",
+                "@3 -1 a 1 0 2",
+                "@5 -1 a 1 0 4",
+                "@5 -1 b 2 0 4"
+            ]
+        );
     }
 
     #[test]

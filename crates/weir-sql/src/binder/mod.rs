@@ -632,13 +632,15 @@ impl<'a> Binder<'a> {
                  TIMESTAMP"
             )));
         }
-        Ok(match q.r2s {
+        let plan = match q.r2s {
             Some(op) => Arc::new(LogicalPlan::ToStream { op, input: plan }),
             None if plan.is_monotonic() => {
                 Arc::new(LogicalPlan::ToStream { op: R2S::Istream, input: plan })
             }
             None => plan,
-        })
+        };
+        // An ISTREAM of window bounds needs no retractions of the old bounds.
+        weir_plan::mark_istream_bounds(&plan)
     }
 
     fn plan_sql(&self, query: &sql::Query, windows: &[WindowAst]) -> Result<DfPlan> {
