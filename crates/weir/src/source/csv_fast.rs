@@ -123,7 +123,7 @@ impl FastCsv {
 }
 
 /// A column being built from fields.
-trait Column {
+pub(crate) trait Column {
     /// Appends one field (empty: NULL); false if it cannot be read as the column's type.
     fn push(&mut self, field: &str, epoch: EpochUnit) -> bool;
     fn finish(&mut self) -> ArrayRef;
@@ -131,7 +131,7 @@ trait Column {
 
 /// A builder for a column of type `t` with room for `rows`; None for a type without a fast
 /// parser.
-fn column(t: &DataType, rows: usize) -> Option<Box<dyn Column>> {
+pub(crate) fn column(t: &DataType, rows: usize) -> Option<Box<dyn Column>> {
     fn primitive<T: ArrowPrimitiveType + Parser>(rows: usize) -> Option<Box<dyn Column>> {
         Some(Box::new(PrimitiveBuilder::<T>::with_capacity(rows)))
     }

@@ -14,6 +14,7 @@
 pub(crate) mod csv_fast;
 pub(crate) mod decode;
 pub(crate) mod framing;
+pub(crate) mod json_fast;
 pub(crate) mod parquet;
 
 use std::fs::File;
