@@ -145,11 +145,12 @@ impl Graph {
         if n == 0 {
             return Err(fail(WeirError::internal("an empty graph evaluated")));
         }
-        // Wake-ups before the step: a node's changes as it evaluates.
+        // The plan's instants before the step, below each node and including it (a node's
+        // wake-ups change as it evaluates).
         self.wakeups.clear();
         for node in &self.nodes {
             let below = min_wakeup(node.inputs.iter().map(|&i| self.wakeups[i].1));
-            self.wakeups.push((below, min_wakeup([below, node.op.next_wakeup()])));
+            self.wakeups.push((below, min_wakeup([below, node.op.next_instant()])));
         }
         self.outputs.clear();
         self.outputs.resize_with(n, || None);

@@ -79,6 +79,16 @@ pub trait Operator: Send + std::fmt::Debug {
     /// change without new input, if any.
     fn next_wakeup(&self) -> Option<Time>;
 
+    /// The earliest instant at which this operator wakes that is an instant of the plan it
+    /// belongs to, as the semantics define the plan's instants (its sources' elements, its
+    /// windows' moves): [`Operator::next_wakeup`], except for an operator that also wakes for
+    /// work of its own that no instant of the semantics calls for (a pane aggregate closing a
+    /// pane that no window takes in at that tick). RSTREAM reports at these instants
+    /// ([`Step::input_wakeup`]).
+    fn next_instant(&self) -> Option<Time> {
+        self.next_wakeup()
+    }
+
     /// Whether [`Operator::eval`] accepts spans of instants (see the module docs).
     fn span_capable(&self) -> bool {
         false

@@ -274,6 +274,7 @@ fn rewrite(
     let pane_aggregate = Arc::new(LogicalPlan::PaneAggregate {
         pane,
         offset,
+        window: spec.clone(),
         group: group.to_vec(),
         aggs: partials.clone(),
         input: base,

@@ -658,10 +658,12 @@ pub enum LogicalPlan {
     /// timestamps, and for each pane and each group (equal `group` values, NULLs equal) with
     /// an element in it, one output element: the keys, then `aggs` over the group's elements
     /// in the pane, stamped with the pane's last tick, offset + (j+1)·pane − 1. A stream, and
-    /// nothing of a pane is output before that tick.
+    /// nothing of a pane is output before that tick. `window` is the window above, whose
+    /// instants are the plan's: a pane's last tick is one only where that window moves.
     PaneAggregate {
         pane: Time,
         offset: Time,
+        window: WindowSpec,
         group: Vec<Expr>,
         aggs: Vec<AggCall>,
         input: Arc<LogicalPlan>,
@@ -932,10 +934,11 @@ impl LogicalPlan {
                 input: m(input),
                 schema: schema.clone(),
             },
-            LogicalPlan::PaneAggregate { pane, offset, group, aggs, input, schema } => {
+            LogicalPlan::PaneAggregate { pane, offset, window, group, aggs, input, schema } => {
                 LogicalPlan::PaneAggregate {
                     pane: *pane,
                     offset: *offset,
+                    window: window.clone(),
                     group: group.iter().map(f).collect(),
                     aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
                     input: m(input),

@@ -213,6 +213,7 @@ impl NodeHost {
                     tick.sources.insert(part.source);
                     tick.below |= self.own_sources.contains(&part.source);
                 } else {
+                    tick.ticked = true;
                     tick.below |= below;
                 }
             }
@@ -313,20 +314,26 @@ impl NodeHost {
                         ctx.inputs.insert(names[k].clone(), b);
                     }
                 }
+                // Rows make t an instant of the plan below, unless their senders' ticks for t
+                // all say it is not one (a pane aggregate's rows at a tick no window takes
+                // them in at).
                 None => {
-                    below |= rows.is_some();
+                    below |= rows.is_some() && (ticked.below || !ticked.ticked);
                     inputs.push(rows);
                 }
             }
         }
         let inputs = self.fill(inputs)?;
         let wakes = self.op.next_wakeup() == Some(t);
+        let instant = self.op.next_instant() == Some(t);
         let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: below.then_some(t) };
         let d = self.op.eval(&step, inputs)?;
         self.last = Some(t);
         // For the consumer, t is an instant of the plan below it if it is one below this
-        // node, this node's own wake-up, or a change of this node's output.
-        let own = below || wakes || !d.is_empty();
+        // node, this node's own wake-up, or a change of this node's output; but not for a
+        // wake-up that is no instant of the semantics (a pane closing that no window takes
+        // in at t), whatever it outputs.
+        let own = below || instant || (!d.is_empty() && !wakes);
         out.push(d, Some((t, own)));
         Ok(())
     }
@@ -576,7 +583,8 @@ impl NodeHost {
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect();
-            ticks.insert(time, Tick { below, sources });
+            // A saved tick came from a sender (a leaf's from its sources).
+            ticks.insert(time, Tick { below, ticked: true, sources });
         }
         let s = r.take("node.stash", &sig)?;
         for (input, rows) in s.i64s("input")?.into_iter().zip(s.i64s("rows")?) {
@@ -607,6 +615,8 @@ impl NodeHost {
 #[derive(Debug, Default)]
 struct Tick {
     below: bool,
+    /// Whether a sender sent a tick for the instant (with `below` as its word on it).
+    ticked: bool,
     sources: BTreeSet<u32>,
 }
 

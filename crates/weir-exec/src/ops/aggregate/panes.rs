@@ -14,7 +14,11 @@
 //! Between steps at most one pane is open (the one holding the last evaluated instant), kept
 //! as an insert-only [`Aggregate`] fed as the elements arrive: the work of a pane is done as
 //! its elements arrive, and emitting it costs its groups. The operator asks to be woken at the
-//! open pane's last tick, which makes that tick an instant.
+//! open pane's last tick. That tick is an instant of the plan (what RSTREAM reports at) only if
+//! the window above takes the pane in there, where the window without panes would have taken
+//! its elements in: where the window current at the tick ends with the pane. Otherwise the
+//! window holds the pane's rows until it moves over them (an instant of its own), or never
+//! takes them (a pane in the gap of a window whose range is shorter than its slide).
 //!
 //! State: the open pane's last tick (section `pane_aggregate`, column `open`, NULL when no
 //! pane is open) and its groups, as the aggregate's own sections.
@@ -23,6 +27,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use super::Aggregate;
 use crate::operator::{take_inputs, Operator, Step};
+use crate::ops::window_time::TimeBounds;
 use crate::route::Placement;
 use crate::state::{opt_i64_col, signature, StateReader, StateWriter};
 
@@ -34,6 +39,8 @@ pub struct PaneAggregate {
     groups: Aggregate,
     /// The last tick of the open pane, if one is open.
     open: Option<Time>,
+    /// The window above, if known: a pane's last tick is an instant only where it moves.
+    window: Option<TimeBounds>,
 }
 
 impl PaneAggregate {
@@ -48,7 +55,15 @@ impl PaneAggregate {
             offset: offset.rem_euclid(pane),
             groups: groups.with_append_only(true),
             open: None,
+            window: None,
         })
+    }
+
+    /// The operator under `window`, whose moves are the plan's instants among the panes' last
+    /// ticks (see the module docs). Without one, every pane's last tick is an instant.
+    pub fn under(mut self, window: TimeBounds) -> Self {
+        self.window = Some(window);
+        self
     }
 
     /// The last tick of the pane holding `t`, if it lies in the time domain.
@@ -106,6 +121,16 @@ impl Operator for PaneAggregate {
 
     fn next_wakeup(&self) -> Option<Time> {
         self.open
+    }
+
+    /// The open pane's last tick L if the window current at L ends at L + 1 (it takes the pane
+    /// in at L), else none.
+    fn next_instant(&self) -> Option<Time> {
+        let last = self.open?;
+        match self.window {
+            Some(w) if w.at(last).1 != last as i128 + 1 => None,
+            _ => Some(last),
+        }
     }
 
     fn span_capable(&self) -> bool {
