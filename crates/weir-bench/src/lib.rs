@@ -20,6 +20,7 @@
 
 pub mod decode;
 pub mod driver;
+pub mod encode;
 pub mod files;
 pub mod generator;
 pub mod queries;

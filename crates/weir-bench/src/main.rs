@@ -14,6 +14,7 @@ use weir_bench::decode::decode;
 use weir_bench::driver::{
     paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
 };
+use weir_bench::encode::encode;
 use weir_bench::files::{path_of, write_events, Format};
 use weir_bench::{Config, Params, Query};
 
@@ -44,6 +45,7 @@ Examples:
   weir-bench --top-k --events 10000000 --keys 1000000
   weir-bench --top-k approx --events 10000000 --keys 1000000
   weir-bench --decode csv --events 2000000
+  weir-bench --encode csv --events 2000000
   weir-bench --write csv --events 1000000 --data /tmp/nexmark"
 )]
 struct Args {
@@ -115,7 +117,11 @@ struct Args {
     /// json; written first if missing), beside arrow's reader alone on the same file
     #[arg(long, value_name = "FORMAT", value_parser = parse_format, conflicts_with_all = ["sketch", "scaling", "write", "top_k", "pace"])]
     decode: Option<Format>,
-    /// With --decode: timed runs of each reader, in turn (the fastest is reported)
+    /// Instead of NEXMark: how fast a file sink writes the bid rows of --data as csv or json,
+    /// beside the same engine without the sink and arrow's writer alone
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format, conflicts_with_all = ["sketch", "scaling", "write", "top_k", "pace", "decode"])]
+    encode: Option<Format>,
+    /// With --decode or --encode: timed runs of each side, in turn (the fastest is reported)
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
 }
@@ -174,6 +180,11 @@ fn main() -> Result<()> {
     if let Some(format) = a.decode {
         ensure_files(format)?;
         println!("{}", decode(&data, format, a.runs)?.line());
+        return Ok(());
+    }
+    if let Some(format) = a.encode {
+        ensure_files(Format::Csv)?;
+        println!("{}", encode(&data, format, a.runs)?.line());
         return Ok(());
     }
     if a.scaling {

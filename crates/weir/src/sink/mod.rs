@@ -3,8 +3,10 @@
 //! `CREATE SINK top WITH (path = 'out/top.csv') AS SELECT ...` runs the query and appends each
 //! output change to the file as it is produced: a stream's elements as `_time, columns...`
 //! (an element of multiplicity n written n times), a relation's changes as
-//! `_time, _diff, columns...`. Rows are written with arrow's CSV and JSON writers; a CSV file
-//! starts with a header. The sink knows how many bytes it has written, so that a checkpoint
+//! `_time, _diff, columns...`. CSV rows and JSON lines are written straight from the columns
+//! by [`csv_text`] and [`json_text`], to the bytes arrow's CSV and JSON writers would write (a
+//! JSON batch with a column of another type goes to arrow's writer); a CSV file starts with a
+//! header. The sink knows how many bytes it has written, so that a checkpoint
 //! can record a committed position to truncate back to on recovery.
 //!
 //! A Parquet sink writes the same columns with the `parquet` crate's Arrow writer, a row group
@@ -12,6 +14,9 @@
 //! written, when the sink ends (`DROP SINK`, or the engine shutting down), and it cannot be
 //! cut back to a checkpoint and appended to, so a Parquet sink is refused where checkpoints
 //! are taken (an engine with a data directory).
+
+mod csv_text;
+mod json_text;
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, Write};
@@ -111,7 +116,13 @@ pub(crate) struct FileSink {
     pub written: u64,
     schema: SchemaRef,
     kind: PlanKind,
+    /// The text of the batch being written, kept from one batch to the next so that its
+    /// memory is reused (at most [`TEXT_BUFFER_KEPT`] bytes of it).
+    text: Vec<u8>,
 }
+
+/// The largest text buffer a sink keeps between batches.
+const TEXT_BUFFER_KEPT: usize = 16 << 20;
 
 /// Where a sink's rows go.
 enum Writer {
@@ -206,7 +217,14 @@ impl FileSink {
             }
             SinkFormat::Csv | SinkFormat::JsonLines => Writer::Text(BufWriter::new(file)),
         };
-        let mut sink = FileSink { spec, writer, written: resume_at.unwrap_or(0), schema, kind };
+        let mut sink = FileSink {
+            spec,
+            writer,
+            written: resume_at.unwrap_or(0),
+            schema,
+            kind,
+            text: Vec::new(),
+        };
         if sink.spec.format == SinkFormat::Csv && resume_at.is_none() {
             let header: Vec<&str> =
                 sink.schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -278,21 +296,24 @@ impl FileSink {
             self.written = w.bytes_written() as u64;
             return Ok(());
         }
-        let batch = timestamps_as_text(batch)?;
-        let mut bytes = Vec::new();
+        let mut bytes = std::mem::take(&mut self.text);
+        bytes.clear();
         match self.spec.format {
-            SinkFormat::Csv => {
-                let mut w = arrow::csv::WriterBuilder::new().with_header(false).build(&mut bytes);
-                w.write(&batch)?;
-            }
+            SinkFormat::Csv => csv_text::write_csv(&batch, &mut bytes)?,
+            SinkFormat::JsonLines if json_text::write_json(&batch, &mut bytes) => {}
             SinkFormat::JsonLines => {
+                let batch = timestamps_as_text(batch)?;
                 let mut w = arrow::json::LineDelimitedWriter::new(&mut bytes);
                 w.write(&batch)?;
                 w.finish()?;
             }
             SinkFormat::Parquet => {}
         }
-        self.write_bytes(&bytes)
+        let written = self.write_bytes(&bytes);
+        if bytes.capacity() <= TEXT_BUFFER_KEPT {
+            self.text = bytes;
+        }
+        written
     }
 
     /// Makes everything written durable; returns the position a checkpoint commits.
@@ -382,6 +403,11 @@ fn timestamps_as_text(batch: RecordBatch) -> Result<RecordBatch> {
     )?)
 }
 
+/// 0000-01-01T00:00:00 and 9999-12-31T23:59:59.999999 in microseconds since the epoch: the
+/// first and last instants [`IsoText`] writes.
+const ISO_FIRST_MICROS: i64 = -62_167_219_200_000_000;
+const ISO_LAST_MICROS: i64 = 253_402_300_799_999_999;
+
 /// Writes instants of the years 0-9999 as ISO-8601 text, as
 /// chrono's `NaiveDateTime` debug form: a fraction only if there is one, in 3 digits when it
 /// is whole milliseconds, else 6. The date and time of day are kept from one value to the next
@@ -452,11 +478,6 @@ impl Drop for FileSink {
 mod tests {
     use super::*;
     use arrow::util::display::{ArrayFormatter, FormatOptions};
-
-    /// 0000-01-01T00:00:00 and 9999-12-31T23:59:59.999999 in microseconds since the epoch:
-    /// the first and last instants [`IsoText`] writes.
-    const ISO_FIRST_MICROS: i64 = -62_167_219_200_000_000;
-    const ISO_LAST_MICROS: i64 = 253_402_300_799_999_999;
 
     fn arrows_text(micros: i64) -> String {
         let a = TimestampMicrosecondArray::from(vec![micros]);
