@@ -162,6 +162,11 @@ impl RowDecoder {
         &self.schema
     }
 
+    /// The stream's event-time column, if any.
+    pub fn time_column(&self) -> Option<usize> {
+        self.time_column
+    }
+
     /// Whether the next file's first record is a header to pass to [`Self::set_header`].
     pub fn wants_header(&self) -> bool {
         matches!(self.format, Format::Csv { header: true, .. })

@@ -16,6 +16,7 @@ pub(crate) mod decode;
 pub(crate) mod framing;
 pub(crate) mod json_fast;
 pub(crate) mod parquet;
+pub(crate) mod read_ahead;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -27,6 +28,7 @@ use arrow::datatypes::SchemaRef;
 pub use decode::Format;
 pub(crate) use decode::{BadRow, Decoded, RowDecoder};
 use framing::{Framer, Framing, Records};
+use read_ahead::{Counts, ReadAhead};
 
 /// Whether a path names JSON lines by its extension (`.json`, `.jsonl`, `.ndjson`): the
 /// default format of sources and sinks that do not say.
@@ -228,6 +230,11 @@ pub(crate) struct SourceReader {
     /// The Parquet file being read (format Parquet; `current` is then unused).
     parquet: Option<parquet::ParquetFile>,
     stdin: Option<StdinInput>,
+    /// The thread reading a finite file source ahead of the engine ([`read_ahead`]); while
+    /// it runs, this reader's own file state is idle.
+    ahead: Option<ReadAhead>,
+    /// This reader is a read-ahead thread's, and reads in it.
+    in_thread: bool,
     pub bytes_read: u64,
     pub records_read: u64,
     /// Total size of the files when reading started (None for stdin).
@@ -252,6 +259,8 @@ impl SourceReader {
             current: None,
             parquet: None,
             stdin: None,
+            ahead: None,
+            in_thread: false,
             bytes_read: 0,
             records_read: 0,
             bytes_total: None,
@@ -342,6 +351,32 @@ impl SourceReader {
         if self.ended {
             return Ok(Polled::Ended);
         }
+        if self.ahead.is_none() && self.reads_ahead() {
+            self.ahead = Some(ReadAhead::start(self, &self.base)?);
+            self.current = None;
+            self.parquet = None;
+        }
+        if let Some(ahead) = self.ahead.as_mut() {
+            let counts = Counts {
+                bytes_read: &mut self.bytes_read,
+                records_read: &mut self.records_read,
+                ended: &mut self.ended,
+            };
+            return ahead.next(counts, max_bytes);
+        }
+        self.poll_own(max_bytes)
+    }
+
+    /// Whether this source reads on a thread of its own ([`read_ahead`]): a finite list of
+    /// files, started, and not read by such a thread already (the thread's own reader).
+    fn reads_ahead(&self) -> bool {
+        self.started
+            && !self.in_thread
+            && matches!(self.spec.input, Input::Files { follow: false, .. })
+    }
+
+    /// [`Self::poll`] in this thread.
+    fn poll_own(&mut self, max_bytes: usize) -> Result<Polled, String> {
         if self.spec.format == Format::Parquet {
             return self.poll_parquet();
         }
@@ -496,6 +531,9 @@ impl SourceReader {
     /// Where the source is: the first record not yet taken in. Bytes read past it (an
     /// incomplete record) are read again after a restore.
     pub fn position(&self) -> SourcePosition {
+        if let Some(ahead) = &self.ahead {
+            return ahead.position.clone();
+        }
         let (file, offset, line, header) = match (&self.current, &self.parquet) {
             (Some(cur), _) => {
                 (self.next_file - 1, cur.framer.offset(), cur.framer.line(), cur.header.clone())
@@ -519,6 +557,7 @@ impl SourceReader {
     /// Continues from a position taken by [`Self::position`] (from a checkpoint). Standard
     /// input cannot be rewound: it goes on with what comes next.
     pub fn restore(&mut self, base: &Path, pos: SourcePosition) -> Result<(), String> {
+        self.ahead = None;
         self.records_read = pos.records_read;
         if !pos.started {
             return Ok(());
