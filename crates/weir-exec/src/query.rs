@@ -14,7 +14,9 @@
 //! cursor: taking the changes of the next instant (or of every instant up to a bound) is a
 //! slice of each chunk's head, never a copy per instant. When every node of the graph is
 //! span-capable (see [`crate::operator`]), all complete instants are evaluated in one step
-//! instead of one walk of the graph per instant.
+//! instead of one walk of the graph per instant; a span ends early where it would otherwise
+//! take a source's rows from two chunks (a copy of both), since any split of the instants into
+//! spans evaluates the same.
 //!
 //! **Queries that read a table.** A table change is applied at its own instant if the query
 //! has not evaluated past it, else at the query's next instant (the engine's
@@ -110,6 +112,19 @@ fn last_upto(chunks: &[Chunk], end: Time) -> Option<Time> {
             rest.partition_point(|&t| t <= end).checked_sub(1).map(|i| rest[i])
         })
         .max()
+}
+
+/// Where a span may end so that it takes no more of a source than its first chunk: the first
+/// chunk's last time, if every other chunk's rows come after it (None if not, or if there is
+/// one chunk). A span that ended later would take rows from two chunks, which
+/// [`take_upto`] copies into one batch: with a watermark at the newest row, every chunk pushed
+/// leaves its last instant's rows behind, and each span would copy the whole next chunk to
+/// join them. Two spans evaluate exactly what one would (see the module docs).
+fn first_chunk_end(chunks: &[Chunk]) -> Option<Time> {
+    let (first, rest) = chunks.split_first()?;
+    first.next_time()?;
+    let end = *first.batch.times.last()?;
+    (!rest.is_empty() && rest.iter().all(|c| c.next_time().is_none_or(|t| t > end))).then_some(end)
 }
 
 /// The buffered changes of one source stamped at most `hi`, sorted by time (arrival order
@@ -261,6 +276,7 @@ impl QueryRunner {
             } else {
                 end
             };
+            let hi = self.pending.values().filter_map(|cs| first_chunk_end(cs)).fold(hi, Time::min);
             self.eval_span(lo, hi, out)?;
         }
         Ok(())
@@ -448,4 +464,44 @@ pub fn evaluate_once(
         return Ok(d);
     }
     consolidate(&codec, &schema, &d, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use weir_common::change::empty_columns;
+
+    use super::*;
+
+    fn chunk(times: &[Time], pos: usize) -> Chunk {
+        let data = empty_columns(times.len()).expect("columns");
+        Chunk { batch: ChangeBatch::new(data, times.to_vec(), vec![1; times.len()]), pos }
+    }
+
+    #[test]
+    fn a_span_ends_at_the_first_chunk_when_the_others_come_after_it() {
+        // One chunk: no reason to end early.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 5, 9], 0)]), None);
+        // The leftover of a chunk (its last instant) and a newer chunk: end at the leftover.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 5, 9], 2), chunk(&[10, 12], 0)]), Some(9));
+        // A later chunk sharing the first chunk's last instant: that instant takes both.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 5, 9], 2), chunk(&[9, 12], 0)]), None);
+        // Out of order: a later chunk with rows before the first chunk's end.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 9], 0), chunk(&[12], 0), chunk(&[3], 0)]), None);
+        // Fully taken chunks behind do not constrain.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 9], 0), chunk(&[4], 1), chunk(&[11], 0)]), Some(9));
+        // A first chunk already taken says nothing.
+        assert_eq!(first_chunk_end(&[chunk(&[1, 9], 2), chunk(&[11], 0)]), None);
+    }
+
+    #[test]
+    fn taking_up_to_the_first_chunks_end_copies_nothing() {
+        let mut chunks = vec![chunk(&[1, 5, 9], 2), chunk(&[10, 12], 0)];
+        let end = first_chunk_end(&chunks).expect("an end");
+        let b = take_upto(&mut chunks, end).expect("take").expect("rows");
+        assert_eq!(b.times, vec![9]);
+        assert_eq!(chunks.len(), 1);
+        let b = take_upto(&mut chunks, 12).expect("take").expect("rows");
+        assert_eq!(b.times, vec![10, 12]);
+        assert!(chunks.is_empty());
+    }
 }
