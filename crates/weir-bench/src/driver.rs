@@ -121,6 +121,18 @@ pub fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// The CPU time the process has used, every thread's, in seconds (`utime` + `stime` of
+/// `/proc/self/stat`, in Linux's fixed 100 ticks a second; 0 if unknown).
+pub fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(14) + ticks(15)) / 100.0
+}
+
 /// Resets the peak RSS counter (Linux: writing 5 to `/proc/self/clear_refs`), so that each run
 /// of `--query all` reports its own peak. Best effort.
 pub fn reset_peak_rss() {
