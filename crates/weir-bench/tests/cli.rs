@@ -84,7 +84,7 @@ fn decode_times_weir_and_arrow_over_the_same_rows() {
         // (the run fails if their counts differ).
         let ext = if format == "csv" { "csv  " } else { "jsonl" };
         assert!(stdout.starts_with(&format!("decode {ext} rows      2760 ")), "{stdout}");
-        for part in [" rows/s ", " MB/s  arrow alone ", "weir/arrow "] {
+        for part in [" rows/s ", " MB/s  (cpu ", " rows per cpu-s)  arrow alone ", "weir/arrow "] {
             assert!(stdout.contains(part), "{part}: {stdout}");
         }
     }
