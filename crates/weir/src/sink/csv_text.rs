@@ -16,13 +16,11 @@
 //! (`_time` and a column), so an empty field never needs the quotes a lone one would.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{
-    DataType, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType,
-    UInt16Type, UInt32Type, UInt64Type, UInt8Type,
-};
+use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use arrow::error::ArrowError;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
+use super::ints::Ints;
 use super::IsoText;
 
 /// Appends the CSV records of `batch` (no header) to `out`; see the module docs.
@@ -61,29 +59,12 @@ enum ColumnText<'a> {
     Other(ArrayFormatter<'a>),
 }
 
-/// An integer column of any width.
-enum Ints<'a> {
-    I8(&'a arrow::array::Int8Array),
-    I16(&'a arrow::array::Int16Array),
-    I32(&'a arrow::array::Int32Array),
-    I64(&'a arrow::array::Int64Array),
-    U8(&'a arrow::array::UInt8Array),
-    U16(&'a arrow::array::UInt16Array),
-    U32(&'a arrow::array::UInt32Array),
-    U64(&'a arrow::array::UInt64Array),
-}
-
 impl<'a> ColumnText<'a> {
     fn new(c: &'a ArrayRef, options: &FormatOptions<'a>) -> Result<Self, ArrowError> {
+        if let Some(ints) = Ints::of(c) {
+            return Ok(ColumnText::Int(ints));
+        }
         Ok(match c.data_type() {
-            DataType::Int8 => ColumnText::Int(Ints::I8(c.as_primitive::<Int8Type>())),
-            DataType::Int16 => ColumnText::Int(Ints::I16(c.as_primitive::<Int16Type>())),
-            DataType::Int32 => ColumnText::Int(Ints::I32(c.as_primitive::<Int32Type>())),
-            DataType::Int64 => ColumnText::Int(Ints::I64(c.as_primitive::<Int64Type>())),
-            DataType::UInt8 => ColumnText::Int(Ints::U8(c.as_primitive::<UInt8Type>())),
-            DataType::UInt16 => ColumnText::Int(Ints::U16(c.as_primitive::<UInt16Type>())),
-            DataType::UInt32 => ColumnText::Int(Ints::U32(c.as_primitive::<UInt32Type>())),
-            DataType::UInt64 => ColumnText::Int(Ints::U64(c.as_primitive::<UInt64Type>())),
             DataType::Utf8 => ColumnText::Str(c.as_string::<i32>()),
             DataType::Boolean => ColumnText::Bool(c.as_boolean()),
             DataType::Timestamp(TimeUnit::Microsecond, None) => ColumnText::Time {
@@ -103,7 +84,11 @@ impl<'a> ColumnText<'a> {
         scratch: &mut String,
     ) -> Result<(), ArrowError> {
         match self {
-            ColumnText::Int(ints) => ints.write(row, out),
+            ColumnText::Int(ints) => {
+                if !ints.is_null(row) {
+                    out.extend_from_slice(ints.text(row, &mut itoa::Buffer::new()).as_bytes());
+                }
+            }
             ColumnText::Str(a) => {
                 if a.is_valid(row) {
                     field(a.value(row).as_bytes(), out);
@@ -125,32 +110,6 @@ impl<'a> ColumnText<'a> {
             ColumnText::Other(f) => formatted(f, row, out, scratch)?,
         }
         Ok(())
-    }
-}
-
-impl Ints<'_> {
-    fn write(&self, row: usize, out: &mut Vec<u8>) {
-        fn put<P: arrow::datatypes::ArrowPrimitiveType>(
-            a: &arrow::array::PrimitiveArray<P>,
-            row: usize,
-            out: &mut Vec<u8>,
-        ) where
-            P::Native: itoa::Integer,
-        {
-            if a.is_valid(row) {
-                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
-            }
-        }
-        match self {
-            Ints::I8(a) => put(a, row, out),
-            Ints::I16(a) => put(a, row, out),
-            Ints::I32(a) => put(a, row, out),
-            Ints::I64(a) => put(a, row, out),
-            Ints::U8(a) => put(a, row, out),
-            Ints::U16(a) => put(a, row, out),
-            Ints::U32(a) => put(a, row, out),
-            Ints::U64(a) => put(a, row, out),
-        }
     }
 }
 

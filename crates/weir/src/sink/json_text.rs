@@ -13,11 +13,9 @@
 //! returning false, before writing anything).
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{
-    DataType, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType,
-    UInt16Type, UInt32Type, UInt64Type, UInt8Type,
-};
+use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 
+use super::ints::Ints;
 use super::{IsoText, ISO_FIRST_MICROS, ISO_LAST_MICROS};
 
 /// Appends the JSON lines of `batch` to `out` and returns true, or returns false without
@@ -69,57 +67,12 @@ enum Value<'a> {
     Time(&'a arrow::array::TimestampMicrosecondArray, IsoText),
 }
 
-/// An integer column of any width.
-enum Ints<'a> {
-    I8(&'a arrow::array::Int8Array),
-    I16(&'a arrow::array::Int16Array),
-    I32(&'a arrow::array::Int32Array),
-    I64(&'a arrow::array::Int64Array),
-    U8(&'a arrow::array::UInt8Array),
-    U16(&'a arrow::array::UInt16Array),
-    U32(&'a arrow::array::UInt32Array),
-    U64(&'a arrow::array::UInt64Array),
-}
-
-impl Ints<'_> {
-    fn is_null(&self, row: usize) -> bool {
-        match self {
-            Ints::I8(a) => a.is_null(row),
-            Ints::I16(a) => a.is_null(row),
-            Ints::I32(a) => a.is_null(row),
-            Ints::I64(a) => a.is_null(row),
-            Ints::U8(a) => a.is_null(row),
-            Ints::U16(a) => a.is_null(row),
-            Ints::U32(a) => a.is_null(row),
-            Ints::U64(a) => a.is_null(row),
-        }
-    }
-
-    fn text<'b>(&self, row: usize, digits: &'b mut itoa::Buffer) -> &'b str {
-        match self {
-            Ints::I8(a) => digits.format(a.value(row)),
-            Ints::I16(a) => digits.format(a.value(row)),
-            Ints::I32(a) => digits.format(a.value(row)),
-            Ints::I64(a) => digits.format(a.value(row)),
-            Ints::U8(a) => digits.format(a.value(row)),
-            Ints::U16(a) => digits.format(a.value(row)),
-            Ints::U32(a) => digits.format(a.value(row)),
-            Ints::U64(a) => digits.format(a.value(row)),
-        }
-    }
-}
-
 impl<'a> Value<'a> {
     fn new(c: &'a ArrayRef) -> Option<Self> {
+        if let Some(ints) = Ints::of(c) {
+            return Some(Value::Int(ints));
+        }
         Some(match c.data_type() {
-            DataType::Int8 => Value::Int(Ints::I8(c.as_primitive::<Int8Type>())),
-            DataType::Int16 => Value::Int(Ints::I16(c.as_primitive::<Int16Type>())),
-            DataType::Int32 => Value::Int(Ints::I32(c.as_primitive::<Int32Type>())),
-            DataType::Int64 => Value::Int(Ints::I64(c.as_primitive::<Int64Type>())),
-            DataType::UInt8 => Value::Int(Ints::U8(c.as_primitive::<UInt8Type>())),
-            DataType::UInt16 => Value::Int(Ints::U16(c.as_primitive::<UInt16Type>())),
-            DataType::UInt32 => Value::Int(Ints::U32(c.as_primitive::<UInt32Type>())),
-            DataType::UInt64 => Value::Int(Ints::U64(c.as_primitive::<UInt64Type>())),
             DataType::Utf8 => Value::Str(c.as_string::<i32>()),
             DataType::Boolean => Value::Bool(c.as_boolean()),
             DataType::Timestamp(TimeUnit::Microsecond, None) => {

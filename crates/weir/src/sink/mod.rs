@@ -16,6 +16,7 @@
 //! are taken (an engine with a data directory).
 
 mod csv_text;
+mod ints;
 mod json_text;
 
 use std::fs::File;
