@@ -8,8 +8,11 @@
 //! The engine decides what late and bad rows mean (the stream's policies) and when a source
 //! reads: see `Engine::poll_sources`.
 //!
-//! A source never blocks the engine: files are read in bounded chunks and standard input is
-//! read by a helper thread into a channel.
+//! Reading is in bounded chunks. A finite list of files is read and decoded one chunk ahead
+//! on a helper thread ([`read_ahead`]); a poll waits for the chunk as it would for a read of
+//! the file. A followed file and standard input never make the engine wait: a followed file is
+//! read in the engine's thread up to its current end, and standard input by a helper thread
+//! into a channel.
 
 pub(crate) mod csv_fast;
 pub(crate) mod decode;
