@@ -31,7 +31,7 @@ use arrow::datatypes::SchemaRef;
 pub use decode::Format;
 pub(crate) use decode::{BadRow, Decoded, RowDecoder};
 use framing::{Framer, Framing, Records};
-use read_ahead::{Counts, ReadAhead};
+use read_ahead::ReadAhead;
 
 /// Whether a path names JSON lines by its extension (`.json`, `.jsonl`, `.ndjson`): the
 /// default format of sources and sinks that do not say.
@@ -355,17 +355,18 @@ impl SourceReader {
             return Ok(Polled::Ended);
         }
         if self.ahead.is_none() && self.reads_ahead() {
-            self.ahead = Some(ReadAhead::start(self, &self.base)?);
+            self.ahead = Some(ReadAhead::start(self, &self.base, max_bytes)?);
             self.current = None;
             self.parquet = None;
         }
         if let Some(ahead) = self.ahead.as_mut() {
-            let counts = Counts {
-                bytes_read: &mut self.bytes_read,
-                records_read: &mut self.records_read,
-                ended: &mut self.ended,
-            };
-            return ahead.next(counts, max_bytes);
+            let chunk = ahead.next(max_bytes)?;
+            // The thread's reader counts bytes from the record it started at, and this one
+            // may have read past it (an incomplete record): progress never goes back.
+            self.bytes_read = self.bytes_read.max(chunk.bytes_read);
+            self.records_read = chunk.records_read;
+            self.ended = chunk.ended;
+            return chunk.polled;
         }
         self.poll_own(max_bytes)
     }

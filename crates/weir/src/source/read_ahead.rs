@@ -25,29 +25,28 @@ use super::{Polled, SourcePosition, SourceReader};
 
 /// What the thread sends for one request: the chunk, and the reader's state after it.
 #[derive(Debug)]
-struct Chunk {
-    polled: Result<Polled, String>,
+pub(crate) struct Chunk {
+    pub polled: Result<Polled, String>,
     position: SourcePosition,
-    bytes_read: u64,
-    records_read: u64,
-    ended: bool,
+    pub bytes_read: u64,
+    pub records_read: u64,
+    pub ended: bool,
 }
 
 /// A source's reading thread (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ReadAhead {
-    /// Byte budgets of the chunks to read next (at most one outstanding).
+    /// Byte budgets of the chunks to read next: one is outstanding until the thread stops.
     requests: SyncSender<usize>,
     chunks: Receiver<Box<Chunk>>,
-    /// Whether a request is outstanding.
-    asked: bool,
     /// The position after the last chunk taken (a checkpoint's).
     pub position: SourcePosition,
 }
 
 impl ReadAhead {
-    /// Starts a thread reading on from `reader`'s position; `reader` itself is then idle.
-    pub fn start(reader: &SourceReader, base: &Path) -> Result<Self, String> {
+    /// Starts a thread reading on from `reader`'s position, its first chunk with `max_bytes`;
+    /// `reader` itself is then idle.
+    pub fn start(reader: &SourceReader, base: &Path, max_bytes: usize) -> Result<Self, String> {
         let position = reader.position();
         let mut inner = SourceReader::new(
             reader.spec.clone(),
@@ -57,6 +56,7 @@ impl ReadAhead {
         inner.in_thread = true;
         inner.restore(base, position.clone())?;
         let (requests, asked_for) = sync_channel::<usize>(1);
+        requests.send(max_bytes).map_err(|_| stopped())?;
         let (send, chunks) = sync_channel::<Box<Chunk>>(1);
         std::thread::Builder::new()
             .name("weir-read-ahead".into())
@@ -77,40 +77,19 @@ impl ReadAhead {
                 }
             })
             .map_err(|e| format!("cannot start reading: {e}"))?;
-        Ok(ReadAhead { requests, chunks, asked: false, position })
+        Ok(ReadAhead { requests, chunks, position })
     }
 
     /// The next chunk (waiting for the thread to decode it if it has not yet), after which
-    /// the thread goes on with the one after, read with `max_bytes`. Also moves `reader`'s
-    /// counters to where the chunk leaves them.
-    pub fn next(&mut self, reader_counts: Counts<'_>, max_bytes: usize) -> Result<Polled, String> {
-        if !self.asked {
-            self.ask(max_bytes)?;
-        }
+    /// the thread goes on with the one after, read with `max_bytes`.
+    pub fn next(&mut self, max_bytes: usize) -> Result<Chunk, String> {
         let chunk = *self.chunks.recv().map_err(|_| stopped())?;
-        self.asked = false;
-        *reader_counts.bytes_read = (*reader_counts.bytes_read).max(chunk.bytes_read);
-        *reader_counts.records_read = chunk.records_read;
-        *reader_counts.ended = chunk.ended;
-        self.position = chunk.position;
+        self.position = chunk.position.clone();
         if matches!(chunk.polled, Ok(Polled::Rows { .. })) {
-            self.ask(max_bytes)?;
+            self.requests.send(max_bytes).map_err(|_| stopped())?;
         }
-        chunk.polled
+        Ok(chunk)
     }
-
-    fn ask(&mut self, max_bytes: usize) -> Result<(), String> {
-        self.requests.send(max_bytes).map_err(|_| stopped())?;
-        self.asked = true;
-        Ok(())
-    }
-}
-
-/// The reader's counters a chunk moves.
-pub(crate) struct Counts<'a> {
-    pub bytes_read: &'a mut u64,
-    pub records_read: &'a mut u64,
-    pub ended: &'a mut bool,
 }
 
 fn stopped() -> String {
