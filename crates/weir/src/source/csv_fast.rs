@@ -115,11 +115,21 @@ impl FastCsv {
             return None;
         }
         let arrays: Vec<ArrayRef> = columns.iter_mut().map(|c| c.finish()).collect();
-        if self.time_column.is_some_and(|t| arrays[t].null_count() > 0) {
-            return None;
-        }
-        RecordBatch::try_new(self.schema.clone(), arrays).ok()
+        run_batch(&self.schema, self.time_column, arrays)
     }
+}
+
+/// A fast path's decoded run as a batch of `schema`; None (the run declined, for the general
+/// path to report) if the event-time column `time_column` has an empty value.
+pub(crate) fn run_batch(
+    schema: &SchemaRef,
+    time_column: Option<usize>,
+    arrays: Vec<ArrayRef>,
+) -> Option<RecordBatch> {
+    if time_column.is_some_and(|t| arrays[t].null_count() > 0) {
+        return None;
+    }
+    RecordBatch::try_new(schema.clone(), arrays).ok()
 }
 
 /// A column being built from fields.

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanBuilder, RecordBatch, StringBuilder};
 use arrow::datatypes::{DataType, SchemaRef};
 
-use super::csv_fast::{column, Column, EpochUnit};
+use super::csv_fast::{column, run_batch, Column, EpochUnit};
 
 /// A stream's fast JSON-lines decoder. See the module docs.
 #[derive(Debug, Clone)]
@@ -204,10 +204,7 @@ impl FastJson {
             return None;
         }
         let arrays: Vec<ArrayRef> = columns.iter_mut().map(JsonColumn::finish).collect();
-        if self.time_column.is_some_and(|t| arrays[t].null_count() > 0) {
-            return None;
-        }
-        RecordBatch::try_new(self.schema.clone(), arrays).ok()
+        run_batch(&self.schema, self.time_column, arrays)
     }
 }
 
