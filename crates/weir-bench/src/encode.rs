@@ -91,13 +91,10 @@ fn weir_run(batches: &[RecordBatch], sink: Option<(&PathBuf, Format)>) -> Result
     let sub = match sink {
         Some((path, format)) => {
             let _ = std::fs::remove_file(path);
-            let kind = match format {
-                Format::Csv => "csv",
-                Format::Json => "json",
-            };
             engine.execute(&format!(
-                "CREATE SINK out WITH (path = '{}', format = '{kind}') AS SELECT * FROM bid",
-                path.display()
+                "CREATE SINK out WITH (path = '{}', format = '{}') AS SELECT * FROM bid",
+                path.display(),
+                format.extension()
             ))?;
             None
         }

@@ -89,7 +89,7 @@ pub fn mark_istream_bounds(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> 
             for (_, w) in &bounds.at {
                 seen[*w] = true;
             }
-            let input = seen_by_istream(input, seen);
+            let input = seen_by_istream(input, seen)?;
             return Ok(Arc::new(LogicalPlan::ToStream { op: R2S::Istream, input }));
         }
     }
@@ -123,8 +123,8 @@ fn reaching(plan: &LogicalPlan) -> Option<Bounds> {
 
 /// `plan` (a chain that [`reaching`] accepted) with its window bounds told which bounds the
 /// ISTREAM above sees.
-fn seen_by_istream(plan: &Arc<LogicalPlan>, seen: [bool; 2]) -> Arc<LogicalPlan> {
-    match plan.as_ref() {
+fn seen_by_istream(plan: &Arc<LogicalPlan>, seen: [bool; 2]) -> Result<Arc<LogicalPlan>> {
+    Ok(match plan.as_ref() {
         LogicalPlan::WindowBounds { spec, input, schema, .. } => {
             Arc::new(LogicalPlan::WindowBounds {
                 spec: spec.clone(),
@@ -133,21 +133,11 @@ fn seen_by_istream(plan: &Arc<LogicalPlan>, seen: [bool; 2]) -> Arc<LogicalPlan>
                 istream_sees: seen,
             })
         }
-        LogicalPlan::Filter { predicate, input } => Arc::new(LogicalPlan::Filter {
-            predicate: predicate.clone(),
-            input: seen_by_istream(input, seen),
-        }),
-        LogicalPlan::Rename { input, schema } => Arc::new(LogicalPlan::Rename {
-            input: seen_by_istream(input, seen),
-            schema: schema.clone(),
-        }),
-        LogicalPlan::Project { exprs, input, schema } => Arc::new(LogicalPlan::Project {
-            exprs: exprs.clone(),
-            input: seen_by_istream(input, seen),
-            schema: schema.clone(),
-        }),
+        LogicalPlan::Filter { .. } | LogicalPlan::Rename { .. } | LogicalPlan::Project { .. } => {
+            Arc::new(plan.map_inputs(&mut |i| seen_by_istream(i, seen))?)
+        }
         _ => plan.clone(),
-    }
+    })
 }
 
 /// The positions of the two bounds columns in a node's output, if both are passed on.
