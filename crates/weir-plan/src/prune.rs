@@ -17,8 +17,13 @@
 //!   same multiplicities, over the narrowed inputs; a side that needs no column at all keeps
 //!   one (its cheapest), so its rows are still counted;
 //! - nodes that compare or order whole rows keep every input column: `Distinct`, the bag set
-//!   operations (`IntersectAll`, `ExceptAll`), `UnionAll`, `TopK` and `Ranking` (ties are broken by value),
+//!   operations (`IntersectAll`, `ExceptAll`), `UnionAll`, `TopK` (ties are broken by value),
 //!   relation-to-stream operators, and [`LogicalPlan::Apply`] (its subqueries see the row);
+//! - a window function over a relation (`Ranking`, `OverRelation`) keeps every input row in its
+//!   state, so its input is narrowed like a join input, to the columns read above plus those
+//!   the function reads. Its tiebreak among `ORDER BY` peers is the row's value, so it is the
+//!   narrowed row's: rows that differ only in columns nothing reads are peers that nothing
+//!   can tell apart, and their numbers are interchangeable;
 //! - a `Window` keeps its input whole and in place (its input stays a stream, `PARTITION BY`
 //!   and the event-time column keep their positions): narrowing happens above it; so does a
 //!   `TimeWindows` (its time column keeps its position). The exception is a window that keeps
@@ -30,7 +35,8 @@
 //!   computed expressions stay, so an expression that would fail still fails;
 //! - the root keeps all its columns: the query's output schema is unchanged.
 //!
-//! A plan without a join or a window that keeps rows is returned unchanged.
+//! A plan without a join, a window that keeps rows or a window function over a relation is
+//! returned unchanged.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,11 +46,11 @@ use datafusion_common::{Column, DFSchema, DFSchemaRef, TableReference};
 use datafusion_expr::Expr;
 use weir_common::{Result, WeirError};
 
-use crate::plan::{AggCall, JoinKind, LogicalPlan, WindowSpec};
+use crate::plan::{AggCall, JoinKind, LogicalPlan, OverCall, WindowSpec};
 
 /// `plan` with each join input narrowed to the columns used above it. See the module docs.
 pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
-    if !contains_join(plan) && !contains_stateful_window(plan) {
+    if !contains_join(plan) && !contains_stateful_window(plan) && !contains_over(plan) {
         return Ok(plan.clone());
     }
     let all = all_columns(&plan.schema());
@@ -62,6 +68,11 @@ fn contains_join(plan: &LogicalPlan) -> bool {
 fn contains_stateful_window(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Window { spec, .. } if keeps_rows(spec))
         || plan.inputs().iter().any(|i| contains_stateful_window(i))
+}
+
+fn contains_over(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Ranking { .. } | LogicalPlan::OverRelation { .. })
+        || plan.inputs().iter().any(|i| contains_over(i))
 }
 
 /// Positions of a node's output columns.
@@ -127,23 +138,29 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
             })
         }
         LogicalPlan::Ranking { partition_by, order_by, funcs, mode, input, schema: s } => {
-            unchanged(LogicalPlan::Ranking {
+            let reads = over_reads(partition_by, order_by, &[], &input.schema());
+            let (input, schema, kept) = narrow_over(input, s, required, reads)?;
+            let plan = LogicalPlan::Ranking {
                 partition_by: partition_by.clone(),
                 order_by: order_by.clone(),
                 funcs: funcs.clone(),
                 mode: *mode,
-                input: whole(input)?,
-                schema: s.clone(),
-            })
+                input,
+                schema,
+            };
+            Ok((Arc::new(plan), kept))
         }
         LogicalPlan::OverRelation { partition_by, order_by, calls, input, schema: s } => {
-            unchanged(LogicalPlan::OverRelation {
+            let reads = over_reads(partition_by, order_by, calls, &input.schema());
+            let (input, schema, kept) = narrow_over(input, s, required, reads)?;
+            let plan = LogicalPlan::OverRelation {
                 partition_by: partition_by.clone(),
                 order_by: order_by.clone(),
                 calls: calls.clone(),
-                input: whole(input)?,
-                schema: s.clone(),
-            })
+                input,
+                schema,
+            };
+            Ok((Arc::new(plan), kept))
         }
         LogicalPlan::OverAggregate { partition_by, order_by, frame, aggs, input, schema: s } => {
             unchanged(LogicalPlan::OverAggregate {
@@ -279,6 +296,45 @@ fn narrow_window(
     }
     let schema = select_fields(schema, &out)?;
     Ok((Arc::new(LogicalPlan::Window { spec, input, schema, bounds_columns }), out))
+}
+
+/// The input columns a window function over a relation reads itself: its `PARTITION BY`,
+/// `ORDER BY`, arguments and defaults.
+fn over_reads(
+    partition_by: &[Expr],
+    order_by: &[datafusion_expr::SortExpr],
+    calls: &[OverCall],
+    schema: &DFSchema,
+) -> Cols {
+    let mut need = Cols::new();
+    let exprs = partition_by.iter().chain(order_by.iter().map(|o| &o.expr));
+    let args = calls.iter().flat_map(|c| c.arg.iter().chain(c.default.iter()));
+    for e in exprs.chain(args) {
+        expr_columns(e, schema, &mut need);
+    }
+    need
+}
+
+/// The case of [`narrow`] for a window function over a relation (`Ranking`, `OverRelation`):
+/// its input narrowed to the columns read above it plus those the function reads (`reads`),
+/// since it keeps every input row (encoded whole) in its state and outputs each row followed
+/// by its function values. Its ties in `ORDER BY` are broken by the row's value (see the
+/// module docs): by the narrowed row, so by the columns the query reads. Returns the new input,
+/// the narrowed schema and the kept positions of the node's output (the input's kept columns,
+/// then every function column).
+fn narrow_over(
+    input: &Arc<LogicalPlan>,
+    schema: &DFSchemaRef,
+    required: &Cols,
+    reads: Cols,
+) -> Result<(Arc<LogicalPlan>, DFSchemaRef, Vec<usize>)> {
+    let n_in = input.schema().fields().len();
+    let mut need: Cols = required.iter().copied().filter(|i| *i < n_in).collect();
+    need.extend(reads);
+    let (input, mut kept) = narrow_input(input, &need)?;
+    kept.extend(n_in..schema.fields().len());
+    let schema = select_fields(schema, &kept)?;
+    Ok((input, schema, kept))
 }
 
 /// The general join case of [`narrow`]: each input narrowed to the columns read above the join
