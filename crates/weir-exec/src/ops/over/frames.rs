@@ -49,6 +49,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
+use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
 use super::{eval_by_instant, Encoded, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::operator::{take_inputs, Operator, Step};
@@ -338,58 +339,23 @@ impl OverRel {
         cx: &Context,
         region: &[usize],
     ) -> Result<ArrayRef> {
-        let val = |i: usize| -> Result<ScalarValue> {
-            match arg {
-                Some(a) => ScalarValue::try_from_array(a, i).map_err(df),
-                None => Ok(ScalarValue::Int64(Some(1))),
-            }
-        };
-        let mut vals: Vec<ScalarValue> = Vec::with_capacity(region.len());
         let frames: Vec<(usize, usize)> =
             region.iter().map(|&j| self.frame_of(&c.frame, j, cx)).collect();
-        if c.frame.start == FrameBound::UnboundedPreceding {
-            let (mut acc, mut p) = (Acc::new(&c.arg_type)?, 0);
-            for &(_, e) in &frames {
-                if e < p {
-                    (acc, p) = (Acc::new(&c.arg_type)?, 0);
-                }
-                for i in p..e {
-                    acc.add(func, &val(i)?)?;
-                }
-                p = p.max(e);
-                vals.push(acc.value(func, &c.out_type)?);
-            }
-        } else if c.frame.end == FrameBound::UnboundedFollowing {
-            let n = cx.peers.len();
-            let (mut acc, mut p) = (Acc::new(&c.arg_type)?, n);
-            for &(s, _) in frames.iter().rev() {
-                if s > p {
-                    (acc, p) = (Acc::new(&c.arg_type)?, n);
-                }
-                for i in (s..p).rev() {
-                    acc.add(func, &val(i)?)?;
-                }
-                p = p.min(s);
-                vals.push(acc.value(func, &c.out_type)?);
-            }
-            vals.reverse();
-        } else {
-            let mut prev: Option<((usize, usize), ScalarValue)> = None;
-            for &fr in &frames {
-                let v = match &prev {
-                    Some((f, v)) if *f == fr => v.clone(),
-                    _ => {
-                        let mut acc = Acc::new(&c.arg_type)?;
-                        for i in fr.0..fr.1 {
-                            acc.add(func, &val(i)?)?;
-                        }
-                        acc.value(func, &c.out_type)?
-                    }
-                };
-                prev = Some((fr, v.clone()));
-                vals.push(v);
+        let n = cx.peers.len();
+        if let Some(mut fast) = NumRunning::new(func, arg, &c.arg_type, &c.out_type) {
+            let vals = frame_values(&mut fast, &c.frame, &frames, n)?;
+            if !fast.overflow {
+                return Ok(NumRunning::array(vals, &c.out_type));
             }
         }
+        let mut slow = ScalarRunning {
+            acc: Acc::new(&c.arg_type)?,
+            func,
+            arg,
+            arg_type: &c.arg_type,
+            out_type: &c.out_type,
+        };
+        let vals = frame_values(&mut slow, &c.frame, &frames, n)?;
         ScalarValue::iter_to_array(vals).map_err(df)
     }
 

@@ -4,17 +4,22 @@
 //!   the top-N form (the rank filtered by the enclosing query);
 //! - [`dedup`]: `ROW_NUMBER() ... = 1` over an append-only stream ordered by its event time:
 //!   keep the first or the last row of each partition, with constant state per partition;
-//! - [`agg`]: aggregates with `OVER` on such a stream (Flink's OVER aggregation).
+//! - [`agg`]: aggregates with `OVER` on such a stream (Flink's OVER aggregation);
+//! - [`frames`]: `LAG`, `LEAD`, `FIRST_VALUE`, `LAST_VALUE` and aggregates over row frames on a
+//!   relation, with [`frame_agg`] computing the aggregates over each row's frame.
 //!
-//! Both order a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
+//! All order a partition by (ORDER BY key, row): the ORDER BY key encoded with each term's
 //! direction and NULL placement, then the whole input row encoded in Arrow's row format
 //! (ascending, column by column, NULL before any value). That second part is the tiebreak that
 //! makes ROW_NUMBER among ORDER BY ties deterministic: among tied rows, the row whose values
-//! sort first gets the smallest number, so replays give byte-identical output. PARTITION BY
+//! sort first gets the smallest number, so replays give byte-identical output. The input row
+//! holds only the columns the query reads (the planner narrows the input, see
+//! `weir_plan::prune`), so ties are broken by those. PARTITION BY
 //! values are encoded the same way, so NULLs form one partition, as in SQL.
 
 pub mod agg;
 pub mod dedup;
+mod frame_agg;
 pub mod frames;
 pub mod rank;
 
