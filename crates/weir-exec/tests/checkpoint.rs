@@ -50,6 +50,7 @@ impl Catalog for Streams {
                     domain: TimeDomain::Ticks,
                     watermark_delay: 0,
                     primary_key: vec![0],
+                    row_kind: None,
                     proctime: None,
                 }))
             }
@@ -70,6 +71,7 @@ impl Catalog for Streams {
             domain: TimeDomain::Ticks,
             watermark_delay: 0,
             primary_key: vec![],
+            row_kind: None,
             proctime: None,
         }))
     }

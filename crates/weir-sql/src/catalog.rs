@@ -21,9 +21,52 @@ pub struct StreamDef {
     /// The columns of its `PRIMARY KEY`, if it has one (a changelog: each element is its
     /// key's row from its timestamp on); empty otherwise.
     pub primary_key: Vec<usize>,
+    /// With a primary key, the column of `ROW KIND col` (a VARCHAR), if declared: each
+    /// element's [`RowKind`]. Without it every element upserts.
+    pub row_kind: Option<usize>,
     /// The column declared `name AS PROCTIME()`, if any: not given by writers, filled by the
     /// engine with each element's arrival time on the processing clock.
     pub proctime: Option<usize>,
+}
+
+/// What an element of a changelog stream (a stream with a `PRIMARY KEY` and a `ROW KIND`
+/// column) does to its key's row, from the text of that column: Flink's row kinds (`+I`,
+/// `+U`, `-U`, `-D`) and Debezium's operations (`c`, `r`, `u`, `d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// `+I`, `+U`, `c` (create), `r` (read, a snapshot row), `u` (update): the element is its
+    /// key's row from its timestamp on.
+    Upsert,
+    /// `-D`, `d`: the key has no row from the element's timestamp on.
+    Delete,
+    /// `-U`: the row before an update, which the `+U` after it replaces; ignored, as an upsert
+    /// reader does.
+    UpdateBefore,
+}
+
+impl RowKind {
+    /// The texts of each kind, as the `ROW KIND` column holds them.
+    pub const UPSERT: [&'static str; 5] = ["+I", "+U", "c", "r", "u"];
+    pub const DELETE: [&'static str; 2] = ["-D", "d"];
+    pub const UPDATE_BEFORE: [&'static str; 1] = ["-U"];
+
+    /// The kind a `ROW KIND` value names (exact, case-sensitive), if any.
+    pub fn parse(s: &str) -> Option<RowKind> {
+        if Self::UPSERT.contains(&s) {
+            Some(RowKind::Upsert)
+        } else if Self::DELETE.contains(&s) {
+            Some(RowKind::Delete)
+        } else if Self::UPDATE_BEFORE.contains(&s) {
+            Some(RowKind::UpdateBefore)
+        } else {
+            None
+        }
+    }
+
+    /// The accepted values, for messages.
+    pub fn accepted() -> &'static str {
+        "'+I', '+U', '-U', '-D' (Flink) or 'c', 'r', 'u', 'd' (Debezium)"
+    }
 }
 
 impl StreamDef {

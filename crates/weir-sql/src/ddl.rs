@@ -36,6 +36,7 @@ pub fn stream_def(
 ) -> Result<StreamDef> {
     let schema = columns_schema(columns)?;
     let proctime = proctime_column(columns)?;
+    let key_ast = primary_key;
     let Some(wm) = watermark else {
         // Without an event time, the PROCTIME() column stamps each element on arrival: in
         // order, the watermark the processing clock.
@@ -45,6 +46,7 @@ pub fn stream_def(
                 check_stream_name(name, span)?;
                 Ok(StreamDef {
                     name: name.to_string(),
+                    row_kind: row_kind_column(&schema, key_ast, &primary_key, p)?,
                     schema,
                     time_column: p,
                     domain: TimeDomain::Micros,
@@ -108,9 +110,10 @@ pub fn stream_def(
         return Err(WeirError::plan_at("the watermark delay must not be negative", wm.span));
     }
     check_stream_name(name, span)?;
-    let primary_key = key_columns(&schema, primary_key)?;
+    let primary_key = key_columns(&schema, key_ast)?;
     Ok(StreamDef {
         name: name.to_string(),
+        row_kind: row_kind_column(&schema, key_ast, &primary_key, time_column)?,
         schema,
         time_column,
         domain,
@@ -154,6 +157,39 @@ pub fn table_def(
     let schema = columns_schema(columns)?;
     let primary_key = key_columns(&schema, primary_key)?;
     Ok(TableDef { name: name.to_string(), schema, primary_key })
+}
+
+/// The position of a changelog stream's `ROW KIND` column, if declared: a VARCHAR column that
+/// is neither a key column nor the stream's time.
+fn row_kind_column(
+    schema: &SchemaRef,
+    key: Option<&PrimaryKeyAst>,
+    key_columns: &[usize],
+    time_column: usize,
+) -> Result<Option<usize>> {
+    let Some((c, span)) = key.and_then(|k| k.row_kind.as_ref()) else { return Ok(None) };
+    let i = schema
+        .index_of(c)
+        .map_err(|_| WeirError::plan_at(format!("ROW KIND names unknown column '{c}'"), *span))?;
+    let problem = if key_columns.contains(&i) {
+        Some("is a PRIMARY KEY column")
+    } else if i == time_column {
+        Some("is the stream's time")
+    } else if !matches!(schema.field(i).data_type(), DataType::Utf8 | DataType::Utf8View) {
+        Some("must be VARCHAR")
+    } else {
+        None
+    };
+    match problem {
+        Some(p) => Err(WeirError::plan_at(
+            format!(
+                "ROW KIND column '{c}' {p}: it holds each element's kind, one of {}",
+                crate::catalog::RowKind::accepted()
+            ),
+            *span,
+        )),
+        None => Ok(Some(i)),
+    }
 }
 
 /// The positions of a primary key's columns: each a column of the schema, named once.

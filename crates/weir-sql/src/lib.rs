@@ -31,7 +31,7 @@ pub mod parser;
 pub mod types;
 
 pub use binder::{bind_query, bind_query_with, BindOptions, Binder, NullOrder};
-pub use catalog::{Catalog, CatalogEntry, StreamDef, TableDef, ViewDef};
+pub use catalog::{Catalog, CatalogEntry, RowKind, StreamDef, TableDef, ViewDef};
 pub use parser::{parse_script, CqlQuery, Statement, WindowAst};
 /// The SQL parser Weir builds on, for its AST types.
 pub use sqlparser;

@@ -37,6 +37,7 @@ fn stub() -> Stub {
         domain: TimeDomain::Ticks,
         watermark_delay: 0,
         primary_key: vec![],
+        row_kind: None,
         proctime: None,
     };
     c.0.insert("s".into(), CatalogEntry::Stream(def));
@@ -52,6 +53,7 @@ fn stub() -> Stub {
         domain: TimeDomain::Micros,
         watermark_delay: 2_000_000,
         primary_key: vec![],
+        row_kind: None,
         proctime: None,
     };
     c.0.insert("bids".into(), CatalogEntry::Stream(def));

@@ -6,7 +6,8 @@
 //!   the row of its key valid at t: for a table with a primary key, the row that the table's
 //!   changes at instants ≤ t (INSERT replaces a key's row, DELETE removes it, in statement order)
 //!   leave for k; for a changelog stream with a primary key, the element of key k with the
-//!   largest timestamp ≤ t (of equal timestamps, the last to arrive);
+//!   largest timestamp ≤ t (of equal timestamps, the last to arrive); with a `ROW KIND`
+//!   column, of its elements other than `-U` ones, and none if that element is a delete;
 //! - a NULL key, a key without a row at t, or a residual condition that is not true gives no
 //!   row, and, for LEFT JOIN, e padded with NULL;
 //! - output is a stream: the same bag of (instant, row) whatever the batching and worker count,
@@ -53,18 +54,23 @@ struct Input {
     /// keeps equal timestamps in order.
     log: Vec<El>,
     log_arrival: Vec<usize>,
+    /// The row kind of each element of `log` (the stream `ck` declared with `ROW KIND`).
+    log_kinds: Vec<&'static str>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Versioned {
     Table,
     Changelog,
+    /// The changelog with a `ROW KIND` column: upserts, deletes and ignored `-U` elements.
+    Kinded,
 }
 
 fn query(side: Versioned, left: bool, theta: bool) -> String {
     let (name, join) = match side {
         Versioned::Table => ("tb", if left { "LEFT JOIN" } else { "JOIN" }),
         Versioned::Changelog => ("cl", if left { "LEFT JOIN" } else { "JOIN" }),
+        Versioned::Kinded => ("ck", if left { "LEFT JOIN" } else { "JOIN" }),
     };
     let theta = if theta { " AND r.w >= p.v" } else { "" };
     format!(
@@ -75,7 +81,29 @@ fn query(side: Versioned, left: bool, theta: bool) -> String {
 
 const DDL: &str = "CREATE STREAM p (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t); \
      CREATE TABLE tb (k BIGINT, w BIGINT, PRIMARY KEY (k)); \
-     CREATE STREAM cl (k BIGINT, w BIGINT, t BIGINT, PRIMARY KEY (k), WATERMARK FOR t AS t - 3)";
+     CREATE STREAM cl (k BIGINT, w BIGINT, t BIGINT, PRIMARY KEY (k), WATERMARK FOR t AS t - 3); \
+     CREATE STREAM ck (k BIGINT, w BIGINT, op VARCHAR, t BIGINT, PRIMARY KEY (k), ROW KIND op, \
+       WATERMARK FOR t AS t - 3)";
+
+/// The row kinds the changelog `ck` is written with, and what each does.
+const KINDS: [&str; 8] = ["+I", "+U", "c", "r", "u", "-D", "d", "-U"];
+
+/// `ck`'s elements (k, w, t) with their kinds.
+fn kinded_batch(els: &[(El, &str)]) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("w", DataType::Int64, true),
+        Field::new("op", DataType::Utf8, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let cols: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(els.iter().map(|e| e.0.k).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(els.iter().map(|e| e.0.v).collect::<Vec<_>>())),
+        Arc::new(arrow::array::StringArray::from(els.iter().map(|e| e.1).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(els.iter().map(|e| e.0.t).collect::<Vec<_>>())),
+    ];
+    RecordBatch::try_new(schema, cols).expect("batch")
+}
 
 fn batch(names: [&str; 3], els: &[El]) -> RecordBatch {
     let schema = Arc::new(Schema::new(
@@ -125,14 +153,15 @@ fn run(
                 e.push("p", batch(["k", "v", "t"], c)).map_err(|x| err("push", x))?;
             }
         }
-        Versioned::Changelog => {
+        Versioned::Changelog | Versioned::Kinded => {
             // The two streams interleaved by arrival position, each in chunks.
-            let arrived: Vec<El> = input.log_arrival.iter().map(|&i| input.log[i]).collect();
+            let arrived: Vec<(El, &str)> =
+                input.log_arrival.iter().map(|&i| (input.log[i], input.log_kinds[i])).collect();
             let mut pc = input.p.chunks(size).peekable();
             let mut lc = arrived.chunks(size).peekable();
             loop {
                 let take_p = match (pc.peek(), lc.peek()) {
-                    (Some(a), Some(b)) => a[0].t <= b[0].t,
+                    (Some(a), Some(b)) => a[0].t <= b[0].0.t,
                     (Some(_), None) => true,
                     (None, Some(_)) => false,
                     (None, None) => break,
@@ -142,7 +171,13 @@ fn run(
                     e.push("p", batch(["k", "v", "t"], c)).map_err(|x| err("push p", x))?;
                 } else {
                     let c = lc.next().unwrap_or_default();
-                    e.push("cl", batch(["k", "w", "t"], c)).map_err(|x| err("push cl", x))?;
+                    let pushed = if side == Versioned::Kinded {
+                        e.push("ck", kinded_batch(c))
+                    } else {
+                        let els: Vec<El> = c.iter().map(|x| x.0).collect();
+                        e.push("cl", batch(["k", "w", "t"], &els))
+                    };
+                    pushed.map_err(|x| err("push changelog", x))?;
                 }
             }
         }
@@ -185,17 +220,24 @@ fn oracle(side: Versioned, left: bool, theta: bool, input: &Input) -> Vec<(i64, 
                 }
                 rows.get(&k).copied()
             }
-            Versioned::Changelog => {
-                // The latest by (timestamp, arrival) at or before e.t.
-                let mut best: Option<(i64, usize, i64)> = None;
+            Versioned::Changelog | Versioned::Kinded => {
+                // The latest by (timestamp, arrival) at or before e.t; with kinds, of the
+                // elements that are not `-U`, and nothing if it is a delete.
+                let kinded = side == Versioned::Kinded;
+                let mut best: Option<(i64, usize, Option<i64>)> = None;
                 for (pos, &i) in input.log_arrival.iter().enumerate() {
                     let l = input.log[i];
+                    let kind = if kinded { input.log_kinds[i] } else { "+I" };
+                    if kind == "-U" {
+                        continue;
+                    }
+                    let row = (!matches!(kind, "-D" | "d")).then_some(l.v);
                     if l.k == Some(k) && l.t <= e.t && best.is_none_or(|b| (l.t, pos) > (b.0, b.1))
                     {
-                        best = Some((l.t, pos, l.v));
+                        best = Some((l.t, pos, row));
                     }
                 }
-                best.map(|b| b.2)
+                best.and_then(|b| b.2)
             }
         });
         let matched = version.filter(|&w| !theta || w >= e.v);
@@ -231,9 +273,11 @@ fn input() -> impl Strategy<Value = Input> {
         v.sort_by_key(|x| x.2);
         v.into_iter().map(|(k, v, t)| El { k: Some(k), v, t }).collect::<Vec<_>>()
     });
-    (els(14, 3), table, log, any::<u64>()).prop_map(|(p, table, log, seed)| {
+    let kinds = prop::collection::vec(prop::sample::select(&KINDS[..]), 12);
+    (els(14, 3), table, log, any::<u64>(), kinds).prop_map(|(p, table, log, seed, mut kinds)| {
         let log_arrival = shuffle_within_delay(&log, seed);
-        Input { p, table, log, log_arrival }
+        kinds.truncate(log.len());
+        Input { p, table, log, log_arrival, log_kinds: kinds }
     })
 }
 
@@ -313,6 +357,11 @@ proptest! {
     fn temporal_join_with_a_changelog_stream_matches_oracle(input in input()) {
         check(Versioned::Changelog, &input)?;
     }
+
+    #[test]
+    fn temporal_join_with_deletes_in_a_changelog_matches_oracle(input in input()) {
+        check(Versioned::Kinded, &input)?;
+    }
 }
 
 #[test]
@@ -329,6 +378,7 @@ fn the_oracle_follows_the_definition() {
         table: vec![(2, Op::Insert(0, 1)), (4, Op::Insert(0, 2)), (6, Op::Delete(0))],
         log: vec![],
         log_arrival: vec![],
+        log_kinds: vec![],
     };
     let got: Vec<String> = oracle(Versioned::Table, true, true, &input)
         .into_iter()
@@ -338,4 +388,23 @@ fn the_oracle_follows_the_definition() {
         got,
         ["@1 0 0 1 NULL", "@3 0 0 3 1", "@4 0 5 4 NULL", "@5 NULL 0 5 NULL", "@6 0 0 6 NULL"]
     );
+}
+
+#[test]
+fn the_oracle_applies_row_kinds() {
+    // Key 0: 1 from 1; at 2 a `-U` (ignored) and a `+U` to 2; deleted at 4; then the same key
+    // deleted by Debezium's `d` before it comes back with `r` at 6.
+    let el = |w, t| El { k: Some(0), v: w, t };
+    let input = Input {
+        p: (1..=6).map(|t| El { k: Some(0), v: 0, t }).collect(),
+        table: vec![],
+        log: vec![el(1, 1), el(1, 2), el(2, 2), el(0, 4), el(0, 5), el(3, 6)],
+        log_arrival: vec![0, 1, 2, 3, 4, 5],
+        log_kinds: vec!["+I", "-U", "+U", "-D", "d", "r"],
+    };
+    let got: Vec<String> = oracle(Versioned::Kinded, true, false, &input)
+        .into_iter()
+        .map(|(t, r)| format!("@{t} {}", r[3]))
+        .collect();
+    assert_eq!(got, ["@1 1", "@2 2", "@3 2", "@4 NULL", "@5 NULL", "@6 3"]);
 }

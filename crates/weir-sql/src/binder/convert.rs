@@ -385,7 +385,7 @@ impl Converter<'_> {
     }
 
     /// The versioned relation of `t FOR SYSTEM_TIME AS OF ...`: a table as it is, a stream
-    /// with a primary key as its latest element per key (`[PARTITION BY key ROWS 1]`).
+    /// with a primary key as its latest element per key ([`changelog_relation`]).
     fn versioned_relation(&self, w: &WindowAst, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
         let source = self.source(&w.stream)?;
         match self.catalog.lookup(&w.stream) {
@@ -393,12 +393,7 @@ impl Converter<'_> {
                 Ok(Arc::new(LogicalPlan::Rename { input: source, schema }))
             }
             Some(CatalogEntry::Stream(s)) if !s.primary_key.is_empty() => {
-                Ok(Arc::new(LogicalPlan::Window {
-                    spec: WindowSpec::PartitionRows { by: s.primary_key.clone(), rows: 1 },
-                    input: source,
-                    schema,
-                    bounds_columns: false,
-                }))
+                changelog_relation(&s, source, schema)
             }
             _ => Err(WeirError::internal("a versioned side that check_windows let through")),
         }
@@ -428,12 +423,7 @@ impl Converter<'_> {
         let source = self.source(name)?;
         if let Some(CatalogEntry::Stream(s)) = self.catalog.lookup(name) {
             if !s.primary_key.is_empty() {
-                return Ok(Arc::new(LogicalPlan::Window {
-                    spec: WindowSpec::PartitionRows { by: s.primary_key.clone(), rows: 1 },
-                    input: source,
-                    schema,
-                    bounds_columns: false,
-                }));
+                return changelog_relation(&s, source, schema);
             }
         }
         Ok(Arc::new(match source.kind() {
@@ -1753,4 +1743,42 @@ fn string_agg_separator(e: &Expr) -> Result<Option<String>> {
             "STRING_AGG's separator must be a text constant, found {other}"
         ))),
     }
+}
+
+/// A stream with a primary key read as a relation (a changelog): each key's latest element,
+/// `[PARTITION BY key ROWS 1]` (`schema` is that window's). With a `ROW KIND` column, the
+/// elements that only announce an update (`-U`) are dropped first, and a key whose latest
+/// element is a delete (`-D`) has no row: the window's rows of that kind are filtered out
+/// above it, so a delete retracts the key's row.
+fn changelog_relation(
+    s: &crate::catalog::StreamDef,
+    source: Arc<LogicalPlan>,
+    schema: Arc<DFSchema>,
+) -> Result<Arc<LogicalPlan>> {
+    use crate::catalog::RowKind;
+    let kind_not_in = |schema: &DFSchema, k: usize, texts: &[&str]| -> Expr {
+        let (q, f) = schema.qualified_field(k);
+        let list = texts.iter().map(|t| datafusion_expr::lit(*t)).collect();
+        Expr::Column(datafusion_common::Column::new(q.cloned(), f.name())).in_list(list, true)
+    };
+    let input = match s.row_kind {
+        Some(k) => Arc::new(LogicalPlan::Filter {
+            predicate: kind_not_in(&source.schema(), k, &RowKind::UPDATE_BEFORE),
+            input: source,
+        }),
+        None => source,
+    };
+    let window = Arc::new(LogicalPlan::Window {
+        spec: WindowSpec::PartitionRows { by: s.primary_key.clone(), rows: 1 },
+        input,
+        schema: schema.clone(),
+        bounds_columns: false,
+    });
+    Ok(match s.row_kind {
+        Some(k) => Arc::new(LogicalPlan::Filter {
+            predicate: kind_not_in(&schema, k, &RowKind::DELETE),
+            input: window,
+        }),
+        None => window,
+    })
 }

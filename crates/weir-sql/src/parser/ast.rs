@@ -175,6 +175,9 @@ fn partition_clause(by: &[(String, Option<Span>)]) -> String {
 pub struct PrimaryKeyAst {
     pub columns: Vec<(String, Option<Span>)>,
     pub span: Option<Span>,
+    /// A stream's `ROW KIND col`: the column saying whether an element upserts or deletes
+    /// its key's row (streams only).
+    pub row_kind: Option<(String, Option<Span>)>,
 }
 
 /// A window after a stream name, with the synthetic name that replaced it in the SQL.

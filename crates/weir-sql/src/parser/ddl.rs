@@ -12,8 +12,8 @@ use super::tokens::{
     ident_of, matching, object_name, sql_err, sub_parser, tok_span, word_is, Cursor,
 };
 
-/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., WATERMARK FOR col [AS col - d])
-/// [WITH (key = value, ...)]`.
+/// `CREATE STREAM [IF NOT EXISTS] name (col type, ..., [PRIMARY KEY (k, ...), [ROW KIND col,]]
+/// WATERMARK FOR col [AS col - d]) [WITH (key = value, ...)]` (the elements in any order).
 pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<Statement> {
     let if_not_exists = if c.eat_word("IF") {
         c.expect_word("NOT")?;
@@ -27,6 +27,7 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
     let mut columns = Vec::new();
     let mut watermark = None;
     let mut primary_key: Option<PrimaryKeyAst> = None;
+    let mut row_kind: Option<(String, Option<Span>)> = None;
     loop {
         // One element: up to the next comma or closing parenthesis at this depth.
         let start = c.pos;
@@ -55,10 +56,21 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
             watermark = Some(parse_watermark(elem)?);
         } else if word_is(&elem[0], "PRIMARY") {
             set_primary_key(&mut primary_key, parse_primary_key(elem)?)?;
+        } else if word_is(&elem[0], "ROW") && elem.get(1).is_some_and(|t| word_is(t, "KIND")) {
+            if row_kind.is_some() {
+                return Err(WeirError::syntax_at(
+                    "a stream has at most one ROW KIND clause",
+                    tok_span(&elem[0]),
+                ));
+            }
+            let mut k = Cursor::new(&elem[2..]);
+            row_kind = Some(k.ident("the column holding each element's row kind")?);
+            k.end()?;
         } else {
             let (column, primary) = parse_column(elem)?;
             if let Some(span) = primary {
-                let key = PrimaryKeyAst { columns: vec![(column.name.clone(), column.span)], span };
+                let columns = vec![(column.name.clone(), column.span)];
+                let key = PrimaryKeyAst { columns, span, row_kind: None };
                 set_primary_key(&mut primary_key, key)?;
             }
             columns.push(column);
@@ -68,6 +80,18 @@ pub(super) fn parse_create_stream(c: &mut Cursor, span: Option<Span>) -> Result<
         }
         c.expect(&Token::RParen, "',' or ')'")?;
         break;
+    }
+    if let Some((col, at)) = row_kind {
+        let Some(key) = primary_key.as_mut() else {
+            return Err(WeirError::syntax_at(
+                format!(
+                    "ROW KIND {col} makes a changelog of a stream: it needs a PRIMARY KEY (the \
+                     key whose row each element upserts or deletes)"
+                ),
+                at,
+            ));
+        };
+        key.row_kind = Some((col, at));
     }
     let options = if c.eat_word("WITH") { parse_stream_options(c)? } else { Vec::new() };
     c.end()?;
@@ -193,7 +217,7 @@ fn parse_primary_key(elem: &[TokenWithSpan]) -> Result<PrimaryKeyAst> {
     }
     c.expect(&Token::RParen, "',' or ')'")?;
     c.end()?;
-    Ok(PrimaryKeyAst { columns, span })
+    Ok(PrimaryKeyAst { columns, span, row_kind: None })
 }
 
 /// A column, and the position of its `PRIMARY KEY` constraint if it has one.
@@ -323,7 +347,8 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
                 if col.options.iter().any(|o| matches!(o.option, sql::ColumnOption::PrimaryKey(_)))
                 {
                     let span = Span::from_sql(col.name.span);
-                    let key = PrimaryKeyAst { columns: vec![(ident_of(&col.name), span)], span };
+                    let columns = vec![(ident_of(&col.name), span)];
+                    let key = PrimaryKeyAst { columns, span, row_kind: None };
                     set_primary_key(&mut primary_key, key)?;
                 }
             }
@@ -344,7 +369,8 @@ pub(super) fn parse_create_table(toks: &[TokenWithSpan], span: Option<Span>) -> 
                             }
                         }
                     }
-                    set_primary_key(&mut primary_key, PrimaryKeyAst { columns, span })?;
+                    let key = PrimaryKeyAst { columns, span, row_kind: None };
+                    set_primary_key(&mut primary_key, key)?;
                 }
             }
             Ok(Statement::CreateTable {

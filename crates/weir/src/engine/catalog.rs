@@ -274,6 +274,7 @@ mod tests {
             domain: TimeDomain::Ticks,
             watermark_delay: 0,
             primary_key: vec![],
+            row_kind: None,
             proctime: None,
         }
     }

@@ -3,7 +3,8 @@
 //! and the arrival; it sorts the arrival's records into accepted, late and bad, and says which
 //! record (if any) a policy refuses.
 //!
-//! - **Bad**: a record the source could not read, or a row without an event time.
+//! - **Bad**: a record the source could not read, a row without an event time, or a changelog
+//!   row whose `ROW KIND` is not one of the kinds (see [`weir_sql::RowKind`]).
 //! - **Late**: a row whose time is below the watermark left by the rows before it, in this
 //!   arrival and earlier ones. Lateness is decided row by row in arrival order, so it never
 //!   depends on how arrivals were batched; each late row carries the watermark it missed.
@@ -14,14 +15,16 @@
 //! one, is *fatal*. An arrival that is not `partial` (a push or INSERT) is then refused whole;
 //! a partial one (a source read) keeps the records before the fatal one.
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
+use arrow::array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, SchemaRef, TimeUnit};
 use weir_common::time::format_time;
 use weir_common::{
     Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED, WATERMARK_MIN,
 };
 use weir_sql::types::sql_type_name;
-use weir_sql::StreamDef;
+use weir_sql::{RowKind, StreamDef};
 
 use super::companions::clamp;
 use super::policy::{BadRowPolicy, LatePolicy, StreamPolicy};
@@ -159,13 +162,25 @@ pub(crate) fn admit(
         let texts = crate::format::rows_as_text(&a.data)?;
         for row in (0..a.data.num_rows()).filter(|&r| !times.valid(r)) {
             let record = a.rows_from[row];
+            let (field, reason) = match times.bad_kind.binary_search_by_key(&row, |b| b.0) {
+                Ok(i) => {
+                    let k = def.row_kind.map(|k| def.schema.field(k).name().clone());
+                    let text = match &times.bad_kind[i].1 {
+                        Some(t) => format!("'{t}'"),
+                        None => "NULL".into(),
+                    };
+                    let reason = format!("row kind {text} is not one of {}", RowKind::accepted());
+                    (k.unwrap_or_default(), reason)
+                }
+                Err(_) => (time_field.clone(), "no event time".into()),
+            };
             bad.push((
                 record,
                 BadRow {
                     line: a.line_of(record),
                     offset: Some(0),
-                    field: time_field.clone(),
-                    reason: "no event time".into(),
+                    field,
+                    reason,
                     raw: texts.get(row).map(|r| r.join(", ")).unwrap_or_default(),
                 },
             ));
@@ -288,10 +303,13 @@ fn take_rows(data: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
 }
 
 /// The event times of an arrival's rows, in the stream's ticks; `valid` is None when every
-/// row has one.
+/// row has one and, for a changelog with a `ROW KIND` column, a kind.
 struct EventTimes {
     values: Vec<Time>,
     valid: Option<Vec<bool>>,
+    /// The rows (ascending) that have an event time but no valid row kind, with the kind's
+    /// text (`None`: NULL).
+    bad_kind: Vec<(usize, Option<String>)>,
 }
 
 impl EventTimes {
@@ -315,9 +333,25 @@ impl EventTimes {
                 .values()
                 .to_vec(),
         };
-        let valid =
+        let mut valid: Option<Vec<bool>> =
             (col.null_count() > 0).then(|| (0..col.len()).map(|i| col.is_valid(i)).collect());
-        Ok(EventTimes { values, valid })
+        let mut bad_kind = Vec::new();
+        if let Some(k) = def.row_kind {
+            let kinds = arrow::compute::cast(data.column(k), &DataType::Utf8)?;
+            let kinds = kinds
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| WeirError::internal("row kind column"))?;
+            for r in 0..kinds.len() {
+                let text = kinds.is_valid(r).then(|| kinds.value(r));
+                if text.and_then(RowKind::parse).is_some() || !col.is_valid(r) {
+                    continue;
+                }
+                valid.get_or_insert_with(|| vec![true; kinds.len()])[r] = false;
+                bad_kind.push((r, text.map(str::to_string)));
+            }
+        }
+        Ok(EventTimes { values, valid, bad_kind })
     }
 
     fn all_valid(&self) -> bool {
@@ -499,6 +533,7 @@ mod tests {
             domain: TimeDomain::Ticks,
             watermark_delay: delay,
             primary_key: vec![],
+            row_kind: None,
             proctime: None,
         }
     }

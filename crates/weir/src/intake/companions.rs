@@ -58,6 +58,7 @@ pub(crate) fn late_def(def: &StreamDef) -> Result<StreamDef> {
         domain: def.domain,
         watermark_delay: 0,
         primary_key: vec![],
+        row_kind: None,
         proctime: None,
     })
 }
@@ -80,6 +81,7 @@ pub(crate) fn errors_def(def: &StreamDef) -> StreamDef {
         domain: def.domain,
         watermark_delay: 0,
         primary_key: vec![],
+        row_kind: None,
         proctime: None,
     }
 }

@@ -507,6 +507,7 @@ mod tests {
             domain: TimeDomain::Ticks,
             watermark_delay: 1,
             primary_key: vec![],
+            row_kind: None,
             proctime: None,
         };
         let mut i = Intake::default();
