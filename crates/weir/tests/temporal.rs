@@ -11,7 +11,10 @@
 //! - a NULL key, a key without a row at t, or a residual condition that is not true gives no
 //!   row, and, for LEFT JOIN, e padded with NULL;
 //! - output is a stream: the same bag of (instant, row) whatever the batching and worker count,
-//!   in time order.
+//!   in time order;
+//! - through views (`pv`, the ISTREAM of `p` filtered, on the left; a relation view of the
+//!   versioned side filtered, on the right), the same with the filters applied: a key whose
+//!   row the right view filters out has no row.
 //!
 //! The changelog stream arrives out of order within its watermark delay (never late), so the
 //! engine must hold each element of `p` until every version at or before it has arrived.
@@ -66,16 +69,21 @@ enum Versioned {
     Kinded,
 }
 
-fn query(side: Versioned, left: bool, theta: bool) -> String {
-    let (name, join) = match side {
-        Versioned::Table => ("tb", if left { "LEFT JOIN" } else { "JOIN" }),
-        Versioned::Changelog => ("cl", if left { "LEFT JOIN" } else { "JOIN" }),
-        Versioned::Kinded => ("ck", if left { "LEFT JOIN" } else { "JOIN" }),
+/// The query; with `views`, both sides are read through views: the probe stream as `pv` (the
+/// ISTREAM of `p` where v >= 1), the versioned side as a relation view of its rows where
+/// w <> 3.
+fn query(side: Versioned, left: bool, theta: bool, views: bool) -> String {
+    let name = match side {
+        Versioned::Table => "tb",
+        Versioned::Changelog => "cl",
+        Versioned::Kinded => "ck",
     };
+    let join = if left { "LEFT JOIN" } else { "JOIN" };
+    let (probe, name) = if views { ("pv", format!("{name}v")) } else { ("p", name.to_string()) };
     let theta = if theta { " AND r.w >= p.v" } else { "" };
     format!(
-        "SELECT p.k, p.v, p.t, r.w FROM p {join} {name} FOR SYSTEM_TIME AS OF p.t AS r \
-         ON p.k = r.k{theta}"
+        "SELECT p.k, p.v, p.t, r.w FROM {probe} AS p {join} {name} FOR SYSTEM_TIME AS OF p.t \
+         AS r ON p.k = r.k{theta}"
     )
 }
 
@@ -83,7 +91,11 @@ const DDL: &str = "CREATE STREAM p (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR 
      CREATE TABLE tb (k BIGINT, w BIGINT, PRIMARY KEY (k)); \
      CREATE STREAM cl (k BIGINT, w BIGINT, t BIGINT, PRIMARY KEY (k), WATERMARK FOR t AS t - 3); \
      CREATE STREAM ck (k BIGINT, w BIGINT, op VARCHAR, t BIGINT, PRIMARY KEY (k), ROW KIND op, \
-       WATERMARK FOR t AS t - 3)";
+       WATERMARK FOR t AS t - 3); \
+     CREATE VIEW pv AS SELECT ISTREAM k, v, t FROM p WHERE v >= 1; \
+     CREATE VIEW tbv AS SELECT k, w FROM tb WHERE w <> 3; \
+     CREATE VIEW clv AS SELECT k, w FROM cl WHERE w <> 3; \
+     CREATE VIEW ckv AS SELECT k, w FROM ck WHERE w <> 3";
 
 /// The row kinds the changelog `ck` is written with, and what each does.
 const KINDS: [&str; 8] = ["+I", "+U", "c", "r", "u", "-D", "d", "-U"];
@@ -201,9 +213,15 @@ fn show(v: Option<i64>) -> String {
 }
 
 /// The oracle: the version of each key valid at t, then the join, from the definition.
-fn oracle(side: Versioned, left: bool, theta: bool, input: &Input) -> Vec<(i64, Vec<String>)> {
+fn oracle(
+    side: Versioned,
+    left: bool,
+    theta: bool,
+    views: bool,
+    input: &Input,
+) -> Vec<(i64, Vec<String>)> {
     let mut out = Vec::new();
-    for e in &input.p {
+    for e in input.p.iter().filter(|e| !views || e.v >= 1) {
         let version: Option<i64> = e.k.and_then(|k| match side {
             Versioned::Table => {
                 let mut rows: BTreeMap<i64, i64> = BTreeMap::new();
@@ -240,6 +258,8 @@ fn oracle(side: Versioned, left: bool, theta: bool, input: &Input) -> Vec<(i64, 
                 best.and_then(|b| b.2)
             }
         });
+        // Through the view, a key whose row has w = 3 has no row.
+        let version = version.filter(|&w| !views || w != 3);
         let matched = version.filter(|&w| !theta || w >= e.v);
         let row = |w: Option<i64>| vec![show(e.k), e.v.to_string(), e.t.to_string(), show(w)];
         match matched {
@@ -311,9 +331,17 @@ fn cases() -> u32 {
 }
 
 fn check(side: Versioned, input: &Input) -> Result<(), TestCaseError> {
-    for (left, theta) in [(false, false), (true, false), (true, true), (false, true)] {
-        let sql = query(side, left, theta);
-        let mut expected = oracle(side, left, theta, input);
+    let shapes = [
+        (false, false, false),
+        (true, false, false),
+        (true, true, false),
+        (false, true, false),
+        (true, false, true),
+        (false, true, true),
+    ];
+    for (left, theta, views) in shapes {
+        let sql = query(side, left, theta, views);
+        let mut expected = oracle(side, left, theta, views, input);
         expected.sort();
         let mut first: Option<Vec<(i64, Vec<String>)>> = None;
         for (size, workers) in [(1, 1), (3, 1), (1024, 1), (3, 2)] {
@@ -380,7 +408,7 @@ fn the_oracle_follows_the_definition() {
         log_arrival: vec![],
         log_kinds: vec![],
     };
-    let got: Vec<String> = oracle(Versioned::Table, true, true, &input)
+    let got: Vec<String> = oracle(Versioned::Table, true, true, false, &input)
         .into_iter()
         .map(|(t, r)| format!("@{t} {}", r.join(" ")))
         .collect();
@@ -402,7 +430,7 @@ fn the_oracle_applies_row_kinds() {
         log_arrival: vec![0, 1, 2, 3, 4, 5],
         log_kinds: vec!["+I", "-U", "+U", "-D", "d", "r"],
     };
-    let got: Vec<String> = oracle(Versioned::Kinded, true, false, &input)
+    let got: Vec<String> = oracle(Versioned::Kinded, true, false, false, &input)
         .into_iter()
         .map(|(t, r)| format!("@{t} {}", r[3]))
         .collect();

@@ -10,7 +10,7 @@ use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as Df
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
     AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
-    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec,
+    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec, R2S,
 };
 
 use super::df_error;
@@ -349,7 +349,8 @@ impl Converter<'_> {
             return Err(WeirError::plan_at(
                 format!(
                     "FOR SYSTEM_TIME AS OF {named}: expected the event-time column (WATERMARK \
-                     FOR) of a stream read whole on the left of the JOIN"
+                     FOR) of a stream read whole on the left of the JOIN, or that column as a \
+                     view passes it on (the ISTREAM of the stream filtered and projected)"
                 ),
                 *at,
             ));
@@ -384,12 +385,16 @@ impl Converter<'_> {
         Ok(())
     }
 
-    /// The versioned relation of `t FOR SYSTEM_TIME AS OF ...`: a table as it is, a stream
-    /// with a primary key as its latest element per key ([`changelog_relation`]).
+    /// The versioned relation of `t FOR SYSTEM_TIME AS OF ...`: a table or a relation view as
+    /// it is at each instant, a stream with a primary key as its latest element per key
+    /// ([`changelog_relation`]).
     fn versioned_relation(&self, w: &WindowAst, schema: Arc<DFSchema>) -> Result<Arc<LogicalPlan>> {
         let source = self.source(&w.stream)?;
         match self.catalog.lookup(&w.stream) {
             Some(CatalogEntry::Table(_)) => {
+                Ok(Arc::new(LogicalPlan::Rename { input: source, schema }))
+            }
+            Some(CatalogEntry::View(v)) if v.kind() == PlanKind::Relation => {
                 Ok(Arc::new(LogicalPlan::Rename { input: source, schema }))
             }
             Some(CatalogEntry::Stream(s)) if !s.primary_key.is_empty() => {
@@ -1416,6 +1421,7 @@ fn column_index(e: &Expr, input: &LogicalPlan) -> Option<usize> {
 /// filters, renames and projections), so that the rows of `plan` only ever arrive, each at
 /// the instant this column holds.
 fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
+    /// Whether column `idx` of a relation is its elements' event time, passed through.
     fn time_col(plan: &LogicalPlan, idx: usize) -> bool {
         match plan {
             LogicalPlan::Window {
@@ -1423,9 +1429,7 @@ fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
                 bounds_columns: false,
                 input,
                 ..
-            } => {
-                matches!(input.as_ref(), LogicalPlan::StreamScan { time_column, .. } if *time_column == idx)
-            }
+            } => stream_time_col(input, idx),
             LogicalPlan::Rename { input, .. } | LogicalPlan::Filter { input, .. } => {
                 time_col(input, idx)
             }
@@ -1433,6 +1437,19 @@ fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
                 Some(e) => column_index(e, input).is_some_and(|i| time_col(input, i)),
                 None => false,
             },
+            _ => false,
+        }
+    }
+    /// Whether column `idx` of a stream holds each element's timestamp: a base stream's
+    /// event-time column, or that column carried through a derived stream (a view) that is the
+    /// `ISTREAM` of a base stream read whole, filtered and projected, where each element comes
+    /// out at the instant its timestamp names (as Flink keeps a time attribute through
+    /// projections and filters).
+    fn stream_time_col(plan: &LogicalPlan, idx: usize) -> bool {
+        match plan {
+            LogicalPlan::StreamScan { time_column, .. } => *time_column == idx,
+            LogicalPlan::Rename { input, .. } => stream_time_col(input, idx),
+            LogicalPlan::ToStream { op: R2S::Istream, input } => time_col(input, idx),
             _ => false,
         }
     }

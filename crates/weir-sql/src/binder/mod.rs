@@ -766,7 +766,8 @@ impl<'a> Binder<'a> {
         Ok(())
     }
 
-    /// The versioned side of a temporal join is a table, or a stream with a primary key.
+    /// The versioned side of a temporal join is a table, a stream with a primary key, or a view
+    /// that is a relation.
     fn check_versioned(&self, w: &WindowAst) -> Result<()> {
         let why = match self.catalog.lookup(&w.stream) {
             None => format!("unknown table or stream '{}'", w.stream),
@@ -777,9 +778,11 @@ impl<'a> Binder<'a> {
                  (declare one to read the stream as a changelog of its key's rows)",
                 w.stream
             ),
+            Some(CatalogEntry::View(v)) if v.kind() == PlanKind::Relation => return Ok(()),
             Some(CatalogEntry::View(_)) => format!(
-                "FOR SYSTEM_TIME AS OF needs a versioned relation: view '{}' is not one (name a \
-                 table or a stream with a PRIMARY KEY)",
+                "FOR SYSTEM_TIME AS OF needs a versioned relation: view '{}' is a stream (name a \
+                 table, a stream with a PRIMARY KEY, or a view that is a relation: one without \
+                 ISTREAM, DSTREAM or RSTREAM)",
                 w.stream
             ),
         };
