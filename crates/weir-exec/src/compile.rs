@@ -44,6 +44,7 @@ use crate::ops::window_bounds::WindowBounds;
 use crate::ops::window_dedup::DedupWindow;
 use crate::ops::window_rows::RowsWindow;
 use crate::ops::window_sample::SampleWindow;
+use crate::ops::window_sample_slide::SlideSampleWindow;
 use crate::ops::window_session::SessionWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
@@ -185,7 +186,12 @@ fn sketch_window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operato
         WindowSpec::Deduplicate { by, capacity, error } => {
             Box::new(DedupWindow::new(by.clone(), *capacity, error.get(), schema)?)
         }
-        WindowSpec::Sample { rows, seed } => Box::new(SampleWindow::new(*rows, *seed, schema)?),
+        WindowSpec::Sample { rows, seed, over: None } => {
+            Box::new(SampleWindow::new(*rows, *seed, schema)?)
+        }
+        WindowSpec::Sample { rows, seed, over: Some(o) } => {
+            Box::new(SlideSampleWindow::new(*rows, *seed, *o, schema)?)
+        }
         _ => return Err(WeirError::internal("a sketch window of another kind")),
     })
 }

@@ -130,3 +130,39 @@ pub fn run_spans(flow: &mut Graph, width: Time) -> Vec<String> {
     }
     out
 }
+
+/// Evaluates `op` alone, instant by instant, on the ticks of `feed` and its own wake-ups, before
+/// `until` (all of them if `None`), rendering its output like [`run`].
+pub fn drive(
+    op: &mut dyn Operator,
+    feed: &mut std::iter::Peekable<std::vec::IntoIter<Tick>>,
+    until: Option<Time>,
+) -> Vec<String> {
+    let ctx = EvalCtx::default();
+    let mut out = vec![];
+    loop {
+        let next_in = feed.peek().map(|(t, _)| *t);
+        let next = crate::operator::min_wakeup([next_in, op.next_wakeup()]);
+        let Some(t) = next.filter(|&t| until.is_none_or(|u| t < u)) else {
+            break;
+        };
+        let d = match feed.next_if(|(x, _)| *x == t) {
+            Some((_, d)) => d,
+            None => ChangeBatch::empty(kv_schema()),
+        };
+        let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: None };
+        out.extend(render(&op.eval(&step, vec![d]).expect("eval")));
+    }
+    out
+}
+
+/// Checkpoints `from` and restores the state into `into`, a fresh operator of the same plan,
+/// checking that every section is read back.
+pub fn checkpoint_into(from: &dyn Operator, into: &mut dyn Operator) {
+    let mut w = StateWriter::new();
+    from.save_state(&mut w).expect("save");
+    let bytes = w.into_bytes().expect("bytes");
+    let mut r = StateReader::from_bytes(&bytes).expect("read");
+    into.restore_state(&mut r).expect("restore");
+    r.finish().expect("all read");
+}

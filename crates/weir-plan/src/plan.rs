@@ -59,7 +59,18 @@ pub enum WindowSpec {
     Deduplicate { by: Vec<usize>, capacity: u64, error: Fraction },
     /// `[SAMPLE N ROWS [SEED s]]`: the N elements ≤ τ with the smallest priorities, a hash
     /// seeded by `seed` of (timestamp, row, occurrence): a uniform sample without replacement.
-    Sample { rows: u64, seed: u64 },
+    /// With `over`, `[RANGE T SLIDE S [OFFSET O] SAMPLE N ROWS [SEED s]]`: the N of smallest
+    /// priority among the elements of the `[RANGE T SLIDE S]` window current at τ.
+    Sample { rows: u64, seed: u64, over: Option<SampleOver> },
+}
+
+/// The sliding (or tumbling) window a `SAMPLE` samples: `[RANGE range SLIDE slide OFFSET
+/// offset]`, the offset a remainder of the slide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleOver {
+    pub range: Time,
+    pub slide: Time,
+    pub offset: Time,
 }
 
 /// `[DEDUPLICATE ...]`'s capacity (keys per generation of its Bloom filter) when none is given.
@@ -114,7 +125,14 @@ impl WindowSpec {
                 };
                 format!("DEDUPLICATE{by} CAPACITY {capacity} ERROR {}", error.get())
             }
-            WindowSpec::Sample { rows, seed } => format!("SAMPLE {rows} ROWS SEED {seed}"),
+            WindowSpec::Sample { rows, seed, over: None } => {
+                format!("SAMPLE {rows} ROWS SEED {seed}")
+            }
+            WindowSpec::Sample { rows, seed, over: Some(o) } => {
+                let w = WindowSpec::RangeSlide { range: o.range, slide: o.slide, offset: o.offset }
+                    .fmt_with(domain, names);
+                format!("{w} SAMPLE {rows} ROWS SEED {seed}")
+            }
         }
     }
 }

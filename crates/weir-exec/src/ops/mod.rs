@@ -23,6 +23,7 @@ pub mod window_bounds;
 pub mod window_dedup;
 pub mod window_rows;
 pub mod window_sample;
+pub mod window_sample_slide;
 pub mod window_session;
 pub mod window_time;
 

@@ -25,7 +25,7 @@ use crate::sketch::value_hash;
 use crate::state::{binary_col, i64_col, invalid, signature, StateReader, StateWriter};
 
 /// One element: its priority, timestamp, row and occurrence.
-type Element = (u64, Time, RowBytes, u64);
+pub(crate) type Element = (u64, Time, RowBytes, u64);
 
 #[derive(Debug)]
 pub struct SampleWindow {
@@ -46,6 +46,33 @@ pub fn priority(seed: u64, t: Time, row: &[u8], occurrence: u64) -> u64 {
     value_hash(&b)
 }
 
+/// The elements of `d`, the changes of instant `t` (insertions only), each with its priority
+/// under `seed` and its occurrence among the identical rows of the instant, in input order.
+pub(crate) fn elements(
+    seed: u64,
+    t: Time,
+    d: &ChangeBatch,
+    codec: &RowCodec,
+) -> Result<Vec<Element>> {
+    let rows = codec.encode(d.data.columns(), d.len())?;
+    // Occurrences per distinct row of the instant.
+    let mut seen: HashMap<&[u8], u64> = HashMap::new();
+    let mut out = Vec::with_capacity(d.len());
+    for i in 0..d.len() {
+        let diff = d.diffs[i];
+        if diff < 0 {
+            return Err(WeirError::internal("a SAMPLE window was given a retraction"));
+        }
+        let row = rows.get(i);
+        let n = seen.entry(row).or_insert(0);
+        for _ in 0..diff {
+            out.push((priority(seed, t, row, *n), t, row.into(), *n));
+            *n += 1;
+        }
+    }
+    Ok(out)
+}
+
 impl SampleWindow {
     pub fn new(rows: u64, seed: u64, schema: SchemaRef) -> Result<Self> {
         let row_codec = RowCodec::for_schema(&schema)?;
@@ -64,32 +91,19 @@ impl Operator for SampleWindow {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let rows = self.row_codec.encode(d.data.columns(), d.len())?;
-        // Occurrences per distinct row of the instant.
-        let mut seen: HashMap<&[u8], u64> = HashMap::new();
         let mut out: Vec<(RowBytes, i64)> = Vec::new();
         // Elements of this instant taken in (they give +e at the end if still kept).
         let mut fresh: Vec<Element> = Vec::new();
-        for i in 0..d.len() {
-            let diff = d.diffs[i];
-            if diff < 0 {
-                return Err(WeirError::internal("a SAMPLE window was given a retraction"));
-            }
-            let row = rows.get(i);
-            let n = seen.entry(row).or_insert(0);
-            for _ in 0..diff {
-                let e: Element = (priority(self.seed, t, row, *n), t, row.into(), *n);
-                *n += 1;
-                if (self.kept.len() as u64) < self.rows {
-                    fresh.push(e.clone());
-                    self.kept.insert(e);
-                } else if self.kept.last().is_some_and(|last| e < *last) {
-                    fresh.push(e.clone());
-                    self.kept.insert(e);
-                    // One of this instant's own elements leaves without a trace.
-                    if let Some(gone) = self.kept.pop_last().filter(|g| g.1 != t) {
-                        out.push((gone.2, -1));
-                    }
+        for e in elements(self.seed, t, &d, &self.row_codec)? {
+            if (self.kept.len() as u64) < self.rows {
+                fresh.push(e.clone());
+                self.kept.insert(e);
+            } else if self.kept.last().is_some_and(|last| e < *last) {
+                fresh.push(e.clone());
+                self.kept.insert(e);
+                // One of this instant's own elements leaves without a trace.
+                if let Some(gone) = self.kept.pop_last().filter(|g| g.1 != t) {
+                    out.push((gone.2, -1));
                 }
             }
         }

@@ -372,7 +372,7 @@ impl Operator for SessionWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{fed, kv, kv_schema, run, run_spans, Tick};
+    use crate::testing::{checkpoint_into, drive, fed, kv, kv_schema, run, run_spans, Tick};
 
     fn by_key(gap: Time) -> SessionWindow {
         SessionWindow::new(gap, vec![0], false, kv_schema()).expect("session window")
@@ -470,41 +470,10 @@ mod tests {
             let mut feed = ticks().into_iter().peekable();
             let mut first = by_key(3);
             let mut got = drive(&mut first, &mut feed, Some(cut));
-            let mut w = StateWriter::new();
-            first.save_state(&mut w).expect("save");
-            let bytes = w.into_bytes().expect("bytes");
-            let mut r = StateReader::from_bytes(&bytes).expect("read");
             let mut second = by_key(3);
-            second.restore_state(&mut r).expect("restore");
-            r.finish().expect("all read");
+            checkpoint_into(&first, &mut second);
             got.extend(drive(&mut second, &mut feed, None));
             assert_eq!(got, want, "checkpoint before {cut}");
         }
-    }
-
-    /// Evaluates `op` instant by instant on the ticks of `feed` and its own wake-ups, before
-    /// `until` (all of them if `None`), rendering its output.
-    fn drive(
-        op: &mut SessionWindow,
-        feed: &mut std::iter::Peekable<std::vec::IntoIter<Tick>>,
-        until: Option<Time>,
-    ) -> Vec<String> {
-        let ctx = crate::operator::EvalCtx::default();
-        let mut out = vec![];
-        loop {
-            let next_in = feed.peek().map(|(t, _)| *t);
-            let Some(t) =
-                min_wakeup([next_in, op.next_wakeup()]).filter(|&t| until.is_none_or(|u| t < u))
-            else {
-                break;
-            };
-            let d = match feed.next_if(|(x, _)| *x == t) {
-                Some((_, d)) => d,
-                None => ChangeBatch::empty(kv_schema()),
-            };
-            let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: None };
-            out.extend(crate::testing::render(&op.eval(&step, vec![d]).expect("eval")));
-        }
-        out
     }
 }

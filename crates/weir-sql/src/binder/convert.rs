@@ -10,7 +10,7 @@ use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as Df
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
     AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
-    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, WindowFrame, WindowSpec, R2S,
+    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SampleOver, WindowFrame, WindowSpec, R2S,
 };
 
 use super::df_error;
@@ -654,8 +654,15 @@ impl Converter<'_> {
                     error,
                 }
             }
-            WindowKind::Sample { rows, seed } => {
-                WindowSpec::Sample { rows: *rows, seed: seed.unwrap_or(0) }
+            WindowKind::Sample { rows, seed, over } => {
+                let over = match over {
+                    None => None,
+                    Some((r, s)) => {
+                        let slide = ticks(*s)?;
+                        Some(SampleOver { range: ticks(*r)?, slide, offset: offset(slide)? })
+                    }
+                };
+                WindowSpec::Sample { rows: *rows, seed: seed.unwrap_or(0), over }
             }
         })
     }

@@ -135,10 +135,12 @@ pub enum WindowKind {
         capacity: Option<u64>,
         error: Option<String>,
     },
-    /// `s [SAMPLE n ROWS [SEED s]]`: a uniform sample of n elements.
+    /// `s [SAMPLE n ROWS [SEED s]]`: a uniform sample of n elements; with `over` (range,
+    /// slide), `s [RANGE T SLIDE S [OFFSET O] SAMPLE n ROWS [SEED s]]`: of each window's.
     Sample {
         rows: u64,
         seed: Option<u64>,
+        over: Option<(Duration, Duration)>,
     },
 }
 
@@ -394,8 +396,12 @@ impl std::fmt::Display for WindowKind {
                 }
                 f.write_str("]")
             }
-            WindowKind::Sample { rows, seed } => {
-                write!(f, "[SAMPLE {rows} ROWS")?;
+            WindowKind::Sample { rows, seed, over } => {
+                f.write_str("[")?;
+                if let Some((r, s)) = over {
+                    write!(f, "RANGE {r} SLIDE {s} ")?;
+                }
+                write!(f, "SAMPLE {rows} ROWS")?;
                 if let Some(s) = seed {
                     write!(f, " SEED {s}")?;
                 }
@@ -443,6 +449,14 @@ impl std::fmt::Display for CqlQuery {
                 WindowKind::RangeSlide(r, s) if w.offset.is_some() => {
                     let o = w.offset.map(|o| o.to_string()).unwrap_or_default();
                     format!("{} [RANGE {r} SLIDE {s} OFFSET {o}]", w.stream)
+                }
+                WindowKind::Sample { rows, seed, over: Some((r, s)) } if w.offset.is_some() => {
+                    let o = w.offset.map(|o| o.to_string()).unwrap_or_default();
+                    let seed = seed.map(|s| format!(" SEED {s}")).unwrap_or_default();
+                    format!(
+                        "{} [RANGE {r} SLIDE {s} OFFSET {o} SAMPLE {rows} ROWS{seed}]",
+                        w.stream
+                    )
                 }
                 WindowKind::Session { column: Some(column), gap, by } => format!(
                     "TABLE(SESSION(TABLE {}{}, DESCRIPTOR({column}), {gap}))",

@@ -70,19 +70,31 @@ fn parse_window(
         if c.eat_word("UNBOUNDED") {
             WindowKind::Unbounded
         } else {
-            let range = parse_duration(&mut c, &["SLIDE", "OFFSET"])?;
+            let range = parse_duration(&mut c, &["SLIDE", "OFFSET", "SAMPLE"])?;
             if c.peek_word("OFFSET") {
                 return Err(WeirError::plan_at(
                     "OFFSET shifts the windows of a SLIDE: write [RANGE T SLIDE S OFFSET O]",
                     c.peek().and_then(tok_span),
                 ));
             }
+            if c.peek_word("SAMPLE") {
+                return Err(WeirError::plan_at(
+                    "a SAMPLE over a time window samples each window of a SLIDE: write [RANGE T \
+                     SLIDE S SAMPLE N ROWS] (SLIDE T for tumbling windows)",
+                    c.peek().and_then(tok_span),
+                ));
+            }
             if c.eat_word("SLIDE") {
-                let slide = parse_duration(&mut c, &["OFFSET"])?;
+                let slide = parse_duration(&mut c, &["OFFSET", "SAMPLE"])?;
                 if c.eat_word("OFFSET") {
                     offset = Some(parse_offset(&mut c)?);
                 }
-                WindowKind::RangeSlide(range, slide)
+                if c.eat_word("SAMPLE") {
+                    let (rows, seed) = sample_clause(&mut c)?;
+                    WindowKind::Sample { rows, seed, over: Some((range, slide)) }
+                } else {
+                    WindowKind::RangeSlide(range, slide)
+                }
             } else {
                 WindowKind::Range(range)
             }
@@ -129,25 +141,8 @@ fn parse_window(
         }
         WindowKind::Deduplicate { by, capacity, error }
     } else if c.eat_word("SAMPLE") {
-        let span = c.peek().and_then(tok_span);
-        let rows = rows_count(&mut c)?;
-        if rows == 0 {
-            return Err(WeirError::syntax_at("a SAMPLE window needs a count of at least 1", span));
-        }
-        c.expect_word("ROWS")?;
-        let seed = if c.eat_word("SEED") {
-            let span = c.peek().and_then(tok_span);
-            let s = c.integer("a seed")?;
-            Some(u64::try_from(s).map_err(|_| {
-                WeirError::syntax_at(
-                    "a SAMPLE window's SEED must be an integer of at least 0",
-                    span,
-                )
-            })?)
-        } else {
-            None
-        };
-        WindowKind::Sample { rows, seed }
+        let (rows, seed) = sample_clause(&mut c)?;
+        WindowKind::Sample { rows, seed, over: None }
     } else {
         return Err(c.err(expected));
     };
@@ -157,10 +152,30 @@ fn parse_window(
     Ok((kind, offset))
 }
 
+/// `N ROWS [SEED s]` after `SAMPLE`.
+fn sample_clause(c: &mut Cursor) -> Result<(u64, Option<u64>)> {
+    let span = c.peek().and_then(tok_span);
+    let rows = rows_count(c)?;
+    if rows == 0 {
+        return Err(WeirError::syntax_at("a SAMPLE window needs a count of at least 1", span));
+    }
+    c.expect_word("ROWS")?;
+    let seed = if c.eat_word("SEED") {
+        let span = c.peek().and_then(tok_span);
+        let s = c.integer("a seed")?;
+        Some(u64::try_from(s).map_err(|_| {
+            WeirError::syntax_at("a SAMPLE window's SEED must be an integer of at least 0", span)
+        })?)
+    } else {
+        None
+    };
+    Ok((rows, seed))
+}
+
 /// A window's offset: a duration, which may be negative (`-2`, `INTERVAL '-1' MINUTE`).
 fn parse_offset(c: &mut Cursor) -> Result<Duration> {
     let negative = c.eat(&Token::Minus);
-    let d = parse_duration(c, &[])?;
+    let d = parse_duration(c, &["SAMPLE"])?;
     Ok(match (negative, d) {
         (false, d) => d,
         (true, Duration::Ticks(v)) => Duration::Ticks(-v),
@@ -956,6 +971,12 @@ mod tests {
                 (1i64..10).prop_map(|t| format!("[RANGE {t} SECONDS]")),
                 (0u64..10).prop_map(|n| format!("[ROWS {n}]")),
                 (1u64..10).prop_map(|n| format!("[SAMPLE {n} ROWS SEED {}]", n * 7)),
+                (1i64..100, 1i64..100, 1u64..10).prop_map(|(t, s, n)| {
+                    format!("[RANGE {t} SLIDE {s} SAMPLE {n} ROWS SEED {}]", n * 3)
+                }),
+                (1i64..100, 1u64..10).prop_map(|(t, n)| {
+                    format!("[RANGE {t} SLIDE {t} OFFSET -{n} SAMPLE {n} ROWS]")
+                }),
                 (1u64..10).prop_map(|n| format!("[DEDUPLICATE BY k CAPACITY {n} ERROR 0.25]")),
                 (0u64..10).prop_map(|n| format!("[PARTITION BY k ROWS {n}]")),
                 (1i64..100).prop_map(|g| format!("[SESSION {g}]")),
