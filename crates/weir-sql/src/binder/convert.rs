@@ -345,6 +345,20 @@ impl Converter<'_> {
                 *at,
             ));
         }
+        if !ordered_by_event_time(&left, &Expr::Column(col.clone()))
+            && matches!(strip_renames(&left), LogicalPlan::Join { .. })
+        {
+            return Err(WeirError::plan_at(
+                format!(
+                    "FOR SYSTEM_TIME AS OF {named}: the left of this JOIN is another join, not a \
+                     stream read whole; join the stream with the versioned side first: FROM \
+                     <stream>{q} JOIN {v} FOR SYSTEM_TIME AS OF {named} ON ... JOIN ...",
+                    q = qualifier.as_deref().map(|q| format!(" AS {q}")).unwrap_or_default(),
+                    v = w.stream,
+                ),
+                *at,
+            ));
+        }
         if !ordered_by_event_time(&left, &Expr::Column(col)) {
             return Err(WeirError::plan_at(
                 format!(
@@ -1463,6 +1477,16 @@ fn ordered_by_event_time(plan: &Arc<LogicalPlan>, e: &Expr) -> bool {
     match e {
         Expr::Column(c) => plan.schema().index_of_column(c).is_ok_and(|i| time_col(plan, i)),
         _ => false,
+    }
+}
+
+/// `plan` seen through projections, filters and renames.
+fn strip_renames(plan: &LogicalPlan) -> &LogicalPlan {
+    match plan {
+        LogicalPlan::Rename { input, .. }
+        | LogicalPlan::Project { input, .. }
+        | LogicalPlan::Filter { input, .. } => strip_renames(input),
+        other => other,
     }
 }
 
