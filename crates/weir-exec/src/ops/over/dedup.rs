@@ -98,8 +98,8 @@ impl Operator for Dedup {
         }
         let encoded = self.keys.encode(&d, 0, d.len())?;
         let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
-        let refs: Vec<(&[u8], Vec<i64>, i64)> =
-            rows.iter().map(|(r, n)| (&r[..], vec![1], *n)).collect();
+        let refs: Vec<(&[u8], [i64; 1], i64)> =
+            rows.iter().map(|(r, n)| (&r[..], [1], *n)).collect();
         self.keys.output(&self.schema, &refs, times, 1)
     }
 

@@ -121,16 +121,17 @@ impl OverKeys {
     }
 
     /// Output changes at `times`: each input row followed by its function values.
-    pub fn output(
+    pub fn output<R: AsRef<[u8]>, V: AsRef<[i64]>>(
         &self,
         schema: &SchemaRef,
-        rows: &[(&[u8], Vec<i64>, i64)],
+        rows: &[(R, V, i64)],
         times: Vec<weir_common::Time>,
         nfuncs: usize,
     ) -> Result<ChangeBatch> {
-        let mut cols = self.codec.decode(rows.iter().map(|(r, _, _)| *r))?;
+        let mut cols = self.codec.decode(rows.iter().map(|(r, _, _)| r.as_ref()))?;
         for f in 0..nfuncs {
-            let vals: Int64Array = rows.iter().map(|(_, v, _)| Some(v[f])).collect();
+            let vals: Int64Array =
+                rows.iter().map(|(_, v, _)| v.as_ref().get(f).copied()).collect();
             cols.push(Arc::new(vals) as ArrayRef);
         }
         let data = crate::ops::batch_of(schema, cols, rows.len())?;

@@ -45,11 +45,48 @@ type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
 /// One partition's netted changes in a run: partition key, ((order key, row), diff).
 type PartChanges = (RowBytes, Vec<((RowBytes, RowBytes), i64)>);
 
+/// One row's function values (ROW_NUMBER, RANK, DENSE_RANK: rarely more than two).
+type Vals = smallvec::SmallVec<[i64; 2]>;
+
 /// An output change: row, function values, diff.
-type OutRow = (RowBytes, Vec<i64>, i64);
+type OutRow = (RowBytes, Vals, i64);
+
+/// A partition's entry: (order key, row).
+type Key = (RowBytes, RowBytes);
 
 /// One partition: (order key, row) -> multiplicity, in rank order.
-type Partition = BTreeMap<(RowBytes, RowBytes), i64>;
+type Partition = BTreeMap<Key, i64>;
+
+/// A partition's entries with their multiplicities after a run's netted changes (sorted by
+/// entry) are applied, without applying them: the merge of the two, entries whose count
+/// becomes 0 left out.
+struct Merged<'a> {
+    part: std::iter::Peekable<std::collections::btree_map::Iter<'a, Key, i64>>,
+    changes: std::iter::Peekable<std::slice::Iter<'a, (Key, i64)>>,
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = (&'a Key, i64);
+
+    fn next(&mut self) -> Option<(&'a Key, i64)> {
+        loop {
+            let next = match (self.part.peek(), self.changes.peek()) {
+                (None, None) => return None,
+                (Some((k, _)), Some((e, _))) if *k == e => {
+                    let (k, c) = self.part.next()?;
+                    let (_, n) = self.changes.next()?;
+                    (k, c + n)
+                }
+                (Some((k, _)), Some((e, _))) if *k < e => self.part.next().map(|(k, c)| (k, *c))?,
+                (_, Some(_)) => self.changes.next().map(|(e, n)| (e, *n))?,
+                (Some(_), None) => self.part.next().map(|(k, c)| (k, *c))?,
+            };
+            if next.1 != 0 {
+                return Some(next);
+            }
+        }
+    }
+}
 
 #[derive(Debug)]
 pub struct Ranking {
@@ -130,15 +167,15 @@ impl Ranking {
     /// multiplicities, walking from the partition's first row (see the module docs).
     fn walk<'a>(
         &self,
-        part: &'a Partition,
-        from: &(RowBytes, RowBytes),
-        out: &mut BTreeMap<(&'a [u8], Vec<i64>), i64>,
+        part: impl Iterator<Item = (&'a Key, i64)>,
+        from: &Key,
+        out: &mut Vec<(&'a [u8], Vals, i64)>,
         sign: i64,
     ) {
         let numbered = self.funcs.contains(&RankFunc::RowNumber);
         let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
         let mut prev: Option<&[u8]> = None;
-        let values = |rn: i64, rank: i64, dense: i64| -> Vec<i64> {
+        let values = |rn: i64, rank: i64, dense: i64| -> Vals {
             self.funcs
                 .iter()
                 .map(|f| match f {
@@ -148,7 +185,7 @@ impl Ranking {
                 })
                 .collect()
         };
-        for (entry, &c) in part {
+        for (entry, c) in part {
             let (key, row) = entry;
             if prev != Some(&key[..]) {
                 rank = pos + 1;
@@ -171,7 +208,7 @@ impl Ranking {
                     // Values before `from` do not change: skip the copies, not the stop test.
                     break;
                 }
-                *out.entry((&row[..], v)).or_insert(0) += sign * if numbered { 1 } else { c };
+                out.push((&row[..], v, sign * if numbered { 1 } else { c }));
             }
             pos += c;
         }
@@ -193,15 +230,39 @@ impl Ranking {
                 _ => by_part.push((p, vec![(e, n)])),
             }
         }
-        let mut rows: Vec<(RowBytes, Vec<i64>, i64)> = Vec::new();
+        let mut rows: Vec<OutRow> = Vec::new();
         for (p, changes) in by_part {
             let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
             let Some(from) = changes.first().map(|(e, _)| e.clone()) else { continue };
+            if self.append_only && changes.iter().any(|(_, n)| *n < 0) {
+                return Err(WeirError::internal(
+                    "a top-N planned over an insert-only input saw a retraction",
+                ));
+            }
             let mut part = self.parts.remove(&p).unwrap_or_default();
-            let mut before = BTreeMap::new();
-            self.walk(&part, &from, &mut before, -1);
-            let before: Vec<((RowBytes, Vec<i64>), i64)> =
-                before.into_iter().map(|((r, v), n)| ((RowBytes::from(r), v), n)).collect();
+            // The rows at or after `from` with their values, before and after the changes
+            // (merged in, not applied, so that both walks borrow the partition), netted.
+            let mut net: Vec<(&[u8], Vals, i64)> = Vec::new();
+            self.walk(part.iter().map(|(k, c)| (k, *c)), &from, &mut net, -1);
+            let merged =
+                Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
+            self.walk(merged, &from, &mut net, 1);
+            net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
+            let mut i = 0;
+            while i < net.len() {
+                let (row, vals) = (net[i].0, &net[i].1);
+                let mut n = 0;
+                let mut j = i;
+                while j < net.len() && net[j].0 == row && net[j].1 == *vals {
+                    n += net[j].2;
+                    j += 1;
+                }
+                if n != 0 {
+                    rows.push((RowBytes::from(row), vals.clone(), n));
+                }
+                i = j;
+            }
+            drop(net);
             for (e, n) in changes {
                 // Entry by entry (never a pass over the partition: that would cost O(n)).
                 let c = match part.entry(e) {
@@ -219,21 +280,6 @@ impl Ranking {
                     return Err(WeirError::exec(
                         "window function: a row was retracted more often than it was inserted",
                     ));
-                }
-                if n < 0 && self.append_only {
-                    return Err(WeirError::internal(
-                        "a top-N planned over an insert-only input saw a retraction",
-                    ));
-                }
-            }
-            let mut net: BTreeMap<(&[u8], Vec<i64>), i64> = BTreeMap::new();
-            for ((r, v), n) in &before {
-                *net.entry((&r[..], v.clone())).or_insert(0) += n;
-            }
-            self.walk(&part, &from, &mut net, 1);
-            for ((r, v), n) in net {
-                if n != 0 {
-                    rows.push((RowBytes::from(r), v, n));
                 }
             }
             if self.append_only {
@@ -257,9 +303,7 @@ impl Operator for Ranking {
         }
         let encoded = self.keys.encode(&d, 0, d.len())?;
         let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
-        let refs: Vec<(&[u8], Vec<i64>, i64)> =
-            rows.iter().map(|(r, v, n)| (&r[..], v.clone(), *n)).collect();
-        self.keys.output(&self.schema, &refs, times, self.funcs.len())
+        self.keys.output(&self.schema, &rows, times, self.funcs.len())
     }
 
     fn span_capable(&self) -> bool {
