@@ -26,8 +26,9 @@
 //! is UNBOUNDED or an offset; UNBOUNDED: the partition's end), so the rows whose values can
 //! change lie between lo moved back by the "after" extent and hi moved forward by the
 //! "before" extent (the rows before lo and after hi are the same before and after ΔR). The
-//! operator computes the values of that region before and after applying ΔR (from a
-//! context of the extents around it) and emits the bag difference: −(row, old values) and
+//! region's values before ΔR are the ones last output, which the operator keeps with each
+//! row; it computes their values after ΔR (from a context of the extents around it), keeps
+//! them in turn, and emits the bag difference: −(row, old values) and
 //! +(row, new values) for exactly the rows whose values changed, plus the rows that entered
 //! or left. Work per touched partition: O(log n + region + extents) for LAG/LEAD and
 //! bounded ROWS frames (e.g. a change costs O(k) for LAG(x, k)), O(n) when a bound is
@@ -35,8 +36,10 @@
 //! PRECEDING: every later row's running value changes anyway). Other partitions cost
 //! nothing.
 //!
-//! State: every input row per partition, ordered by (o, row), with its multiplicity;
-//! checkpointed as section `over_rel` (`part`, `key`, `row` Binary, `count` Int64), sorted.
+//! State: every input row per partition, ordered by (o, row), with its multiplicity and the
+//! encoded values of each copy as last output; checkpointed as section `over_rel` (`part`,
+//! `key`, `row` Binary, `count` Int64), sorted, without the values, which a restore computes
+//! again from each partition's rows.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -70,8 +73,16 @@ pub struct OverRelSpec {
 /// (order key, row).
 type Key = (RowBytes, RowBytes);
 
-/// One partition: (order key, row) -> multiplicity, in order.
-type Partition = BTreeMap<Key, i64>;
+/// One entry of a partition: its multiplicity, and the encoded function values of each copy
+/// as last output (copies have positions of their own, so values of their own).
+#[derive(Debug, Default)]
+struct Slot {
+    count: i64,
+    vals: Vec<RowBytes>,
+}
+
+/// One partition: (order key, row) -> its slot, in order.
+type Partition = BTreeMap<Key, Slot>;
 
 /// One partition's netted changes in a run.
 type PartChanges = (RowBytes, Vec<(Key, i64)>);
@@ -136,18 +147,18 @@ fn reach(part: &Partition, from: &Key, ext: Extent, back: bool) -> Bound<Key> {
     if ext.all {
         return Bound::Unbounded;
     }
-    let entries: Box<dyn Iterator<Item = (&Key, &i64)>> = if back {
+    let entries: Box<dyn Iterator<Item = (&Key, &Slot)>> = if back {
         Box::new(part.range(..from.clone()).rev())
     } else {
         Box::new(part.range((Bound::Excluded(from.clone()), Bound::Unbounded)))
     };
     let mut edge: &Key = from;
     let mut n = 0u64;
-    for (e, &c) in entries {
+    for (e, slot) in entries {
         if n >= ext.rows && !(ext.peers && e.0 == edge.0) {
             break;
         }
-        n = n.saturating_add(c.max(0) as u64);
+        n = n.saturating_add(slot.count.max(0) as u64);
         edge = e;
     }
     Bound::Included(edge.clone())
@@ -369,9 +380,9 @@ impl OverRel {
     ) -> Result<Vec<(RowBytes, RowBytes)>> {
         let mut rows: Vec<&Key> = Vec::new();
         let mut in_region: Vec<usize> = Vec::new();
-        for (k, &c) in part.range(context.clone()) {
+        for (k, slot) in part.range(context.clone()) {
             let inside = region.contains(k);
-            for _ in 0..c {
+            for _ in 0..slot.count {
                 if inside {
                     in_region.push(rows.len());
                 }
@@ -450,21 +461,25 @@ impl OverRel {
                 _ => Bound::Unbounded,
             };
             let (region, context) = ((rs, re), (cs, ce));
+            // The region's values before the change are the ones last output, kept in the
+            // slots; after it, they are computed over the context and kept in turn.
             let mut net: HashMap<(RowBytes, RowBytes), i64> = HashMap::new();
-            for rv in self.evaluate(&part, &region, &context)? {
-                *net.entry(rv).or_insert(0) -= 1;
+            for ((_, row), slot) in part.range(region.clone()) {
+                for v in &slot.vals {
+                    *net.entry((row.clone(), v.clone())).or_insert(0) -= 1;
+                }
             }
             for (e, n) in changes {
                 let c = match part.entry(e) {
                     Entry::Occupied(mut o) => {
-                        *o.get_mut() += n;
-                        let c = *o.get();
+                        o.get_mut().count += n;
+                        let c = o.get().count;
                         if c == 0 {
                             o.remove();
                         }
                         c
                     }
-                    Entry::Vacant(v) => *v.insert(n),
+                    Entry::Vacant(v) => v.insert(Slot { count: n, vals: Vec::new() }).count,
                 };
                 if c < 0 {
                     return Err(WeirError::exec(
@@ -472,7 +487,9 @@ impl OverRel {
                     ));
                 }
             }
-            for rv in self.evaluate(&part, &region, &context)? {
+            let after = self.evaluate(&part, &region, &context)?;
+            keep_values(&mut part, &region, &after)?;
+            for rv in after {
                 *net.entry(rv).or_insert(0) += 1;
             }
             out.extend(net.into_iter().filter(|(_, n)| *n != 0).map(|((r, v), n)| (r, v, n)));
@@ -484,6 +501,28 @@ impl OverRel {
         out.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
         Ok(out)
     }
+}
+
+/// Keeps in the slots of `part`'s `region` the values computed for it (`vals`: (row, values)
+/// per copy, in the region's order, as [`OverRel::evaluate`] gives them).
+fn keep_values(
+    part: &mut Partition,
+    region: &(Bound<Key>, Bound<Key>),
+    vals: &[(RowBytes, RowBytes)],
+) -> Result<()> {
+    let mut it = vals.iter();
+    for (_, slot) in part.range_mut(region.clone()) {
+        slot.vals.clear();
+        for _ in 0..slot.count {
+            let (_, v) =
+                it.next().ok_or_else(|| WeirError::internal("window function: values missing"))?;
+            slot.vals.push(v.clone());
+        }
+    }
+    if it.next().is_some() {
+        return Err(WeirError::internal("window function: values left over"));
+    }
+    Ok(())
 }
 
 /// The rows around a region, decoded: their columns, peer groups ([start, end) of each
@@ -532,7 +571,9 @@ impl Operator for OverRel {
         parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let entries: Vec<StateEntry<'_>> = parts
             .iter()
-            .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], &k[..], &r[..], *c)))
+            .flat_map(|(p, part)| {
+                part.iter().map(move |((k, r), s)| (&p[..], &k[..], &r[..], s.count))
+            })
             .collect();
         w.put(
             "over_rel",
@@ -558,10 +599,20 @@ impl Operator for OverRel {
                 return Err(invalid("section 'over_rel': a negative count"));
             }
             let part = self.parts.entry(RowBytes::from(p)).or_default();
-            if part.insert((RowBytes::from(k), RowBytes::from(row)), c).is_some() {
+            let slot = Slot { count: c, vals: Vec::new() };
+            if part.insert((RowBytes::from(k), RowBytes::from(row)), slot).is_some() {
                 return Err(invalid("section 'over_rel': a row appears twice"));
             }
         }
+        // The values last output are not saved: they are the partitions' values, computed
+        // again from their rows.
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let mut parts = std::mem::take(&mut self.parts);
+        for part in parts.values_mut() {
+            let vals = self.evaluate(part, &all, &all)?;
+            keep_values(part, &all, &vals)?;
+        }
+        self.parts = parts;
         Ok(())
     }
 }
