@@ -18,7 +18,7 @@
 //! append-only input. Checkpointed as section `dedup` (`part`, `key`, `row` Binary; `key`
 //! and `row` empty when keeping the first), sorted by `part`.
 
-use std::collections::HashMap;
+use datafusion_common::HashMap;
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
@@ -76,9 +76,9 @@ impl Dedup {
                 Some(_) if !self.keep_last => {}
                 Some(cur) => match cur {
                     Some(old) if cand < *old => {
-                        rows.push((old.1.clone(), -1));
                         rows.push((cand.1.clone(), 1));
-                        *old = cand;
+                        let old = std::mem::replace(old, cand);
+                        rows.push((old.1, -1));
                     }
                     Some(_) => {}
                     None => return Err(WeirError::internal("keep-last dedup without a row")),

@@ -42,12 +42,12 @@
 //! again from each partition's rows.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
-use datafusion_common::ScalarValue;
+use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 

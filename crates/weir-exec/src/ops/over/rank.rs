@@ -28,9 +28,10 @@
 //! (part, key, row).
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use arrow::datatypes::SchemaRef;
+use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
