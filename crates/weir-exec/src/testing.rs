@@ -96,8 +96,8 @@ pub fn run(flow: &mut Graph) -> Vec<String> {
     run_spans(flow, 0)
 }
 
-/// `@t +d v1 v2` per row, sorted within each instant.
-pub fn render(d: &ChangeBatch) -> Vec<String> {
+/// `@t +d v1 v2` per row, in the batch's order (floats with their sign and NaN as written).
+pub fn render_in_order(d: &ChangeBatch) -> Vec<String> {
     let opts = arrow::util::display::FormatOptions::default().with_null("_");
     let fmts: Vec<_> = d
         .data
@@ -105,12 +105,17 @@ pub fn render(d: &ChangeBatch) -> Vec<String> {
         .iter()
         .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &opts).expect("fmt"))
         .collect();
-    let mut rows: Vec<String> = (0..d.len())
+    (0..d.len())
         .map(|i| {
             let vals: Vec<String> = fmts.iter().map(|f| f.value(i).to_string()).collect();
             format!("@{} {:+} {}", d.times[i], d.diffs[i], vals.join(" "))
         })
-        .collect();
+        .collect()
+}
+
+/// `@t +d v1 v2` per row, sorted within each instant.
+pub fn render(d: &ChangeBatch) -> Vec<String> {
+    let mut rows = render_in_order(d);
     rows.sort();
     rows
 }
