@@ -51,8 +51,9 @@ pub fn to_batch(
 
 /// Consolidates each instant of `batch` (sorted by time, possibly many instants), with the same
 /// result as [`consolidate`] applied to each instant in turn. An instant with a single change
-/// is already consolidated; only instants with several changes are encoded and sorted. Rows
-/// keep their original arrays (taken, not decoded).
+/// is already consolidated; only instants with several changes are sorted, on their columns
+/// when every instant is short and the columns compare as their encoding sorts, else encoded.
+/// Rows keep their original arrays (taken, not decoded).
 pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeBatch> {
     let ends = crate::operator::time_runs(&batch.times);
     let runs = || ends.iter().zip(std::iter::once(&0).chain(&ends)).map(|(e, s)| e - s);
@@ -60,65 +61,76 @@ pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeB
     if !multi && batch.diffs.iter().all(|&d| d != 0) {
         return Ok(batch.clone());
     }
-    if runs().all(|n| n <= SMALL_RUN) {
-        if let Some(cmp) = RowOrder::of(batch)? {
-            return consolidate_small(batch, &ends, &cmp);
-        }
-    }
-    let rows = if multi { Some(codec.encode(batch.data.columns(), batch.len())?) } else { None };
+    // How the rows of an instant are ordered: on their columns when every instant is short
+    // and the columns compare as their encoding sorts (no encoding at all), else encoded.
+    let columns = if multi && runs().all(|n| n <= SMALL_RUN) { RowOrder::of(batch)? } else { None };
+    let order = match columns {
+        Some(columns) => Some(Order::Columns(columns)),
+        None if multi => Some(Order::Encoded(codec.encode(batch.data.columns(), batch.len())?)),
+        None => None,
+    };
     let mut idx: Vec<u32> = Vec::with_capacity(batch.len());
     let mut diffs: Vec<i64> = Vec::with_capacity(batch.len());
     let mut times: Vec<Time> = Vec::with_capacity(batch.len());
     let mut start = 0;
     let mut net: FastMap<&[u8], (u32, i64)> = FastMap::default();
-    let mut run: Vec<(&[u8], u32, i64)> = Vec::new();
+    let mut run: Vec<(u32, i64)> = Vec::new();
     for end in ends {
         let t = batch.times[start];
-        match &rows {
-            Some(rows) if end - start > 1 => {
-                run.clear();
-                if end - start <= SMALL_RUN {
-                    // Few rows: sort them (stable, so the first of equal rows leads) and merge
-                    // neighbours; cheaper than hashing for the common -old/+new pair.
-                    run.extend((start..end).map(|i| (rows.get(i), i as u32, batch.diffs[i])));
-                    run.sort_by(|a, b| a.0.cmp(b.0));
-                    run.dedup_by(|later, kept| {
-                        let same = later.0 == kept.0;
-                        if same {
-                            kept.2 += later.2;
-                        }
-                        same
-                    });
-                    run.retain(|r| r.2 != 0);
-                } else {
-                    net.clear();
-                    for i in start..end {
-                        let e = net.entry(rows.get(i)).or_insert((i as u32, 0));
-                        e.1 += batch.diffs[i];
+        run.clear();
+        match &order {
+            Some(order) if end - start > 1 && end - start <= SMALL_RUN => {
+                // Few rows: sort them (stable, so the first of equal rows leads) and merge
+                // neighbours; cheaper than hashing for the common -old/+new pair.
+                run.extend((start..end).map(|i| (i as u32, batch.diffs[i])));
+                run.sort_by(|a, b| order.cmp(a.0, b.0));
+                run.dedup_by(|later, kept| {
+                    let same = order.cmp(later.0, kept.0).is_eq();
+                    if same {
+                        kept.1 += later.1;
                     }
-                    run.extend(net.iter().filter(|(_, v)| v.1 != 0).map(|(k, v)| (*k, v.0, v.1)));
-                    run.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                }
-                for &(_, i, d) in &run {
-                    idx.push(i);
-                    diffs.push(d);
-                    times.push(t);
-                }
+                    same
+                });
             }
-            _ => {
+            Some(Order::Encoded(rows)) if end - start > 1 => {
+                net.clear();
                 for i in start..end {
-                    if batch.diffs[i] != 0 {
-                        idx.push(i as u32);
-                        diffs.push(batch.diffs[i]);
-                        times.push(t);
-                    }
+                    let e = net.entry(rows.get(i)).or_insert((i as u32, 0));
+                    e.1 += batch.diffs[i];
                 }
+                let mut keyed: Vec<(&[u8], u32, i64)> =
+                    net.iter().map(|(k, v)| (*k, v.0, v.1)).collect();
+                keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                run.extend(keyed.into_iter().map(|(_, i, d)| (i, d)));
             }
+            _ => run.extend((start..end).map(|i| (i as u32, batch.diffs[i]))),
+        }
+        for &(i, d) in run.iter().filter(|(_, d)| *d != 0) {
+            idx.push(i);
+            diffs.push(d);
+            times.push(t);
         }
         start = end;
     }
     let taken = batch.take(&idx)?;
     Ok(ChangeBatch::new(taken.data, times, diffs))
+}
+
+/// How [`consolidate_runs`] orders the rows of an instant.
+enum Order {
+    /// By their row encoding.
+    Encoded(crate::row::EncodedRows),
+    /// On their columns, which sort as their encoding would ([`RowOrder`]).
+    Columns(RowOrder),
+}
+
+impl Order {
+    fn cmp(&self, i: u32, j: u32) -> std::cmp::Ordering {
+        match self {
+            Order::Encoded(rows) => rows.get(i as usize).cmp(rows.get(j as usize)),
+            Order::Columns(columns) => columns.cmp(i as usize, j as usize),
+        }
+    }
 }
 
 /// The order of a batch's rows as their row encoding sorts them (column by column, ascending,
@@ -167,40 +179,6 @@ impl RowOrder {
     fn cmp(&self, i: usize, j: usize) -> std::cmp::Ordering {
         self.0.iter().map(|c| c(i, j)).find(|o| o.is_ne()).unwrap_or(std::cmp::Ordering::Equal)
     }
-}
-
-/// [`consolidate_runs`] for a batch whose instants hold at most [`SMALL_RUN`] changes each (an
-/// aggregate's −old/+new pair per group, say): each instant's changes are sorted on their
-/// columns, not encoded, with the same result: equal rows merged into the first of them
-/// (dropped if their diffs cancel), the rest in row order, zero diffs dropped.
-fn consolidate_small(batch: &ChangeBatch, ends: &[usize], order: &RowOrder) -> Result<ChangeBatch> {
-    let mut idx: Vec<u32> = Vec::with_capacity(batch.len());
-    let mut diffs: Vec<i64> = Vec::with_capacity(batch.len());
-    let mut run: Vec<(usize, i64)> = Vec::new();
-    let mut start = 0;
-    for &end in ends {
-        run.clear();
-        run.extend((start..end).map(|i| (i, batch.diffs[i])));
-        if run.len() > 1 {
-            // Stable: the first of equal rows leads, and takes the others' diffs.
-            run.sort_by(|a, b| order.cmp(a.0, b.0));
-            run.dedup_by(|later, kept| {
-                let same = order.cmp(later.0, kept.0).is_eq();
-                if same {
-                    kept.1 += later.1;
-                }
-                same
-            });
-        }
-        for &(i, d) in run.iter().filter(|(_, d)| *d != 0) {
-            idx.push(i as u32);
-            diffs.push(d);
-        }
-        start = end;
-    }
-    let taken = batch.take(&idx)?;
-    let times = idx.iter().map(|&i| batch.times[i as usize]).collect();
-    Ok(ChangeBatch::new(taken.data, times, diffs))
 }
 
 #[cfg(test)]
