@@ -25,6 +25,7 @@ use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
+use crate::ops::join::might_contain::MightContain;
 use crate::ops::join::temporal::TemporalJoin;
 use crate::ops::join::{Join, JoinSide};
 use crate::ops::linear::Linear;
@@ -217,7 +218,8 @@ fn window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
     })
 }
 
-/// A join's operator: [`Join`], or [`TemporalJoin`] for [`JoinKind::Temporal`]. Apart from
+/// A join's operator: [`Join`], [`TemporalJoin`] for [`JoinKind::Temporal`], or
+/// [`MightContain`] for [`JoinKind::MightContain`]. Apart from
 /// [`build`], so that its locals do not enlarge `build`'s frame (see [`add`]).
 #[inline(never)]
 fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
@@ -250,6 +252,12 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
     Ok(match kind {
         JoinKind::Temporal { outer } => {
             Box::new(TemporalJoin::new(*outer, left, right, key_codec, filter, schema))
+        }
+        JoinKind::MightContain { test, capacity, error } => {
+            if filter.is_some() {
+                return Err(WeirError::internal("MIGHT_CONTAIN with a residual condition"));
+            }
+            Box::new(MightContain::new(*test, *capacity, *error, left, right, key_codec, schema)?)
         }
         _ => Box::new(Join::new(*kind, *nulls_equal, left, right, key_codec, filter, schema)),
     })

@@ -30,10 +30,11 @@ pub use explain::explain;
 pub use panes::pre_aggregate_panes;
 pub use plan::{
     sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound, JoinKind,
-    LogicalPlan, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SampleOver,
-    SketchWindow, WindowFrame, WindowSpec, DEDUP_CAPACITIES, DEFAULT_DEDUP_CAPACITY,
-    DEFAULT_DEDUP_ERROR, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION,
-    DEFAULT_TOP_K_CAPACITY, HLL_PRECISIONS, R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
+    LogicalPlan, Membership, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode,
+    SampleOver, SketchWindow, WindowFrame, WindowSpec, BLOOM_CAPACITIES, DEDUP_CAPACITIES,
+    DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_ERROR,
+    DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, DEFAULT_TOP_K_CAPACITY, HLL_PRECISIONS,
+    R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
 pub use window_bounds::{lift_window_bounds, mark_istream_bounds};

@@ -207,7 +207,39 @@ pub enum JoinKind {
     Temporal {
         outer: bool,
     },
+    /// `MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(c [, capacity [, error]]) FROM ...), x)`: an
+    /// approximate lookup of each element of the left input, an append-only relation, in a
+    /// counting Bloom filter of the right relation's key (its single `on` pair) as the right
+    /// side is at the element's instant. The filter holds `capacity` distinct keys at a
+    /// false-positive rate of `error`: a key present is always found, an absent one found with
+    /// probability at most `error`. Later changes of the right side change no output. A NULL
+    /// key is never found, and its row is in neither a semi nor an anti result (SQL's unknown);
+    /// its mark is NULL.
+    MightContain {
+        test: Membership,
+        capacity: u64,
+        error: Fraction,
+    },
 }
+
+/// What a [`JoinKind::MightContain`] join outputs of each left row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    /// The row if its key was found (`WHERE MIGHT_CONTAIN(...)`).
+    Semi,
+    /// The row if its key was not found (`WHERE NOT MIGHT_CONTAIN(...)`).
+    Anti,
+    /// The row with a boolean column: whether its key was found (inside a larger condition).
+    Mark,
+}
+
+/// `BLOOM_FILTER_AGG`'s capacity (distinct keys) when none is given.
+pub const DEFAULT_BLOOM_CAPACITY: u64 = 1_000_000;
+/// The capacities `BLOOM_FILTER_AGG` accepts: up to 10^8 distinct keys (about 960 MB of
+/// counters at an error of 1 %).
+pub const BLOOM_CAPACITIES: std::ops::RangeInclusive<u64> = 1..=100_000_000;
+/// `BLOOM_FILTER_AGG`'s false-positive rate when none is given.
+pub const DEFAULT_BLOOM_ERROR: f64 = 0.01;
 
 impl fmt::Display for JoinKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -224,6 +256,18 @@ impl fmt::Display for JoinKind {
             JoinKind::ExceptAll => "except all",
             JoinKind::Temporal { outer: false } => "temporal",
             JoinKind::Temporal { outer: true } => "temporal left",
+            JoinKind::MightContain { test, capacity, error } => {
+                let test = match test {
+                    Membership::Semi => "semi",
+                    Membership::Anti => "anti",
+                    Membership::Mark => "mark",
+                };
+                return write!(
+                    f,
+                    "might contain ({test}, capacity {capacity}, error {})",
+                    error.get()
+                );
+            }
         })
     }
 }
@@ -837,7 +881,11 @@ impl LogicalPlan {
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Rename { input, .. } => input.is_monotonic(),
             // Each element is output once, at its instant, and never retracted.
-            LogicalPlan::Join { kind: JoinKind::Temporal { .. }, left, .. } => left.is_monotonic(),
+            LogicalPlan::Join {
+                kind: JoinKind::Temporal { .. } | JoinKind::MightContain { .. },
+                left,
+                ..
+            } => left.is_monotonic(),
             LogicalPlan::Join { kind, left, right, .. } => {
                 // Outer padding and anti-join rows retract when a match arrives.
                 matches!(kind, JoinKind::Inner | JoinKind::LeftSemi)

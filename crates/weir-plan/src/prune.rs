@@ -46,7 +46,7 @@ use datafusion_common::{Column, DFSchema, DFSchemaRef, TableReference};
 use datafusion_expr::Expr;
 use weir_common::{Result, WeirError};
 
-use crate::plan::{AggCall, JoinKind, LogicalPlan, OverCall, WindowSpec};
+use crate::plan::{AggCall, JoinKind, LogicalPlan, Membership, OverCall, WindowSpec};
 
 /// `plan` with each join input narrowed to the columns used above it. See the module docs.
 pub fn prune(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
@@ -356,7 +356,8 @@ fn narrow_join(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalP
         | JoinKind::Full
         | JoinKind::Temporal { .. } => (true, false),
         JoinKind::LeftSemi | JoinKind::LeftAnti { .. } => (false, false),
-        JoinKind::LeftMark => (false, true),
+        JoinKind::LeftMark | JoinKind::MightContain { test: Membership::Mark, .. } => (false, true),
+        JoinKind::MightContain { .. } => (false, false),
         JoinKind::IntersectAll | JoinKind::ExceptAll => {
             return Err(WeirError::internal("set operation join reached the general case"))
         }

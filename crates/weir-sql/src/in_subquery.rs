@@ -29,7 +29,7 @@
 //! exact in a filter.
 //!
 //! A probe that reads columns of an enclosing query (an outer reference) or holds a subquery is
-//! left as it is.
+//! left as it is, and so is a rewritten `MIGHT_CONTAIN` (its mark join is what it means).
 
 use std::sync::Arc;
 
@@ -73,7 +73,7 @@ pub fn rewrite(plan: LogicalPlan) -> DfResult<LogicalPlan> {
 /// A filter conjunct `x NOT IN (S)` over a correlated S -> `NOT EXISTS (S WHERE c = x OR c IS
 /// NULL OR x IS NULL)`; anything else unchanged.
 fn correlated_not_in(i: InSubquery, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
-    if !i.negated || i.subquery.outer_ref_columns.is_empty() {
+    if !i.negated || i.subquery.outer_ref_columns.is_empty() || approximate(&i.subquery.subquery) {
         return Ok(Transformed::no(Expr::InSubquery(i)));
     }
     let Some(probe) = outer_probe(&i.expr, &i.subquery.subquery, outer)? else {
@@ -109,12 +109,21 @@ fn outer_probe(x: &Expr, plan: &LogicalPlan, outer: &DFSchema) -> DfResult<Optio
     Ok(Some(probe))
 }
 
+/// Whether S is a rewritten `MIGHT_CONTAIN` (see `binder::might_contain`): a two-valued
+/// approximate test, which stays an IN for DataFusion to decorrelate into a join.
+fn approximate(plan: &LogicalPlan) -> bool {
+    plan.schema().fields().iter().any(|f| crate::binder::might_contain::is_probe_column(f.name()))
+}
+
 /// `x [NOT] IN (S)` -> the CASE of the module docs; anything else unchanged.
 fn nested_in(e: Expr, outer: &DFSchema) -> DfResult<Transformed<Expr>> {
     let Expr::InSubquery(InSubquery { expr, subquery, negated }) = e else {
         return Ok(Transformed::no(e));
     };
     let plan = &subquery.subquery;
+    if approximate(plan) {
+        return Ok(Transformed::no(Expr::InSubquery(InSubquery { expr, subquery, negated })));
+    }
     let Some(probe) = outer_probe(&expr, plan, outer)? else {
         return Ok(Transformed::no(Expr::InSubquery(InSubquery { expr, subquery, negated })));
     };

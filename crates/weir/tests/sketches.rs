@@ -1,6 +1,6 @@
 //! Sketch aggregates end to end: `APPROX_COUNT_DISTINCT` against the exact `COUNT(DISTINCT)`,
-//! `APPROX_PERCENTILE` against the exact percentile and `APPROX_TOP_K` against the exact counts
-//! computed here, over many seeded inputs
+//! `APPROX_PERCENTILE` against the exact percentile, `APPROX_TOP_K` against the exact counts
+//! computed here and `MIGHT_CONTAIN` against the exact `IN`, over many seeded inputs
 //! (within the stated error in the stated share of windows, exact while a window's sketch is
 //! still small), the same output whatever the batching, the disorder within the watermark or
 //! the number of workers, and checkpoints that restore a run exactly.
@@ -336,7 +336,83 @@ fn deduplicate_drops_every_replay_and_few_new_keys() {
     }
 }
 
-const QUERIES: [&str; 12] = [
+/// `MIGHT_CONTAIN` against a table of 2000 random keys of which about half are then deleted,
+/// over many seeds, beside the exact `IN`: every element the exact test passes is found (a
+/// present key always is; deleted keys leave the counting filter), and the share of absent
+/// keys found is at most p plus three standard errors of the measurement.
+#[test]
+fn might_contain_finds_every_present_key_and_few_absent_ones() {
+    let seeds: u64 = std::env::var("SKETCH_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let values = |keys: &[u64]| -> String {
+        keys.iter().map(|k| format!("({k})")).collect::<Vec<_>>().join(", ")
+    };
+    for p in [0.05, 0.01] {
+        let (mut absent, mut found_absent) = (0u64, 0u64);
+        for seed in 0..seeds {
+            let mut rng = Rng(seed ^ 0xB100);
+            let mut e = Engine::new();
+            e.execute(
+                "CREATE TABLE k (v BIGINT); \
+                 CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)",
+            )
+            .unwrap();
+            let approx = e
+                .subscribe(&format!(
+                    "SELECT ISTREAM v FROM s WHERE MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(v, \
+                     1000, {p}) FROM k), v)"
+                ))
+                .unwrap();
+            let exact =
+                e.subscribe("SELECT ISTREAM v FROM s WHERE v IN (SELECT v FROM k)").unwrap();
+            // 2000 keys from 0; the odd ones (about 1000) deleted at 1: at most the capacity
+            // stays.
+            let keys: Vec<u64> = (0..2_000).map(|_| rng.next() >> 1).collect();
+            e.execute(&format!("INSERT INTO k VALUES {} AT 0", values(&keys))).unwrap();
+            e.execute("DELETE FROM k WHERE v % 2 = 1 AT 1").unwrap();
+            // Probes at 2: a third present keys, a third deleted ones, a third never seen.
+            let (even, odd): (Vec<u64>, Vec<u64>) = keys.iter().partition(|k| *k % 2 == 0);
+            let probes: Vec<String> = (0..3_000)
+                .map(|i| {
+                    let k = match i % 3 {
+                        0 => even[rng.below(even.len() as u64) as usize],
+                        1 => odd[rng.below(odd.len() as u64) as usize],
+                        _ => rng.next() >> 1,
+                    };
+                    format!("({k}, 2)")
+                })
+                .collect();
+            e.execute(&format!("INSERT INTO s VALUES {}", probes.join(", "))).unwrap();
+            e.close_all().unwrap();
+            let values_of = |sub: &weir::Subscription| -> Vec<u64> {
+                let mut v: Vec<u64> = sub
+                    .poll_changes()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.to_string().rsplit_once(' ').unwrap().1.parse().unwrap())
+                    .collect();
+                v.sort_unstable();
+                v
+            };
+            let (found, truly) = (values_of(&approx), values_of(&exact));
+            // Every exact match is found: the exact result is a sub-multiset of the found one.
+            let mut extra = found.clone();
+            for v in &truly {
+                let at = extra.binary_search(v).unwrap_or_else(|_| panic!("seed {seed}: {v} lost"));
+                extra.remove(at);
+            }
+            assert!(truly.len() >= 1_000, "seed {seed}: {} present probes", truly.len());
+            absent += (3_000 - truly.len()) as u64;
+            found_absent += extra.len() as u64;
+        }
+        let rate = found_absent as f64 / absent as f64;
+        let se = (p / absent as f64).sqrt();
+        assert!(rate <= p + 3.0 * se, "p = {p}: {found_absent} of {absent} absent keys found");
+        // Near p, not far below: the filter is sized for its capacity, not more.
+        assert!(rate >= p / 4.0, "p = {p}: {found_absent} of {absent} absent keys found");
+    }
+}
+
+const QUERIES: [&str; 14] = [
     "SELECT v % 3 AS k, APPROX_COUNT_DISTINCT(v, 6), COUNT(*) FROM s [RANGE 12 SLIDE 4] GROUP BY v % 3",
     "SELECT ISTREAM APPROX_COUNT_DISTINCT(v) FROM s [RANGE 5]",
     "SELECT APPROX_COUNT_DISTINCT(v, 4) FILTER (WHERE v > 10), COUNT(v) FROM s WHERE v <> 7",
@@ -357,6 +433,9 @@ const QUERIES: [&str; 12] = [
     "SELECT v, t FROM s [DEDUPLICATE BY v CAPACITY 8 ERROR 0.2]",
     "SELECT v, t FROM s [SAMPLE 5 ROWS SEED 9]",
     "SELECT COUNT(*), SUM(v), MIN(t) FROM s [SAMPLE 7 ROWS]",
+    // A filter of 8 values at 20 %, over a window that often holds more: false positives.
+    "SELECT v, t FROM s WHERE MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(v, 8, 0.2) FROM s [RANGE 5]), v + 1)",
+    "SELECT v FROM s WHERE v > 3 AND NOT MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(v * 2, 6, 0.3) FROM s [RANGE 4]), v)",
 ];
 
 proptest! {
@@ -412,7 +491,7 @@ CREATE VIEW approx AS SELECT v % 4 AS k, APPROX_COUNT_DISTINCT(v, 6) AS n, COUNT
 CREATE VIEW whole AS SELECT APPROX_COUNT_DISTINCT(v, 10) AS n, APPROX_MEDIAN(v * 1.0 + t) AS m,
   APPROX_TOP_K(v, 4, 30) AS top FROM s;
 ";
-    const SUBS: [&str; 6] = [
+    const SUBS: [&str; 7] = [
         "SELECT ISTREAM APPROX_COUNT_DISTINCT(v, 5) FROM s [RANGE 25 SLIDE 5]",
         "SELECT * FROM approx",
         "SELECT v % 3 AS k, APPROX_PERCENTILE(v - t, 0.8, 20) AS q FROM s [RANGE 40 SLIDE 10] \
@@ -420,6 +499,8 @@ CREATE VIEW whole AS SELECT APPROX_COUNT_DISTINCT(v, 10) AS n, APPROX_MEDIAN(v *
         "SELECT ISTREAM v % 2 AS k, APPROX_TOP_K(v, 3, 20) FROM s [RANGE 30 SLIDE 10] GROUP BY v % 2",
         "SELECT v, t FROM s [DEDUPLICATE BY v CAPACITY 50 ERROR 0.05]",
         "SELECT v, t FROM s [SAMPLE 20 ROWS SEED 5]",
+        "SELECT v, t FROM s WHERE MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(v, 50, 0.05) FROM s \
+         [RANGE 20]), v + 1)",
     ];
     let lines = |s: &weir::Subscription| -> Vec<String> {
         s.poll_changes().unwrap().iter().map(|c| c.to_string()).collect()

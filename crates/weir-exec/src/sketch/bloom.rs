@@ -39,19 +39,35 @@ pub struct Bloom {
 /// The bits of one generation for `capacity` keys at false-positive rate `p` (its half is
 /// each generation's), and its probes.
 pub fn dimensions(capacity: u64, p: f64) -> (u64, u32) {
+    sized(capacity, p / 2.0)
+}
+
+/// The cells (bits, or counters) and probes of a filter holding `capacity` keys at a
+/// false-positive rate of at most `rate`: m = ⌈−n·ln(rate)/ln²2⌉ (at least 64), k =
+/// round(m/n·ln 2) in [1, 64], m then grown by 1 % steps until the rate when full is at most
+/// `rate` (k is rounded).
+pub fn sized(capacity: u64, rate: f64) -> (u64, u32) {
     let ln2 = std::f64::consts::LN_2;
     let n = capacity.max(1) as f64;
-    let mut m = (-n * (p / 2.0).ln() / (ln2 * ln2)).ceil().max(64.0);
+    let mut m = (-n * rate.ln() / (ln2 * ln2)).ceil().max(64.0);
     let k = ((m / n) * ln2).round().clamp(1.0, 64.0);
-    while full_rate(m, k, n) > p / 2.0 {
+    while full_rate(m, k, n) > rate {
         m = (m * 1.01).ceil();
     }
     (m as u64, k as u32)
 }
 
-/// The false-positive rate of a filter of m bits and k probes holding n keys.
-fn full_rate(m: f64, k: f64, n: f64) -> f64 {
+/// The false-positive rate of a filter of m cells and k probes holding n keys:
+/// (1 − e^(−k·n/m))^k.
+pub fn full_rate(m: f64, k: f64, n: f64) -> f64 {
     (1.0 - (-k * n / m).exp()).powf(k)
+}
+
+/// The k cells (of m) a key probes, from its 64-bit hash: h1 + i·h2 mod m for i < k, the two
+/// halves of the hash (Kirsch and Mitzenmacher; h2 odd).
+pub fn cells(hash: u64, m: u64, k: u32) -> impl Iterator<Item = u64> {
+    let (h1, h2) = (hash & 0xFFFF_FFFF, (hash >> 32) | 1);
+    (0..k as u64).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % m)
 }
 
 impl Bloom {
@@ -70,13 +86,7 @@ impl Bloom {
     }
 
     fn probes(&self, key: &[u8]) -> impl Iterator<Item = (usize, u64)> + '_ {
-        let h = value_hash(key);
-        let (h1, h2) = (h & 0xFFFF_FFFF, (h >> 32) | 1);
-        let m = self.m;
-        (0..self.k as u64).map(move |i| {
-            let bit = h1.wrapping_add(i.wrapping_mul(h2)) % m;
-            ((bit / 64) as usize, 1u64 << (bit % 64))
-        })
+        cells(value_hash(key), self.m, self.k).map(|bit| ((bit / 64) as usize, 1u64 << (bit % 64)))
     }
 
     fn holds(&self, bits: &[u64], key: &[u8]) -> bool {

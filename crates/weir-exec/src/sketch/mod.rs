@@ -5,6 +5,8 @@
 //! - [`quantile`]: a t-digest, quantiles (`APPROX_PERCENTILE`, `APPROX_MEDIAN`).
 //! - [`topk`]: a mergeable Misra-Gries summary, the most frequent values (`APPROX_TOP_K`).
 //! - [`bloom`]: a rotating Bloom filter, keys seen before (`[DEDUPLICATE ...]`).
+//! - [`counting_bloom`]: a counting Bloom filter, keys of a relation that deletes rows
+//!   (`MIGHT_CONTAIN`).
 //!
 //! `[SAMPLE N ROWS]` (bottom-k sampling by a seeded hash) keeps its elements themselves: see
 //! [`crate::ops::window_sample`].
@@ -19,6 +21,7 @@
 //! that was saved.
 
 pub mod bloom;
+pub mod counting_bloom;
 pub mod hll;
 pub mod quantile;
 pub mod topk;

@@ -9,11 +9,13 @@ use datafusion_common::{DFSchema, ScalarValue, TableReference};
 use datafusion_expr::{Distinct, Expr, ExprSchemable, JoinType, LogicalPlan as DfPlan};
 use weir_common::{Result, TimeDomain, WeirError};
 use weir_plan::{
-    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, OverCall,
-    OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SampleOver, WindowFrame, WindowSpec, R2S,
+    AggCall, AggFunc, ApplyKind, ApplySubquery, FrameBound, JoinKind, LogicalPlan, Membership,
+    OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode, SampleOver, WindowFrame,
+    WindowSpec, R2S,
 };
 
 use super::df_error;
+use super::might_contain::{is_probe_column, probe_of, BloomProbe};
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{Duration, WindowAst, WindowKind};
 
@@ -29,6 +31,8 @@ pub(super) struct Converter<'a> {
     /// The synthetic names of the versioned sides (`FOR SYSTEM_TIME AS OF`) that became the
     /// right side of a temporal join; any other is misplaced (see [`Converter::check_versioned`]).
     pub temporal: std::cell::RefCell<Vec<String>>,
+    /// The filters of the query's `MIGHT_CONTAIN` calls (see [`super::might_contain`]).
+    pub probes: &'a [BloomProbe],
 }
 
 /// The `FOR SYSTEM_TIME AS OF` clause a plan stands for, if it is one seen through aliases,
@@ -94,6 +98,9 @@ impl Converter<'_> {
             DfPlan::Join(j) => {
                 if let Some(w) = versioned(&j.right, self.windows) {
                     return self.temporal_join(j, w);
+                }
+                if let Some(p) = self.might_contain(j)? {
+                    return Ok(p);
                 }
                 let kind = match j.join_type {
                     JoinType::Inner => JoinKind::Inner,
@@ -270,6 +277,19 @@ impl Converter<'_> {
                         }
                         other => return Ok(datafusion_common::tree_node::Transformed::no(other)),
                     };
+                    let sq_fields = subquery.subquery.schema().fields().clone();
+                    if sq_fields.iter().any(|f| is_probe_column(f.name())) {
+                        let span =
+                            sq_fields.iter().find_map(|f| probe_of(f.name(), self.probes)?.span);
+                        err = Some(WeirError::plan_at(
+                            "MIGHT_CONTAIN is a filter: it is usable in WHERE (alone, under NOT, \
+                             or inside a larger condition), not in a SELECT list or elsewhere",
+                            span,
+                        ));
+                        return Ok(datafusion_common::tree_node::Transformed::no(
+                            Expr::ScalarSubquery(subquery),
+                        ));
+                    }
                     let plan = match self.convert(&subquery.subquery) {
                         Ok(p) => p,
                         Err(e) => {
@@ -379,6 +399,53 @@ impl Converter<'_> {
             nulls_equal: false,
             schema: j.schema.clone(),
         }))
+    }
+
+    /// The join DataFusion made of a rewritten `MIGHT_CONTAIN` (its right side outputs a
+    /// probe column), as a [`JoinKind::MightContain`]; `None` for any other join. Its input must
+    /// be append-only: each row is looked up once, as it arrives.
+    fn might_contain(
+        &self,
+        j: &datafusion_expr::logical_plan::Join,
+    ) -> Result<Option<Arc<LogicalPlan>>> {
+        let right_fields = j.right.schema().fields();
+        let Some(probe) = right_fields.iter().find_map(|f| probe_of(f.name(), self.probes)) else {
+            return Ok(None);
+        };
+        let test = match j.join_type {
+            JoinType::LeftSemi => Membership::Semi,
+            JoinType::LeftAnti => Membership::Anti,
+            JoinType::LeftMark => Membership::Mark,
+            other => {
+                return Err(WeirError::internal(format!("MIGHT_CONTAIN planned as a {other} join")))
+            }
+        };
+        if j.on.len() != 1 || j.filter.is_some() || right_fields.len() != 1 {
+            return Err(WeirError::plan_at(
+                "MIGHT_CONTAIN's subquery reads columns of the enclosing query: its filter is \
+                 built once, from the whole subquery, and cannot depend on the row looked up",
+                probe.span,
+            ));
+        }
+        let left = self.convert(&j.left)?;
+        if !left.is_monotonic() {
+            return Err(WeirError::plan_at(
+                "MIGHT_CONTAIN looks each row up once, as it arrives, so its input must be \
+                 append-only (a stream, or filters, projections and joins of streams); here rows \
+                 of the input can leave (a table, a window or an aggregate): for an exact test \
+                 that follows the relation, write value IN (SELECT column FROM ...)",
+                probe.span,
+            ));
+        }
+        Ok(Some(Arc::new(LogicalPlan::Join {
+            kind: JoinKind::MightContain { test, capacity: probe.capacity, error: probe.error },
+            left,
+            right: self.convert(&j.right)?,
+            on: j.on.clone(),
+            filter: None,
+            nulls_equal: false,
+            schema: j.schema.clone(),
+        })))
     }
 
     /// Every `FOR SYSTEM_TIME AS OF` became the right side of a temporal join.

@@ -40,6 +40,7 @@ use crate::catalog::{Catalog, CatalogEntry};
 use crate::parser::{object_name, CqlQuery, WindowAst, WINDOW_PREFIX};
 
 pub mod convert;
+pub(crate) mod might_contain;
 pub mod names;
 mod sketch_udf;
 mod to_char_udf;
@@ -601,12 +602,19 @@ impl<'a> Binder<'a> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
         check_sketch_args(&q.query)?;
-        let df = self.plan_sql(&q.query, &q.windows).map_err(|e| {
+        // MIGHT_CONTAIN becomes an IN subquery whose join the converter recognises.
+        let mut query = q.query.clone();
+        let probes = might_contain::rewrite(&mut query)?;
+        let df = self.plan_sql(&query, &q.windows).map_err(|e| {
             let e = place_operator_error(place_function_error(e, &q.query), &q.query);
             place_duplicate_relation(e, &q.query)
         })?;
-        let converter =
-            Converter { catalog: self.catalog, windows: &q.windows, temporal: Default::default() };
+        let converter = Converter {
+            catalog: self.catalog,
+            windows: &q.windows,
+            temporal: Default::default(),
+            probes: &probes,
+        };
         let plan = converter.convert(&df).map_err(|e| place_sketch_error(e, &q.query))?;
         converter.check_versioned()?;
         // FETCH FIRST n ROWS WITH TIES (the outermost query's: see `fetch_as_limit`).

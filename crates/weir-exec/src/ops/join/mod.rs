@@ -54,6 +54,7 @@ use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Se
 
 mod bucket;
 mod checkpoint;
+pub mod might_contain;
 mod rows;
 pub mod temporal;
 #[cfg(test)]
