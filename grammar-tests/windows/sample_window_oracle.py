@@ -7,22 +7,24 @@ column: 0x01, then the value with its sign bit flipped, 8 bytes big-endian); eac
 [b - range, b), b = k*slide + offset, is sampled from scratch (its N smallest priorities) and
 the changes between consecutive windows' samples are printed at b - 1.
 
+With RANGE 0, the whole stream is sampled instead ([SAMPLE N ROWS SEED s], sample_seeded.slt)
+and each element is printed at the instant it enters the sample (ISTREAM: "@t v t").
+
 Usage: sample_window_oracle.py FILE.csv RANGE SLIDE OFFSET N SEED   (FILE: header, then v,t)
 """
 import csv, struct, sys
 M=(1<<64)-1
 K=0x9E3779B97F4A7C15
-def rotl(x,r): return ((x<<r)|(x>>(64-r)))&M
 def mix(z):
     z=((z^(z>>30))*0xBF58476D1CE4E5B9)&M
     z=((z^(z>>27))*0x94D049BB133111EB)&M
     return z^(z>>31)
 def hash_bytes(b):
-    h=len(b)
+    h=mix(len(b)^K)
     for i in range(0,len(b),8):
         c=b[i:i+8].ljust(8,b'\0')
-        h=((rotl(h,5)^struct.unpack('<Q',c)[0])*K)&M
-    return mix(h)
+        h=mix(h^struct.unpack('<Q',c)[0])
+    return h
 def value_hash(b): return mix(hash_bytes(b)^0x6A09E667F3BCC908)
 def enc(v): return b'\x01'+struct.pack('>Q',(v+(1<<63))&M)
 def prio(seed,t,row,occ): return value_hash(struct.pack('<q',seed)+struct.pack('<q',t)+struct.pack('<Q',occ)+row)
@@ -36,6 +38,14 @@ for v,t in rd:
     n=occ.get((t,row),0); occ[(t,row)]=n+1
     els.append(((prio(SEED,t,row,n),t,row,n),(v,t)))
 maxt=max(e[0][1] for e in els)
+if T==0:
+    sample=set()
+    for tau in range(maxt+1):
+        now=sorted([e for e in els if e[0][1]<=tau])[:N]
+        for e in now:
+            if e[0] not in sample: print("@%d %d %d"%(tau,e[1][0],e[1][1]))
+        sample=set(e[0] for e in now)
+    sys.exit(0)
 prev=[]
 out=[]
 tau=0

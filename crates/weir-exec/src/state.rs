@@ -31,8 +31,10 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use weir_common::{ipc, ChangeBatch, Result, WeirError};
 
-/// The version of the state layout this build writes and reads (3: CRC-32 section checks).
-pub const STATE_VERSION: &str = "3";
+/// The version of the state layout this build writes and reads (3: CRC-32 section checks;
+/// 4: the row hash that places keys on workers and feeds the sketches avalanches every word,
+/// so state saved before holds keys on other workers and sketches of other hashes).
+pub const STATE_VERSION: &str = "4";
 
 const VERSION_KEY: &str = "weir.exec.state.version";
 
