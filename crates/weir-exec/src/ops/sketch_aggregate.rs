@@ -150,6 +150,23 @@ impl Partial {
         })
     }
 
+    /// The value over a window of `parts` (one aggregate's partials over its slices, in slice
+    /// order): the merge's value, but a top-k list is taken from sealed summaries without
+    /// building their merge ([`TopK::top_of_sum`]).
+    fn window_value(parts: &[&Partial]) -> Result<Value> {
+        if let Some(Partial::TopK(t, k)) = parts.first() {
+            let summaries = parts
+                .iter()
+                .map(|p| match p {
+                    Partial::TopK(t, _) => Ok(t),
+                    _ => Err(WeirError::internal("merging partials of different aggregates")),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Value::Top(TopK::top_of_sum(t.capacity() as u32, &summaries, *k)));
+        }
+        Ok(Partial::merge_all(parts)?.value())
+    }
+
     fn value(&self) -> Value {
         match self {
             Partial::Count(n) => Value::Int(*n),
@@ -194,6 +211,8 @@ pub struct SketchAggregate {
     /// Instants after the last evaluated one at which the window's slices change.
     pending: BTreeSet<Time>,
     started: bool,
+    /// Whether an aggregate is `APPROX_TOP_K` (whose slices are sealed once complete).
+    has_top_k: bool,
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
@@ -231,7 +250,9 @@ impl SketchAggregate {
                 None => Ok(None),
             })
             .collect::<Result<_>>()?;
+        let has_top_k = aggs.iter().any(|a| matches!(a.func, AggFunc::ApproxTopK { .. }));
         Ok(SketchAggregate {
+            has_top_k,
             window,
             slice,
             keys,
@@ -387,13 +408,13 @@ impl SketchAggregate {
         Ok(())
     }
 
-    /// The merged partials of the window current at `t`, by group (only `only`'s keys, when
-    /// given).
-    fn merged(
+    /// The values over the window current at `t`, by group (only `only`'s keys, when given),
+    /// of the groups with rows in it.
+    fn window_values(
         &self,
         t: Time,
         only: Option<&BTreeSet<Vec<u8>>>,
-    ) -> Result<BTreeMap<Vec<u8>, Partials>> {
+    ) -> Result<BTreeMap<Vec<u8>, Vec<Value>>> {
         let (lo, hi) = self.window_at(t);
         // Each group's partials over the window's slices, in slice order.
         let mut parts: BTreeMap<&[u8], Vec<&Partials>> = BTreeMap::new();
@@ -415,12 +436,34 @@ impl SketchAggregate {
         }
         let mut out = BTreeMap::new();
         for (k, ps) in parts {
-            let accs = (0..self.aggs.len())
-                .map(|a| Partial::merge_all(&ps.iter().map(|p| &p.accs[a]).collect::<Vec<_>>()))
+            if ps.iter().map(|p| p.rows).sum::<i64>() <= 0 {
+                continue;
+            }
+            let values = (0..self.aggs.len())
+                .map(|a| Partial::window_value(&ps.iter().map(|p| &p.accs[a]).collect::<Vec<_>>()))
                 .collect::<Result<_>>()?;
-            out.insert(k.to_vec(), Partials { rows: ps.iter().map(|p| p.rows).sum(), accs });
+            out.insert(k.to_vec(), values);
         }
         Ok(out)
+    }
+
+    /// Seals the top-k summaries of the slices of the window current at `t`: every row of
+    /// them has come (they end at or before `t`), so they take no more values, and a sealed
+    /// summary holds its counts sorted in about half a map's memory.
+    fn seal_window(&mut self, t: Time) {
+        if matches!(self.window, SketchWindow::Unbounded) {
+            return;
+        }
+        let (lo, hi) = self.window_at(t);
+        for groups in self.slices.range_mut(lo..hi).map(|(_, g)| g) {
+            for p in groups.values_mut() {
+                for acc in &mut p.accs {
+                    if let Partial::TopK(t, _) = acc {
+                        t.seal();
+                    }
+                }
+            }
+        }
     }
 
     /// Evaluates instant `t`: the changes of the groups whose values differ from the current
@@ -432,14 +475,11 @@ impl SketchAggregate {
         only: Option<&BTreeSet<Vec<u8>>>,
         out: &mut Emitted,
     ) -> Result<()> {
-        let merged = self.merged(t, only)?;
-        let scalar = self.keys.is_empty();
-        let mut new: BTreeMap<Vec<u8>, Vec<Value>> = BTreeMap::new();
-        for (k, p) in &merged {
-            if p.rows > 0 {
-                new.insert(k.clone(), p.accs.iter().map(Partial::value).collect());
-            }
+        if self.has_top_k {
+            self.seal_window(t);
         }
+        let mut new = self.window_values(t, only)?;
+        let scalar = self.keys.is_empty();
         if scalar && !new.contains_key(&[][..]) {
             new.insert(vec![], self.fresh().accs.iter().map(Partial::value).collect());
         }

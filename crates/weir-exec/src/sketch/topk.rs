@@ -17,18 +17,31 @@
 //! batching or worker. [`TopK::merge`] adds counts and errors: the merge of summaries of
 //! disjoint bags is a summary of their union, with the error bound of the sum. Not invertible.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use datafusion_common::HashMap;
+use smallvec::SmallVec;
 
 use weir_common::{Result, WeirError};
 
 use super::Reader;
 
+/// A value's row encoding, inline up to 16 bytes.
+type Value = SmallVec<[u8; 16]>;
+
 /// A Misra-Gries summary over values given as their row encodings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TopK {
     capacity: usize,
-    /// Value -> its count less the decrements it took (always > 0).
-    counts: HashMap<Vec<u8>, i64>,
+    /// Value -> its count less the decrements it took (always > 0), while the summary takes
+    /// values. Values of up to 16 bytes (a number's encoding, a short text) sit in the map's
+    /// own slots: no allocation each.
+    counts: HashMap<Value, i64>,
+    /// The same counts, once [`TopK::seal`]ed (and `counts` empty): sorted by value, in a
+    /// vector of their exact number, about half a map's memory, and ready for
+    /// [`TopK::top_of_sum`]'s merge by value.
+    sealed: Vec<(Value, i64)>,
     /// The sum of the decrements: how far below its true count any count (or any value's
     /// absent count, 0) can be.
     error: i64,
@@ -36,23 +49,87 @@ pub struct TopK {
     n: i64,
 }
 
+/// Two summaries are equal when their counts are, however they are held.
+impl PartialEq for TopK {
+    fn eq(&self, other: &TopK) -> bool {
+        (self.capacity, self.error, self.n) == (other.capacity, other.error, other.n)
+            && self.sorted() == other.sorted()
+    }
+}
+
+impl Eq for TopK {}
+
 impl TopK {
     /// An empty summary of `capacity` counters (at least 1).
     pub fn new(capacity: u32) -> Self {
-        TopK { capacity: capacity.max(1) as usize, counts: HashMap::new(), error: 0, n: 0 }
+        TopK {
+            capacity: capacity.max(1) as usize,
+            counts: HashMap::new(),
+            sealed: Vec::new(),
+            error: 0,
+            n: 0,
+        }
     }
 
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
+    /// Every (value, count), in no particular order.
+    fn entries(&self) -> impl Iterator<Item = (&Value, i64)> {
+        self.counts.iter().map(|(v, c)| (v, *c)).chain(self.sealed.iter().map(|(v, c)| (v, *c)))
+    }
+
+    fn distinct(&self) -> usize {
+        self.counts.len() + self.sealed.len()
+    }
+
+    /// Every (value, count), by value.
+    fn sorted(&self) -> Vec<(&Value, i64)> {
+        let mut all: Vec<(&Value, i64)> = self.entries().collect();
+        if !self.counts.is_empty() {
+            all.sort_unstable();
+        }
+        all
+    }
+
+    /// The count kept for `value` (0 if none).
+    pub fn count(&self, value: &[u8]) -> i64 {
+        match self.counts.get(value) {
+            Some(c) => *c,
+            None => match self.sealed.binary_search_by(|(v, _)| v.as_slice().cmp(value)) {
+                Ok(i) => self.sealed[i].1,
+                Err(_) => 0,
+            },
+        }
+    }
+
+    /// The counts in the map again, if they were sealed.
+    fn unseal(&mut self) {
+        if !self.sealed.is_empty() {
+            self.counts = std::mem::take(&mut self.sealed).into_iter().collect();
+        }
+    }
+
+    /// Holds the counts sorted by value in a vector of their exact size (the summary is done
+    /// taking values: its slice is complete). The counts are unchanged; a later insert unseals.
+    pub fn seal(&mut self) {
+        if self.counts.is_empty() {
+            return;
+        }
+        let mut all: Vec<(Value, i64)> = std::mem::take(&mut self.counts).into_iter().collect();
+        all.sort_unstable();
+        self.sealed = all;
+    }
+
     /// Counts `value` `weight` times (weight > 0).
     pub fn insert(&mut self, value: &[u8], weight: i64) {
+        self.unseal();
         self.n += weight;
         match self.counts.get_mut(value) {
             Some(c) => *c += weight,
             None => {
-                self.counts.insert(value.to_vec(), weight);
+                self.counts.insert(Value::from_slice(value), weight);
             }
         }
     }
@@ -60,7 +137,7 @@ impl TopK {
     /// Ends a batch of insertions (an instant): prunes to at most `capacity` counts if more
     /// than twice that many are held.
     pub fn settle(&mut self) {
-        if self.counts.len() > 2 * self.capacity {
+        if self.distinct() > 2 * self.capacity {
             self.prune();
         }
     }
@@ -69,9 +146,10 @@ impl TopK {
     /// below: at most m counts remain.
     fn prune(&mut self) {
         let m = self.capacity;
-        if self.counts.len() <= m {
+        if self.distinct() <= m {
             return;
         }
+        self.unseal();
         let mut cs: Vec<i64> = self.counts.values().copied().collect();
         let (_, d, _) = cs.select_nth_unstable_by(m, |a, b| b.cmp(a));
         let d = *d;
@@ -84,13 +162,14 @@ impl TopK {
 
     /// Adds `other`'s counts: a summary of both bags (not pruned; [`TopK::settle`] prunes).
     pub fn merge(&mut self, other: &TopK) {
+        self.unseal();
         self.n += other.n;
         self.error += other.error;
-        for (v, c) in &other.counts {
+        for (v, c) in other.entries() {
             match self.counts.get_mut(v) {
                 Some(mine) => *mine += c,
                 None => {
-                    self.counts.insert(v.clone(), *c);
+                    self.counts.insert(v.clone(), c);
                 }
             }
         }
@@ -99,7 +178,7 @@ impl TopK {
     /// The sum of `parts` (addition commutes: their order does not matter), not pruned.
     pub fn merge_all(capacity: u32, parts: &[&TopK]) -> TopK {
         // Start from a copy of the largest part and add the others into it.
-        let Some((big, _)) = parts.iter().enumerate().max_by_key(|(i, p)| (p.counts.len(), *i))
+        let Some((big, _)) = parts.iter().enumerate().max_by_key(|(i, p)| (p.distinct(), *i))
         else {
             return TopK::new(capacity);
         };
@@ -112,17 +191,62 @@ impl TopK {
         out
     }
 
+    /// `TopK::merge_all(parts).top(k)`, without building the merged summary when every part
+    /// is sealed: their sorted counts are merged by value, each value's sum offered to a heap
+    /// of the k best so far. The same list, in the same order.
+    pub fn top_of_sum(capacity: u32, parts: &[&TopK], k: usize) -> Vec<(Vec<u8>, i64)> {
+        if parts.iter().any(|p| !p.counts.is_empty()) || k == 0 {
+            return TopK::merge_all(capacity, parts).top(k);
+        }
+        // Cursors into the parts, smallest value first.
+        let mut heads: BinaryHeap<Reverse<(&[u8], usize)>> = BinaryHeap::new();
+        let mut pos = vec![0usize; parts.len()];
+        for (i, p) in parts.iter().enumerate() {
+            if let Some((v, _)) = p.sealed.first() {
+                heads.push(Reverse((v, i)));
+            }
+        }
+        // The best k so far, the worst on top: fewer counts, then the larger value, is worse.
+        type Ranked<'a> = Reverse<(i64, Reverse<&'a [u8]>)>;
+        let mut best: BinaryHeap<Ranked<'_>> = BinaryHeap::new();
+        while let Some(Reverse((v, _))) = heads.peek().copied() {
+            let mut sum = 0;
+            while let Some(Reverse((w, i))) = heads.peek().copied() {
+                if w != v {
+                    break;
+                }
+                heads.pop();
+                sum += parts[i].sealed[pos[i]].1;
+                pos[i] += 1;
+                if let Some((next, _)) = parts[i].sealed.get(pos[i]) {
+                    heads.push(Reverse((next, i)));
+                }
+            }
+            let entry = Reverse((sum, Reverse(v)));
+            if best.len() < k {
+                best.push(entry);
+            } else if best.peek().is_some_and(|worst| entry < *worst) {
+                best.pop();
+                best.push(entry);
+            }
+        }
+        let mut top: Vec<(Vec<u8>, i64)> =
+            best.into_iter().map(|Reverse((c, Reverse(v)))| (v.to_vec(), c)).collect();
+        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        top
+    }
+
     /// The k values with the largest counts, most frequent first, ties by encoding (the
     /// values' SQL order): (value, count).
     pub fn top(&self, k: usize) -> Vec<(Vec<u8>, i64)> {
-        let mut all: Vec<(&Vec<u8>, i64)> = self.counts.iter().map(|(v, c)| (v, *c)).collect();
-        let order = |a: &(&Vec<u8>, i64), b: &(&Vec<u8>, i64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
+        let mut all: Vec<(&Value, i64)> = self.entries().collect();
+        let order = |a: &(&Value, i64), b: &(&Value, i64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
         if all.len() > k {
             all.select_nth_unstable_by(k, order);
             all.truncate(k);
         }
         all.sort_unstable_by(order);
-        all.into_iter().map(|(v, c)| (v.clone(), c)).collect()
+        all.into_iter().map(|(v, c)| (v.to_vec(), c)).collect()
     }
 
     /// How far below its true count any count can be (at most n/(capacity+1)).
@@ -142,19 +266,18 @@ impl TopK {
     /// Memory held, in bytes (an estimate, for metrics and the benchmark's figures).
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.counts.capacity() * (std::mem::size_of::<(Vec<u8>, i64)>() + 1)
-            + self.counts.keys().map(|k| k.capacity()).sum::<usize>()
+            + self.counts.capacity() * (std::mem::size_of::<(Value, i64)>() + 1)
+            + self.sealed.capacity() * std::mem::size_of::<(Value, i64)>()
+            + self.entries().filter(|(k, _)| k.spilled()).map(|(k, _)| k.capacity()).sum::<usize>()
     }
 
     /// The summary as bytes, for checkpoints: n and error (8 bytes each, little-endian), then
     /// per value, in encoding order, its length (4 bytes), its bytes and its count.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.counts.len() * 24);
+        let mut out = Vec::with_capacity(16 + self.distinct() * 24);
         out.extend_from_slice(&self.n.to_le_bytes());
         out.extend_from_slice(&self.error.to_le_bytes());
-        let mut vs: Vec<(&Vec<u8>, &i64)> = self.counts.iter().collect();
-        vs.sort_unstable();
-        for (v, c) in vs {
+        for (v, c) in self.sorted() {
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);
             out.extend_from_slice(&c.to_le_bytes());
@@ -173,7 +296,7 @@ impl TopK {
             let len = r.u32().ok_or_else(bad)? as usize;
             let v = r.take(len).ok_or_else(bad)?.to_vec();
             let c = r.i64().ok_or_else(bad)?;
-            if c <= 0 || t.counts.insert(v, c).is_some() {
+            if c <= 0 || t.counts.insert(Value::from_slice(&v), c).is_some() {
                 return Err(bad());
             }
         }
@@ -219,7 +342,7 @@ mod tests {
         assert_eq!(t.len(), n);
         assert!(t.error() * (t.capacity() as i64 + 1) <= n, "{what}: error {} of n {n}", t.error());
         for (v, f) in exact {
-            let c = t.counts.get(v).copied().unwrap_or(0);
+            let c = t.count(v);
             assert!(c <= *f && *f <= c + t.error(), "{what}: {v:?} true {f} counted {c}");
         }
         let mut truth: Vec<i64> = exact.values().copied().collect();
@@ -309,6 +432,52 @@ mod tests {
         let (b, _) = run(20, &shuffled, 500);
         assert_eq!(a, b);
         assert!(a.error() > 0, "the test must prune");
+    }
+
+    /// Sealed summaries hold the same counts (equal, the same bytes, the same top), take
+    /// values again (unsealed), and their top of a sum is the merged summary's top, ties
+    /// included, whatever the parts.
+    #[test]
+    fn sealed_summaries_answer_as_open_ones() {
+        for seed in 0..20u64 {
+            let parts: Vec<TopK> = (0..1 + seed % 7)
+                .map(|p| {
+                    run(
+                        5 + (seed % 4) as u32,
+                        &(0..200 + 37 * p)
+                            .map(|i| zipf(seed * 100 + p * 7 + i, 60))
+                            .collect::<Vec<_>>(),
+                        13,
+                    )
+                    .0
+                })
+                .collect();
+            let mut sealed = parts.clone();
+            for s in &mut sealed {
+                s.seal();
+            }
+            for (o, s) in parts.iter().zip(&sealed) {
+                assert_eq!(o, s);
+                assert_eq!(o.to_bytes(), s.to_bytes());
+                assert_eq!(o.top(4), s.top(4));
+            }
+            let open: Vec<&TopK> = parts.iter().collect();
+            let closed: Vec<&TopK> = sealed.iter().collect();
+            for k in [0, 1, 3, 10, 1000] {
+                let want = TopK::merge_all(5, &open).top(k);
+                assert_eq!(TopK::top_of_sum(5, &closed, k), want, "seed {seed} k {k}");
+                assert_eq!(TopK::top_of_sum(5, &open, k), want, "seed {seed} k {k}");
+            }
+            let mut again = sealed[0].clone();
+            let mut open_again = parts[0].clone();
+            for v in [1u64, 2, 99] {
+                again.insert(&v.to_le_bytes(), 2);
+                open_again.insert(&v.to_le_bytes(), 2);
+            }
+            again.settle();
+            open_again.settle();
+            assert_eq!(again, open_again);
+        }
     }
 
     #[test]
