@@ -570,19 +570,25 @@ pub struct SketchPoint {
     pub peak_rss_mb: f64,
     /// The RSS when the run started (the process's baseline, in the peak too).
     pub start_rss_mb: f64,
+    /// The peak of the process's anonymous memory during the run (its RSS less the mapped
+    /// binary), and its value when the run started ([`crate::anon`]).
+    pub peak_anon_mb: f64,
+    pub start_anon_mb: f64,
     pub outputs: u64,
 }
 
 impl SketchPoint {
     pub fn line(&self) -> String {
         format!(
-            "{:<58} events {}  {:.3} s  {:>10.0} events/s  peak RSS {:>8.1} MB (at start {:.1} MB)  outputs {}",
+            "{:<58} events {}  {:.3} s  {:>10.0} events/s  peak RSS {:>8.1} MB (at start {:.1} MB)  peak anon {:>8.1} MB (at start {:.1} MB)  outputs {}",
             self.query,
             self.events,
             self.seconds,
             self.events as f64 / self.seconds.max(1e-9),
             self.peak_rss_mb,
             self.start_rss_mb,
+            self.peak_anon_mb,
+            self.start_anon_mb,
             self.outputs,
         )
     }
@@ -623,10 +629,65 @@ pub fn sketch_query(
     per_tick: u64,
     chunk: usize,
 ) -> Result<SketchPoint> {
+    sketch_query_after(&[], query, events, keys, law, per_tick, chunk)
+}
+
+/// The membership benchmark: `keys` keys (the even numbers below 2·keys) loaded into a table
+/// `m (k BIGINT)` from a CSV file written into `dir`, then `events` elements of `s`, keys
+/// uniform below 2·keys (so half are present), each looked up as it arrives: exactly, by a
+/// temporal join with the table, or by `MIGHT_CONTAIN` against a filter of capacity `keys` at
+/// 1 %. The table's loading is not timed; its rows are in both runs' memory.
+pub fn membership(
+    exact: bool,
+    events: u64,
+    keys: u64,
+    chunk: usize,
+    dir: &std::path::Path,
+) -> Result<SketchPoint> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("membership-keys-{keys}.csv"));
+    if !path.exists() {
+        let mut text = String::with_capacity(keys as usize * 8 + 2);
+        text.push_str("k\n");
+        for i in 0..keys {
+            text.push_str(&(2 * i).to_string());
+            text.push('\n');
+        }
+        std::fs::write(&path, text)?;
+    }
+    let table = format!(
+        "CREATE TABLE m (k BIGINT) WITH (source = 'file', path = '{}', header = true)",
+        path.display()
+    );
+    let query = if exact {
+        "SELECT ISTREAM s.k FROM s JOIN m FOR SYSTEM_TIME AS OF s.t ON s.k = m.k".to_string()
+    } else {
+        format!(
+            "SELECT ISTREAM k FROM s WHERE MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(k, {keys}, \
+             0.01) FROM m), k)"
+        )
+    };
+    sketch_query_after(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk)
+}
+
+/// [`sketch_query`] with `setup` statements run after `s` is created (not timed).
+fn sketch_query_after(
+    setup: &[String],
+    query: &str,
+    events: u64,
+    keys: u64,
+    law: KeyLaw,
+    per_tick: u64,
+    chunk: usize,
+) -> Result<SketchPoint> {
     reset_peak_rss();
     let start_rss_mb = peak_rss_mb();
+    let anon = crate::anon::AnonPeak::start();
     let mut engine = Engine::new();
     engine.execute("CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
+    for stmt in setup {
+        engine.execute(stmt)?;
+    }
     let query = query.to_string();
     let sub = engine.subscribe(&query)?;
     let schema = Arc::new(Schema::new(vec![
@@ -663,12 +724,15 @@ pub fn sketch_query(
     engine.close_all()?;
     outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
     busy += start.elapsed();
+    let (peak_anon_mb, start_anon_mb) = anon.finish();
     Ok(SketchPoint {
         query,
         events,
         seconds: busy.as_secs_f64(),
         peak_rss_mb: peak_rss_mb(),
         start_rss_mb,
+        peak_anon_mb,
+        start_anon_mb,
         outputs,
     })
 }

@@ -13,11 +13,13 @@
 //!   throughput, peak memory and latency; also the sliding-window scaling benchmark.
 //! - [`decode`]: how fast Weir's file source takes in a CSV or JSON-lines file, beside arrow's
 //!   reader alone.
+//! - [`anon`]: the process's anonymous memory (peak RSS less the mapped binary), sampled.
 //!
 //! The `weir-bench` binary (`src/main.rs`) parses the command line and prints one line per
 //! run; `docs/benchmarks.md` has the commands and the results. `tests/oracle.rs` checks every
 //! query against an independent from-scratch evaluation on a small input.
 
+pub mod anon;
 pub mod decode;
 pub mod driver;
 pub mod encode;

@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Parser;
 use weir_bench::decode::decode;
 use weir_bench::driver::{
-    paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
+    membership, paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
 };
 use weir_bench::encode::encode;
 use weir_bench::files::{path_of, write_events, Format};
@@ -98,7 +98,19 @@ struct Args {
         conflicts_with_all = ["sketch", "scaling", "write"]
     )]
     top_k: Option<String>,
-    /// With --sketch or --top-k: distinct keys
+    /// Instead of NEXMark: each of --events elements looked up as it arrives in a table of
+    /// --keys keys (half of them present), exactly (a temporal join) and by MIGHT_CONTAIN at
+    /// 1 % (`--membership exact` or `approx` runs one alone)
+    #[arg(
+        long,
+        value_name = "WHICH",
+        num_args = 0..=1,
+        default_missing_value = "both",
+        value_parser = ["both", "exact", "approx"],
+        conflicts_with_all = ["sketch", "scaling", "write", "top_k"]
+    )]
+    membership: Option<String>,
+    /// With --sketch, --top-k or --membership: distinct keys
     #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_count)]
     keys: u64,
     /// With --sketch: run this aggregate alone (default: COUNT(DISTINCT k),
@@ -191,6 +203,20 @@ fn main() -> Result<()> {
         println!("# COUNT(*) and MAX(v) per key over [RANGE w SLIDE s], 10 events per tick, 1000 keys, slide 10 ticks");
         for r in &a.ratios {
             let p = scaling(*r, 10, a.events, 10, 1000, a.chunk)?;
+            println!("{}", p.line());
+        }
+        return Ok(());
+    }
+    if let Some(which) = &a.membership {
+        println!("# {} keys in a table, events looked up as they arrive, half present", a.keys);
+        let runs: &[bool] = match which.as_str() {
+            "exact" => &[true],
+            "approx" => &[false],
+            _ => &[true, false],
+        };
+        let dir = a.data.clone().unwrap_or_else(|| PathBuf::from("target/nexmark"));
+        for exact in runs {
+            let p = membership(*exact, a.events, a.keys, a.chunk, &dir)?;
             println!("{}", p.line());
         }
         return Ok(());
