@@ -19,7 +19,7 @@
 //! (a stream's, by its watermark) has come: an element is held exactly until then.
 //!
 //! State: R(τ) only, indexed by key (per key, its rows with multiplicities: one row inline,
-//! several in an ordered map); L is not kept. A version older than the current one of its key
+//! several in a map, as the join's [`Bucket`]); L is not kept. A version older than the current one of its key
 //! is never needed again (the instants before the current one are evaluated), so it is dropped
 //! when replaced: the state is one row per key of a keyed relation. Checkpointed as section `temporal.index` (`key`, `row` Binary, `count`
 //! Int64), sorted by key then row.
@@ -27,13 +27,12 @@
 //! Steps: a span [lo, hi] walks its instants in order, applying R's changes at τ before
 //! joining L's elements at τ, so a span gives what its instants give one by one.
 
-use std::collections::BTreeMap;
-
 use arrow::array::{Array, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use super::bucket::Bucket;
 use super::rows::{encode_keys, side_columns};
 use super::{JoinSide, Key};
 use crate::expr::ScalarExpr;
@@ -51,73 +50,9 @@ pub struct TemporalJoin {
     key_codec: RowCodec,
     filter: Option<ScalarExpr>,
     schema: SchemaRef,
-    /// R now: per key, its rows and their multiplicities.
-    index: HashMap<Key, KeyRows>,
-}
-
-/// A key's rows in R with their multiplicities (never empty): one row held inline, the case
-/// of a keyed relation (a table with a primary key, a changelog), or several, ordered. One row
-/// costs its encoding and a slot of the map; an ordered map of one row cost a tree node
-/// (about 400 bytes) more.
-#[derive(Debug)]
-enum KeyRows {
-    One(RowBytes, i64),
-    Many(BTreeMap<RowBytes, i64>),
-}
-
-impl KeyRows {
-    /// The rows, in the order of their encodings, with their multiplicities.
-    fn rows(&self) -> impl Iterator<Item = (&RowBytes, i64)> {
-        let (one, many) = match self {
-            KeyRows::One(r, n) => (Some((r, *n)), None),
-            KeyRows::Many(m) => (None, Some(m.iter().map(|(r, n)| (r, *n)))),
-        };
-        one.into_iter().chain(many.into_iter().flatten())
-    }
-
-    fn contains(&self, row: &[u8]) -> bool {
-        match self {
-            KeyRows::One(r, _) => **r == *row,
-            KeyRows::Many(m) => m.contains_key(row),
-        }
-    }
-
-    /// Adds `diff` to `row`'s multiplicity; whether no row is left.
-    fn add(&mut self, row: &[u8], diff: i64) -> bool {
-        match self {
-            KeyRows::One(r, n) if **r == *row => {
-                *n += diff;
-                *n == 0
-            }
-            KeyRows::One(r, n) => {
-                let mut m = BTreeMap::new();
-                m.insert(std::mem::take(r), *n);
-                m.insert(RowBytes::from(row), diff);
-                *self = KeyRows::Many(m);
-                false
-            }
-            KeyRows::Many(m) => {
-                match m.get_mut(row) {
-                    Some(c) => {
-                        *c += diff;
-                        if *c == 0 {
-                            m.remove(row);
-                        }
-                    }
-                    None => {
-                        m.insert(RowBytes::from(row), diff);
-                    }
-                }
-                if m.len() == 1 {
-                    if let Some((r, n)) = m.pop_first() {
-                        *self = KeyRows::One(r, n);
-                    }
-                    return false;
-                }
-                m.is_empty()
-            }
-        }
-    }
+    /// R now: per key, its rows and their multiplicities (one row inline: a keyed relation's
+    /// case).
+    index: HashMap<Key, Bucket>,
 }
 
 /// A candidate output row: a left row (by its place in the step's changes) with a right row
@@ -162,7 +97,7 @@ impl TemporalJoin {
                 }
             }
             None => {
-                self.index.insert(key, KeyRows::One(RowBytes::from(row), diff));
+                self.index.insert(key, Bucket::One(RowBytes::from(row), diff));
             }
         }
     }
@@ -211,7 +146,7 @@ impl Operator for TemporalJoin {
                 ));
             }
             if let Some(rows) = lkey.as_ref().and_then(|k| self.index.get(k)) {
-                for (row, m) in rows.rows() {
+                for (row, m) in rows.iter() {
                     candidates.push(Pair { left: li, right: Some(row.clone()), diff: diff * m });
                 }
             }
@@ -280,7 +215,7 @@ impl Operator for TemporalJoin {
         let mut rows: Vec<(&[u8], &RowBytes, i64)> = self
             .index
             .iter()
-            .flat_map(|(k, rows)| rows.rows().map(move |(r, c)| (&k[..], r, c)))
+            .flat_map(|(k, rows)| rows.iter().map(move |(r, c)| (&k[..], r, c)))
             .collect();
         rows.sort_unstable();
         w.put(
@@ -302,7 +237,7 @@ impl Operator for TemporalJoin {
         for ((k, row), c) in keys.into_iter().zip(rows).zip(counts) {
             let c = nonzero("a temporal join's row count", c)?;
             let key = Key::from_slice(k);
-            if self.index.get(&key).is_some_and(|rows| rows.contains(row)) {
+            if self.index.get(&key).is_some_and(|rows| rows.iter().any(|(r, _)| **r == *row)) {
                 return Err(invalid("a temporal join's row is saved twice"));
             }
             self.apply(key, row, c);
