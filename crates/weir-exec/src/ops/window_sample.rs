@@ -46,6 +46,24 @@ pub fn priority(seed: u64, t: Time, row: &[u8], occurrence: u64) -> u64 {
     value_hash(&b)
 }
 
+/// Offers `e` to `kept`, the `n` smallest elements so far: whether `e` is among them now, and
+/// the element it displaced, if any (the largest, when `kept` was full).
+pub(crate) fn keep_smallest(
+    kept: &mut BTreeSet<Element>,
+    e: Element,
+    n: u64,
+) -> (bool, Option<Element>) {
+    if (kept.len() as u64) < n {
+        kept.insert(e);
+        (true, None)
+    } else if kept.last().is_some_and(|last| e < *last) {
+        kept.insert(e);
+        (true, kept.pop_last())
+    } else {
+        (false, None)
+    }
+}
+
 /// The elements of `d`, the changes of instant `t` (insertions only), each with its priority
 /// under `seed` and its occurrence among the identical rows of the instant, in input order.
 pub(crate) fn elements(
@@ -95,16 +113,13 @@ impl Operator for SampleWindow {
         // Elements of this instant taken in (they give +e at the end if still kept).
         let mut fresh: Vec<Element> = Vec::new();
         for e in elements(self.seed, t, &d, &self.row_codec)? {
-            if (self.kept.len() as u64) < self.rows {
-                fresh.push(e.clone());
-                self.kept.insert(e);
-            } else if self.kept.last().is_some_and(|last| e < *last) {
-                fresh.push(e.clone());
-                self.kept.insert(e);
-                // One of this instant's own elements leaves without a trace.
-                if let Some(gone) = self.kept.pop_last().filter(|g| g.1 != t) {
-                    out.push((gone.2, -1));
-                }
+            let (entered, gone) = keep_smallest(&mut self.kept, e.clone(), self.rows);
+            if entered {
+                fresh.push(e);
+            }
+            // One of this instant's own elements leaves without a trace.
+            if let Some(gone) = gone.filter(|g| g.1 != t) {
+                out.push((gone.2, -1));
             }
         }
         for e in fresh {

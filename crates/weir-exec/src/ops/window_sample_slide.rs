@@ -31,7 +31,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::SampleOver;
 
-use super::window_sample::{elements, priority, Element};
+use super::window_sample::{elements, keep_smallest, priority, Element};
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, signature, StateReader, StateWriter};
@@ -113,13 +113,7 @@ impl SlideSampleWindow {
     fn keep(&mut self, e: Element) {
         let j = self.slice_of(i128::from(e.1));
         let rows = self.rows;
-        let s = self.slices.entry(j).or_default();
-        if (s.len() as u64) < rows {
-            s.insert(e);
-        } else if s.last().is_some_and(|last| e < *last) {
-            s.insert(e);
-            s.pop_last();
-        }
+        keep_smallest(self.slices.entry(j).or_default(), e, rows);
     }
 
     /// The sample of the window [end − T, end): the `rows` smallest of its slices' elements.
