@@ -900,8 +900,16 @@ impl LogicalPlan {
         }
     }
 
-    fn is_stream_source(&self) -> bool {
-        self.kind() == PlanKind::Stream
+    /// Whether this is a stream, seen through projections and renames: what a window's input
+    /// is once `prune` narrowed it to the columns read above (a projection of a stream's
+    /// elements is still a stream's, though its node is a relational one).
+    pub fn is_stream_source(&self) -> bool {
+        match self {
+            LogicalPlan::Project { input, .. } | LogicalPlan::Rename { input, .. } => {
+                input.is_stream_source()
+            }
+            other => other.kind() == PlanKind::Stream,
+        }
     }
 
     /// Whether the result has a defined order: an ORDER BY at the top, seen through
@@ -1225,7 +1233,7 @@ pub fn sketch_input(input: &Arc<LogicalPlan>) -> Option<(SketchWindow, Arc<Logic
                 rebuilt(w, LogicalPlan::Rename { input: i, schema: schema.clone() })
             }
             LogicalPlan::Window { spec, input, schema, bounds_columns: false }
-                if input.kind() == PlanKind::Stream =>
+                if input.is_stream_source() =>
             {
                 let w = match spec {
                     WindowSpec::Now => SketchWindow::Slide { range: 1, slide: 1 },
