@@ -91,12 +91,20 @@ impl Contents {
     /// are applied first, so an update within one batch keeps the new row).
     pub fn apply(&mut self, changes: &ChangeBatch) -> Result<()> {
         let rows = self.codec.encode(changes.data.columns(), changes.len())?;
-        for (i, d) in changes.diffs.iter().enumerate() {
-            let key: RowBytes = rows.get(i).into();
-            let n = self.rows.entry(key.clone()).or_insert(0);
-            *n += d;
-            if *n <= 0 {
-                self.rows.remove(&key);
+        for (i, &d) in changes.diffs.iter().enumerate() {
+            let row = rows.get(i);
+            match self.rows.get_mut(row) {
+                Some(n) => {
+                    *n += d;
+                    if *n <= 0 {
+                        self.rows.remove(row);
+                    }
+                }
+                // A row copied once, only when it enters.
+                None if d > 0 => {
+                    self.rows.insert(RowBytes::from(row), d);
+                }
+                None => {}
             }
         }
         if let Some(index) = &mut self.key {
