@@ -19,6 +19,10 @@ use weir_plan::{Fraction, BLOOM_CAPACITIES, DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOO
 /// The name the rewritten subquery gives its column: this prefix and the probe's number.
 const PREFIX: &str = "__weir_bloom_";
 
+/// The largest counting filter `BLOOM_FILTER_AGG` may ask for, in bytes (10^8 values at
+/// 0.1 % take 1.44 GB).
+const MAX_FILTER_BYTES: u64 = 4_000_000_000;
+
 /// The form errors point to.
 const FORM: &str = "MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(column [, capacity [, error]]) FROM \
                     relation ...), value)";
@@ -199,6 +203,22 @@ fn probe(f: &sql::Function, number_: usize) -> Result<(sql::Expr, BloomProbe)> {
             agg_args.get(2).and_then(|a| span_of(*a)),
         ));
     };
+    // The counters are a byte each: refuse a filter that would not fit in memory before it
+    // is allocated (a typo in the capacity or the error would otherwise abort the process).
+    let counters = -(capacity as f64) * error.get().ln() / (std::f64::consts::LN_2.powi(2));
+    if counters > MAX_FILTER_BYTES as f64 {
+        return Err(WeirError::plan_at(
+            format!(
+                "BLOOM_FILTER_AGG with capacity {capacity} and error {} needs {:.1} GB of \
+                 counters (a byte per counter, -capacity·ln(error)/ln²2 of them); at most {} GB: \
+                 lower the capacity or raise the error",
+                error.get(),
+                counters / 1e9,
+                MAX_FILTER_BYTES / 1_000_000_000
+            ),
+            span_of(agg),
+        ));
+    }
     select.projection = vec![sql::SelectItem::ExprWithAlias {
         expr: column,
         alias: sql::Ident::new(format!("{PREFIX}{number_}")),
@@ -266,6 +286,11 @@ mod tests {
                 "a number of bits",
             ),
             ("SELECT bloom_filter_agg(id) FROM t", "only usable there"),
+            (
+                "SELECT * FROM s WHERE might_contain((SELECT bloom_filter_agg(id, 100000000, \
+                 1e-30) FROM t), k)",
+                "at most 4 GB",
+            ),
         ] {
             let err = rewritten(text).unwrap_err().to_string();
             assert!(err.contains(says), "{text}: {err}");
