@@ -121,8 +121,10 @@ fn parse_window(
     } else if c.eat_word("DEDUPLICATE") {
         let by = if c.eat_word("BY") { partition_columns(&mut c)? } else { vec![] };
         let (mut capacity, mut error) = (None, None);
+        let mut capacity_span = None;
         loop {
             if capacity.is_none() && c.eat_word("CAPACITY") {
+                capacity_span = c.peek().and_then(tok_span);
                 capacity = Some(dedup_capacity(&mut c)?);
             } else if error.is_none() && c.eat_word("ERROR") {
                 error = Some(dedup_error(&mut c)?);
@@ -139,6 +141,7 @@ fn parse_window(
             };
             return Err(c.err(what));
         }
+        dedup_size(capacity, error.as_deref(), capacity_span)?;
         WindowKind::Deduplicate { by, capacity, error }
     } else if c.eat_word("SAMPLE") {
         let (rows, seed) = sample_clause(&mut c)?;
@@ -357,6 +360,28 @@ fn dedup_capacity(c: &mut Cursor) -> Result<u64> {
             span,
         )
     })
+}
+
+/// Refuses a `[DEDUPLICATE ...]` whose two filter generations would take more than 4 GB
+/// (each −n·ln(p/2)/ln²2 bits): they are allocated when the query starts, and a capacity of
+/// 10^8 with a tiny error would otherwise abort the process.
+fn dedup_size(capacity: Option<u64>, error: Option<&str>, span: Option<Span>) -> Result<()> {
+    const MAX_BYTES: f64 = 4e9;
+    let n = capacity.unwrap_or(weir_plan::DEFAULT_DEDUP_CAPACITY) as f64;
+    let p = error.and_then(|e| e.parse::<f64>().ok()).unwrap_or(weir_plan::DEFAULT_DEDUP_ERROR);
+    let bytes = 2.0 * (-n * (p / 2.0).ln() / std::f64::consts::LN_2.powi(2)) / 8.0;
+    if bytes > MAX_BYTES {
+        return Err(WeirError::syntax_at(
+            format!(
+                "a DEDUPLICATE window of CAPACITY {n} and ERROR {} needs {:.1} GB for its two \
+                 filter generations; at most 4 GB: lower the capacity or raise the error",
+                error.unwrap_or("0.01"),
+                bytes / 1e9
+            ),
+            span,
+        ));
+    }
+    Ok(())
 }
 
 /// `[DEDUPLICATE ... ERROR p]`'s p, a false-positive rate: a number strictly between 0 and 1.
