@@ -145,20 +145,11 @@ impl KeyRoute {
 /// only the high bits of the product: 65 536 consecutive integers got 2048 hashes.)
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = mix(bytes.len() as u64 ^ K);
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
+    bytes.chunks(8).fold(mix(bytes.len() as u64 ^ K), |h, c| {
         let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = mix(h ^ u64::from_le_bytes(w));
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        h = mix(h ^ u64::from_le_bytes(w));
-    }
-    h
+        w[..c.len()].copy_from_slice(c);
+        mix(h ^ u64::from_le_bytes(w))
+    })
 }
 
 /// A final avalanche of a 64-bit value (the finalizer of SplitMix64).

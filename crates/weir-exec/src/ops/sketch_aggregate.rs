@@ -138,16 +138,20 @@ impl Partial {
                 Partial::Quantiles(Quantiles::merge_all(q.compression(), sketches), *p)
             }
             Partial::TopK(t, k) => {
-                let summaries = parts
-                    .iter()
-                    .map(|p| match p {
-                        Partial::TopK(t, _) => Ok(t),
-                        _ => Err(mixed()),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Partial::TopK(TopK::merge_all(t.capacity() as u32, &summaries), *k)
+                Partial::TopK(TopK::merge_all(t.capacity() as u32, &Partial::summaries(parts)?), *k)
             }
         })
+    }
+
+    /// The top-k summaries of `parts` (one APPROX_TOP_K's partials).
+    fn summaries<'a>(parts: &[&'a Partial]) -> Result<Vec<&'a TopK>> {
+        parts
+            .iter()
+            .map(|p| match p {
+                Partial::TopK(t, _) => Ok(t),
+                _ => Err(WeirError::internal("merging partials of different aggregates")),
+            })
+            .collect()
     }
 
     /// The value over a window of `parts` (one aggregate's partials over its slices, in slice
@@ -155,13 +159,7 @@ impl Partial {
     /// building their merge ([`TopK::top_of_sum`]).
     fn window_value(parts: &[&Partial]) -> Result<Value> {
         if let Some(Partial::TopK(t, k)) = parts.first() {
-            let summaries = parts
-                .iter()
-                .map(|p| match p {
-                    Partial::TopK(t, _) => Ok(t),
-                    _ => Err(WeirError::internal("merging partials of different aggregates")),
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let summaries = Partial::summaries(parts)?;
             return Ok(Value::Top(TopK::top_of_sum(t.capacity() as u32, &summaries, *k)));
         }
         Ok(Partial::merge_all(parts)?.value())

@@ -30,6 +30,11 @@ use super::Reader;
 /// A value's row encoding, inline up to 16 bytes.
 type Value = SmallVec<[u8; 16]>;
 
+/// The order of a top list: the larger count first, then the smaller value (SQL's order).
+fn ranked(a: (&[u8], i64), b: (&[u8], i64)) -> std::cmp::Ordering {
+    b.1.cmp(&a.1).then(a.0.cmp(b.0))
+}
+
 /// A Misra-Gries summary over values given as their row encodings.
 #[derive(Debug, Clone)]
 pub struct TopK {
@@ -232,7 +237,7 @@ impl TopK {
         }
         let mut top: Vec<(Vec<u8>, i64)> =
             best.into_iter().map(|Reverse((c, Reverse(v)))| (v.to_vec(), c)).collect();
-        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        top.sort_unstable_by(|a, b| ranked((&a.0, a.1), (&b.0, b.1)));
         top
     }
 
@@ -240,7 +245,7 @@ impl TopK {
     /// values' SQL order): (value, count).
     pub fn top(&self, k: usize) -> Vec<(Vec<u8>, i64)> {
         let mut all: Vec<(&Value, i64)> = self.entries().collect();
-        let order = |a: &(&Value, i64), b: &(&Value, i64)| b.1.cmp(&a.1).then(a.0.cmp(b.0));
+        let order = |a: &(&Value, i64), b: &(&Value, i64)| ranked((a.0, a.1), (b.0, b.1));
         if all.len() > k {
             all.select_nth_unstable_by(k, order);
             all.truncate(k);
@@ -294,9 +299,9 @@ impl TopK {
         t.error = r.i64().ok_or_else(bad)?;
         while !r.0.is_empty() {
             let len = r.u32().ok_or_else(bad)? as usize;
-            let v = r.take(len).ok_or_else(bad)?.to_vec();
+            let v = Value::from_slice(r.take(len).ok_or_else(bad)?);
             let c = r.i64().ok_or_else(bad)?;
-            if c <= 0 || t.counts.insert(Value::from_slice(&v), c).is_some() {
+            if c <= 0 || t.counts.insert(v, c).is_some() {
                 return Err(bad());
             }
         }

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{BooleanArray, UInt32Array};
+use arrow::array::BooleanArray;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{Fraction, Membership};
@@ -135,10 +135,7 @@ impl Operator for MightContain {
         if kept.len() == l.len() {
             return Ok(l);
         }
-        let data = arrow::compute::take_record_batch(&l.data, &UInt32Array::from(kept.clone()))?;
-        let times = kept.iter().map(|&i| l.times[i as usize]).collect();
-        let diffs = kept.iter().map(|&i| l.diffs[i as usize]).collect();
-        Ok(ChangeBatch::new(data, times, diffs))
+        l.take(&kept)
     }
 
     fn next_wakeup(&self) -> Option<Time> {

@@ -19,10 +19,11 @@
 //! (a stream's, by its watermark) has come: an element is held exactly until then.
 //!
 //! State: R(τ) only, indexed by key (per key, its rows with multiplicities: one row inline,
-//! several in a map, as the join's [`Bucket`]); L is not kept. A version older than the current one of its key
-//! is never needed again (the instants before the current one are evaluated), so it is dropped
-//! when replaced: the state is one row per key of a keyed relation. Checkpointed as section `temporal.index` (`key`, `row` Binary, `count`
-//! Int64), sorted by key then row.
+//! several in a map, as the join's [`Bucket`]); L is not kept. A version older than the
+//! current one of its key is never needed again (the instants before the current one are
+//! evaluated), so it is dropped when replaced: the state is one row per key of a keyed
+//! relation. Checkpointed as section `temporal.index` (`key`, `row` Binary, `count` Int64),
+//! sorted by key then row.
 //!
 //! Steps: a span [lo, hi] walks its instants in order, applying R's changes at τ before
 //! joining L's elements at τ, so a span gives what its instants give one by one.
