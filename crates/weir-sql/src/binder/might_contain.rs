@@ -16,6 +16,8 @@ use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
 use weir_common::{Result, Span, WeirError};
 use weir_plan::{Fraction, BLOOM_CAPACITIES, DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR};
 
+use super::number_literal;
+
 /// The name the rewritten subquery gives its column: this prefix and the probe's number.
 const PREFIX: &str = "__weir_bloom_";
 
@@ -68,17 +70,6 @@ fn function_args(f: &sql::Function) -> Option<Vec<&sql::Expr>> {
 
 fn is_named(f: &sql::Function, name: &str) -> bool {
     f.name.to_string().eq_ignore_ascii_case(name)
-}
-
-/// A numeric literal's text.
-fn number(e: &sql::Expr) -> Option<&str> {
-    match e {
-        sql::Expr::Value(v) => match &v.value {
-            sql::Value::Number(n, _) => Some(n.as_str()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// Rewrites every `MIGHT_CONTAIN` of `q` (see the module docs); returns their filters, the
@@ -170,7 +161,7 @@ fn probe(f: &sql::Function, number_: usize) -> Result<(sql::Expr, BloomProbe)> {
     let column = agg_args[0].clone();
     let capacity = match agg_args.get(1) {
         None => DEFAULT_BLOOM_CAPACITY,
-        Some(a) => number(a)
+        Some(a) => number_literal(a)
             .and_then(|n| n.parse::<u64>().ok())
             .filter(|c| BLOOM_CAPACITIES.contains(c))
             .ok_or_else(|| {
@@ -187,7 +178,7 @@ fn probe(f: &sql::Function, number_: usize) -> Result<(sql::Expr, BloomProbe)> {
     };
     let error = match agg_args.get(2) {
         None => Fraction::new(DEFAULT_BLOOM_ERROR),
-        Some(a) => number(a)
+        Some(a) => number_literal(a)
             .and_then(|n| n.parse::<f64>().ok())
             .filter(|p| *p > 0.0 && *p < 1.0)
             .and_then(Fraction::new),

@@ -469,12 +469,7 @@ fn check_sketch_args(q: &sql::Query) -> Result<()> {
         };
         let number = |i: usize| -> Option<&str> {
             match list.args.get(i)? {
-                sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(sql::Expr::Value(v))) => {
-                    match &v.value {
-                        sql::Value::Number(n, _) => Some(n.as_str()),
-                        _ => None,
-                    }
-                }
+                sql::FunctionArg::Unnamed(sql::FunctionArgExpr::Expr(e)) => number_literal(e),
                 _ => None,
             }
         };
@@ -570,6 +565,17 @@ fn check_sketch_args(q: &sql::Query) -> Result<()> {
     }
 }
 
+/// A numeric literal's text (`12`, `0.5`, `1e-3`), if `e` is one.
+pub(super) fn number_literal(e: &sql::Expr) -> Option<&str> {
+    match e {
+        sql::Expr::Value(v) => match &v.value {
+            sql::Value::Number(n, _) => Some(n.as_str()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Places an error about a sketch aggregate (its message starts with its name) at its call.
 fn place_sketch_error(e: WeirError, q: &sql::Query) -> WeirError {
     let WeirError::Plan(d) = &e else { return e };
@@ -602,10 +608,7 @@ impl<'a> Binder<'a> {
         self.check_windows(&q.windows)?;
         self.check_relations(&q.query)?;
         check_sketch_args(&q.query)?;
-        // MIGHT_CONTAIN becomes an IN subquery whose join the converter recognises.
-        let mut query = q.query.clone();
-        let probes = might_contain::rewrite(&mut query)?;
-        let df = self.plan_sql(&query, &q.windows).map_err(|e| {
+        let (df, probes) = self.plan_sql(&q.query, &q.windows).map_err(|e| {
             let e = place_operator_error(place_function_error(e, &q.query), &q.query);
             place_duplicate_relation(e, &q.query)
         })?;
@@ -651,7 +654,13 @@ impl<'a> Binder<'a> {
         weir_plan::mark_istream_bounds(&plan)
     }
 
-    fn plan_sql(&self, query: &sql::Query, windows: &[WindowAst]) -> Result<DfPlan> {
+    /// DataFusion's plan of `query`, and the filters of its `MIGHT_CONTAIN` calls (which the
+    /// plan holds as IN subqueries: see [`might_contain`]).
+    fn plan_sql(
+        &self,
+        query: &sql::Query,
+        windows: &[WindowAst],
+    ) -> Result<(DfPlan, Vec<might_contain::BloomProbe>)> {
         let mut options = ConfigOptions::new();
         options.sql_parser.enable_ident_normalization = true;
         options.optimizer.filter_null_join_keys = false;
@@ -679,6 +688,8 @@ impl<'a> Binder<'a> {
         check_window_calls(query)?;
         check_row_in_subquery(query)?;
         let mut query = query.clone();
+        // MIGHT_CONTAIN becomes an IN subquery whose join the converter recognises.
+        let probes = might_contain::rewrite(&mut query)?;
         fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);
         float_literals_as_double(&mut query);
@@ -718,7 +729,9 @@ impl<'a> Binder<'a> {
                 datafusion_optimizer::extract_equijoin_predicate::ExtractEquijoinPredicate::new(),
             ),
         ];
-        Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)
+        let plan =
+            Optimizer::with_rules(push_down).optimize(plan, &ctx, |_, _| {}).map_err(df_error)?;
+        Ok((plan, probes))
     }
 
     /// Every window names a stream (base or derived), with durations in its time domain;
