@@ -616,20 +616,7 @@ pub fn sketch(
     chunk: usize,
 ) -> Result<SketchPoint> {
     let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
-    sketch_query(&query, events, keys, KeyLaw::Uniform, per_tick, chunk)
-}
-
-/// The sketch benchmark's driver for any query over `s (k BIGINT, t BIGINT)`: `events` events,
-/// `per_tick` per tick, keys below `keys` drawn by `law`.
-pub fn sketch_query(
-    query: &str,
-    events: u64,
-    keys: u64,
-    law: KeyLaw,
-    per_tick: u64,
-    chunk: usize,
-) -> Result<SketchPoint> {
-    sketch_query_after(&[], query, events, keys, law, per_tick, chunk)
+    sketch_query(&[], &query, events, keys, KeyLaw::Uniform, per_tick, chunk)
 }
 
 /// The membership benchmark: `keys` keys (the even numbers below 2·keys) loaded into a table
@@ -667,11 +654,13 @@ pub fn membership(
              0.01) FROM m), k)"
         )
     };
-    sketch_query_after(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk)
+    sketch_query(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk)
 }
 
-/// [`sketch_query`] with `setup` statements run after `s` is created (not timed).
-fn sketch_query_after(
+/// The sketch benchmark's driver for any query over `s (k BIGINT, t BIGINT)`: `setup`
+/// statements run after `s` is created (not timed), then `events` events, `per_tick` per tick,
+/// keys below `keys` drawn by `law`.
+pub fn sketch_query(
     setup: &[String],
     query: &str,
     events: u64,

@@ -233,7 +233,10 @@ fn main() -> Result<()> {
             _ => &TOP_K_QUERIES[..],
         };
         for q in runs {
-            println!("{}", sketch_query(q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk)?.line());
+            println!(
+                "{}",
+                sketch_query(&[], q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk)?.line()
+            );
         }
         return Ok(());
     }
