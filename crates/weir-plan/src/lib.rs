@@ -29,12 +29,12 @@ pub mod window_bounds;
 pub use explain::explain;
 pub use panes::pre_aggregate_panes;
 pub use plan::{
-    sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound, JoinKind,
-    LogicalPlan, Membership, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode,
+    bloom_cells, sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound,
+    JoinKind, LogicalPlan, Membership, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode,
     SampleOver, SketchWindow, WindowFrame, WindowSpec, BLOOM_CAPACITIES, DEDUP_CAPACITIES,
     DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_ERROR,
     DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, DEFAULT_TOP_K_CAPACITY, HLL_PRECISIONS,
-    R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
+    MAX_FILTER_BYTES, R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
 pub use window_bounds::{lift_window_bounds, mark_istream_bounds};

@@ -81,6 +81,17 @@ pub const DEDUP_CAPACITIES: std::ops::RangeInclusive<u64> = 1..=100_000_000;
 /// `[DEDUPLICATE ...]`'s false-positive rate when none is given.
 pub const DEFAULT_DEDUP_ERROR: f64 = 0.01;
 
+/// The most memory a Bloom filter of `[DEDUPLICATE ...]` or `BLOOM_FILTER_AGG` may ask for,
+/// in bytes: filters are allocated whole when their query starts, so a larger one is refused
+/// when the query is bound.
+pub const MAX_FILTER_BYTES: u64 = 4_000_000_000;
+
+/// The cells of an optimal Bloom filter (bits, or counters) holding `capacity` keys at a
+/// false-positive rate `rate`: −capacity·ln(rate)/ln²2, before rounding.
+pub fn bloom_cells(capacity: u64, rate: f64) -> f64 {
+    -(capacity.max(1) as f64) * rate.ln() / (std::f64::consts::LN_2 * std::f64::consts::LN_2)
+}
+
 impl WindowSpec {
     fn fmt_with(&self, domain: TimeDomain, names: &[String]) -> String {
         let d = |t: Time| match domain {

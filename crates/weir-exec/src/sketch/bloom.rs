@@ -47,10 +47,9 @@ pub fn dimensions(capacity: u64, p: f64) -> (u64, u32) {
 /// round(m/n·ln 2) in [1, 64], m then grown by 1 % steps until the rate when full is at most
 /// `rate` (k is rounded).
 pub fn sized(capacity: u64, rate: f64) -> (u64, u32) {
-    let ln2 = std::f64::consts::LN_2;
     let n = capacity.max(1) as f64;
-    let mut m = (-n * rate.ln() / (ln2 * ln2)).ceil().max(64.0);
-    let k = ((m / n) * ln2).round().clamp(1.0, 64.0);
+    let mut m = weir_plan::bloom_cells(capacity, rate).ceil().max(64.0);
+    let k = ((m / n) * std::f64::consts::LN_2).round().clamp(1.0, 64.0);
     while full_rate(m, k, n) > rate {
         m = (m * 1.01).ceil();
     }
@@ -166,14 +165,8 @@ impl Bloom {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_key as key;
     use super::*;
-
-    fn key(i: u64, seed: u64) -> [u8; 16] {
-        let mut k = [0u8; 16];
-        k[..8].copy_from_slice(&i.to_le_bytes());
-        k[8..].copy_from_slice(&seed.to_le_bytes());
-        k
-    }
 
     #[test]
     fn dimensions_follow_the_formulas() {

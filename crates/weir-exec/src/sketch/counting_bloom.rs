@@ -153,14 +153,8 @@ impl CountingBloom {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_key as key;
     use super::*;
-
-    fn key(i: u64, seed: u64) -> [u8; 16] {
-        let mut k = [0u8; 16];
-        k[..8].copy_from_slice(&i.to_le_bytes());
-        k[8..].copy_from_slice(&seed.to_le_bytes());
-        k
-    }
 
     #[test]
     fn present_keys_are_contained_and_removed_ones_leave_no_trace() {

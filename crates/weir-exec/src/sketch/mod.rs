@@ -33,6 +33,16 @@ pub fn value_hash(row: &[u8]) -> u64 {
     crate::route::mix(crate::route::hash_bytes(row) ^ 0x6A09_E667_F3BC_C908)
 }
 
+/// A distinct 16-byte test key per (i, seed): the membership filters' tests insert and probe
+/// these.
+#[cfg(test)]
+pub(crate) fn test_key(i: u64, seed: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&i.to_le_bytes());
+    k[8..].copy_from_slice(&seed.to_le_bytes());
+    k
+}
+
 /// Reads little-endian numbers off the front of a byte slice: how the sketches read their
 /// checkpoint bytes back. What is left is `.0`.
 pub(crate) struct Reader<'a>(pub &'a [u8]);

@@ -14,16 +14,14 @@ use std::ops::ControlFlow;
 use sqlparser::ast as sql;
 use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
 use weir_common::{Result, Span, WeirError};
-use weir_plan::{Fraction, BLOOM_CAPACITIES, DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR};
+use weir_plan::{
+    Fraction, BLOOM_CAPACITIES, DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR, MAX_FILTER_BYTES,
+};
 
 use super::number_literal;
 
 /// The name the rewritten subquery gives its column: this prefix and the probe's number.
 const PREFIX: &str = "__weir_bloom_";
-
-/// The largest counting filter `BLOOM_FILTER_AGG` may ask for, in bytes (10^8 values at
-/// 0.1 % take 1.44 GB).
-const MAX_FILTER_BYTES: u64 = 4_000_000_000;
 
 /// The form errors point to.
 const FORM: &str = "MIGHT_CONTAIN((SELECT BLOOM_FILTER_AGG(column [, capacity [, error]]) FROM \
@@ -196,7 +194,7 @@ fn probe(f: &sql::Function, number_: usize) -> Result<(sql::Expr, BloomProbe)> {
     };
     // The counters are a byte each: refuse a filter that would not fit in memory before it
     // is allocated (a typo in the capacity or the error would otherwise abort the process).
-    let counters = -(capacity as f64) * error.get().ln() / (std::f64::consts::LN_2.powi(2));
+    let counters = weir_plan::bloom_cells(capacity, error.get());
     if counters > MAX_FILTER_BYTES as f64 {
         return Err(WeirError::plan_at(
             format!(

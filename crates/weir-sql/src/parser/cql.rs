@@ -366,17 +366,17 @@ fn dedup_capacity(c: &mut Cursor) -> Result<u64> {
 /// (each −n·ln(p/2)/ln²2 bits): they are allocated when the query starts, and a capacity of
 /// 10^8 with a tiny error would otherwise abort the process.
 fn dedup_size(capacity: Option<u64>, error: Option<&str>, span: Option<Span>) -> Result<()> {
-    const MAX_BYTES: f64 = 4e9;
-    let n = capacity.unwrap_or(weir_plan::DEFAULT_DEDUP_CAPACITY) as f64;
+    let n = capacity.unwrap_or(weir_plan::DEFAULT_DEDUP_CAPACITY);
     let p = error.and_then(|e| e.parse::<f64>().ok()).unwrap_or(weir_plan::DEFAULT_DEDUP_ERROR);
-    let bytes = 2.0 * (-n * (p / 2.0).ln() / std::f64::consts::LN_2.powi(2)) / 8.0;
-    if bytes > MAX_BYTES {
+    let bytes = 2.0 * weir_plan::bloom_cells(n, p / 2.0) / 8.0;
+    if bytes > weir_plan::MAX_FILTER_BYTES as f64 {
         return Err(WeirError::syntax_at(
             format!(
                 "a DEDUPLICATE window of CAPACITY {n} and ERROR {} needs {:.1} GB for its two \
-                 filter generations; at most 4 GB: lower the capacity or raise the error",
+                 filter generations; at most {} GB: lower the capacity or raise the error",
                 error.unwrap_or("0.01"),
-                bytes / 1e9
+                bytes / 1e9,
+                weir_plan::MAX_FILTER_BYTES / 1_000_000_000
             ),
             span,
         ));
