@@ -90,6 +90,17 @@ struct Common {
         verbatim_doc_comment
     )]
     workers: usize,
+    /// Fail the continuous query holding the most state when the
+    /// queries' state reaches SIZE (e.g. 512MB, 4GB), instead of
+    /// growing until the system kills the process (SET memory_limit)
+    #[arg(
+        long,
+        global = true,
+        value_name = "SIZE",
+        value_parser = parse_memory_limit,
+        verbatim_doc_comment
+    )]
+    memory_limit: Option<usize>,
     /// At the end of a script, print every stream's final
     /// accounting (SHOW STREAM STATS: accepted, late and bad rows,
     /// how far each source read) on standard error
@@ -166,6 +177,8 @@ pub struct Args {
     pub checkpoint_interval: Option<Duration>,
     /// `--workers`.
     pub workers: usize,
+    /// `--memory-limit`, in bytes.
+    pub memory_limit: Option<usize>,
     /// `--stats`: the final accounting of every stream, at the end of a script.
     pub stats: bool,
 }
@@ -179,7 +192,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         .try_get_matches_from_mut(std::iter::once(OsString::from("weir")).chain(args.clone()))
         .map_err(|e| suggest(&mut command, &args, e))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-    let Common { format, output_dir, data_dir, checkpoint_interval, workers, stats } = cli.common;
+    let Common { format, output_dir, data_dir, checkpoint_interval, workers, memory_limit, stats } =
+        cli.common;
     let command_of = match (cli.sql, cli.command) {
         (Some(_), Some(_)) => {
             return Err(command.error(
@@ -225,6 +239,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         data_dir,
         checkpoint_interval,
         workers,
+        memory_limit,
         stats,
     })
 }
@@ -286,6 +301,12 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     weir::parse_wall_duration(s).map_err(|e| e.to_string())
 }
 
+fn parse_memory_limit(s: &str) -> Result<usize, String> {
+    weir::engine::memory::parse_bytes(s).ok_or_else(|| {
+        format!("'{s}' is not a size: give bytes or a number with kB, MB, GB or TB (e.g. 512MB)")
+    })
+}
+
 fn parse_workers(s: &str) -> Result<usize, String> {
     s.parse::<usize>()
         .ok()
@@ -320,6 +341,7 @@ mod tests {
             data_dir: None,
             checkpoint_interval: None,
             workers: 1,
+            memory_limit: None,
             stats: false,
         }
     }

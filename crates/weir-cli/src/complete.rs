@@ -69,6 +69,7 @@ pub const KEYWORDS: &[&str] = &[
     "JOIN",
     "LIKE",
     "MAX",
+    "MEMORY",
     "MICROSECOND",
     "MICROSECONDS",
     "MILLISECOND",

@@ -93,6 +93,7 @@ fn serve(args: &Args, s: &args::ServeArgs) -> Result<(), Failure> {
         file_dir: s.file_dir.clone(),
         tls: s.tls_cert.clone().zip(s.tls_key.clone()),
         workers: args.workers,
+        memory_limit: args.memory_limit,
         ..Default::default()
     };
     if let Some(addr) = s.listen {
@@ -137,6 +138,7 @@ fn session<W: Write>(
     let Some(dir) = &args.data_dir else {
         let mut engine = weir::Engine::new();
         engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
+        engine.set_memory_limit(args.memory_limit);
         let mut session = Session::with_engine(engine, args.format, out, false);
         if args.stats {
             session.print_final_stats();
@@ -152,6 +154,7 @@ fn session<W: Write>(
         let _ = writeln!(io::stderr(), "warning: {w}");
     }
     engine.set_checkpoint_interval(args.checkpoint_interval);
+    engine.set_memory_limit(args.memory_limit);
     if let Some(text) = script {
         let fingerprint = format!("{:08x}", crc32fast::hash(text.as_bytes()));
         let taken_with = recovery.notes.get(SCRIPT_NOTE);

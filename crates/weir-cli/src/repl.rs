@@ -701,11 +701,13 @@ pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
         None => {
             let mut engine = weir::Engine::new();
             engine.set_workers(args.workers)?;
+            engine.set_memory_limit(args.memory_limit);
             Session::with_engine(engine, format, Vec::new(), true)
         }
         Some(dir) => {
             let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)?;
             engine.set_checkpoint_interval(args.checkpoint_interval);
+            engine.set_memory_limit(args.memory_limit);
             for w in &recovery.warnings {
                 intro.push_str(&format!("warning: {w}\n"));
             }

@@ -828,6 +828,50 @@ fn failures_are_reported_and_the_rest_goes_on() {
     assert_eq!(errors[1], "error: sink 'k' failed: division by zero, evaluating 12 / (good.v - 3)");
 }
 
+/// `--memory-limit`: a query whose state grows with every new key (a count per key of a
+/// stream of distinct keys) passes the limit and fails with an error that names it and the
+/// operator holding the state; the run goes on with the other sink and exits with status 1.
+#[test]
+fn a_query_past_the_memory_limit_fails_with_a_named_error() {
+    let path = script_file(
+        "memory",
+        "CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)\n\
+           WITH (source = 'file', path = 'keys.csv');\n\
+         CREATE SINK per_key WITH (path = 'per_key.csv') AS\n\
+           SELECT ISTREAM k, COUNT(*) AS n FROM s GROUP BY k;\n\
+         CREATE SINK total WITH (path = 'total.csv') AS\n\
+           SELECT ISTREAM COUNT(*) AS n FROM s [RANGE 10];\n",
+    );
+    let dir = path.parent().unwrap();
+    let mut csv = String::from("k,t\n");
+    for i in 0..400_000 {
+        csv.push_str(&format!("{i},{i}\n"));
+    }
+    std::fs::write(dir.join("keys.csv"), csv).unwrap();
+    let run = weir(&["run", "--memory-limit", "16MB", path.to_str().unwrap()], None);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let errors: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(errors.len(), 1, "{}", run.stderr);
+    assert!(
+        errors[0].starts_with(
+            "error: sink 'per_key' failed: query 0 (sink per_key) stopped: the continuous \
+             queries' state reached the memory limit ("
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(errors[0].contains(" of 16.0 MiB), and this query held the most: "), "{}", run.stderr);
+    assert!(errors[0].contains(" of it in `Aggregate: group=[s.k]"), "{}", run.stderr);
+    // The other sink saw every element: its window held 10 to the end, then emptied.
+    let total = std::fs::read_to_string(dir.join("total.csv")).unwrap();
+    let tail: Vec<&str> = total.lines().rev().take(3).collect();
+    assert_eq!(tail, ["400009,0", "400008,1", "400007,2"]);
+    // A limit that is not a size is refused before anything runs.
+    let bad = weir(&["run", "--memory-limit", "lots", path.to_str().unwrap()], None);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("'lots' is not a size"), "{}", bad.stderr);
+}
+
 /// A restart with `--data-dir` resumes the statements its checkpoint holds, not the script:
 /// an edited script, or a sink file that went missing, is refused with what to do.
 #[test]

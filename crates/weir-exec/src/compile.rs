@@ -79,7 +79,21 @@ fn add(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
     for input in plan.inputs() {
         inputs.push(add(input, flow)?);
     }
-    flow.add(build(plan)?, inputs)
+    add_node(flow, build(plan)?, inputs, plan)
+}
+
+/// Adds `op` as `plan`'s node, named after its EXPLAIN line. Its own function, so that
+/// [`add`]'s stack frame stays small.
+#[inline(never)]
+fn add_node(
+    flow: &mut Graph,
+    op: Box<dyn Operator>,
+    inputs: Vec<usize>,
+    plan: &LogicalPlan,
+) -> Result<usize> {
+    let node = flow.add(op, inputs)?;
+    flow.set_label(node, weir_plan::explain::label(plan));
+    Ok(node)
 }
 
 /// Whether `plan` is an aggregate with a sketch (its own function: see [`add_sketch_aggregate`]).
@@ -105,7 +119,7 @@ fn add_sketch_aggregate(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
     let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
     let op = SketchAggregate::new(window, keys, key_types, specs, exec_schema(&plan.schema()))?;
     let input = add(&rows, flow)?;
-    flow.add(Box::new(op), vec![input])
+    add_node(flow, Box::new(op), vec![input], plan)
 }
 
 /// Apply's [`SubqueryEval`]: compiles a bound subquery and evaluates it at `t`, consolidated.

@@ -43,6 +43,8 @@ pub struct Graph {
     nodes: Vec<Node>,
     /// Whether each node's output already has a consumer.
     consumed: Vec<bool>,
+    /// Per node, what it is in the plan (its EXPLAIN line; empty if not given).
+    labels: Vec<String>,
     /// Scratch kept for its allocations: each node's output until its consumer takes it.
     outputs: Vec<Option<ChangeBatch>>,
     /// Scratch: per node, the earliest wake-up below it and in its subtree (itself included).
@@ -72,7 +74,26 @@ impl Graph {
         }
         self.nodes.push(Node { op, inputs });
         self.consumed.push(false);
+        self.labels.push(String::new());
         Ok(self.nodes.len() - 1)
+    }
+
+    /// Names node `i` by what it is in the plan (its EXPLAIN line), for reports.
+    pub fn set_label(&mut self, i: usize, label: String) {
+        if let Some(l) = self.labels.get_mut(i) {
+            *l = label;
+        }
+    }
+
+    /// Per node, what it is in the plan (see [`Graph::set_label`]).
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// Per node, an estimate of the bytes its operator's state holds
+    /// ([`Operator::state_bytes`]).
+    pub fn state_bytes(&self) -> Vec<usize> {
+        self.nodes.iter().map(|n| n.op.state_bytes()).collect()
     }
 
     /// The number of nodes.
@@ -264,6 +285,10 @@ mod tests {
 
         fn next_wakeup(&self) -> Option<Time> {
             self.wakeup
+        }
+
+        fn state_bytes(&self) -> usize {
+            0
         }
 
         fn save_state(&self, w: &mut StateWriter) -> Result<()> {

@@ -30,6 +30,7 @@ pub mod compile;
 pub mod consolidate;
 pub mod expr;
 pub mod graph;
+pub mod heap;
 pub mod operator;
 pub mod ops;
 pub mod query;

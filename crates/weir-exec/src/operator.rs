@@ -129,6 +129,11 @@ pub trait Operator: Send + std::fmt::Debug {
         false
     }
 
+    /// An estimate of the bytes this operator's state holds between steps (see
+    /// [`crate::heap`]): what `SHOW QUERIES` reports and the engine's memory limit is checked
+    /// against. Costs a walk of the state; stateless operators hold none.
+    fn state_bytes(&self) -> usize;
+
     /// Writes this operator's own state between steps, as sections (see [`crate::state`]).
     /// Stateless operators write nothing.
     fn save_state(&self, w: &mut StateWriter) -> Result<()>;

@@ -36,6 +36,7 @@ use weir_plan::{LogicalPlan, PlanKind};
 use crate::compile::{compile, exec_schema};
 use crate::consolidate::{consolidate, consolidate_runs};
 use crate::graph::Graph;
+use crate::heap::{HeapSize, StateSize, WAITING_INPUT};
 use crate::operator::EvalCtx;
 use crate::row::RowCodec;
 use crate::state::{i64_col, invalid, opt_i64_col, signature, str_col, StateReader, StateWriter};
@@ -167,6 +168,19 @@ impl QueryRunner {
             heartbeats: BTreeMap::new(),
             last: None,
         })
+    }
+
+    /// What the query's state holds, node by node and in its waiting input (estimates: see
+    /// [`crate::heap`]).
+    pub fn state_size(&self) -> StateSize {
+        let bytes = self.flow.state_bytes();
+        let mut parts: Vec<(String, usize)> =
+            self.flow.labels().iter().cloned().zip(bytes).collect();
+        let waiting: usize =
+            self.pending.values().flatten().map(|c| c.batch.heap_bytes()).sum::<usize>()
+                + self.heartbeats.heap_bytes();
+        parts.push((WAITING_INPUT.to_string(), waiting));
+        StateSize { parts }
     }
 
     /// Output schema (all fields nullable).

@@ -11,6 +11,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 /// The graph operator tests run in (re-exported so that tests under `ops/` import nothing but
 /// this harness from outside `ops/`).
 pub use crate::graph::Graph;
+use crate::heap::HeapSize;
 use crate::operator::{EvalCtx, Operator, Step};
 use crate::state::{StateReader, StateWriter};
 
@@ -64,6 +65,10 @@ impl Operator for Feed {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    fn state_bytes(&self) -> usize {
+        self.changes.values().map(HeapSize::heap_bytes).sum()
     }
 
     fn save_state(&self, _w: &mut StateWriter) -> Result<()> {

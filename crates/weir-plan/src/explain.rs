@@ -64,7 +64,8 @@ fn list(exprs: impl IntoIterator<Item = String>) -> String {
     exprs.into_iter().collect::<Vec<_>>().join(", ")
 }
 
-fn label(plan: &LogicalPlan) -> String {
+/// The line EXPLAIN shows for `plan`'s own operator (without its inputs or output kind).
+pub fn label(plan: &LogicalPlan) -> String {
     match plan {
         LogicalPlan::StreamScan { name, .. } => format!("StreamScan: {name}"),
         LogicalPlan::TableScan { name, .. } => format!("TableScan: {name}"),

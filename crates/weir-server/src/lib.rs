@@ -67,6 +67,8 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Timely workers the continuous queries run on (1: the engine's thread).
     pub workers: usize,
+    /// The limit on the continuous queries' state, in bytes (`SET memory_limit`).
+    pub memory_limit: Option<usize>,
 }
 
 impl Default for Config {
@@ -84,6 +86,7 @@ impl Default for Config {
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
             tls: None,
             workers: 1,
+            memory_limit: None,
         }
     }
 }
@@ -154,6 +157,7 @@ impl Server {
             None => weir::Engine::new(),
         };
         engine.set_workers(config.workers)?;
+        engine.set_memory_limit(config.memory_limit);
         if let Some(dir) = &config.base_dir {
             engine.set_base_dir(dir);
         }

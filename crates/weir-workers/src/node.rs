@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
+use weir_exec::heap::HeapSize;
 use weir_exec::operator::prefix_before_failure;
 use weir_exec::query::check_after;
 use weir_exec::route::{instant_worker, KeyRoute, Placement};
@@ -504,6 +505,14 @@ impl NodeHost {
         format!("node {index} {:?}", (self.stash.len(), leaf, self.span, self.active, self.me))
     }
 
+    /// An estimate of the bytes this node holds on this worker: its operator's state and the
+    /// input rows it has not evaluated yet.
+    pub fn state_bytes(&self) -> usize {
+        let stashed: usize =
+            self.stash.iter().flat_map(|s| &s.chunks).map(|c| c.batch.heap_bytes()).sum();
+        self.op.state_bytes() + stashed
+    }
+
     /// Writes the node's state between rounds (a checkpoint of a query on the workers; see
     /// [`crate::runtime`]): sections `node` (one row: `last`, NULL before the first instant,
     /// and `failed`), `node.ticks` (`time`, `below`, `sources`: the leaf's sources that have
@@ -683,6 +692,9 @@ mod tests {
         }
         fn next_wakeup(&self) -> Option<Time> {
             self.wakeup
+        }
+        fn state_bytes(&self) -> usize {
+            0
         }
         fn save_state(&self, _w: &mut StateWriter) -> Result<()> {
             Ok(())

@@ -24,6 +24,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, Watermark, WeirError};
 use weir_exec::compile::{compile, exec_schema};
 use weir_exec::consolidate::consolidate_runs;
+use weir_exec::heap::{HeapSize, StateSize, WAITING_INPUT};
 use weir_exec::query::{check_after, runs_in_spans};
 use weir_exec::route::instant_worker;
 use weir_exec::row::RowCodec;
@@ -57,6 +58,8 @@ pub struct Hosted {
     round: u64,
     last: Option<Time>,
     status: Arc<Status>,
+    /// Per node of the graph, its EXPLAIN line (for [`Runner::state_size`]).
+    labels: Vec<String>,
     /// Pushes and heartbeats since the last advance, in arrival order: they are fed to the
     /// workers as the next round begins, so that between rounds nothing is in flight and a
     /// checkpoint is one consistent cut.
@@ -79,6 +82,7 @@ impl Runner {
         // Compiled here first: a plan that does not compile fails before any worker sees it.
         let graph = compile(plan)?;
         let span = runs_in_spans(plan, &graph);
+        let labels = graph.labels().to_vec();
         drop(graph);
         let schema = exec_schema(&plan.schema());
         let status = Arc::new(Status::default());
@@ -94,6 +98,7 @@ impl Runner {
             round: 0,
             last: None,
             status,
+            labels,
             queued: Vec::new(),
         }))
     }
@@ -156,6 +161,28 @@ impl Runner {
         match self {
             Runner::Local(r) => r.advance(frontier, out),
             Runner::Hosted(h) => h.advance(frontier, out),
+        }
+    }
+
+    /// What the query's state holds, by node (over every worker) and in its waiting input:
+    /// estimates (see [`weir_exec::heap`]). On workers, asked between rounds.
+    pub fn state_size(&self) -> Result<StateSize> {
+        match self {
+            Runner::Local(r) => Ok(r.state_size()),
+            Runner::Hosted(h) => {
+                let nodes = h.workers.measure(h.id)?;
+                let mut parts: Vec<(String, usize)> = h.labels.iter().cloned().zip(nodes).collect();
+                let waiting = h
+                    .queued
+                    .iter()
+                    .map(|q| match q {
+                        Queued::Rows(_, b) => b.heap_bytes(),
+                        Queued::Heartbeat(..) => 0,
+                    })
+                    .sum();
+                parts.push((WAITING_INPUT.to_string(), waiting));
+                Ok(StateSize { parts })
+            }
         }
     }
 

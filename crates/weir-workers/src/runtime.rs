@@ -123,6 +123,11 @@ pub(crate) enum Command {
         id: u64,
         reply: Sender<(usize, Result<Vec<u8>>)>,
     },
+    /// Measure this worker's state of query `id`: per node, its bytes as a little-endian u64.
+    Measure {
+        id: u64,
+        reply: Sender<(usize, Result<Vec<u8>>)>,
+    },
     /// Put back what `Save` wrote, into the query just installed.
     Restore {
         id: u64,
@@ -300,6 +305,26 @@ impl Workers {
         self.each_worker(|_, reply| Command::Save { id, reply })
     }
 
+    /// Per node of query `id` (in graph order), the bytes its state holds, summed over the
+    /// workers (see [`NodeHost::state_bytes`]). Called between rounds, as [`Workers::save`].
+    pub(crate) fn measure(&self, id: u64) -> Result<Vec<usize>> {
+        let mut total: Vec<usize> = Vec::new();
+        for reply in self.each_worker(|_, reply| Command::Measure { id, reply })? {
+            let nodes = reply.chunks_exact(8).map(|c| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(c);
+                u64::from_le_bytes(b) as usize
+            });
+            for (i, bytes) in nodes.enumerate() {
+                match total.get_mut(i) {
+                    Some(t) => *t += bytes,
+                    None => total.push(bytes),
+                }
+            }
+        }
+        Ok(total)
+    }
+
     /// Puts each worker's saved state (from [`Workers::save`], in worker order) into query
     /// `id`, installed just before and not yet fed.
     pub(crate) fn restore(&self, id: u64, states: Vec<Vec<u8>>) -> Result<()> {
@@ -431,6 +456,17 @@ impl Installed {
         w.into_bytes()
     }
 
+    /// This worker's share of [`Workers::measure`]: per node, its bytes as a little-endian
+    /// u64.
+    fn measure(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.hosts.len() * 8);
+        for host in &self.hosts {
+            let bytes = host.try_borrow().map_err(|_| busy())?.state_bytes();
+            out.extend_from_slice(&(bytes as u64).to_le_bytes());
+        }
+        Ok(out)
+    }
+
     fn restore(&self, bytes: &[u8]) -> Result<()> {
         if self.hosts.is_empty() {
             return Err(WeirError::internal("a query that did not compile on a worker"));
@@ -502,6 +538,13 @@ fn handle(
         Command::Save { id, reply } => {
             let r = match queries.get(&id) {
                 Some(q) => q.save(),
+                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
+            };
+            let _ = reply.send((worker.index(), r));
+        }
+        Command::Measure { id, reply } => {
+            let r = match queries.get(&id) {
+                Some(q) => q.measure(),
                 None => Err(WeirError::internal(format!("no query {id} on this worker"))),
             };
             let _ = reply.send((worker.index(), r));

@@ -27,6 +27,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{ApplyKind, ApplySubquery, LogicalPlan};
 
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, EvalCtx, Operator, Step};
 use crate::ops::batch_of;
 use crate::row::{RowBytes, RowCodec};
@@ -41,6 +42,15 @@ enum Outcome {
         has_null: bool,
         rows: i64,
     },
+}
+
+impl HeapSize for Outcome {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Outcome::Scalar(v) => v.heap_bytes(),
+            Outcome::Set { values, .. } => values.heap_bytes(),
+        }
+    }
 }
 
 /// One subquery with the input columns its outer references name.
@@ -269,6 +279,11 @@ impl Operator for Apply {
         }
         let data = batch_of(&self.schema, cols, n)?;
         Ok(ChangeBatch::new(data, d.times, d.diffs))
+    }
+
+    /// The subqueries' cached outcomes.
+    fn state_bytes(&self) -> usize {
+        self.subs.iter().map(|s| s.cache.heap_bytes()).sum()
     }
 
     /// Not checkpointed: Apply runs in one-shot queries only (the engine refuses a continuous

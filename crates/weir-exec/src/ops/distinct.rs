@@ -11,6 +11,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 
 use crate::consolidate::{net_diffs, to_batch};
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
@@ -56,6 +57,11 @@ impl Operator for Distinct {
             }
         }
         to_batch(&self.codec, &self.schema, out, t)
+    }
+
+    /// Each distinct row's multiplicity.
+    fn state_bytes(&self) -> usize {
+        self.counts.heap_bytes()
     }
 
     /// State: section `distinct`, the multiplicity of every present row (`row`, `count`).

@@ -36,6 +36,10 @@ impl<M: RowMap> Operator for Linear<M> {
         self.map.map(d)
     }
 
+    fn state_bytes(&self) -> usize {
+        0
+    }
+
     /// Stateless: saves nothing.
     fn save_state(&self, _w: &mut StateWriter) -> Result<()> {
         Ok(())

@@ -27,6 +27,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::R2S;
 
 use crate::consolidate::{net_diffs, to_batch};
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
@@ -81,6 +82,11 @@ impl Operator for ToStream {
     /// RSTREAM keeps the relation across instants and reports all of it: on one worker.
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(if self.op == R2S::Rstream { Placement::Single } else { Placement::ByInstant })
+    }
+
+    /// The relation's rows with their multiplicities.
+    fn state_bytes(&self) -> usize {
+        self.relation.heap_bytes()
     }
 
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {

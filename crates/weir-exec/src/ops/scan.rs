@@ -36,6 +36,11 @@ impl Operator for Scan {
         }
     }
 
+    /// Stateless: the runner holds the waiting input.
+    fn state_bytes(&self) -> usize {
+        0
+    }
+
     /// Stateless, a leaf: saves nothing (the runner saves the buffered input).
     fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
         Ok(())

@@ -46,6 +46,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, SketchWindow};
 
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::aggregate::AggSpec;
 use crate::ops::batch_of;
@@ -189,6 +190,34 @@ impl Partial {
 struct Partials {
     rows: i64,
     accs: Vec<Partial>,
+}
+
+/// The sketch's own memory (a count holds none).
+impl HeapSize for Partial {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Partial::Count(_) => 0,
+            Partial::Hll(h) => h.heap_bytes(),
+            Partial::Quantiles(q, _) => q.heap_bytes(),
+            Partial::TopK(t, _) => t.heap_bytes(),
+        }
+    }
+}
+
+impl HeapSize for Partials {
+    fn heap_bytes(&self) -> usize {
+        self.accs.heap_bytes()
+    }
+}
+
+/// A top-k list's values and counts (a number holds none).
+impl HeapSize for Value {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Value::Int(_) | Value::Float(_) => 0,
+            Value::Top(top) => top.heap_bytes(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -665,27 +694,6 @@ impl SketchAggregate {
         }
         Ok(binary_col(out.iter().map(|b| &b[..])))
     }
-
-    /// Memory held by the slices' partials, in bytes (an estimate, for the benchmark).
-    pub fn state_bytes(&self) -> usize {
-        self.slices
-            .values()
-            .flat_map(|g| g.iter())
-            .map(|(k, p)| {
-                k.len()
-                    + 48
-                    + p.accs
-                        .iter()
-                        .map(|a| match a {
-                            Partial::Count(_) => 16,
-                            Partial::Hll(h) => h.bytes(),
-                            Partial::Quantiles(q, _) => q.bytes(),
-                            Partial::TopK(t, _) => t.bytes(),
-                        })
-                        .sum::<usize>()
-            })
-            .sum()
-    }
 }
 
 /// Reads [`SketchAggregate::saved_column`]'s bytes of one APPROX_TOP_K value.
@@ -821,6 +829,12 @@ impl Operator for SketchAggregate {
         self.pending.first().copied()
     }
 
+    /// Per slice and group, its partials; the current output; the instants still to
+    /// evaluate.
+    fn state_bytes(&self) -> usize {
+        self.slices.heap_bytes() + self.current.heap_bytes() + self.pending.heap_bytes()
+    }
+
     fn span_capable(&self) -> bool {
         true
     }
@@ -911,5 +925,60 @@ impl Operator for SketchAggregate {
         self.slices = slices;
         self.current = current;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{Field, Schema};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::*;
+    use crate::testing::{drive, kv, kv_schema};
+
+    /// APPROX_COUNT_DISTINCT(v) (2^8 registers) and COUNT(*) per k over `window`.
+    fn distinct_per_key(window: SketchWindow) -> SketchAggregate {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let column = |name: &str| ScalarExpr::compile(&col(name), &df).unwrap();
+        let aggs = vec![
+            AggSpec::plain(
+                AggFunc::ApproxCountDistinct { precision: 8 },
+                Some(column("v")),
+                DataType::Int64,
+                false,
+            ),
+            AggSpec::plain(AggFunc::CountStar, None, DataType::Null, false),
+        ];
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("d", DataType::Int64, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        SketchAggregate::new(window, vec![column("k")], vec![DataType::Utf8], aggs, schema).unwrap()
+    }
+
+    /// The figure grows with the slices' sketches and the output, and falls to nothing once
+    /// the window has passed every slice.
+    #[test]
+    fn state_bytes_follow_the_slices_in_the_window() {
+        // [RANGE 4 SLIDE 2]: slices of 2 ticks; [0, 2) is in the windows current at 1 and 3,
+        // [2, 4) at 3 and 5.
+        let mut op = distinct_per_key(SketchWindow::Slide { range: 4, slide: 2 });
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![kv(1, "+1 a 1, +1 b 2"), kv(2, "+1 a 3, +1 a 4, +1 c 5")];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        let out = drive(&mut op, &mut feed, None);
+        assert!(out.iter().any(|r| r.starts_with("@7 -1 a")), "{out:?}");
+        assert!(op.slices.is_empty() && op.current.is_empty() && op.pending.is_empty());
+        assert_eq!(op.state_bytes(), 0);
     }
 }

@@ -21,6 +21,7 @@ use arrow::row::{RowConverter, SortField};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
@@ -211,6 +212,11 @@ impl Operator for TopK {
             .partition(|(_, n)| *n < 0);
         dels.append(&mut ins);
         self.emit(dels, t)
+    }
+
+    /// Every row of the input relation, by sort key.
+    fn state_bytes(&self) -> usize {
+        self.rows.heap_bytes()
     }
 
     /// State: section `topk`, every input row with its sort key (`key`, `row` Binary,

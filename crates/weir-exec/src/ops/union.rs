@@ -34,6 +34,10 @@ impl Operator for UnionAll {
         ChangeBatch::concat(&schema, &parts)?.sort_by_time()
     }
 
+    fn state_bytes(&self) -> usize {
+        0
+    }
+
     /// Stateless: saves nothing.
     fn save_state(&self, _w: &mut crate::state::StateWriter) -> Result<()> {
         Ok(())

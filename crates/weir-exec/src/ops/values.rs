@@ -33,6 +33,11 @@ impl Operator for Values {
         }
     }
 
+    /// The rows not yet emitted.
+    fn state_bytes(&self) -> usize {
+        self.rows.as_ref().map_or(0, |r| r.get_array_memory_size())
+    }
+
     /// State: whether the rows were emitted (section `values`: `emitted` Boolean).
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let sig = signature("values", &self.schema, ());

@@ -39,6 +39,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use crate::consolidate::net_diffs;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::window_time::TimeBounds;
@@ -253,6 +254,11 @@ impl Operator for WindowBounds {
         true
     }
 
+    /// The multiset A: each row present, with its count.
+    fn state_bytes(&self) -> usize {
+        self.rows.heap_bytes()
+    }
+
     /// Each row gets the bounds on its own: rows stay where they are.
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Local)
@@ -290,7 +296,7 @@ impl Operator for WindowBounds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{fed, kv, kv_schema, run_spans, Tick};
+    use crate::testing::{drive, fed, kv, kv_schema, run_spans, Tick};
     use arrow::datatypes::{DataType, Field, Schema};
 
     fn schema() -> SchemaRef {
@@ -418,5 +424,22 @@ mod tests {
         assert_eq!(b.rows, a.rows);
         assert_eq!(b.current, a.current);
         assert_eq!(b.next_wakeup(), Some(9));
+    }
+
+    #[test]
+    fn state_bytes_follow_the_rows_present() {
+        let mut op = WindowBounds::new(5, 5, schema()).unwrap();
+        assert_eq!(op.state_bytes(), 0);
+        let mut feed =
+            vec![kv(1, "+1 a 1"), kv(2, "+1 b 2, +1 c 3"), kv(3, "-1 a 1, -1 b 2, -1 c 3")]
+                .into_iter()
+                .peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        assert!(op.state_bytes() > one, "{} after {one}", op.state_bytes());
+        drive(&mut op, &mut feed, None);
+        assert_eq!(op.state_bytes(), 0);
     }
 }

@@ -17,6 +17,7 @@ use arrow::array::UInt32Array;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowCodec;
 use crate::sketch::bloom::Bloom;
@@ -55,11 +56,6 @@ impl DedupWindow {
     fn signature(&self) -> String {
         signature("dedup_window", &self.schema, (&self.by, self.capacity, self.error.to_bits()))
     }
-
-    /// Memory held by the filter, in bytes.
-    pub fn state_bytes(&self) -> usize {
-        self.filter.bytes()
-    }
 }
 
 impl Operator for DedupWindow {
@@ -95,6 +91,11 @@ impl Operator for DedupWindow {
         Ok(crate::route::Placement::Single)
     }
 
+    /// The filter: one generation, two once the first is full.
+    fn state_bytes(&self) -> usize {
+        self.filter.heap_bytes()
+    }
+
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let bytes = self.filter.to_bytes();
         w.put("dedup_window", &self.signature(), 1, vec![("filter", binary_col([&bytes[..]]))])
@@ -118,7 +119,7 @@ impl Operator for DedupWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{fed, kv, kv_schema, run};
+    use crate::testing::{drive, fed, kv, kv_schema, run};
 
     #[test]
     fn duplicates_are_dropped_whatever_their_instant() {
@@ -132,5 +133,20 @@ mod tests {
         let input = vec![kv(1, "+1 a 5, +1 a 3, +1 b 9"), kv(2, "+1 b 1, +1 c 0")];
         let mut w = fed(DedupWindow::new(vec![0], 100, 0.01, kv_schema()).unwrap(), [input]);
         assert_eq!(run(&mut w), ["@1 +1 a 3", "@1 +1 b 9", "@2 +1 c 0"]);
+    }
+
+    /// The filter holds one generation, a second once the first is full, and never more,
+    /// however many keys come.
+    #[test]
+    fn state_bytes_are_two_generations_at_most() {
+        let mut op = DedupWindow::new(vec![], 4, 0.01, kv_schema()).unwrap();
+        let one = op.state_bytes();
+        assert!(one > 0);
+        let ticks: Vec<_> = (0..30).map(|t| kv(t, &format!("+1 k{t} {t}"))).collect();
+        let mut feed = ticks.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(6));
+        assert_eq!(op.state_bytes(), 2 * one);
+        drive(&mut op, &mut feed, None);
+        assert_eq!(op.state_bytes(), 2 * one);
     }
 }

@@ -16,6 +16,7 @@ use std::collections::{HashMap, VecDeque};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, invalid, runs, signature, StateReader, StateWriter};
@@ -87,6 +88,11 @@ impl Operator for RowsWindow {
         }
         let key = crate::route::KeyRoute::columns(&self.by, &self.schema)?;
         Ok(crate::route::Placement::Keyed(key))
+    }
+
+    /// Each partition's last rows.
+    fn state_bytes(&self) -> usize {
+        self.parts.heap_bytes()
     }
 
     /// State: section `rows_window`, every partition's queue (`key`, `row` Binary), oldest

@@ -19,6 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::heap::{b_tree, HeapSize};
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::sketch::value_hash;
@@ -44,6 +45,11 @@ pub fn priority(seed: u64, t: Time, row: &[u8], occurrence: u64) -> u64 {
     b.extend_from_slice(&occurrence.to_le_bytes());
     b.extend_from_slice(row);
     value_hash(&b)
+}
+
+/// The bytes of a set of kept elements: its B-tree and each element's row.
+pub(crate) fn kept_bytes(kept: &BTreeSet<Element>) -> usize {
+    b_tree(kept.len(), size_of::<Element>()) + kept.iter().map(|e| e.2.heap_bytes()).sum::<usize>()
 }
 
 /// Offers `e` to `kept`, the `n` smallest elements so far: whether `e` is among them now, and
@@ -137,6 +143,11 @@ impl Operator for SampleWindow {
         Ok(crate::route::Placement::Single)
     }
 
+    /// The kept elements (at most N).
+    fn state_bytes(&self) -> usize {
+        kept_bytes(&self.kept)
+    }
+
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let k = &self.kept;
         w.put(
@@ -176,7 +187,7 @@ impl Operator for SampleWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{fed, kv, kv_schema, run};
+    use crate::testing::{drive, fed, kv, kv_schema, run};
 
     /// A sample at least as large as the stream holds all of it.
     #[test]
@@ -278,5 +289,26 @@ mod tests {
             want.sort();
             assert_eq!(out, want, "seed {seed}");
         }
+    }
+
+    /// The figure grows with the sample until it holds N elements, then stays there: a
+    /// displaced element takes its bytes with it.
+    #[test]
+    fn state_bytes_grow_to_the_sample_and_stay_there() {
+        let mut op = SampleWindow::new(4, 7, kv_schema()).unwrap();
+        assert_eq!(op.state_bytes(), 0);
+        let ticks: Vec<_> = (0..40).map(|t| kv(t, &format!("+1 k{t} {t}, +1 j{t} {t}"))).collect();
+        let mut feed = ticks.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(1));
+        let two = op.state_bytes();
+        assert!(two > 0);
+        drive(&mut op, &mut feed, Some(2));
+        let full = op.state_bytes();
+        assert_eq!(op.kept.len(), 4);
+        assert!(full > two, "{full} after {two}");
+        drive(&mut op, &mut feed, None);
+        assert_eq!(op.kept.len(), 4);
+        // Every row encodes to as many bytes here: the same figure.
+        assert_eq!(op.state_bytes(), full);
     }
 }

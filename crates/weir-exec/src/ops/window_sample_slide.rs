@@ -31,7 +31,8 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::SampleOver;
 
-use super::window_sample::{elements, keep_smallest, priority, Element};
+use super::window_sample::{elements, keep_smallest, kept_bytes, priority, Element};
+use crate::heap::b_tree;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, signature, StateReader, StateWriter};
@@ -154,6 +155,12 @@ impl Operator for SlideSampleWindow {
     /// Every element on one worker: one sample per window, whatever the worker count.
     fn placement(&self, _input: usize) -> Result<crate::route::Placement> {
         Ok(crate::route::Placement::Single)
+    }
+
+    /// The slices' kept elements (at most N a slice) and the current sample.
+    fn state_bytes(&self) -> usize {
+        let slices = b_tree(self.slices.len(), size_of::<(i128, BTreeSet<Element>)>());
+        slices + self.slices.values().map(kept_bytes).sum::<usize>() + kept_bytes(&self.current)
     }
 
     /// The last tick of the next window that takes a slice in or lets one go.
@@ -387,5 +394,25 @@ mod tests {
             got.extend(drive(&mut second, &mut feed, None));
             assert_eq!(got, whole, "checkpoint before {cut}");
         }
+    }
+
+    /// The figure grows with the slices' elements and falls to nothing once the window has
+    /// passed them and its sample is empty.
+    #[test]
+    fn state_bytes_follow_the_slices_and_the_sample() {
+        let mut op = SlideSampleWindow::new(2, 3, over(4, 4, 0), kv_schema()).unwrap();
+        assert_eq!(op.state_bytes(), 0);
+        let mut feed =
+            vec![kv(0, "+1 a 0"), kv(1, "+1 b 1, +1 c 1, +1 d 1")].into_iter().peekable();
+        drive(&mut op, &mut feed, Some(1));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(2));
+        assert!(op.state_bytes() > one, "{} after {one}", op.state_bytes());
+        // At 3 the window [0, 4) takes its sample and lets its slice go; at 7 the empty
+        // window [4, 8) takes the sample back.
+        drive(&mut op, &mut feed, None);
+        assert!(op.slices.is_empty() && op.current.is_empty());
+        assert_eq!(op.state_bytes(), 0);
     }
 }

@@ -37,6 +37,7 @@ use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::heap::{allocation, HeapSize};
 use crate::operator::{min_wakeup, take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
@@ -52,6 +53,20 @@ struct Session {
     /// The session's elements (encoded input rows) with their multiplicities, in arrival
     /// order.
     rows: Vec<(RowBytes, i64)>,
+}
+
+impl HeapSize for Session {
+    fn heap_bytes(&self) -> usize {
+        self.rows.heap_bytes()
+    }
+}
+
+/// A shown session: held by the operator alone between steps, so its allocation (with the
+/// two reference counts) and its rows count in full.
+impl HeapSize for Arc<Session> {
+    fn heap_bytes(&self) -> usize {
+        allocation(2 * size_of::<usize>() + size_of::<Session>()) + (**self).heap_bytes()
+    }
 }
 
 #[derive(Debug)]
@@ -275,6 +290,12 @@ impl Operator for SessionWindow {
         true
     }
 
+    /// The open sessions with their elements, their index by last tick, and the sessions
+    /// shown at the last instant.
+    fn state_bytes(&self) -> usize {
+        self.open.heap_bytes() + self.closing.heap_bytes() + self.shown.heap_bytes()
+    }
+
     /// A key's elements meet on one worker, by the hash of the partition columns; without
     /// PARTITION BY (one session sequence) on worker 0.
     fn placement(&self, _input: usize) -> Result<Placement> {
@@ -475,5 +496,29 @@ mod tests {
             got.extend(drive(&mut second, &mut feed, None));
             assert_eq!(got, want, "checkpoint before {cut}");
         }
+    }
+
+    /// The figure grows with the open sessions' elements, holds the shown ones until they
+    /// leave, and falls back then (to the map's empty buckets).
+    #[test]
+    fn state_bytes_follow_the_sessions_until_they_leave() {
+        let mut op = by_key(3);
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![kv(1, "+1 a 1, +1 b 1"), kv(2, "+1 a 2, +1 c 2, +1 d 2")];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        // b's session is shown at 3 and leaves at 4: still held at 3.
+        drive(&mut op, &mut feed, Some(4));
+        assert_eq!(op.shown.len(), 1);
+        assert!(op.state_bytes() > 0);
+        drive(&mut op, &mut feed, None);
+        assert!(op.open.is_empty() && op.closing.is_empty() && op.shown.is_empty());
+        let end = op.state_bytes();
+        assert!(end < one, "{end} at the end, {one} with two elements");
     }
 }

@@ -54,6 +54,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
+use crate::heap::HeapSize;
 use crate::operator::{min_wakeup, take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
@@ -150,6 +151,23 @@ struct Elements {
     time: Time,
     batch: ChangeBatch,
     inside: bool,
+}
+
+/// The rows of an arrival instant: a slice of its step's input, which shares its buffers with
+/// the step's other instants, so counted by the bytes of its own rows.
+impl HeapSize for Elements {
+    fn heap_bytes(&self) -> usize {
+        let b = &self.batch;
+        let rows: usize = b
+            .data
+            .columns()
+            .iter()
+            .map(|c| {
+                c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size())
+            })
+            .sum();
+        rows + b.times.heap_bytes() + b.diffs.heap_bytes()
+    }
 }
 
 #[derive(Debug)]
@@ -527,6 +545,12 @@ impl Operator for TimeWindow {
         true
     }
 
+    /// The unexpired elements: the batches they arrived in, or with bounds columns, per
+    /// arrival instant.
+    fn state_bytes(&self) -> usize {
+        self.queue.heap_bytes() + self.elems.heap_bytes()
+    }
+
     /// State (see the module docs): section `time_window` (one row: `entered`, the queued
     /// rows already entered; `elems_entered`; `current_lo`, `current_hi` as 16-byte Binary),
     /// `time_window.queue` (the unexpired elements' changes, in order), and, with bounds
@@ -863,5 +887,38 @@ mod tests {
         let at: Vec<(i128, i128)> =
             [-1, 0, 1, 2, 3, 5, 6, 7, 11].iter().map(|&t| c.at(t)).collect();
         assert_eq!(at, [(-6, 0), (-6, 0), (0, 2), (0, 2), (0, 4), (0, 6), (0, 6), (6, 8), (6, 12)]);
+    }
+
+    /// The figure grows with the unexpired elements and falls back once they have left (to
+    /// the queue's empty allocation), without and with bounds columns.
+    #[test]
+    fn state_bytes_follow_the_unexpired_elements() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("v", arrow::datatypes::DataType::Int64, true),
+            arrow::datatypes::Field::new("window_start", arrow::datatypes::DataType::Int64, true),
+            arrow::datatypes::Field::new("window_end", arrow::datatypes::DataType::Int64, true),
+        ]));
+        let ops = [
+            TimeWindow::new(TimeBounds::Range(2), kv_schema()),
+            TimeWindow::with_bounds_columns(TimeBounds::slide(2, 2), schema),
+        ];
+        for mut op in ops {
+            assert_eq!(op.state_bytes(), 0);
+            let mut feed = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2, +1 c 3")].into_iter().peekable();
+            crate::testing::drive(&mut op, &mut feed, Some(2));
+            let one = op.state_bytes();
+            assert!(one > 0);
+            crate::testing::drive(&mut op, &mut feed, Some(3));
+            let two = op.state_bytes();
+            assert!(two > one, "{two} after {one}");
+            crate::testing::drive(&mut op, &mut feed, None);
+            assert!(op.queue.is_empty() && op.elems.is_empty());
+            assert!(
+                op.state_bytes() < one,
+                "{} at the end, {one} with one element",
+                op.state_bytes()
+            );
+        }
     }
 }

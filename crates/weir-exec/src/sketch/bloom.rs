@@ -21,6 +21,7 @@
 use weir_common::{Result, WeirError};
 
 use super::value_hash;
+use crate::heap::HeapSize;
 
 /// A rotating Bloom filter of keys given as bytes (their row encodings).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +68,13 @@ pub fn full_rate(m: f64, k: f64, n: f64) -> f64 {
 pub fn cells(hash: u64, m: u64, k: u32) -> impl Iterator<Item = u64> {
     let (h1, h2) = (hash & 0xFFFF_FFFF, (hash >> 32) | 1);
     (0..k as u64).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % m)
+}
+
+/// The generations' bit vectors.
+impl HeapSize for Bloom {
+    fn heap_bytes(&self) -> usize {
+        self.current.heap_bytes() + self.previous.heap_bytes()
+    }
 }
 
 impl Bloom {
@@ -272,5 +280,18 @@ mod tests {
         assert!(Bloom::from_bytes(100, 0.05, &[]).is_err());
         let fresh = Bloom::new(100, 0.05);
         assert_eq!(Bloom::from_bytes(100, 0.05, &fresh.to_bytes()).expect("empty"), fresh);
+    }
+
+    #[test]
+    fn heap_bytes_count_both_generations() {
+        let mut b = Bloom::new(10, 0.01);
+        let one = b.heap_bytes();
+        assert_eq!(one, b.current.len() * 8);
+        assert!(one > 0);
+        for i in 0..10 {
+            b.check_and_insert(&key(i, 9));
+        }
+        assert!(b.previous.is_some());
+        assert_eq!(b.heap_bytes(), 2 * one);
     }
 }

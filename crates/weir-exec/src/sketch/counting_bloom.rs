@@ -27,6 +27,7 @@ use weir_common::{Result, WeirError};
 
 use super::bloom::{cells, sized};
 use super::{value_hash, Reader};
+use crate::heap::HeapSize;
 
 /// The byte a counter holds when its count is in the side map.
 const SPILLED: u8 = u8::MAX;
@@ -41,6 +42,13 @@ pub struct CountingBloom {
     counters: Vec<u8>,
     /// The counts of the counters at [`SPILLED`] (each at least 255).
     spilled: BTreeMap<u64, u64>,
+}
+
+/// The counters and the side map of spilled counts.
+impl HeapSize for CountingBloom {
+    fn heap_bytes(&self) -> usize {
+        self.counters.heap_bytes() + self.spilled.heap_bytes()
+    }
 }
 
 impl CountingBloom {
@@ -97,11 +105,6 @@ impl CountingBloom {
     pub fn contains(&self, key: &[u8]) -> bool {
         cells(value_hash(key), self.m, self.k)
             .all(|c| self.counters.get(c as usize).is_some_and(|&x| x != 0))
-    }
-
-    /// Memory held, in bytes: a byte a counter, 16 a spilled count.
-    pub fn bytes(&self) -> usize {
-        self.counters.len() + self.spilled.len() * 16
     }
 
     /// Counters and probes per key.
@@ -282,5 +285,17 @@ mod tests {
         assert!(CountingBloom::from_bytes(100, 0.05, &spill_lost).is_err());
         let fresh = CountingBloom::new(100, 0.05);
         assert_eq!(CountingBloom::from_bytes(100, 0.05, &fresh.to_bytes()).expect("empty"), fresh);
+    }
+
+    #[test]
+    fn heap_bytes_count_the_counters_and_the_spilled_counts() {
+        let mut b = CountingBloom::new(100, 0.01);
+        let counters = b.heap_bytes();
+        assert_eq!(counters, b.counters.len().next_multiple_of(8));
+        // A key 300 times: its counters spill into the side map, and leave it with the key.
+        b.add(&key(1, 2), 300).unwrap();
+        assert!(b.heap_bytes() > counters, "{}", b.heap_bytes());
+        b.add(&key(1, 2), -300).unwrap();
+        assert_eq!(b.heap_bytes(), counters);
     }
 }

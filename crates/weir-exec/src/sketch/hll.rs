@@ -15,6 +15,8 @@
 
 use weir_common::{Result, WeirError};
 
+use crate::heap::HeapSize;
+
 /// A HyperLogLog sketch of precision `p` (m = 2^p registers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hll {
@@ -28,6 +30,16 @@ enum Form {
     Sparse(Vec<u64>),
     /// One byte per register.
     Dense(Box<[u8]>),
+}
+
+/// The sparse form's hashes or the dense form's registers.
+impl HeapSize for Hll {
+    fn heap_bytes(&self) -> usize {
+        match &self.form {
+            Form::Sparse(hashes) => hashes.heap_bytes(),
+            Form::Dense(regs) => regs.heap_bytes(),
+        }
+    }
 }
 
 impl Hll {
@@ -135,15 +147,6 @@ impl Hll {
                 ertl_estimate(&hist, self.registers() as f64).round() as u64
             }
         }
-    }
-
-    /// Memory held, in bytes (for metrics and the benchmark's figures).
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + match &self.form {
-                Form::Sparse(h) => h.capacity() * 8,
-                Form::Dense(r) => r.len(),
-            }
     }
 
     /// The sketch as bytes, for checkpoints: the precision, then a form byte (0 sparse, 1
@@ -334,5 +337,17 @@ mod tests {
         dense[2] = 200;
         assert!(Hll::from_bytes(4, &dense).is_err());
         assert!(Hll::from_bytes(11, &[11, 0, 9, 9, 9, 9, 9, 9, 9]).is_err());
+    }
+
+    #[test]
+    fn heap_bytes_grow_from_empty_to_the_registers() {
+        let mut h = Hll::new(8);
+        assert_eq!(h.heap_bytes(), 0);
+        h.insert(mix(1));
+        let one = h.heap_bytes();
+        assert!(one >= 8, "{one}");
+        // Past m/8 = 32 hashes the sketch is dense: 256 one-byte registers.
+        let h = sketch(8, 0..1_000);
+        assert_eq!(h.heap_bytes(), 256);
     }
 }

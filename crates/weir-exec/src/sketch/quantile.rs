@@ -31,6 +31,7 @@ use datafusion_functions_aggregate_common::tdigest::{Centroid, TDigest};
 use weir_common::{Result, WeirError};
 
 use super::Reader;
+use crate::heap::HeapSize;
 
 /// A quantile sketch of compression δ (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +44,13 @@ pub struct Quantiles {
 
 /// What a sketch's bytes start with (a format version).
 const TAG: u8 = 1;
+
+/// The digest's centroids and the buffered values.
+impl HeapSize for Quantiles {
+    fn heap_bytes(&self) -> usize {
+        self.digest.size().saturating_sub(std::mem::size_of::<TDigest>()) + self.buffer.heap_bytes()
+    }
+}
 
 impl Quantiles {
     /// An empty sketch of compression `compression` (the binder checks its range).
@@ -137,11 +145,6 @@ impl Quantiles {
             return Some(if lo == hi { a } else { a + (b - a) * (pos - lo as f64) });
         }
         Some(self.completed().estimate_quantile(p.clamp(0.0, 1.0)))
-    }
-
-    /// Memory held, in bytes (an estimate, for the benchmark).
-    pub fn bytes(&self) -> usize {
-        self.digest.size() + self.buffer.capacity() * 8
     }
 
     /// The sketch as bytes: a tag, the compression, the digest's count, sum, min, max and
@@ -433,5 +436,24 @@ mod tests {
         let mut tag = bytes;
         tag[0] = 9;
         assert!(Quantiles::from_bytes(40, &tag).is_err());
+    }
+
+    #[test]
+    fn heap_bytes_grow_with_the_buffer_and_the_digest() {
+        let mut q = Quantiles::new(10);
+        assert_eq!(q.heap_bytes(), 0);
+        for i in 0..15 {
+            q.insert(i as f64);
+        }
+        let buffered = q.heap_bytes();
+        assert!(buffered >= 15 * 8, "{buffered}");
+        for i in 15..100 {
+            q.insert(i as f64);
+        }
+        q.settle();
+        assert!(!q.is_exact() && q.buffer.is_empty());
+        // The centroids, 16 bytes each.
+        assert!(q.heap_bytes() >= 16 * q.digest.centroids().len(), "{}", q.heap_bytes());
+        assert!(q.heap_bytes() > 0);
     }
 }

@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 use weir_common::{Result, WeirError};
 
 use super::Reader;
+use crate::heap::HeapSize;
 
 /// A value's row encoding, inline up to 16 bytes.
 type Value = SmallVec<[u8; 16]>;
@@ -63,6 +64,13 @@ impl PartialEq for TopK {
 }
 
 impl Eq for TopK {}
+
+/// The counts, in the map or sealed, with the values that do not fit inline.
+impl HeapSize for TopK {
+    fn heap_bytes(&self) -> usize {
+        self.counts.heap_bytes() + self.sealed.heap_bytes()
+    }
+}
 
 impl TopK {
     /// An empty summary of `capacity` counters (at least 1).
@@ -266,14 +274,6 @@ impl TopK {
 
     pub fn is_empty(&self) -> bool {
         self.n == 0
-    }
-
-    /// Memory held, in bytes (an estimate, for metrics and the benchmark's figures).
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.counts.capacity() * (std::mem::size_of::<(Value, i64)>() + 1)
-            + self.sealed.capacity() * std::mem::size_of::<(Value, i64)>()
-            + self.entries().filter(|(k, _)| k.spilled()).map(|(k, _)| k.capacity()).sum::<usize>()
     }
 
     /// The summary as bytes, for checkpoints: n and error (8 bytes each, little-endian), then
@@ -502,5 +502,22 @@ mod tests {
         let last = b.len() - 8;
         b[last..].copy_from_slice(&0i64.to_le_bytes());
         assert!(TopK::from_bytes(3, &b).is_err(), "a count of 0");
+    }
+
+    #[test]
+    fn heap_bytes_grow_with_the_values_counted() {
+        let mut t = TopK::new(4);
+        assert_eq!(t.heap_bytes(), 0);
+        t.insert(&1u64.to_le_bytes(), 1);
+        let one = t.heap_bytes();
+        assert!(one > 0);
+        // A value longer than 16 bytes is not inline: its bytes count too.
+        for v in 2..8u64 {
+            t.insert(&[v as u8; 40], 1);
+        }
+        assert!(t.heap_bytes() >= one + 6 * 40, "{}", t.heap_bytes());
+        // Sealed: a vector of the counts' exact number.
+        t.seal();
+        assert!(t.heap_bytes() >= 7 * std::mem::size_of::<(Value, i64)>() + 6 * 40);
     }
 }

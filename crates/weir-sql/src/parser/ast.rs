@@ -276,6 +276,8 @@ pub enum Statement {
     ShowStreamStats,
     /// `SHOW QUERIES`: the continuous queries running, with what they feed.
     ShowQueries,
+    /// `SHOW MEMORY`: the state each continuous query holds, and the memory limit.
+    ShowMemory,
     /// `SHOW CREATE name`: the statement that created a stream, table, view or sink.
     ShowCreate {
         name: String,

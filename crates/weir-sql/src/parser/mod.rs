@@ -154,6 +154,10 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             c.end()?;
             return Ok(Statement::ShowQueries);
         }
+        if c.eat_word("MEMORY") {
+            c.end()?;
+            return Ok(Statement::ShowMemory);
+        }
         if c.eat_word("CREATE") {
             // `SHOW CREATE VIEW v` as MySQL and Materialize write it; the kind is optional.
             let _ = c.eat_word("STREAM")
@@ -178,7 +182,8 @@ fn parse_statement(source: &Source, toks: &[TokenWithSpan]) -> Result<Statement>
             return Ok(Statement::ShowSetting { name, span });
         } else {
             return Err(c.err(
-                "STREAMS, TABLES, VIEWS, SINKS, QUERIES, CREATE, STREAM STATS or a setting name",
+                "STREAMS, TABLES, VIEWS, SINKS, QUERIES, MEMORY, CREATE, STREAM STATS or a setting \
+                 name",
             ));
         };
         c.end()?;

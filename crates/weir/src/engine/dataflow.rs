@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weir_common::{ChangeBatch, Result, Time, TimeDomain, Watermark, WeirError, WATERMARK_CLOSED};
+use weir_exec::heap::StateSize;
 use weir_plan::LogicalPlan;
 use weir_workers::{Runner, Workers};
 
@@ -109,6 +110,15 @@ pub(crate) enum Target {
 }
 
 impl Target {
+    /// What the query feeds, as `SHOW QUERIES` says it: `view v`, `sink k` or `subscriber`.
+    pub fn feeds(&self) -> String {
+        match self {
+            Target::View(v) => format!("view {v}"),
+            Target::Sink(s) => format!("sink {s}"),
+            Target::Subscriber(_) => "subscriber".to_string(),
+        }
+    }
+
     /// The key under which the query's state is saved in a checkpoint.
     pub fn key(&self) -> Option<String> {
         match self {
@@ -322,6 +332,36 @@ impl Dataflow {
             let mut batches = Vec::new();
             let outcome = q.runner.advance(frontier, &mut batches);
             output.deliver(batches, outcome)
+        });
+    }
+
+    /// Each query's state (estimated: see [`weir_exec::heap`]), by id, with what it feeds.
+    /// A query on workers whose state cannot be measured fails with that error.
+    pub fn state_sizes(&mut self) -> Vec<(u64, String, StateSize)> {
+        let mut sizes = Vec::new();
+        let mut broken = Vec::new();
+        for q in &self.queries {
+            match q.runner.state_size() {
+                Ok(size) => sizes.push((q.id, q.target.feeds(), size)),
+                Err(e) => broken.push((q.id, e)),
+            }
+        }
+        for (id, e) in broken {
+            self.fail(id, e);
+        }
+        sizes
+    }
+
+    /// Query `id` fails with `e`: its output gets the error, and it stops.
+    pub fn fail(&mut self, id: u64, e: WeirError) {
+        self.queries.retain_mut(|q| {
+            if q.id != id {
+                return true;
+            }
+            if let Some(output) = q.output.as_mut() {
+                output.deliver(Vec::new(), Err(e.clone()));
+            }
+            false
         });
     }
 

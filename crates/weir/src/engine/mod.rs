@@ -27,6 +27,7 @@ pub(crate) mod dataflow;
 mod ddl;
 mod dml;
 mod load;
+pub mod memory;
 mod recovery;
 mod settings;
 pub(crate) mod show;
@@ -124,6 +125,8 @@ pub struct Engine {
     taps: BTreeMap<u64, String>,
     /// `SET` settings: how queries are planned from now on.
     settings: settings::Settings,
+    /// The memory limit on the continuous queries' state (see [`memory`]).
+    memory: memory::MemoryLimit,
 }
 
 impl Engine {
@@ -233,6 +236,10 @@ impl Engine {
             }),
             Statement::Describe { name, span } => show::describe(&self.catalog, &name, span),
             Statement::ShowQueries => Ok(show::queries(self.dataflow.queries())),
+            Statement::ShowMemory => {
+                let sizes = self.dataflow.state_sizes();
+                Ok(show::memory(&sizes, self.memory.limit()))
+            }
             Statement::ShowCreate { name, span } => show::create(&self.catalog, &name, span),
             Statement::Set { name, value, span, value_span } => {
                 self.set_setting_at(&name, value.as_deref(), span, value_span)?;
@@ -464,6 +471,35 @@ impl Engine {
         let frontiers = self.dataflow.frontiers(|s| self.intake.input_time(s));
         self.intake.settle(&self.dataflow.reader_frontiers(&frontiers));
         self.dataflow.advance(&frontiers);
+        self.enforce_memory_limit();
+    }
+
+    /// Fails the queries holding the most state while the queries' state is at or above the
+    /// memory limit (see [`memory`]); cheap while the process is below it.
+    fn enforce_memory_limit(&mut self) {
+        let process = memory::process_memory();
+        if !self.memory.should_walk(process) {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let sizes = self.dataflow.state_sizes();
+        for (id, e) in self.memory.judge(&sizes, process, started.elapsed()) {
+            self.dataflow.fail(id, e);
+        }
+    }
+
+    /// Limits the state the continuous queries hold to `bytes` (None: no limit, the
+    /// default), as `SET memory_limit` does: when their accounted state reaches it, the query
+    /// holding the most fails with an error naming it and the operator holding its state
+    /// (see [`memory`]). Tables and the process itself come on top of the limit.
+    pub fn set_memory_limit(&mut self, bytes: Option<usize>) {
+        self.memory.set(bytes);
+        self.enforce_memory_limit();
+    }
+
+    /// The memory limit on the continuous queries' state, if any.
+    pub fn memory_limit(&self) -> Option<usize> {
+        self.memory.limit()
     }
 
     /// Takes in an arrival at a stream: admits it (late and bad rows under the stream's

@@ -1,8 +1,10 @@
 //! The engine's settings: `SET name = value`, `RESET name`, `SHOW name`, and
-//! [`Engine::set_setting`] for an embedder. A setting changes how the queries planned after it
-//! are bound (views and sinks keep the plan they were created with); it is not part of a
+//! [`Engine::set_setting`] for an embedder. `null_order` changes how the queries planned after
+//! it are bound (views and sinks keep the plan they were created with); it is not part of a
 //! checkpoint, but each view and sink created under a setting other than its default is
-//! recorded with it, so recovery plans it the same way.
+//! recorded with it, so recovery plans it the same way. `memory_limit` bounds the state of
+//! every running query from the moment it is set (see [`super::memory`]); it is not recorded
+//! either: a restarted engine has the limit it is started with.
 
 use weir_common::{Result, Span, WeirError};
 use weir_sql::{BindOptions, NullOrder};
@@ -10,7 +12,7 @@ use weir_sql::{BindOptions, NullOrder};
 use super::{show, Engine, ExecResult};
 
 /// Every setting's name, as errors list them.
-const NAMES: &[&str] = &["null_order"];
+const NAMES: &[&str] = &["null_order", "memory_limit"];
 
 /// The settings' current values.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +43,9 @@ fn unknown(name: &str, span: Option<Span>) -> WeirError {
 impl Engine {
     /// Sets a setting by name (`None`: back to its default), as `SET name = value` does.
     /// The settings: `null_order`, `'smallest'` (the default: NULL sorts before every value,
-    /// as in SQLite) or `'largest'` (after every value, as in PostgreSQL); see
-    /// [`Engine::set_null_order`].
+    /// as in SQLite) or `'largest'` (after every value, as in PostgreSQL), see
+    /// [`Engine::set_null_order`]; `memory_limit`, a size such as `'512MB'` or `'none'` (the
+    /// default), see [`Engine::set_memory_limit`].
     pub fn set_setting(&mut self, name: &str, value: Option<&str>) -> Result<()> {
         self.set_setting_at(name, value, None, None)
     }
@@ -51,6 +54,9 @@ impl Engine {
     pub fn setting(&self, name: &str) -> Result<String> {
         match name.to_ascii_lowercase().as_str() {
             "null_order" => Ok(self.settings.bind.null_order.name().to_string()),
+            "memory_limit" => Ok(self
+                .memory_limit()
+                .map_or_else(|| "none".to_string(), super::memory::format_bytes)),
             _ => Err(unknown(name, None)),
         }
     }
@@ -93,6 +99,24 @@ impl Engine {
                 self.set_null_order(order);
                 Ok(())
             }
+            "memory_limit" => {
+                let limit = match value {
+                    None => None,
+                    Some(v) if v.eq_ignore_ascii_case("none") => None,
+                    Some(v) => Some(super::memory::parse_bytes(v).ok_or_else(|| {
+                        WeirError::plan_at(
+                            format!(
+                                "invalid value '{v}' for setting memory_limit: expected a size \
+                                 such as '512MB', '2GB' or a number of bytes (units kB, MB, GB, \
+                                 TB, powers of 1024), or 'none'"
+                            ),
+                            value_span,
+                        )
+                    })?),
+                };
+                self.set_memory_limit(limit);
+                Ok(())
+            }
             _ => Err(unknown(name, span)),
         }
     }
@@ -123,7 +147,7 @@ mod tests {
         let err = e.execute("SET nul_order = 'largest'").unwrap_err().to_string();
         assert!(
             err.starts_with(
-                "unknown setting 'nul_order' (the settings are: null_order) at line 1, column 5"
+                "unknown setting 'nul_order' (the settings are: null_order, memory_limit) at line 1, column 5"
             ),
             "{err}"
         );

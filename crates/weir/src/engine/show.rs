@@ -6,12 +6,14 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use weir_common::{Result, Span, TimeDomain, WeirError};
+use weir_exec::heap::StateSize;
 use weir_plan::PlanKind;
 use weir_sql::parser::ObjectKind;
 use weir_sql::types::sql_type_name;
 
 use super::catalog::Catalog;
 use super::dataflow::{RunningQuery, Target};
+use super::memory::format_bytes;
 use super::{CatalogObject, ExecResult};
 use crate::intake::{format_watermark, StreamStats};
 
@@ -99,10 +101,10 @@ pub(crate) fn describe(catalog: &Catalog, name: &str, span: Option<Span>) -> Res
 pub(crate) fn queries(running: &[RunningQuery]) -> ExecResult {
     let mut cols: Vec<Vec<String>> = vec![Vec::new(); 6];
     for q in running {
-        let (feeds, text) = match &q.target {
-            Target::View(v) => (format!("view {v}"), String::new()),
-            Target::Sink(s) => (format!("sink {s}"), String::new()),
-            Target::Subscriber(sql) => ("subscriber".to_string(), sql.clone().unwrap_or_default()),
+        let feeds = q.target.feeds();
+        let text = match &q.target {
+            Target::Subscriber(sql) => sql.clone().unwrap_or_default(),
+            Target::View(_) | Target::Sink(_) => String::new(),
         };
         let kind = match q.plan.kind() {
             PlanKind::Stream => "stream",
@@ -125,6 +127,45 @@ pub(crate) fn queries(running: &[RunningQuery]) -> ExecResult {
         }
     }
     text_rows(&["id", "feeds", "output", "reads", "last_instant", "query"], cols)
+}
+
+/// `SHOW MEMORY`: per running continuous query, in start order, the state it holds (an
+/// estimate, see [`weir_exec::heap`]): `id`, `feeds`, `state_bytes`, `state` (the same,
+/// readable) and `largest` (the operator, or the waiting input, holding the most, with its
+/// share); then a row `total` with the sum and the limit.
+pub(crate) fn memory(sizes: &[(u64, String, StateSize)], limit: Option<usize>) -> ExecResult {
+    let mut cols: Vec<Vec<String>> = vec![Vec::new(); 5];
+    let mut total = 0;
+    for (id, feeds, size) in sizes {
+        total += size.total();
+        let largest = size
+            .largest()
+            .map(|(label, bytes)| format!("{label} ({})", format_bytes(bytes)))
+            .unwrap_or_default();
+        for (col, v) in cols.iter_mut().zip([
+            id.to_string(),
+            feeds.clone(),
+            size.total().to_string(),
+            format_bytes(size.total()),
+            largest,
+        ]) {
+            col.push(v);
+        }
+    }
+    let limit = match limit {
+        Some(l) => format!("memory_limit {}", format_bytes(l)),
+        None => "no memory_limit".to_string(),
+    };
+    for (col, v) in cols.iter_mut().zip([
+        "total".to_string(),
+        String::new(),
+        total.to_string(),
+        format_bytes(total),
+        limit,
+    ]) {
+        col.push(v);
+    }
+    text_rows(&["id", "feeds", "state_bytes", "state", "largest"], cols)
 }
 
 /// `SHOW CREATE name`: the statement that created it, as written.

@@ -16,6 +16,7 @@ use weir_plan::AggFunc;
 
 use super::minmax::KeySet;
 use super::{cast_to, AggSpec, Aggregate, Group};
+use crate::heap::HeapSize;
 use crate::row::RowBytes;
 
 #[derive(Debug, Clone)]
@@ -90,6 +91,33 @@ pub(super) struct AccState {
 /// `distinct_sets`): each value present, with its multiplicity as seen by each of them (a
 /// FILTER makes them differ). An entry leaves when all its counts are 0.
 pub(super) type SeenMap = HashMap<SeenKey, SeenCounts>;
+
+impl HeapSize for Acc {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Acc::MinMax { values, .. } => values.heap_bytes(),
+            Acc::MinMaxKey { values, .. } => values.heap_bytes(),
+            Acc::Ordered { elements } => elements.heap_bytes(),
+            Acc::Count(_) | Acc::Sum { .. } | Acc::Avg { .. } | Acc::Bool { .. } => 0,
+        }
+    }
+}
+
+impl HeapSize for AccState {
+    fn heap_bytes(&self) -> usize {
+        self.acc.heap_bytes()
+    }
+}
+
+impl HeapSize for Out {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Out::Bytes(b) => b.heap_bytes(),
+            Out::Scalar(s) => s.heap_bytes(),
+            Out::Null | Out::Int(_) | Out::Float(_) | Out::Dec(..) | Out::Bool(_) => 0,
+        }
+    }
+}
 
 /// A value's multiplicity per member of its DISTINCT set, inline up to 4 members.
 pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;

@@ -15,6 +15,8 @@
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::heap::HeapSize;
+
 #[derive(Debug, Clone)]
 pub(super) enum KeySet {
     Fifo {
@@ -30,6 +32,15 @@ pub(super) enum KeySet {
     },
     /// value -> count (never 0; negative after deleting what was not there).
     Sorted(BTreeMap<i64, i64>),
+}
+
+impl HeapSize for KeySet {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            KeySet::Fifo { queue, mono, .. } => queue.heap_bytes() + mono.heap_bytes(),
+            KeySet::Sorted(values) => values.heap_bytes(),
+        }
+    }
 }
 
 impl KeySet {

@@ -81,6 +81,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggCall, AggFunc};
 
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::topk::SortKey;
@@ -206,6 +207,22 @@ struct Prepared {
     filters: Vec<Option<BooleanArray>>,
     /// The whole rows encoded, when floating-point sums fix the apply order.
     rows: Option<EncodedRows>,
+}
+
+impl HeapSize for Group {
+    fn heap_bytes(&self) -> usize {
+        self.key.heap_bytes() + self.accs.heap_bytes() + self.seen.heap_bytes()
+    }
+}
+
+impl HeapSize for Emitted {
+    fn heap_bytes(&self) -> usize {
+        self.key_bytes.heap_bytes()
+            + self.key_ends.heap_bytes()
+            + self.cols.heap_bytes()
+            + self.times.heap_bytes()
+            + self.diffs.heap_bytes()
+    }
 }
 
 /// Output rows collected over a call: keys as concatenated bytes, values column by column.
@@ -445,6 +462,17 @@ impl Operator for Aggregate {
             start = end;
         }
         self.process(&d, &runs)
+    }
+
+    /// The groups (keys, accumulators, DISTINCT multiplicities), their index and the buffers kept between steps.
+    fn state_bytes(&self) -> usize {
+        self.slots.heap_bytes()
+            + self.free.heap_bytes()
+            + self.index.heap_bytes()
+            + self.touched.heap_bytes()
+            + self.old.heap_bytes()
+            + self.new.heap_bytes()
+            + self.emitted.heap_bytes()
     }
 
     /// State: see [`Aggregate::save_own`].

@@ -148,6 +148,11 @@ impl Operator for PaneAggregate {
         (!types.is_empty()).then(|| types.iter().cloned().enumerate().collect())
     }
 
+    /// The open pane's groups.
+    fn state_bytes(&self) -> usize {
+        self.groups.state_bytes()
+    }
+
     /// State: see the module docs.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let sig = signature("pane_aggregate", &self.groups.schema, (self.pane, self.offset));

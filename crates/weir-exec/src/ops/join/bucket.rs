@@ -2,6 +2,7 @@
 
 use datafusion_common::HashMap;
 
+use crate::heap::HeapSize;
 use crate::row::RowBytes;
 
 /// The rows of one key with their multiplicities (never zero). Most keys have one row, which
@@ -11,6 +12,15 @@ use crate::row::RowBytes;
 pub(super) enum Bucket {
     One(RowBytes, i64),
     Many(Box<HashMap<RowBytes, i64>>),
+}
+
+impl HeapSize for Bucket {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Bucket::One(row, _) => row.heap_bytes(),
+            Bucket::Many(rows) => rows.heap_bytes(),
+        }
+    }
 }
 
 impl Bucket {

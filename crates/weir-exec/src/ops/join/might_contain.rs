@@ -36,6 +36,7 @@ use weir_plan::{Fraction, Membership};
 
 use super::rows::encode_keys;
 use super::JoinSide;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
@@ -74,11 +75,6 @@ impl MightContain {
         }
         let filter = CountingBloom::new(capacity, p);
         Ok(MightContain { test, capacity, error, left, right, key_codec, schema, filter })
-    }
-
-    /// Memory held by the filter, in bytes.
-    pub fn state_bytes(&self) -> usize {
-        self.filter.bytes()
     }
 
     fn signature(&self) -> String {
@@ -150,6 +146,11 @@ impl Operator for MightContain {
     /// count.
     fn placement(&self, _input: usize) -> Result<Placement> {
         Ok(Placement::Single)
+    }
+
+    /// The counting filter.
+    fn state_bytes(&self) -> usize {
+        self.filter.heap_bytes()
     }
 
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {

@@ -45,6 +45,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::JoinKind;
 
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
@@ -72,6 +73,13 @@ pub struct JoinSide {
     pub keys: Vec<ScalarExpr>,
     pub row_codec: RowCodec,
     pub schema: SchemaRef,
+}
+
+impl HeapSize for Tracked {
+    const FLAT: bool = true;
+    fn heap_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Multiplicity, match count and whether the key is NULL, of a row of a tracked side.
@@ -625,6 +633,14 @@ impl Operator for Join {
 
     fn span_capable(&self) -> bool {
         true
+    }
+
+    /// Both sides' rows by key, and the rows an outer or semi side tracks.
+    fn state_bytes(&self) -> usize {
+        self.left_index.heap_bytes()
+            + self.right_index.heap_bytes()
+            + self.left_rows.heap_bytes()
+            + self.right_rows.heap_bytes()
     }
 
     /// State: the join's own sections (see [`checkpoint`]).

@@ -37,6 +37,7 @@ use super::bucket::Bucket;
 use super::rows::{encode_keys, side_columns};
 use super::{JoinSide, Key};
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
@@ -209,6 +210,11 @@ impl Operator for TemporalJoin {
         }
         let side = if input == 0 { &self.left } else { &self.right };
         Ok(Placement::Keyed(KeyRoute::new(side.keys.clone(), self.key_codec.types().to_vec())?))
+    }
+
+    /// The versioned side's current rows by key.
+    fn state_bytes(&self) -> usize {
+        self.index.heap_bytes()
     }
 
     /// State: section `temporal.index` (see the module docs).

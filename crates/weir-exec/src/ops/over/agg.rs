@@ -41,6 +41,7 @@ use weir_plan::{AggFunc, OverFrame, OverFunc};
 
 use super::OverKeys;
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, signature, StateReader, StateWriter};
@@ -70,6 +71,16 @@ pub(super) struct Acc {
     /// The first and the last value added (NULL before any).
     first: ScalarValue,
     last: ScalarValue,
+}
+
+/// The values it keeps (a string's or a decimal's bytes).
+impl HeapSize for Acc {
+    fn heap_bytes(&self) -> usize {
+        [&self.sum, &self.min, &self.max, &self.first, &self.last]
+            .iter()
+            .map(|v| v.heap_bytes())
+            .sum()
+    }
 }
 
 impl Acc {
@@ -249,6 +260,12 @@ struct Part {
     accs: Vec<Acc>,
     /// With LAG: the arguments of the last rows (as many as the largest LAG offset).
     hist: VecDeque<Vec<ScalarValue>>,
+}
+
+impl HeapSize for Part {
+    fn heap_bytes(&self) -> usize {
+        self.frame.heap_bytes() + self.accs.heap_bytes() + self.hist.heap_bytes()
+    }
 }
 
 #[derive(Debug)]
@@ -530,6 +547,12 @@ impl Operator for OverAgg {
         None
     }
 
+    /// Per partition: a bounded frame's rows, an unbounded one's running aggregates, LAG's
+    /// last rows.
+    fn state_bytes(&self) -> usize {
+        self.parts.heap_bytes()
+    }
+
     /// State: section `over_agg`, per partition (sorted) its frame rows in order (`ts`, `vals`:
     /// the arguments encoded as one row), or one row of its running aggregates (`ts` 0).
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
@@ -631,4 +654,44 @@ fn encode_scalars(codec: &RowCodec, v: &[ScalarValue]) -> Result<RowBytes> {
 fn decode_scalars(codec: &RowCodec, bytes: &[u8]) -> Result<Vec<ScalarValue>> {
     let cols = codec.decode([bytes])?;
     cols.iter().map(|c| ScalarValue::try_from_array(c, 0).map_err(df)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::over::test_support::{k_by_v, kv_col, out_schema};
+    use crate::testing::{drive, kv};
+
+    /// SUM(v) OVER (PARTITION BY k ORDER BY v RANGE 2 PRECEDING), v the event time.
+    fn sum_over_range() -> OverAgg {
+        let spec = OverAggSpec {
+            func: OverFunc::Agg(AggFunc::Sum),
+            arg: Some(kv_col("v")),
+            default: None,
+            arg_type: DataType::Int64,
+            out_type: DataType::Int64,
+        };
+        let frame = OverFrame::Range(Some(2));
+        OverAgg::new(k_by_v(false), kv_col("v"), frame, vec![spec], out_schema(1)).unwrap()
+    }
+
+    /// The figure grows with the rows a bounded frame keeps and falls back when later rows
+    /// push them out of it.
+    #[test]
+    fn state_bytes_follow_the_frames_rows() {
+        let mut op = sum_over_range();
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![kv(1, "+1 a 1, +1 a 1, +1 b 1"), kv(2, "+1 a 2"), kv(10, "+1 a 10")];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        // At 10 a's frame is [8, 10]: its three rows leave it.
+        drive(&mut op, &mut feed, None);
+        assert_eq!(op.parts.values().map(|p| p.frame.len()).sum::<usize>(), 2);
+        assert!(op.state_bytes() < two, "{} after {two}", op.state_bytes());
+    }
 }

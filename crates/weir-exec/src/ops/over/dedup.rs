@@ -24,6 +24,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use super::{eval_by_instant, Encoded, OverKeys};
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, invalid, signature, StateReader, StateWriter};
@@ -116,6 +117,11 @@ impl Operator for Dedup {
         None
     }
 
+    /// Per partition its key, and keeping the last row, that row.
+    fn state_bytes(&self) -> usize {
+        self.seen.heap_bytes()
+    }
+
     /// State: section `dedup`, one row per partition (`part`, `key`, `row`), sorted by `part`.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let mut parts: Vec<(&RowBytes, &Option<(RowBytes, RowBytes)>)> = self.seen.iter().collect();
@@ -151,5 +157,31 @@ impl Operator for Dedup {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::over::test_support::{k_by_v, out_schema};
+    use crate::testing::{drive, kv};
+
+    /// The figure grows with the partitions, and keeping the last row, a partition's new
+    /// row takes the place of the old one (of the same size here).
+    #[test]
+    fn state_bytes_grow_with_partitions_not_with_their_rows() {
+        let mut op = Dedup::new(k_by_v(true), true, out_schema(1));
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2"), kv(3, "+1 a 3"), kv(4, "+1 a 4")];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        let out = drive(&mut op, &mut feed, None);
+        assert_eq!(out, ["@3 +1 a 3 1", "@3 -1 a 1 1", "@4 +1 a 4 1", "@4 -1 a 3 1"]);
+        assert_eq!(op.state_bytes(), two);
     }
 }

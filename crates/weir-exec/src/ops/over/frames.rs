@@ -55,6 +55,7 @@ use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
 use super::{eval_by_instant, Encoded, OverKeys};
 use crate::expr::ScalarExpr;
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
@@ -79,6 +80,13 @@ type Key = (RowBytes, RowBytes);
 struct Slot {
     count: i64,
     vals: Vec<RowBytes>,
+}
+
+/// The values of its copies.
+impl HeapSize for Slot {
+    fn heap_bytes(&self) -> usize {
+        self.vals.heap_bytes()
+    }
 }
 
 /// One partition: (order key, row) -> its slot, in order.
@@ -564,6 +572,11 @@ impl Operator for OverRel {
         None
     }
 
+    /// Every row, per partition, with the values last output for each copy.
+    fn state_bytes(&self) -> usize {
+        self.parts.heap_bytes()
+    }
+
     /// State: section `over_rel`, every row with its partition and order keys (`part`, `key`,
     /// `row` Binary, `count` Int64), sorted.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
@@ -674,4 +687,51 @@ pub(crate) fn build(plan: &weir_plan::LogicalPlan, schema: SchemaRef) -> Result<
     let in_schema = exec_schema(&in_df);
     let keys = OverKeys::new(partition, order, in_schema.clone())?;
     Ok(Box::new(OverRel::new(keys, in_schema, order_val, specs, schema)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::over::test_support::{k_by_v, kv_col, out_schema};
+    use crate::testing::{drive, kv, kv_schema};
+
+    /// LAG(v) OVER (PARTITION BY k ORDER BY v).
+    fn lag() -> OverRel {
+        let spec = OverRelSpec {
+            func: OverFunc::Lag(1),
+            arg: Some(kv_col("v")),
+            arg_type: DataType::Int64,
+            default: None,
+            out_type: DataType::Int64,
+            frame: WindowFrame {
+                range: false,
+                start: FrameBound::UnboundedPreceding,
+                end: FrameBound::CurrentRow,
+            },
+        };
+        OverRel::new(k_by_v(false), kv_schema(), None, vec![spec], out_schema(1)).unwrap()
+    }
+
+    /// The figure grows with the rows (and their values kept) and falls back when they are
+    /// retracted (to the map's empty buckets).
+    #[test]
+    fn state_bytes_follow_the_rows() {
+        let mut op = lag();
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![
+            kv(1, "+1 a 5, +1 b 1"),
+            kv(2, "+2 a 9, +1 c 3, +1 d 4"),
+            kv(3, "-1 a 5, -1 b 1, -2 a 9, -1 c 3, -1 d 4"),
+        ];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        drive(&mut op, &mut feed, None);
+        assert!(op.parts.is_empty());
+        assert!(op.state_bytes() < one, "{} at the end, {one} with two rows", op.state_bytes());
+    }
 }

@@ -159,3 +159,43 @@ pub(crate) fn eval_by_instant<T>(
     }
     Ok((rows, out_times))
 }
+
+/// Test support: `PARTITION BY k ORDER BY v` (NULLs first) over `kv` rows, and the output
+/// schema of `kv` followed by one Int64 column per function.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion_common::DFSchema;
+    use datafusion_expr::col;
+
+    use super::OverKeys;
+    use crate::expr::ScalarExpr;
+    use crate::ops::topk::SortKey;
+    use crate::testing::kv_schema;
+
+    /// Column `name` of `kv`, compiled.
+    pub fn kv_col(name: &str) -> ScalarExpr {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).expect("schema");
+        ScalarExpr::compile(&col(name), &df).expect("column")
+    }
+
+    pub fn k_by_v(descending: bool) -> OverKeys {
+        let order = vec![SortKey {
+            expr: kv_col("v"),
+            data_type: DataType::Int64,
+            descending,
+            nulls_first: true,
+        }];
+        OverKeys::new(vec![(kv_col("k"), DataType::Utf8)], order, kv_schema()).expect("keys")
+    }
+
+    pub fn out_schema(funcs: usize) -> SchemaRef {
+        let mut fields: Vec<Field> = kv_schema().fields().iter().map(|f| (**f).clone()).collect();
+        for i in 0..funcs {
+            fields.push(Field::new(format!("f{i}"), DataType::Int64, true));
+        }
+        Arc::new(Schema::new(fields))
+    }
+}

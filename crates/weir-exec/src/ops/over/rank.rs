@@ -36,6 +36,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
 use super::{eval_by_instant, Encoded, OverKeys};
+use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
@@ -320,6 +321,11 @@ impl Operator for Ranking {
         None
     }
 
+    /// Every row kept, per partition (in top-N mode over an insert-only input, the top's).
+    fn state_bytes(&self) -> usize {
+        self.parts.heap_bytes()
+    }
+
     /// State: section `ranking`, every row with its partition and order keys (`part`, `key`,
     /// `row` Binary, `count` Int64), sorted.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
@@ -372,7 +378,7 @@ mod tests {
     use super::*;
     use crate::expr::ScalarExpr;
     use crate::ops::topk::SortKey;
-    use crate::testing::{fed, kv, kv_schema, run, run_spans, Tick};
+    use crate::testing::{drive, fed, kv, kv_schema, run, run_spans, Tick};
 
     /// (k, v, f...) output schema.
     fn out_schema(funcs: &[RankFunc]) -> SchemaRef {
@@ -458,5 +464,28 @@ mod tests {
             ]
         );
         assert_eq!(run_spans(&mut fed(op(), [input()]), 3), out);
+    }
+
+    /// The figure grows with the rows and falls back when they are retracted (to the map's
+    /// empty buckets).
+    #[test]
+    fn state_bytes_follow_the_rows() {
+        let mut op = ranking(vec![RankFunc::RowNumber], RankMode::Full);
+        assert_eq!(op.state_bytes(), 0);
+        let input = vec![
+            kv(1, "+1 a 5, +1 b 1"),
+            kv(2, "+1 a 9, +1 c 3, +1 d 4"),
+            kv(3, "-1 a 5, -1 b 1, -1 a 9, -1 c 3, -1 d 4"),
+        ];
+        let mut feed = input.into_iter().peekable();
+        drive(&mut op, &mut feed, Some(2));
+        let one = op.state_bytes();
+        assert!(one > 0);
+        drive(&mut op, &mut feed, Some(3));
+        let two = op.state_bytes();
+        assert!(two > one, "{two} after {one}");
+        drive(&mut op, &mut feed, None);
+        assert!(op.parts.is_empty());
+        assert!(op.state_bytes() < one, "{} at the end, {one} with two rows", op.state_bytes());
     }
 }
