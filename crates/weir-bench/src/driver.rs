@@ -575,12 +575,17 @@ pub struct SketchPoint {
     pub peak_anon_mb: f64,
     pub start_anon_mb: f64,
     pub outputs: u64,
+    /// Before the streams are closed: the queries' state as the engine accounts it
+    /// (`SHOW MEMORY`), the time that walk took, and the process's anonymous memory then.
+    pub state_mb: f64,
+    pub walk_ms: f64,
+    pub anon_mb: f64,
 }
 
 impl SketchPoint {
     pub fn line(&self) -> String {
         format!(
-            "{:<58} events {}  {:.3} s  {:>10.0} events/s  peak RSS {:>8.1} MB (at start {:.1} MB)  peak anon {:>8.1} MB (at start {:.1} MB)  outputs {}",
+            "{:<58} events {}  {:.3} s  {:>10.0} events/s  peak RSS {:>8.1} MB (at start {:.1} MB)  peak anon {:>8.1} MB (at start {:.1} MB)  outputs {}  state accounted {:.1} MB (walk {:.1} ms) with anon {:.1} MB",
             self.query,
             self.events,
             self.seconds,
@@ -590,6 +595,9 @@ impl SketchPoint {
             self.peak_anon_mb,
             self.start_anon_mb,
             self.outputs,
+            self.state_mb,
+            self.walk_ms,
+            self.anon_mb,
         )
     }
 }
@@ -709,6 +717,10 @@ pub fn sketch_query(
         outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
         busy += start.elapsed();
     }
+    let anon_mb = crate::anon::anon_bytes() as f64 / 1e6;
+    let walk = Instant::now();
+    let state_mb = accounted_state(&mut engine)? as f64 / 1e6;
+    let walk_ms = walk.elapsed().as_secs_f64() * 1e3;
     let start = Instant::now();
     engine.close_all()?;
     outputs += sub.poll()?.iter().map(|b| b.len() as u64).sum::<u64>();
@@ -723,7 +735,26 @@ pub fn sketch_query(
         peak_anon_mb,
         start_anon_mb,
         outputs,
+        state_mb,
+        walk_ms,
+        anon_mb,
     })
+}
+
+/// The bytes of state the engine accounts to its queries: `SHOW MEMORY`'s total.
+fn accounted_state(engine: &mut Engine) -> Result<u64> {
+    let rows = match engine.execute("SHOW MEMORY")?.pop() {
+        Some(weir::ExecResult::Rows { batches, .. }) => batches,
+        _ => return Err(anyhow::anyhow!("SHOW MEMORY gave no rows")),
+    };
+    for b in &rows {
+        for row in weir::format::rows_as_text(b)? {
+            if row.first().map(String::as_str) == Some("total") {
+                return Ok(row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0));
+            }
+        }
+    }
+    Err(anyhow::anyhow!("SHOW MEMORY gave no total"))
 }
 
 #[cfg(test)]

@@ -86,6 +86,11 @@ struct Args {
     /// minute
     #[arg(long, conflicts_with = "write")]
     sketch: bool,
+    /// Instead of NEXMark: this continuous query over `s (k BIGINT, t BIGINT)`, --events
+    /// elements, 1000 a tick, keys uniform below --keys (with the state the engine accounts
+    /// beside the process's memory)
+    #[arg(long, value_name = "SQL", conflicts_with_all = ["sketch", "write"])]
+    state_query: Option<String>,
     /// Instead of NEXMark: the exact top 10 keys (GROUP BY, ORDER BY COUNT(*) DESC LIMIT 10)
     /// and APPROX_TOP_K(k, 10) over an hour sliding by a minute, keys Zipf-like
     /// (`--top-k exact` or `--top-k approx` runs one alone, for a peak RSS of its own)
@@ -219,6 +224,11 @@ fn main() -> Result<()> {
             let p = membership(*exact, a.events, a.keys, a.chunk, &dir)?;
             println!("{}", p.line());
         }
+        return Ok(());
+    }
+    if let Some(q) = &a.state_query {
+        let p = sketch_query(&[], q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk)?;
+        println!("{}", p.line());
         return Ok(());
     }
     if let Some(which) = &a.top_k {

@@ -101,6 +101,20 @@ struct Common {
         verbatim_doc_comment
     )]
     memory_limit: Option<usize>,
+    /// With --data-dir, in the REPL and weir serve: log pushed
+    /// input (INSERT, DELETE, ADVANCE, CLOSE, COPY FROM STDIN)
+    /// before taking it in, so a restart replays what came after
+    /// the last checkpoint; fsync: durable when the statement
+    /// returns, write: survives Weir's crash, not the machine's
+    #[arg(
+        long,
+        global = true,
+        value_name = "SYNC",
+        requires = "data_dir",
+        value_parser = ["fsync", "write"],
+        verbatim_doc_comment
+    )]
+    wal: Option<String>,
     /// At the end of a script, print every stream's final
     /// accounting (SHOW STREAM STATS: accepted, late and bad rows,
     /// how far each source read) on standard error
@@ -179,6 +193,8 @@ pub struct Args {
     pub workers: usize,
     /// `--memory-limit`, in bytes.
     pub memory_limit: Option<usize>,
+    /// `--wal`: the write-ahead log's sync policy.
+    pub wal: Option<weir::WalSync>,
     /// `--stats`: the final accounting of every stream, at the end of a script.
     pub stats: bool,
 }
@@ -192,8 +208,17 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         .try_get_matches_from_mut(std::iter::once(OsString::from("weir")).chain(args.clone()))
         .map_err(|e| suggest(&mut command, &args, e))?;
     let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
-    let Common { format, output_dir, data_dir, checkpoint_interval, workers, memory_limit, stats } =
-        cli.common;
+    let Common {
+        format,
+        output_dir,
+        data_dir,
+        checkpoint_interval,
+        workers,
+        memory_limit,
+        wal,
+        stats,
+    } = cli.common;
+    let wal = wal.as_deref().and_then(weir::WalSync::parse);
     let command_of = match (cli.sql, cli.command) {
         (Some(_), Some(_)) => {
             return Err(command.error(
@@ -240,6 +265,7 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         checkpoint_interval,
         workers,
         memory_limit,
+        wal,
         stats,
     })
 }
@@ -342,6 +368,7 @@ mod tests {
             checkpoint_interval: None,
             workers: 1,
             memory_limit: None,
+            wal: None,
             stats: false,
         }
     }

@@ -94,6 +94,7 @@ fn serve(args: &Args, s: &args::ServeArgs) -> Result<(), Failure> {
         tls: s.tls_cert.clone().zip(s.tls_key.clone()),
         workers: args.workers,
         memory_limit: args.memory_limit,
+        wal: args.wal,
         ..Default::default()
     };
     if let Some(addr) = s.listen {
@@ -198,6 +199,14 @@ fn run_input(
     text: Option<&str>,
     args: &Args,
 ) -> Result<(), Failure> {
+    if args.wal.is_some() {
+        return Err(Failure::Statement(
+            "--wal is for the REPL and weir serve, whose input arrives as it is typed or sent: \
+             a script's input is its text and its streams' sources, which a restart reads \
+             again from the checkpoint (docs/recovery.md)"
+                .into(),
+        ));
+    }
     let (mut session, restored) = session(args, io::stdout().lock(), text)?;
     if restored {
         return session.finish();

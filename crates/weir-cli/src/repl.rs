@@ -708,6 +708,13 @@ pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
             let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)?;
             engine.set_checkpoint_interval(args.checkpoint_interval);
             engine.set_memory_limit(args.memory_limit);
+            engine.set_wal(args.wal)?;
+            if recovery.replayed > 0 {
+                intro.push_str(&format!(
+                    "replayed {} records of pushed input from the write-ahead log\n",
+                    recovery.replayed
+                ));
+            }
             for w in &recovery.warnings {
                 intro.push_str(&format!("warning: {w}\n"));
             }

@@ -870,6 +870,18 @@ fn a_query_past_the_memory_limit_fails_with_a_named_error() {
     let bad = weir(&["run", "--memory-limit", "lots", path.to_str().unwrap()], None);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("'lots' is not a size"), "{}", bad.stderr);
+    // The write-ahead log is for input that arrives live; a script is read again.
+    let state = dir.join("state");
+    let args = ["run", "--data-dir", state.to_str().unwrap(), "--wal", "write"];
+    let wal = weir(&[&args[..], &[path.to_str().unwrap()]].concat(), None);
+    assert_eq!(wal.code, 1, "{}", wal.stderr);
+    assert!(
+        wal.stderr.starts_with("error: --wal is for the REPL and weir serve"),
+        "{}",
+        wal.stderr
+    );
+    let no_dir = weir(&["run", "--wal", "write", path.to_str().unwrap()], None);
+    assert_eq!(no_dir.code, 2, "{}", no_dir.stderr);
 }
 
 /// A restart with `--data-dir` resumes the statements its checkpoint holds, not the script:

@@ -377,3 +377,35 @@ fn view_follows_a_live_query() {
     p.exp_string("[1] stopped").unwrap();
     quit(p);
 }
+
+/// `--wal`: what was typed after the last checkpoint survives a crash of the shell (SIGKILL):
+/// the restart replays it from the write-ahead log and says so.
+#[test]
+fn typed_input_survives_a_crash_with_the_write_ahead_log() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("state");
+    let data = data.to_str().unwrap();
+    let mut p = weir(&["--data-dir", data, "--wal", "write"], home.path());
+    type_line(&mut p, "CREATE TABLE t (v BIGINT);");
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "INSERT INTO t VALUES (1), (2);");
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "INSERT INTO t VALUES (40);");
+    p.exp_string("weir> ").unwrap();
+    p.process_mut().kill(rexpect::process::Signal::SIGKILL).unwrap();
+
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.args(["--data-dir", data, "--wal", "write"])
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("TERM", "xterm")
+        .env("NO_COLOR", "1");
+    let options = Options::new().timeout_ms(Some(TIMEOUT_MS)).strip_ansi_escape_codes(true);
+    let mut p = spawn_with_options(cmd, options).unwrap();
+    p.exp_string("replayed 2 records of pushed input from the write-ahead log").unwrap();
+    p.exp_string("weir> ").unwrap();
+    type_line(&mut p, "SELECT SUM(v) AS s FROM t;");
+    p.exp_string("| 43 |").unwrap();
+    p.exp_string("weir> ").unwrap();
+    quit(p);
+}

@@ -69,6 +69,9 @@ pub struct Config {
     pub workers: usize,
     /// The limit on the continuous queries' state, in bytes (`SET memory_limit`).
     pub memory_limit: Option<usize>,
+    /// With `data_dir`: log pushed input (INSERT, COPY FROM STDIN...) before taking it in,
+    /// with this sync policy, so a restart replays it ([`weir::Engine::set_wal`]).
+    pub wal: Option<weir::WalSync>,
 }
 
 impl Default for Config {
@@ -87,6 +90,7 @@ impl Default for Config {
             tls: None,
             workers: 1,
             memory_limit: None,
+            wal: None,
         }
     }
 }
@@ -152,6 +156,13 @@ impl Server {
                     drop(engine.resume(sql)?);
                 }
                 engine.set_checkpoint_interval(config.checkpoint_interval);
+                engine.set_wal(config.wal)?;
+                if recovery.replayed > 0 {
+                    notes.push(format!(
+                        "replayed {} records of pushed input from the write-ahead log",
+                        recovery.replayed
+                    ));
+                }
                 engine
             }
             None => weir::Engine::new(),

@@ -49,6 +49,7 @@ pub mod subscription;
 /// The `arrow` crate Weir's batches are made of, so an embedder builds them with the same
 /// version without pinning it by hand (`weir::arrow::array::RecordBatch`).
 pub use arrow;
+pub use checkpoint::wal::WalSync;
 pub use datafusion_common::ScalarValue as Value;
 pub use engine::{
     CatalogObject, CopyIn, CopyReport, Engine, ExecResult, QueryShape, Recovery, SourcePoll,

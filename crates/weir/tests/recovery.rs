@@ -417,3 +417,157 @@ fn keyed_tables_and_temporal_joins_are_restored() {
     assert_eq!(rows(&mut e, "SELECT cur, cents FROM rates"), [["eur", "120"]]);
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The write-ahead log's input script: pushes, rows, table changes, a heartbeat, a delete.
+const WAL_SETUP: &str = "
+CREATE STREAM p (k VARCHAR, v BIGINT, t BIGINT, WATERMARK FOR t AS t);
+CREATE TABLE names (k VARCHAR, label VARCHAR);
+CREATE VIEW totals AS SELECT k, COUNT(*) AS n, SUM(v) AS total FROM p [RANGE 4] GROUP BY k;
+CREATE SINK labelled WITH (path = 'labelled.csv') AS
+  SELECT ISTREAM names.label, p.v, p.t FROM p [NOW] JOIN names ON p.k = names.k;
+";
+
+/// Step `i` of the pushed input: a batch through `push`, rows through `push_rows`, table
+/// changes without `AT` (they happen at the engine's clock), a heartbeat, a delete.
+fn wal_step(e: &mut Engine, i: i64) {
+    use std::sync::Arc;
+    use weir::arrow::array::{Int64Array, RecordBatch, StringArray};
+    use weir::arrow::datatypes::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("t", DataType::Int64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            Arc::new(Int64Array::from(vec![i, 10 * i, 100 * i])),
+            Arc::new(Int64Array::from(vec![3 * i, 3 * i + 1, 3 * i + 1])),
+        ],
+    )
+    .unwrap();
+    e.push("p", batch).unwrap();
+    let row = vec![weir::Value::from("a"), weir::Value::from(i), weir::Value::from(3 * i + 2)];
+    e.push_rows("p", &[row]).unwrap();
+    match i % 4 {
+        0 => e.execute(&format!(
+            "INSERT INTO names VALUES ('{}', 'n{i}')",
+            ["a", "b", "c"][(i / 4 % 3) as usize]
+        )),
+        1 => e.execute("DELETE FROM names WHERE label < 'n3'"),
+        2 => e.execute(&format!("ADVANCE p TO {}", 3 * i + 2)),
+        _ => e.execute("INSERT INTO p VALUES ('b', -1, 1)"), // late: refused, and again on replay
+    }
+    .map(drop)
+    .unwrap_or_else(|err| assert!(err.to_string().contains("late"), "{err}"));
+}
+
+/// What the sink wrote and the view holds.
+fn wal_outputs(e: &mut Engine, dir: &Path) -> (String, Vec<Vec<String>>) {
+    let sink = std::fs::read_to_string(dir.join("labelled.csv")).unwrap();
+    (sink, rows(e, "SELECT * FROM totals ORDER BY k"))
+}
+
+/// Input pushed after the last checkpoint, lost in a crash without the log, is replayed with
+/// it: the engine then continues exactly as an uninterrupted one, sink and view alike, with
+/// a checkpoint in the middle or not, and with the newest checkpoint damaged.
+#[test]
+fn pushed_input_is_replayed_from_the_write_ahead_log() {
+    let root = tempfile_dir("wal");
+    // Uninterrupted: 40 steps.
+    let plain = root.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let mut a = Engine::new();
+    a.set_base_dir(&plain);
+    a.execute(WAL_SETUP).unwrap();
+    (0..40).for_each(|i| wal_step(&mut a, i));
+    a.close_all().unwrap();
+    let expected = wal_outputs(&mut a, &plain);
+    assert!(expected.0.lines().count() > 20, "{}", expected.0);
+
+    // `checkpoint_at`: a CHECKPOINT after that step. `damage`: the newest checkpoint damaged
+    // before the restart.
+    for (case, checkpoint_at, damage, sync) in [
+        ("no-checkpoint", None, false, weir::WalSync::Write),
+        ("checkpoint", Some(12), false, weir::WalSync::Fsync),
+        ("damaged", Some(12), true, weir::WalSync::Write),
+    ] {
+        let dir = root.join(case);
+        let (mut b, _) = Engine::open(&dir).unwrap();
+        b.set_base_dir(&dir);
+        b.set_wal(Some(sync)).unwrap();
+        b.execute(WAL_SETUP).unwrap();
+        for i in 0..25 {
+            wal_step(&mut b, i);
+            if checkpoint_at == Some(i) {
+                b.checkpoint().unwrap();
+            }
+        }
+        drop(b); // a crash: nothing is checkpointed on the way out
+        if damage {
+            let newest = weir::checkpoint::store::list(&dir).remove(0);
+            let mut bytes = std::fs::read(&newest).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0xff;
+            std::fs::write(&newest, bytes).unwrap();
+        }
+        let (mut c, recovery) = Engine::open(&dir).unwrap();
+        assert_eq!(recovery.warnings.len(), usize::from(damage), "{case}: {recovery:?}");
+        // Every step since the checkpoint restored logged 3 records: a push, rows, a statement
+        // (a damaged checkpoint falls back to the one before: the definitions' last).
+        let from = if damage { 0 } else { checkpoint_at.map_or(0, |c| c + 1) };
+        assert_eq!(recovery.replayed, 3 * (25 - from) as usize, "{case}: {recovery:?}");
+        c.set_base_dir(&dir);
+        c.set_wal(Some(sync)).unwrap();
+        (25..40).for_each(|i| wal_step(&mut c, i));
+        c.close_all().unwrap();
+        assert_eq!(wal_outputs(&mut c, &dir), expected, "{case}");
+    }
+
+    // Without the log, the same crash loses what came after the last checkpoint.
+    let dir = root.join("no-log");
+    let (mut b, _) = Engine::open(&dir).unwrap();
+    b.set_base_dir(&dir);
+    b.execute(WAL_SETUP).unwrap();
+    b.checkpoint().unwrap();
+    (0..25).for_each(|i| wal_step(&mut b, i));
+    drop(b);
+    let (mut c, recovery) = Engine::open(&dir).unwrap();
+    assert_eq!(recovery.replayed, 0);
+    c.set_base_dir(&dir);
+    (25..40).for_each(|i| wal_step(&mut c, i));
+    c.close_all().unwrap();
+    assert_ne!(wal_outputs(&mut c, &dir), expected);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A record cut short by a crash ends the log with a warning; the records before it are
+/// replayed. A log needs a data directory.
+#[test]
+fn a_torn_log_record_is_dropped_with_a_warning() {
+    let dir = tempfile_dir("wal-torn");
+    let (mut b, _) = Engine::open(&dir).unwrap();
+    b.set_wal(Some(weir::WalSync::Write)).unwrap();
+    b.execute("CREATE TABLE t (v BIGINT)").unwrap();
+    b.execute("INSERT INTO t VALUES (1)").unwrap();
+    b.execute("INSERT INTO t VALUES (2)").unwrap();
+    drop(b);
+    let (seq, log) = weir::checkpoint::wal::files(&dir).pop().unwrap();
+    assert!(seq > 0);
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &bytes[..bytes.len() - 3]).unwrap();
+    let (mut c, recovery) = Engine::open(&dir).unwrap();
+    assert_eq!(recovery.replayed, 1, "{recovery:?}");
+    assert_eq!(recovery.warnings.len(), 1, "{recovery:?}");
+    assert!(recovery.warnings[0].contains("a record cut short"), "{recovery:?}");
+    assert_eq!(rows(&mut c, "SELECT v FROM t"), [["1"]]);
+    // The replayed record is in a new checkpoint; the old log is gone.
+    drop(c);
+    let (mut d, recovery) = Engine::open(&dir).unwrap();
+    assert_eq!((recovery.replayed, recovery.warnings.len()), (0, 0), "{recovery:?}");
+    assert_eq!(rows(&mut d, "SELECT v FROM t"), [["1"]]);
+    let err = Engine::new().set_wal(Some(weir::WalSync::Write)).unwrap_err().to_string();
+    assert!(err.starts_with("a write-ahead log needs a data directory"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -198,6 +198,13 @@ pub fn latest(dir: &Path) -> Result<(Option<Stored>, Vec<String>)> {
     Ok((None, warnings))
 }
 
+/// The sequence number of the oldest checkpoint in `dir`, if any.
+pub fn oldest(dir: &Path) -> Option<u64> {
+    list(dir).last().and_then(|p| {
+        p.file_name()?.to_str()?.strip_prefix("ckpt-")?.strip_suffix(".arrow")?.parse().ok()
+    })
+}
+
 /// Deletes all but the newest `keep` checkpoints, and leftover temporary files.
 pub fn prune(dir: &Path, keep: usize) {
     for old in list(dir).into_iter().skip(keep) {

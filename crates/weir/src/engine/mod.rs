@@ -170,6 +170,33 @@ impl Engine {
     /// splits a script itself need not parse it twice). Errors carry spans relative to the text
     /// it was parsed from; attach that text with [`WeirError::with_source`] to render a caret.
     pub fn execute_statement(&mut self, p: ParsedStatement) -> Result<ExecResult> {
+        match &p.statement {
+            // Logged as a statement (with the write-ahead log on), the rows it inserts not
+            // again.
+            Statement::Insert { .. } | Statement::Delete { .. } => {
+                let logged = self.log_statement(&p.text)?;
+                let result = self.without_logging(|e| e.run_statement(p));
+                if logged {
+                    self.after_logged()?;
+                }
+                result
+            }
+            Statement::CreateStream { .. }
+            | Statement::CreateTable { .. }
+            | Statement::Copy { .. }
+            | Statement::CreateView { .. }
+            | Statement::CreateSink { .. }
+            | Statement::Drop { .. } => {
+                let result = self.run_statement(p)?;
+                self.after_definition()?;
+                Ok(result)
+            }
+            _ => self.run_statement(p),
+        }
+    }
+
+    /// [`Engine::execute_statement`] without the write-ahead log's part.
+    fn run_statement(&mut self, p: ParsedStatement) -> Result<ExecResult> {
         let text = p.text;
         match p.statement {
             Statement::CreateStream {
@@ -506,6 +533,7 @@ impl Engine {
     /// policies), hands what it admitted to the queries reading the stream and its companions,
     /// and evaluates what became complete. A record a policy refused is the error returned.
     fn ingest(&mut self, name: &str, a: Arrival) -> Result<()> {
+        self.log_arrival(name, &a)?;
         let admitted = self.intake.admit(name, a)?;
         if let Some(t) = admitted.max_time {
             self.clock = self.clock.max(t);
@@ -529,7 +557,9 @@ impl Engine {
         let name = stream.to_ascii_lowercase();
         let schema = self.intake.writable(&name, stream)?.def.input_schema();
         let arrival = crate::intake::batch_arrival(&name, &schema, batch, origin)?;
-        self.ingest(&name, arrival)
+        let taken = self.ingest(&name, arrival);
+        self.after_logged()?;
+        taken
     }
 
     /// Appends rows given as values, one `Vec` per row in the stream's column order. Values are
@@ -543,7 +573,9 @@ impl Engine {
         let name = stream.to_ascii_lowercase();
         let schema = self.intake.writable(&name, stream)?.def.input_schema();
         let arrival = crate::intake::values_arrival(&schema, rows)?;
-        self.ingest(&name, arrival)
+        let taken = self.ingest(&name, arrival);
+        self.after_logged()?;
+        taken
     }
 
     /// Heartbeat: instant `t` of `stream` is complete (its watermark moves past `t`) and is an
@@ -563,25 +595,29 @@ impl Engine {
                 "cannot ADVANCE '{name}' to {t}, the largest instant: CLOSE {name} ends the stream"
             )));
         }
+        self.log_time(Some(&name), Some(t))?;
         self.intake.advance(&name, t)?;
         self.clock = self.clock.max(t);
         self.dataflow.heartbeat(&name, t);
         self.run_queries();
-        Ok(())
+        self.after_logged()
     }
 
     /// End of input: the stream's watermark becomes +∞, so every pending instant is evaluated.
     pub fn close(&mut self, stream: &str) -> Result<()> {
-        self.intake.close(&stream.to_ascii_lowercase(), stream)?;
+        let name = stream.to_ascii_lowercase();
+        self.log_time(Some(&name), None)?;
+        self.intake.close(&name, stream)?;
         self.run_queries();
-        Ok(())
+        self.after_logged()
     }
 
     /// Closes every stream.
     pub fn close_all(&mut self) -> Result<()> {
+        self.log_time(None, None)?;
         self.intake.close_all();
         self.run_queries();
-        Ok(())
+        self.after_logged()
     }
 
     /// The current watermark of a stream: every instant below it is complete

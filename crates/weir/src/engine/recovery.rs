@@ -34,7 +34,9 @@ use super::dataflow::Target;
 use super::tables::Contents;
 use super::Engine;
 use crate::checkpoint::store;
+use crate::checkpoint::wal::{self, Header, WalSync};
 use crate::intake::buffered::Buffered;
+use crate::intake::Arrival;
 use crate::intake::{SourceState, StreamPolicy};
 use crate::source::{SourcePosition, SourceReader, SourceSpec};
 use crate::subscription::Subscription;
@@ -51,6 +53,9 @@ pub struct Recovery {
     pub warnings: Vec<String>,
     /// Subscribers' queries waiting for [`Engine::resume`], by query text.
     pub parked: Vec<String>,
+    /// Records of the write-ahead log replayed after the checkpoint (see
+    /// [`Engine::set_wal`]).
+    pub replayed: usize,
     /// The notes the checkpoint was taken with ([`Engine::set_checkpoint_note`]).
     pub notes: BTreeMap<String, String>,
 }
@@ -73,6 +78,11 @@ pub(super) struct Checkpoints {
     /// Set while recovery replays the catalog: a table created from a file is not loaded
     /// again, its contents come from the checkpoint.
     replaying: bool,
+    /// The write-ahead log of pushed input, when on ([`Engine::set_wal`]).
+    wal: Option<wal::Wal>,
+    /// Set while a logged record is applied (or replayed): what it does inside is not logged
+    /// again.
+    logging_paused: bool,
 }
 
 impl Checkpoints {
@@ -202,17 +212,182 @@ impl Engine {
         workers: usize,
     ) -> Result<(Engine, Recovery)> {
         let dir = dir.into();
-        let (stored, warnings) = store::latest(&dir)?;
+        let (stored, mut warnings) = store::latest(&dir)?;
         let mut engine = Engine::new();
         engine.set_workers(workers)?;
-        engine.checkpoints.data_dir = Some(dir);
-        let Some(stored) = stored else {
-            return Ok((engine, Recovery { warnings, ..Recovery::default() }));
+        engine.checkpoints.data_dir = Some(dir.clone());
+        let mut recovery = Recovery::default();
+        if let Some(stored) = stored {
+            engine.checkpoints.sequence = stored.sequence;
+            recovery.parked = engine.restore(&stored)?;
+            recovery.notes = engine.checkpoints.notes.clone();
+            recovery.checkpoint = Some(stored.sequence);
+        }
+        // The log's records after the checkpoint restored, in order; then a checkpoint that
+        // holds them, after which the logs before it are no longer needed.
+        let logs: Vec<_> = wal::files(&dir)
+            .into_iter()
+            .filter(|(seq, _)| *seq >= engine.checkpoints.sequence)
+            .collect();
+        for (_, path) in &logs {
+            let (records, warning) = wal::read(path)?;
+            warnings.extend(warning);
+            for record in records {
+                engine.replay(record);
+                recovery.replayed += 1;
+            }
+        }
+        if let Some((last, _)) = logs.last() {
+            // Numbered after every log, so that none of them follows it: they stay for a
+            // recovery that falls back to an older checkpoint, and only for that.
+            engine.checkpoints.sequence = engine.checkpoints.sequence.max(*last);
+            if let Some(n) = engine.write_checkpoint(false)? {
+                recovery.checkpoint = Some(n);
+            }
+        }
+        recovery.warnings = warnings;
+        Ok((engine, recovery))
+    }
+
+    /// Logs what is pushed to the engine from now on (`push`, `push_rows`, and the `INSERT`,
+    /// `DELETE`, `ADVANCE` and `CLOSE` statements) in a write-ahead log in the data directory,
+    /// before it is taken in, so that recovery replays what came after the last checkpoint:
+    /// pushed input then has the exactly-once guarantee of files (see
+    /// [`crate::checkpoint::wal`]). `sync` says when a record is durable; None turns the log
+    /// off. The log starts at a checkpoint, written now if anything changed since the last.
+    /// With the log on, each statement that creates or drops something is followed by a
+    /// checkpoint (so the log only holds input for what a checkpoint knows), and the
+    /// checkpoint interval also applies while input is pushed. A subscription started after
+    /// the last checkpoint is not in it: after a crash, the application subscribes again.
+    pub fn set_wal(&mut self, sync: Option<WalSync>) -> Result<()> {
+        let Some(sync) = sync else {
+            self.checkpoints.wal = None;
+            return Ok(());
         };
-        engine.checkpoints.sequence = stored.sequence;
-        let parked = engine.restore(&stored)?;
-        let notes = engine.checkpoints.notes.clone();
-        Ok((engine, Recovery { checkpoint: Some(stored.sequence), warnings, parked, notes }))
+        let dir = self.checkpoints.data_dir.clone().ok_or_else(|| {
+            WeirError::exec(
+                "a write-ahead log needs a data directory: start Weir with --data-dir (or \
+                 Engine::open)",
+            )
+        })?;
+        self.checkpoints.wal = None;
+        self.write_checkpoint(true)?;
+        self.checkpoints.wal = Some(wal::Wal::start(&dir, self.checkpoints.sequence, sync)?);
+        Ok(())
+    }
+
+    /// The write-ahead log's sync policy, if the log is on.
+    pub fn wal(&self) -> Option<WalSync> {
+        self.checkpoints.wal.as_ref().map(|w| w.sync())
+    }
+
+    /// Whether what is about to be taken in must be logged first.
+    fn logging(&self) -> bool {
+        self.checkpoints.wal.is_some()
+            && !self.checkpoints.logging_paused
+            && !self.checkpoints.replaying
+    }
+
+    /// Logs a statement about to run, if the log is on; returns whether it did (then the
+    /// statement runs with logging paused).
+    pub(super) fn log_statement(&mut self, sql: &str) -> Result<bool> {
+        if !self.logging() {
+            return Ok(false);
+        }
+        let header = Header::Statement { sql: sql.to_string(), clock: self.clock };
+        if let Some(w) = self.checkpoints.wal.as_mut() {
+            w.append(&header, None)?;
+        }
+        Ok(true)
+    }
+
+    /// Logs an arrival about to be taken in at `stream`, if the log is on.
+    pub(super) fn log_arrival(&mut self, stream: &str, a: &Arrival) -> Result<()> {
+        if !self.logging() {
+            return Ok(());
+        }
+        let identity = a.rows_from.iter().enumerate().all(|(i, r)| i == *r);
+        let header = Header::Arrival {
+            stream: stream.to_string(),
+            origin: a.origin.clone(),
+            clock: self.clock,
+            partial: a.partial,
+            rows_from: (!identity).then(|| a.rows_from.clone()),
+            bad: a.bad.clone(),
+        };
+        match self.checkpoints.wal.as_mut() {
+            Some(w) => w.append(&header, Some(&a.data)),
+            None => Ok(()),
+        }
+    }
+
+    /// Logs a heartbeat (`None`: a close) of `stream` (`None`: every stream) about to be
+    /// taken in, if the log is on.
+    pub(super) fn log_time(&mut self, stream: Option<&str>, to: Option<Time>) -> Result<()> {
+        if !self.logging() {
+            return Ok(());
+        }
+        let header = Header::Time { stream: stream.map(str::to_string), to, clock: self.clock };
+        match self.checkpoints.wal.as_mut() {
+            Some(w) => w.append(&header, None),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` with logging paused: input it takes in was logged already (a statement's
+    /// inserted rows), or is read again from a source after a crash.
+    pub(super) fn without_logging<T>(&mut self, f: impl FnOnce(&mut Engine) -> T) -> T {
+        let was = std::mem::replace(&mut self.checkpoints.logging_paused, true);
+        let out = f(self);
+        self.checkpoints.logging_paused = was;
+        out
+    }
+
+    /// After a logged record was applied: the periodic checkpoint, which also starts a new
+    /// log (the pushed input is then bounded by the interval).
+    pub(super) fn after_logged(&mut self) -> Result<()> {
+        if self.checkpoints.wal.is_some() {
+            self.maybe_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// After a statement that created or dropped something: a checkpoint, if the log is on.
+    pub(super) fn after_definition(&mut self) -> Result<()> {
+        if self.logging() {
+            self.write_checkpoint(true)?;
+        }
+        Ok(())
+    }
+
+    /// Applies a logged record again, as it was applied when it was logged: at the engine
+    /// clock it was logged at. A record that failed then fails the same way now, and is
+    /// skipped as it was.
+    fn replay(&mut self, record: wal::Record) {
+        self.checkpoints.logging_paused = true;
+        match record.header {
+            Header::Time { stream, to, clock } => {
+                self.clock = self.clock.max(clock);
+                let _ = match (stream, to) {
+                    (Some(s), Some(t)) => self.advance(&s, t),
+                    (Some(s), None) => self.close(&s),
+                    (None, _) => self.close_all(),
+                };
+            }
+            Header::Statement { sql, clock } => {
+                self.clock = self.clock.max(clock);
+                let _ = self.execute(&sql);
+            }
+            Header::Arrival { stream, origin, clock, partial, rows_from, bad } => {
+                self.clock = self.clock.max(clock);
+                if let Some(data) = record.rows {
+                    let rows_from = rows_from.unwrap_or_else(|| (0..data.num_rows()).collect());
+                    let arrival = Arrival { data, rows_from, bad, origin, lines: None, partial };
+                    let _ = self.ingest(&stream, arrival);
+                }
+            }
+        }
+        self.checkpoints.logging_paused = false;
     }
 
     /// Keeps `value` under `key` in every checkpoint from now on, for the application to read
@@ -349,6 +524,14 @@ impl Engine {
         store::prune(&dir, KEEP);
         self.checkpoints.sequence = sequence;
         self.checkpoints.last_contents = Some(contents);
+        // What was logged is in the checkpoint now: a new log follows it. The logs after the
+        // checkpoints still kept stay, for a recovery that falls back to an older one.
+        if let Some(sync) = self.wal() {
+            self.checkpoints.wal = Some(wal::Wal::start(&dir, sequence, sync)?);
+        }
+        if let Some(oldest) = store::oldest(&dir) {
+            wal::prune(&dir, oldest);
+        }
         Ok(Some(sequence))
     }
 

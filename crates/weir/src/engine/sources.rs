@@ -102,7 +102,9 @@ impl Engine {
         match polled.map_err(|m| source_error(name, m))? {
             Polled::Rows { decoded, records, origin, lines } => {
                 poll.records += records;
-                self.ingest(name, Arrival::decoded(decoded, origin, lines))?;
+                // Not logged: after a crash, the source reads it again from its position.
+                let arrival = Arrival::decoded(decoded, origin, lines);
+                self.without_logging(|e| e.ingest(name, arrival))?;
             }
             Polled::Nothing => {}
             Polled::Ended => {

@@ -36,7 +36,7 @@ pub enum Format {
 }
 
 /// A record that could not be read, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct BadRow {
     pub line: u64,
     /// Where the record starts in its file; None where bytes do not locate it (Parquet).
