@@ -624,7 +624,7 @@ pub fn sketch(
     chunk: usize,
 ) -> Result<SketchPoint> {
     let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
-    sketch_query(&[], &query, events, keys, KeyLaw::Uniform, per_tick, chunk)
+    sketch_query(&[], &query, events, keys, KeyLaw::Uniform, per_tick, chunk, None)
 }
 
 /// The membership benchmark: `keys` keys (the even numbers below 2·keys) loaded into a table
@@ -662,12 +662,14 @@ pub fn membership(
              0.01) FROM m), k)"
         )
     };
-    sketch_query(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk)
+    sketch_query(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk, None)
 }
 
 /// The sketch benchmark's driver for any query over `s (k BIGINT, t BIGINT)`: `setup`
 /// statements run after `s` is created (not timed), then `events` events, `per_tick` per tick,
-/// keys below `keys` drawn by `law`.
+/// keys below `keys` drawn by `law`. With `wal`, the engine keeps its checkpoints in the
+/// directory given (emptied first) and logs every push with the sync policy given.
+#[allow(clippy::too_many_arguments)]
 pub fn sketch_query(
     setup: &[String],
     query: &str,
@@ -676,11 +678,20 @@ pub fn sketch_query(
     law: KeyLaw,
     per_tick: u64,
     chunk: usize,
+    wal: Option<(weir::WalSync, &std::path::Path)>,
 ) -> Result<SketchPoint> {
     reset_peak_rss();
     let start_rss_mb = peak_rss_mb();
     let anon = crate::anon::AnonPeak::start();
-    let mut engine = Engine::new();
+    let mut engine = match wal {
+        Some((sync, dir)) => {
+            let _ = std::fs::remove_dir_all(dir);
+            let (mut e, _) = Engine::open(dir)?;
+            e.set_wal(Some(sync))?;
+            e
+        }
+        None => Engine::new(),
+    };
     engine.execute("CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
     for stmt in setup {
         engine.execute(stmt)?;

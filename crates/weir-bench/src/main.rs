@@ -91,6 +91,10 @@ struct Args {
     /// beside the process's memory)
     #[arg(long, value_name = "SQL", conflicts_with_all = ["sketch", "write"])]
     state_query: Option<String>,
+    /// With --state-query: log every push in a write-ahead log (in a temporary data
+    /// directory) synced so
+    #[arg(long, value_name = "SYNC", requires = "state_query", value_parser = ["fsync", "write"])]
+    wal: Option<String>,
     /// Instead of NEXMark: the exact top 10 keys (GROUP BY, ORDER BY COUNT(*) DESC LIMIT 10)
     /// and APPROX_TOP_K(k, 10) over an hour sliding by a minute, keys Zipf-like
     /// (`--top-k exact` or `--top-k approx` runs one alone, for a peak RSS of its own)
@@ -227,7 +231,10 @@ fn main() -> Result<()> {
         return Ok(());
     }
     if let Some(q) = &a.state_query {
-        let p = sketch_query(&[], q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk)?;
+        let dir = std::env::temp_dir().join(format!("weir-bench-wal-{}", std::process::id()));
+        let wal = a.wal.as_deref().and_then(weir::WalSync::parse).map(|s| (s, dir.as_path()));
+        let p = sketch_query(&[], q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk, wal)?;
+        let _ = std::fs::remove_dir_all(&dir);
         println!("{}", p.line());
         return Ok(());
     }
@@ -245,7 +252,7 @@ fn main() -> Result<()> {
         for q in runs {
             println!(
                 "{}",
-                sketch_query(&[], q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk)?.line()
+                sketch_query(&[], q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk, None)?.line()
             );
         }
         return Ok(());

@@ -348,6 +348,10 @@ impl<W: Write> Session<W> {
                 }
                 // Reported before the queries it fails, so their message is not repeated.
                 self.report("", &e.to_string())?;
+                if self.engine.checkpoint_failure().is_some() {
+                    // Reading on would break the promise that a restart resumes exactly.
+                    return Err(Failure::Reported(self.reported.len()));
+                }
             }
             match bar {
                 Some(b) => {

@@ -828,6 +828,41 @@ fn failures_are_reported_and_the_rest_goes_on() {
     assert_eq!(errors[1], "error: sink 'k' failed: division by zero, evaluating 12 / (good.v - 3)");
 }
 
+/// Checkpoints that cannot be written stop the run with the environment's error, instead of
+/// reading on without the guarantee (before, the run retried the checkpoint forever); a sink
+/// on a device (`/dev/null`) is checkpointed without a sync, which devices refuse.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_checkpoint_that_cannot_be_written_stops_the_run() {
+    let path = script_file(
+        "unwritable",
+        "CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)\n\
+           WITH (source = 'file', path = 'keys.csv');\n\
+         CREATE SINK nothing WITH (path = '/dev/null', format = 'json') AS SELECT ISTREAM k FROM s;\n",
+    );
+    let dir = path.parent().unwrap();
+    let csv: String = std::iter::once("k,t\n".to_string())
+        .chain((0..50_000).map(|i| format!("{i},{i}\n")))
+        .collect();
+    std::fs::write(dir.join("keys.csv"), csv).unwrap();
+    let script = path.to_str().unwrap();
+    let fine = dir.join("state");
+    let run = weir(
+        &["--data-dir", fine.to_str().unwrap(), "--checkpoint-interval", "1ms", "run", script],
+        None,
+    );
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    let run = weir(
+        &["--data-dir", "/dev/full/state", "--checkpoint-interval", "1ms", "run", script],
+        None,
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        run.stderr,
+        "error: cannot create the data directory '/dev/full/state': Not a directory (os error 20)\n"
+    );
+}
+
 /// `--memory-limit`: a query whose state grows with every new key (a count per key of a
 /// stream of distinct keys) passes the limit and fails with an error that names it and the
 /// operator holding the state; the run goes on with the other sink and exits with status 1.

@@ -1,6 +1,7 @@
 //! Exactly-once recovery, the hard way: a multi-query workload (windows, a join, aggregates,
 //! views over views, DISTINCT, DSTREAM, the late and unreadable rows of `bids$late` and
-//! `bids$errors`, and a sink whose query fails at a division by zero part way through) reads
+//! `bids$errors`, a sink whose query fails at a division by zero part way through, and one on
+//! a full disk, Linux's `/dev/full`, which fails at its first write) reads
 //! files into file sinks under `weir --data-dir`
 //! with frequent checkpoints; the process is killed with SIGKILL at random moments (some of
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
@@ -13,6 +14,7 @@
 //! the note on the fault-tolerance issue reports a run with 50), `WEIR_CRASH_SCALE` multiplies
 //! the input size (default 1: 36 000 bids), `WEIR_CRASH_SEED` the random seed.
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+#![cfg(target_os = "linux")] // a full disk is /dev/full
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,7 @@ CREATE SINK late WITH (path = 'out/late.csv') AS SELECT * FROM bids$late;
 CREATE SINK unreadable WITH (path = 'out/unreadable.jsonl') AS SELECT * FROM bids$errors;
 CREATE SINK ratio WITH (path = 'out/ratio.csv') AS
   SELECT ISTREAM auction, 1000 / (price - 997) AS r FROM bids;
+CREATE SINK full WITH (path = '/dev/full', format = 'json') AS SELECT ISTREAM auction FROM bids;
 ";
 
 /// A small deterministic generator (xorshift).
@@ -156,6 +159,9 @@ fn crash_loop(workers: usize, default_kills: usize) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("sink 'ratio' failed: division by zero"), "{stderr}");
+    // A sink on a full disk fails at its first write, and says so: the environment's error.
+    let no_space = "sink 'full' failed: sink '/dev/full': cannot write: No space left on device";
+    assert!(stderr.contains(no_space), "{stderr}");
     let full = start.elapsed();
     let expected = outputs(&reference);
     assert!(expected.iter().all(|(_, b)| b.len() > 100), "the workload produces output");
@@ -197,7 +203,10 @@ fn crash_loop(workers: usize, default_kills: usize) {
             continue;
         }
         let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        // The failed sinks stay failed across every restart, and are reported again.
+        assert!(stderr.contains("sink 'full' failed: sink '/dev/full'"), "{stderr}");
         break;
     }
     let got = outputs(&crashed);

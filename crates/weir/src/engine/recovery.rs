@@ -83,6 +83,8 @@ pub(super) struct Checkpoints {
     /// Set while a logged record is applied (or replayed): what it does inside is not logged
     /// again.
     logging_paused: bool,
+    /// Why the last periodic checkpoint could not be written, if it could not.
+    failure: Option<WeirError>,
 }
 
 impl Checkpoints {
@@ -421,9 +423,19 @@ impl Engine {
             return Ok(());
         };
         if self.intake.now().saturating_sub(self.checkpoints.last) >= interval {
-            self.write_checkpoint(true)?;
+            let written = self.write_checkpoint(true);
+            self.checkpoints.failure = written.as_ref().err().cloned();
+            written?;
         }
         Ok(())
+    }
+
+    /// Why the last periodic checkpoint could not be written (the data directory's disk
+    /// full, a sink's file that cannot be synced), if it could not: reading on would lose the
+    /// guarantee that a restart resumes exactly, so a driver of [`Engine::poll_sources`]
+    /// stops ([`Engine::run_sources`] does).
+    pub fn checkpoint_failure(&self) -> Option<&WeirError> {
+        self.checkpoints.failure.as_ref()
     }
 
     /// Writes a checkpoint of the whole engine to its data directory; returns its sequence
@@ -470,7 +482,10 @@ impl Engine {
         let mut failed = BTreeMap::new();
         for (name, k) in &self.sinks {
             let mut k = k.lock();
-            sinks.insert(name.clone(), k.file.sync()?);
+            // A failed sink writes nothing more: what it wrote stays as it is, unsynced (its
+            // failure may be the very write or sync that cannot be done: a full disk).
+            let position = if k.failed.is_some() { k.file.written } else { k.file.sync()? };
+            sinks.insert(name.clone(), position);
             if let Some(e) = &k.failed {
                 failed.insert(Target::Sink(name.clone()).key().unwrap_or_default(), e.to_string());
             }

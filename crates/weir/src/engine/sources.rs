@@ -60,6 +60,18 @@ impl Engine {
     /// late row under `late = 'error'`) stops, the queries reading its stream fail with the
     /// message, and the first such error is returned; other sources and queries go on.
     pub fn poll_sources(&mut self, max_bytes: usize) -> Result<SourcePoll> {
+        let (poll, failed) = self.read_sources(max_bytes)?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(poll),
+        }
+    }
+
+    /// [`Engine::poll_sources`]'s work: the poll and the first source's failure, or the error
+    /// of a checkpoint that could not be written (the data directory's disk full, a sink's
+    /// file that cannot be synced), which stops reading: going on would lose the guarantee
+    /// that a restart resumes exactly.
+    fn read_sources(&mut self, max_bytes: usize) -> Result<(SourcePoll, Option<WeirError>)> {
         let mut poll = SourcePoll::default();
         let mut first_error = None;
         for name in self.intake.live_sources() {
@@ -72,13 +84,8 @@ impl Engine {
             }
         }
         self.run_queries();
-        if let Err(e) = self.maybe_checkpoint() {
-            first_error.get_or_insert(e);
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(poll),
-        }
+        self.maybe_checkpoint()?;
+        Ok((poll, first_error))
     }
 
     /// One read of stream `name`'s source, counted in `poll`. An error means the source
@@ -128,13 +135,12 @@ impl Engine {
         let mut total = SourcePoll::default();
         let mut first_error = None;
         loop {
-            let p = match self.poll_sources(1 << 20) {
-                Ok(p) => p,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                    continue;
-                }
-            };
+            let (p, failed) = self.read_sources(1 << 20)?;
+            if let Some(e) = failed {
+                // A failed source stops; the others are read on.
+                first_error.get_or_insert(e);
+                continue;
+            }
             total.records += p.records;
             total.bytes += p.bytes;
             total.live = p.live;

@@ -120,6 +120,9 @@ pub(crate) struct FileSink {
     /// The text of the batch being written, kept from one batch to the next so that its
     /// memory is reused (at most [`TEXT_BUFFER_KEPT`] bytes of it).
     text: Vec<u8>,
+    /// Whether the file is a regular file, which syncing makes durable (not a device such as
+    /// `/dev/null`, or a pipe: nothing of them is kept to be synced).
+    regular: bool,
 }
 
 /// The largest text buffer a sink keeps between batches.
@@ -182,7 +185,12 @@ impl FileSink {
                     }
                     Err(e) => return Err(fail("cannot reopen the file", e)),
                 };
-                let len = file.metadata().map_err(|e| fail("cannot read the file", e))?.len();
+                let meta = file.metadata().map_err(|e| fail("cannot read the file", e))?;
+                if !meta.is_file() {
+                    // A device or a pipe: nothing to cut back, what follows is appended.
+                    return Self::with_file(spec, file, query_schema, kind, domain, resume_at);
+                }
+                let len = meta.len();
                 if len < committed {
                     return Err(WeirError::exec(format!(
                         "sink '{}': the file has {len} bytes, fewer than the {committed} the \
@@ -195,6 +203,19 @@ impl FileSink {
                 file
             }
         };
+        Self::with_file(spec, file, query_schema, kind, domain, resume_at)
+    }
+
+    /// [`FileSink::open`]'s sink over the file opened (and cut back, when resuming).
+    fn with_file(
+        spec: SinkSpec,
+        file: File,
+        query_schema: &SchemaRef,
+        kind: PlanKind,
+        domain: TimeDomain,
+        resume_at: Option<u64>,
+    ) -> Result<Self> {
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
         let time_type = match domain {
             TimeDomain::Micros => DataType::Timestamp(TimeUnit::Microsecond, None),
             TimeDomain::Ticks => DataType::Int64,
@@ -225,6 +246,7 @@ impl FileSink {
             schema,
             kind,
             text: Vec::new(),
+            regular,
         };
         if sink.spec.format == SinkFormat::Csv && resume_at.is_none() {
             let header: Vec<&str> =
@@ -325,9 +347,10 @@ impl FileSink {
                 self.spec.path
             )));
         };
+        let regular = self.regular;
         writer
             .flush()
-            .and_then(|_| writer.get_ref().sync_data())
+            .and_then(|_| if regular { writer.get_ref().sync_data() } else { Ok(()) })
             .map_err(|e| WeirError::exec(format!("sink '{}': cannot sync: {e}", self.spec.path)))?;
         Ok(self.written)
     }
