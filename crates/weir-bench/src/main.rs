@@ -95,6 +95,9 @@ struct Args {
     /// directory) synced so
     #[arg(long, value_name = "SYNC", requires = "state_query", value_parser = ["fsync", "write"])]
     wal: Option<String>,
+    /// With --state-query: `SET memory_limit` to SIZE first (e.g. 64GB: checked, never met)
+    #[arg(long, value_name = "SIZE", requires = "state_query")]
+    memory_limit: Option<String>,
     /// Instead of NEXMark: the exact top 10 keys (GROUP BY, ORDER BY COUNT(*) DESC LIMIT 10)
     /// and APPROX_TOP_K(k, 10) over an hour sliding by a minute, keys Zipf-like
     /// (`--top-k exact` or `--top-k approx` runs one alone, for a peak RSS of its own)
@@ -233,7 +236,9 @@ fn main() -> Result<()> {
     if let Some(q) = &a.state_query {
         let dir = std::env::temp_dir().join(format!("weir-bench-wal-{}", std::process::id()));
         let wal = a.wal.as_deref().and_then(weir::WalSync::parse).map(|s| (s, dir.as_path()));
-        let p = sketch_query(&[], q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk, wal)?;
+        let setup: Vec<String> =
+            a.memory_limit.iter().map(|l| format!("SET memory_limit = '{l}'")).collect();
+        let p = sketch_query(&setup, q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk, wal)?;
         let _ = std::fs::remove_dir_all(&dir);
         println!("{}", p.line());
         return Ok(());
