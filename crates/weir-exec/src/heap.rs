@@ -177,15 +177,15 @@ pub fn hash_table(capacity: usize, entry: usize) -> usize {
     allocation(buckets * (entry + 1) + 16)
 }
 
-/// The bytes of a B-tree of `len` entries of `entry` bytes: leaves of 11 slots filled to about
-/// two thirds (as random inserts leave them; one leaf even for one entry), and an internal node
-/// with 12 child pointers per 6 nodes below.
+/// The bytes of a B-tree of `len` entries of `entry` bytes: up to 11 entries, one leaf of 11
+/// slots (even for one entry); beyond, leaves filled to about two thirds (as random inserts
+/// leave them), and an internal node with 12 child pointers per 6 nodes below.
 pub fn b_tree(len: usize, entry: usize) -> usize {
     if len == 0 {
         return 0;
     }
     let node = 11 * entry + 16;
-    let leaves = len.div_ceil(7);
+    let leaves = if len <= 11 { 1 } else { len.div_ceil(7) };
     let internal = if leaves > 1 { leaves.div_ceil(6) } else { 0 };
     leaves * allocation(node) + internal * allocation(node + 12 * size_of::<usize>())
 }
@@ -288,6 +288,10 @@ mod tests {
     fn a_b_tree_of_one_entry_is_one_leaf() {
         let mut m: BTreeMap<i64, i64> = BTreeMap::new();
         m.insert(1, 1);
+        assert_eq!(m.heap_bytes(), allocation(11 * 16 + 16));
+        for i in 0..11 {
+            m.insert(i, i);
+        }
         assert_eq!(m.heap_bytes(), allocation(11 * 16 + 16));
         for i in 0..700 {
             m.insert(i, i);

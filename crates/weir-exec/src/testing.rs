@@ -141,6 +141,20 @@ pub fn run_spans(flow: &mut Graph, width: Time) -> Vec<String> {
     out
 }
 
+/// Drives `op` through `input` ([`drive`]), stopping before each instant of `stops` in turn
+/// (None: to the end), and gives its [`Operator::state_bytes`] at each stop.
+pub fn state_bytes_at<const N: usize>(
+    op: &mut dyn Operator,
+    input: Vec<Tick>,
+    stops: [Option<Time>; N],
+) -> [usize; N] {
+    let mut feed = input.into_iter().peekable();
+    stops.map(|until| {
+        drive(op, &mut feed, until);
+        op.state_bytes()
+    })
+}
+
 /// Evaluates `op` alone, instant by instant, on the ticks of `feed` and its own wake-ups, before
 /// `until` (all of them if `None`), rendering its output like [`run`].
 pub fn drive(

@@ -296,7 +296,7 @@ impl Operator for WindowBounds {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{drive, fed, kv, kv_schema, run_spans, Tick};
+    use crate::testing::{fed, kv, kv_schema, run_spans, state_bytes_at, Tick};
     use arrow::datatypes::{DataType, Field, Schema};
 
     fn schema() -> SchemaRef {
@@ -430,16 +430,10 @@ mod tests {
     fn state_bytes_follow_the_rows_present() {
         let mut op = WindowBounds::new(5, 5, schema()).unwrap();
         assert_eq!(op.state_bytes(), 0);
-        let mut feed =
-            vec![kv(1, "+1 a 1"), kv(2, "+1 b 2, +1 c 3"), kv(3, "-1 a 1, -1 b 2, -1 c 3")]
-                .into_iter()
-                .peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
+        let input = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2, +1 c 3"), kv(3, "-1 a 1, -1 b 2, -1 c 3")];
+        let [one, two, end] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
         assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        assert!(op.state_bytes() > one, "{} after {one}", op.state_bytes());
-        drive(&mut op, &mut feed, None);
-        assert_eq!(op.state_bytes(), 0);
+        assert!(two > one, "{two} after {one}");
+        assert_eq!(end, 0);
     }
 }

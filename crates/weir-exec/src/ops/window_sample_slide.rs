@@ -256,7 +256,9 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::testing::{checkpoint_into, drive, fed, kv, kv_schema, render, run, Tick};
+    use crate::testing::{
+        checkpoint_into, drive, fed, kv, kv_schema, render, run, state_bytes_at, Tick,
+    };
 
     fn over(range: Time, slide: Time, offset: Time) -> SampleOver {
         SampleOver { range, slide, offset }
@@ -402,17 +404,13 @@ mod tests {
     fn state_bytes_follow_the_slices_and_the_sample() {
         let mut op = SlideSampleWindow::new(2, 3, over(4, 4, 0), kv_schema()).unwrap();
         assert_eq!(op.state_bytes(), 0);
-        let mut feed =
-            vec![kv(0, "+1 a 0"), kv(1, "+1 b 1, +1 c 1, +1 d 1")].into_iter().peekable();
-        drive(&mut op, &mut feed, Some(1));
-        let one = op.state_bytes();
-        assert!(one > 0);
-        drive(&mut op, &mut feed, Some(2));
-        assert!(op.state_bytes() > one, "{} after {one}", op.state_bytes());
+        let input = vec![kv(0, "+1 a 0"), kv(1, "+1 b 1, +1 c 1, +1 d 1")];
         // At 3 the window [0, 4) takes its sample and lets its slice go; at 7 the empty
         // window [4, 8) takes the sample back.
-        drive(&mut op, &mut feed, None);
+        let [one, two, end] = state_bytes_at(&mut op, input, [Some(1), Some(2), None]);
+        assert!(one > 0);
+        assert!(two > one, "{two} after {one}");
         assert!(op.slices.is_empty() && op.current.is_empty());
-        assert_eq!(op.state_bytes(), 0);
+        assert_eq!(end, 0);
     }
 }

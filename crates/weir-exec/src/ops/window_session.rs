@@ -393,7 +393,9 @@ impl Operator for SessionWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{checkpoint_into, drive, fed, kv, kv_schema, run, run_spans, Tick};
+    use crate::testing::{
+        checkpoint_into, drive, fed, kv, kv_schema, run, run_spans, state_bytes_at, Tick,
+    };
 
     fn by_key(gap: Time) -> SessionWindow {
         SessionWindow::new(gap, vec![0], false, kv_schema()).expect("session window")
@@ -505,20 +507,13 @@ mod tests {
         let mut op = by_key(3);
         assert_eq!(op.state_bytes(), 0);
         let input = vec![kv(1, "+1 a 1, +1 b 1"), kv(2, "+1 a 2, +1 c 2, +1 d 2")];
-        let mut feed = input.into_iter().peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
-        assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        let two = op.state_bytes();
-        assert!(two > one, "{two} after {one}");
         // b's session is shown at 3 and leaves at 4: still held at 3.
-        drive(&mut op, &mut feed, Some(4));
-        assert_eq!(op.shown.len(), 1);
-        assert!(op.state_bytes() > 0);
-        drive(&mut op, &mut feed, None);
+        let [one, two, three, end] =
+            state_bytes_at(&mut op, input, [Some(2), Some(3), Some(4), None]);
+        assert!(one > 0);
+        assert!(two > one, "{two} after {one}");
+        assert!(three > 0);
         assert!(op.open.is_empty() && op.closing.is_empty() && op.shown.is_empty());
-        let end = op.state_bytes();
         assert!(end < one, "{end} at the end, {one} with two elements");
     }
 }

@@ -660,7 +660,7 @@ fn decode_scalars(codec: &RowCodec, bytes: &[u8]) -> Result<Vec<ScalarValue>> {
 mod tests {
     use super::*;
     use crate::ops::over::test_support::{k_by_v, kv_col, out_schema};
-    use crate::testing::{drive, kv};
+    use crate::testing::{kv, state_bytes_at};
 
     /// SUM(v) OVER (PARTITION BY k ORDER BY v RANGE 2 PRECEDING), v the event time.
     fn sum_over_range() -> OverAgg {
@@ -682,15 +682,10 @@ mod tests {
         let mut op = sum_over_range();
         assert_eq!(op.state_bytes(), 0);
         let input = vec![kv(1, "+1 a 1, +1 a 1, +1 b 1"), kv(2, "+1 a 2"), kv(10, "+1 a 10")];
-        let mut feed = input.into_iter().peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
-        assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        let two = op.state_bytes();
-        assert!(two > one, "{two} after {one}");
         // At 10 a's frame is [8, 10]: its three rows leave it.
-        drive(&mut op, &mut feed, None);
+        let [one, two, _] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
+        assert!(one > 0);
+        assert!(two > one, "{two} after {one}");
         assert_eq!(op.parts.values().map(|p| p.frame.len()).sum::<usize>(), 2);
         assert!(op.state_bytes() < two, "{} after {two}", op.state_bytes());
     }

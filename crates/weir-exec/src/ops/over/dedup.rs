@@ -164,7 +164,7 @@ impl Operator for Dedup {
 mod tests {
     use super::*;
     use crate::ops::over::test_support::{k_by_v, out_schema};
-    use crate::testing::{drive, kv};
+    use crate::testing::{kv, state_bytes_at};
 
     /// The figure grows with the partitions, and keeping the last row, a partition's new
     /// row takes the place of the old one (of the same size here).
@@ -173,15 +173,9 @@ mod tests {
         let mut op = Dedup::new(k_by_v(true), true, out_schema(1));
         assert_eq!(op.state_bytes(), 0);
         let input = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2"), kv(3, "+1 a 3"), kv(4, "+1 a 4")];
-        let mut feed = input.into_iter().peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
+        let [one, two, end] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
         assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        let two = op.state_bytes();
         assert!(two > one, "{two} after {one}");
-        let out = drive(&mut op, &mut feed, None);
-        assert_eq!(out, ["@3 +1 a 3 1", "@3 -1 a 1 1", "@4 +1 a 4 1", "@4 -1 a 3 1"]);
-        assert_eq!(op.state_bytes(), two);
+        assert_eq!(end, two);
     }
 }

@@ -693,7 +693,7 @@ pub(crate) fn build(plan: &weir_plan::LogicalPlan, schema: SchemaRef) -> Result<
 mod tests {
     use super::*;
     use crate::ops::over::test_support::{k_by_v, kv_col, out_schema};
-    use crate::testing::{drive, kv, kv_schema};
+    use crate::testing::{kv, kv_schema, state_bytes_at};
 
     /// LAG(v) OVER (PARTITION BY k ORDER BY v).
     fn lag() -> OverRel {
@@ -723,14 +723,9 @@ mod tests {
             kv(2, "+2 a 9, +1 c 3, +1 d 4"),
             kv(3, "-1 a 5, -1 b 1, -2 a 9, -1 c 3, -1 d 4"),
         ];
-        let mut feed = input.into_iter().peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
+        let [one, two, _] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
         assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        let two = op.state_bytes();
         assert!(two > one, "{two} after {one}");
-        drive(&mut op, &mut feed, None);
         assert!(op.parts.is_empty());
         assert!(op.state_bytes() < one, "{} at the end, {one} with two rows", op.state_bytes());
     }

@@ -378,7 +378,7 @@ mod tests {
     use super::*;
     use crate::expr::ScalarExpr;
     use crate::ops::topk::SortKey;
-    use crate::testing::{drive, fed, kv, kv_schema, run, run_spans, Tick};
+    use crate::testing::{fed, kv, kv_schema, run, run_spans, state_bytes_at, Tick};
 
     /// (k, v, f...) output schema.
     fn out_schema(funcs: &[RankFunc]) -> SchemaRef {
@@ -477,14 +477,9 @@ mod tests {
             kv(2, "+1 a 9, +1 c 3, +1 d 4"),
             kv(3, "-1 a 5, -1 b 1, -1 a 9, -1 c 3, -1 d 4"),
         ];
-        let mut feed = input.into_iter().peekable();
-        drive(&mut op, &mut feed, Some(2));
-        let one = op.state_bytes();
+        let [one, two, _] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
         assert!(one > 0);
-        drive(&mut op, &mut feed, Some(3));
-        let two = op.state_bytes();
         assert!(two > one, "{two} after {one}");
-        drive(&mut op, &mut feed, None);
         assert!(op.parts.is_empty());
         assert!(op.state_bytes() < one, "{} at the end, {one} with two rows", op.state_bytes());
     }
