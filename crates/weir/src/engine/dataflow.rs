@@ -31,6 +31,12 @@ pub(crate) trait Output: Send + std::fmt::Debug {
     /// on: false once the receiver went away or the query or a write failed, which the output
     /// records for whoever reads it.
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool;
+
+    /// The bytes this output holds for its query (a maintained view's contents), with what
+    /// holds them; none for a subscriber or a sink.
+    fn held(&self) -> Option<(String, usize)> {
+        None
+    }
 }
 
 /// A subscriber's channel: the changes, then an error if the query failed.
@@ -51,6 +57,10 @@ impl Output for Subscriber {
 }
 
 impl Output for Shared<Maintained> {
+    fn held(&self) -> Option<(String, usize)> {
+        Some(("the view's contents".to_string(), self.lock().contents.heap_bytes()))
+    }
+
     /// Applies the changes to the contents and hands them to the view's own subscribers;
     /// a failure reaches them too, and ends them.
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
@@ -342,7 +352,10 @@ impl Dataflow {
         let mut broken = Vec::new();
         for q in &self.queries {
             match q.runner.state_size() {
-                Ok(size) => sizes.push((q.id, q.target.feeds(), size)),
+                Ok(mut size) => {
+                    size.parts.extend(q.output.as_ref().and_then(|o| o.held()));
+                    sizes.push((q.id, q.target.feeds(), size))
+                }
                 Err(e) => broken.push((q.id, e)),
             }
         }

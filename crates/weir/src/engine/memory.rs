@@ -3,10 +3,11 @@
 //! holding its state, instead of the process growing until the system kills it.
 //!
 //! **What is accounted.** Each query's state, estimated by its operators
-//! ([`weir_exec::heap`]): the rows, groups and indexes they keep, and the input waiting for
-//! its instants. Tables, the contents of maintained views, input read ahead from files, the
-//! output waiting in a subscriber's channel and the process itself come on top, so a limit
-//! leaves headroom for them (docs/sql.md, "Memory").
+//! ([`weir_exec::heap`]): the rows, groups and indexes they keep, the input waiting for its
+//! instants, and a maintained view's contents. Tables (which cannot be stopped), input read
+//! ahead from files, the output waiting in a subscriber's channel, an evaluation's transient
+//! memory and the process itself come on top, so a limit leaves headroom for them
+//! (docs/sql.md, "Memory").
 //!
 //! **When it is checked.** Accounting costs a walk of every query's state, so it is not done
 //! per event. After each evaluation the process's own anonymous memory is read (Linux's
@@ -329,14 +330,19 @@ mod tests {
     fn show_memory_follows_the_state_each_query_holds() {
         for workers in [1, 2] {
             let mut e = engine(workers);
+            e.execute("CREATE TABLE t (v BIGINT); INSERT INTO t VALUES (1), (2), (3)")
+                .expect("table");
             insert(&mut e, 0, 1000).expect("insert");
             let small = show_memory(&mut e);
-            assert_eq!(small.len(), 3, "{small:?}");
+            assert_eq!(small.len(), 4, "{small:?}");
             assert_eq!((small[0].0.as_str(), small[0].1.as_str()), ("0", "view keys"));
             assert_eq!((small[1].0.as_str(), small[1].1.as_str()), ("1", "view n"));
-            assert_eq!(small[2].0, "total");
-            assert_eq!(small[2].3, "no memory_limit");
-            assert_eq!(small[2].2, small[0].2 + small[1].2);
+            assert_eq!((small[2].0.as_str(), small[2].1.as_str()), ("table", "t"));
+            // Three rows: one B-tree leaf and three small row allocations.
+            assert!((200..1000).contains(&small[2].2), "{small:?}");
+            assert_eq!(small[3].0, "total");
+            assert_eq!(small[3].3, "no memory_limit");
+            assert_eq!(small[3].2, small[0].2 + small[1].2 + small[2].2);
             // A thousand keys of 9 encoded bytes each, in a hash map: tens of kB.
             assert!((20_000..200_000).contains(&small[0].2), "{workers}: {small:?}");
             assert!(small[0].3.starts_with("Distinct"), "{workers}: {small:?}");
@@ -387,6 +393,8 @@ mod tests {
             insert(&mut e, next, next + 10).expect("insert");
             let counted = show_memory(&mut e);
             assert_eq!(counted.len(), 2, "{counted:?}");
+            assert!(counted[1].3.starts_with("queries "), "{counted:?}");
+            assert!(counted[1].3.ends_with(" of memory_limit 1.0 MiB"), "{counted:?}");
             assert_eq!(counted[0].1, "view n");
             let Some(crate::ExecResult::Rows { batches, .. }) =
                 e.execute("SELECT n FROM n").expect("count").pop()

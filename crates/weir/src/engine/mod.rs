@@ -265,7 +265,7 @@ impl Engine {
             Statement::ShowQueries => Ok(show::queries(self.dataflow.queries())),
             Statement::ShowMemory => {
                 let sizes = self.dataflow.state_sizes();
-                Ok(show::memory(&sizes, self.memory.limit()))
+                Ok(show::memory(&sizes, &self.tables.table_bytes(), self.memory.limit()))
             }
             Statement::ShowCreate { name, span } => show::create(&self.catalog, &name, span),
             Statement::Set { name, value, span, value_span } => {

@@ -131,13 +131,18 @@ pub(crate) fn queries(running: &[RunningQuery]) -> ExecResult {
 
 /// `SHOW MEMORY`: per running continuous query, in start order, the state it holds (an
 /// estimate, see [`weir_exec::heap`]): `id`, `feeds`, `state_bytes`, `state` (the same,
-/// readable) and `largest` (the operator, or the waiting input, holding the most, with its
-/// share); then a row `total` with the sum and the limit.
-pub(crate) fn memory(sizes: &[(u64, String, StateSize)], limit: Option<usize>) -> ExecResult {
+/// readable) and `largest` (the operator, the waiting input or a view's contents holding the
+/// most, with its share); then per table (`id` is `table`) its contents; then a row `total`
+/// with the sum, and the queries' part of it against the limit.
+pub(crate) fn memory(
+    sizes: &[(u64, String, StateSize)],
+    tables: &[(String, usize)],
+    limit: Option<usize>,
+) -> ExecResult {
     let mut cols: Vec<Vec<String>> = vec![Vec::new(); 5];
-    let mut total = 0;
+    let mut queries = 0;
     for (id, feeds, size) in sizes {
-        total += size.total();
+        queries += size.total();
         let largest = size
             .largest()
             .map(|(label, bytes)| format!("{label} ({})", format_bytes(bytes)))
@@ -152,8 +157,21 @@ pub(crate) fn memory(sizes: &[(u64, String, StateSize)], limit: Option<usize>) -
             col.push(v);
         }
     }
+    let mut total = queries;
+    for (name, bytes) in tables {
+        total += bytes;
+        for (col, v) in cols.iter_mut().zip([
+            "table".to_string(),
+            name.clone(),
+            bytes.to_string(),
+            format_bytes(*bytes),
+            String::new(),
+        ]) {
+            col.push(v);
+        }
+    }
     let limit = match limit {
-        Some(l) => format!("memory_limit {}", format_bytes(l)),
+        Some(l) => format!("queries {} of memory_limit {}", format_bytes(queries), format_bytes(l)),
         None => "no memory_limit".to_string(),
     };
     for (col, v) in cols.iter_mut().zip([

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_exec::heap::HeapSize;
 use weir_exec::query::evaluate_once;
 use weir_exec::row::{RowBytes, RowCodec};
 use weir_plan::LogicalPlan;
@@ -73,6 +74,12 @@ impl PrimaryIndex {
 }
 
 impl Contents {
+    /// An estimate of the bytes the rows (and a primary key's index) hold (see
+    /// [`weir_exec::heap`]).
+    pub fn heap_bytes(&self) -> usize {
+        self.rows.heap_bytes() + self.key.as_ref().map_or(0, |k| k.rows.heap_bytes())
+    }
+
     pub fn new(schema: &SchemaRef) -> Result<Self> {
         Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new(), key: None })
     }
@@ -266,6 +273,11 @@ impl Tables {
 
     pub fn views(&self) -> impl Iterator<Item = (&String, &Shared<Maintained>)> {
         self.views.iter()
+    }
+
+    /// Each table's name and the bytes its contents hold (an estimate), in name order.
+    pub fn table_bytes(&self) -> Vec<(String, usize)> {
+        self.tables.iter().map(|(n, t)| (n.clone(), t.contents.heap_bytes())).collect()
     }
 
     /// A table's current contents as inserts at `at`, if it has any rows.
