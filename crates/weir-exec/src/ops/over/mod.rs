@@ -21,6 +21,7 @@ pub mod agg;
 pub mod dedup;
 mod frame_agg;
 pub mod frames;
+mod partition;
 pub mod rank;
 
 use arrow::array::{ArrayRef, Int64Array};

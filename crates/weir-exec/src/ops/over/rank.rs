@@ -27,14 +27,12 @@
 //! checkpointed as section `ranking` (`part`, `key`, `row` Binary, `count` Int64), sorted by
 //! (part, key, row).
 
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
-
 use arrow::datatypes::SchemaRef;
 use datafusion_common::HashMap;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
+use super::partition::{Key, Partition};
 use super::{eval_by_instant, Encoded, OverKeys};
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -53,17 +51,11 @@ type Vals = smallvec::SmallVec<[i64; 2]>;
 /// An output change: row, function values, diff.
 type OutRow = (RowBytes, Vals, i64);
 
-/// A partition's entry: (order key, row).
-type Key = (RowBytes, RowBytes);
-
-/// One partition: (order key, row) -> multiplicity, in rank order.
-type Partition = BTreeMap<Key, i64>;
-
 /// A partition's entries with their multiplicities after a run's netted changes (sorted by
 /// entry) are applied, without applying them: the merge of the two, entries whose count
 /// becomes 0 left out.
 struct Merged<'a> {
-    part: std::iter::Peekable<std::collections::btree_map::Iter<'a, Key, i64>>,
+    part: std::iter::Peekable<super::partition::Iter<'a>>,
     changes: std::iter::Peekable<std::slice::Iter<'a, (Key, i64)>>,
 }
 
@@ -138,8 +130,8 @@ impl Ranking {
         let func = self.funcs[f];
         let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
         let mut prev: Option<&[u8]> = None;
-        let mut cut: Option<(RowBytes, RowBytes)> = None;
-        for (entry, &c) in part.iter() {
+        let mut cut: Option<usize> = None;
+        for (i, (entry, &c)) in part.iter().enumerate() {
             if prev != Some(&entry.0[..]) {
                 rank = pos + 1;
                 dense += 1;
@@ -151,13 +143,13 @@ impl Ranking {
                 RankFunc::DenseRank => dense,
             };
             if v > hi {
-                cut = Some(entry.clone());
+                cut = Some(i);
                 break;
             }
             pos += c;
         }
-        if let Some(k) = cut {
-            drop(part.split_off(&k));
+        if let Some(i) = cut {
+            part.truncate(i);
         }
     }
 
@@ -242,6 +234,7 @@ impl Ranking {
                 ));
             }
             let mut part = self.parts.remove(&p).unwrap_or_default();
+            // (Taken out and put back: the walks below borrow `self` and the partition.)
             // The rows at or after `from` with their values, before and after the changes
             // (merged in, not applied, so that both walks borrow the partition), netted.
             let mut net: Vec<(&[u8], Vals, i64)> = Vec::new();
@@ -267,18 +260,7 @@ impl Ranking {
             drop(net);
             for (e, n) in changes {
                 // Entry by entry (never a pass over the partition: that would cost O(n)).
-                let c = match part.entry(e) {
-                    Entry::Occupied(mut o) => {
-                        *o.get_mut() += n;
-                        let c = *o.get();
-                        if c == 0 {
-                            o.remove();
-                        }
-                        c
-                    }
-                    Entry::Vacant(v) => *v.insert(n),
-                };
-                if c < 0 {
+                if part.add(e, n) < 0 {
                     return Err(WeirError::exec(
                         "window function: a row was retracted more often than it was inserted",
                     ));
@@ -359,7 +341,7 @@ impl Operator for Ranking {
                 return Err(invalid("section 'ranking': a negative count"));
             }
             let part = self.parts.entry(RowBytes::from(p)).or_default();
-            if part.insert((RowBytes::from(k), RowBytes::from(row)), c).is_some() {
+            if part.add((RowBytes::from(k), RowBytes::from(row)), c) != c {
                 return Err(invalid("section 'ranking': a row appears twice"));
             }
         }

@@ -1,0 +1,186 @@
+//! One ranking partition's rows in rank order, each (order key, row) with its multiplicity:
+//! a sorted vector while the partition is small, a B-tree beyond.
+//!
+//! Most partitions of a top-N hold a handful of rows (at most N and the rows tied with the
+//! last, over an insert-only input), where a B-tree costs a whole node (eleven slots) even for
+//! one row, and cutting its tail (`split_off`) allocates a node to drop it. A sorted vector
+//! holds exactly its rows, finds an entry by binary search, inserts by moving the entries
+//! after it (a few dozen bytes each), and cuts its tail in place. Past [`SMALL`] entries the
+//! moves would grow with the partition, so it becomes a B-tree (and stays one).
+
+use std::collections::btree_map::{self, BTreeMap, Entry};
+
+use crate::heap::HeapSize;
+use crate::row::RowBytes;
+
+/// A partition's entry: (order key, row).
+pub(super) type Key = (RowBytes, RowBytes);
+
+/// The entries a partition keeps in a sorted vector before it becomes a B-tree.
+const SMALL: usize = 32;
+
+#[derive(Debug, Clone)]
+pub(super) enum Partition {
+    Small(Vec<(Key, i64)>),
+    Large(BTreeMap<Key, i64>),
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        Partition::Small(Vec::new())
+    }
+}
+
+/// The entries of a partition in order.
+pub(super) enum Iter<'a> {
+    Small(std::slice::Iter<'a, (Key, i64)>),
+    Large(btree_map::Iter<'a, Key, i64>),
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a Key, &'a i64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Iter::Small(i) => i.next().map(|(k, c)| (k, c)),
+            Iter::Large(i) => i.next(),
+        }
+    }
+}
+
+impl Partition {
+    pub fn iter(&self) -> Iter<'_> {
+        match self {
+            Partition::Small(v) => Iter::Small(v.iter()),
+            Partition::Large(m) => Iter::Large(m.iter()),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Partition::Small(v) => v.is_empty(),
+            Partition::Large(m) => m.is_empty(),
+        }
+    }
+
+    /// Adds `n` (not zero) to `key`'s multiplicity, removing it at zero; returns the new
+    /// multiplicity.
+    pub fn add(&mut self, key: Key, n: i64) -> i64 {
+        match self {
+            Partition::Small(v) => match v.binary_search_by(|(k, _)| k.cmp(&key)) {
+                Ok(i) => {
+                    v[i].1 += n;
+                    let c = v[i].1;
+                    if c == 0 {
+                        v.remove(i);
+                    }
+                    c
+                }
+                Err(i) => {
+                    v.insert(i, (key, n));
+                    if v.len() > SMALL {
+                        *self = Partition::Large(std::mem::take(v).into_iter().collect());
+                    }
+                    n
+                }
+            },
+            Partition::Large(m) => match m.entry(key) {
+                Entry::Occupied(mut o) => {
+                    *o.get_mut() += n;
+                    let c = *o.get();
+                    if c == 0 {
+                        o.remove();
+                    }
+                    c
+                }
+                Entry::Vacant(v) => *v.insert(n),
+            },
+        }
+    }
+
+    /// Keeps the first `n` entries and drops the rest.
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            Partition::Small(v) => v.truncate(n),
+            Partition::Large(m) => {
+                if let Some(cut) = m.keys().nth(n).cloned() {
+                    drop(m.split_off(&cut));
+                }
+            }
+        }
+    }
+}
+
+impl HeapSize for Partition {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Partition::Small(v) => v.heap_bytes(),
+            Partition::Large(m) => m.heap_bytes(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: u8, row: u8) -> Key {
+        (RowBytes::from(&[k][..]), RowBytes::from(&[row][..]))
+    }
+
+    fn entries(p: &Partition) -> Vec<(u8, u8, i64)> {
+        p.iter().map(|((k, r), c)| (k[0], r[0], *c)).collect()
+    }
+
+    /// Both forms give the order, counts and cuts a B-tree gives, through the switch from one
+    /// to the other.
+    #[test]
+    fn a_partition_behaves_as_an_ordered_map_in_either_form() {
+        let mut p = Partition::default();
+        let mut model: BTreeMap<Key, i64> = BTreeMap::new();
+        let mut x: u32 = 7;
+        for step in 0..2000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let (k, r) = ((x >> 8) as u8 % 40, (x >> 16) as u8 % 3);
+            let n = if (x >> 24) % 4 == 0 { -1 } else { 1 };
+            let e = key(k, r);
+            let have = model.get(&e).copied().unwrap_or(0);
+            if have + n < 0 {
+                continue;
+            }
+            let c = p.add(e.clone(), n);
+            assert_eq!(c, have + n, "step {step}");
+            if c == 0 {
+                model.remove(&e);
+            } else {
+                model.insert(e, c);
+            }
+            if step % 500 == 499 {
+                p.truncate(20);
+                let cut: Vec<Key> = model.keys().skip(20).cloned().collect();
+                for k in &cut {
+                    model.remove(k);
+                }
+            }
+            let want: Vec<(u8, u8, i64)> =
+                model.iter().map(|((k, r), c)| (k[0], r[0], *c)).collect();
+            assert_eq!(entries(&p), want, "step {step}");
+        }
+        assert!(matches!(p, Partition::Large(_)), "the partition grew past the small form");
+    }
+
+    #[test]
+    fn a_small_partition_holds_exactly_its_entries() {
+        let mut p = Partition::default();
+        assert_eq!(p.heap_bytes(), 0);
+        for i in 0..10 {
+            p.add(key(i, 0), 1);
+        }
+        assert!(matches!(p, Partition::Small(_)));
+        // Ten entries of 40 bytes (two boxed rows and a count) and their one-byte rows.
+        let Partition::Small(v) = &p else { unreachable!() };
+        assert_eq!(p.heap_bytes(), v.capacity() * 40 + 10 * 2 * 8);
+        p.truncate(3);
+        assert_eq!(entries(&p), [(0, 0, 1), (1, 0, 1), (2, 0, 1)]);
+    }
+}
