@@ -142,7 +142,7 @@ mod tests {
         for step in 0..2000 {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
             let (k, r) = ((x >> 8) as u8 % 40, (x >> 16) as u8 % 3);
-            let n = if (x >> 24) % 4 == 0 { -1 } else { 1 };
+            let n = if (x >> 24).is_multiple_of(4) { -1 } else { 1 };
             let e = key(k, r);
             let have = model.get(&e).copied().unwrap_or(0);
             if have + n < 0 {
