@@ -2,7 +2,9 @@
 //!
 //! One checkpoint is one file, `ckpt-<sequence>.arrow`, in the data directory: an Arrow IPC
 //! file whose rows are the checkpoint's sections (a name and a payload: Arrow IPC stream
-//! bytes, or JSON for the manifest), with the format version in the schema's metadata,
+//! bytes, or JSON for the manifest), a batch per section streamed to the file as it is
+//! written (so the state is never held twice over to write it; files of one batch, from
+//! before, read the same), with the format version in the schema's metadata,
 //! followed by an 8-byte trailer: the CRC-32 of every byte before it (little-endian) and the
 //! magic `WCK2`. A file is written as `.ckpt-<sequence>.tmp`, synced, renamed into place, and
 //! the directory synced, so a crash leaves either the old set of checkpoints or the new one,
@@ -18,7 +20,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, BinaryArray, RecordBatch, StringArray};
+use arrow::array::{Array, BinaryArray, LargeBinaryArray, RecordBatch, StringArray};
+use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema};
 use weir_common::{Result, WeirError};
 
@@ -53,45 +56,82 @@ fn file_name(sequence: u64) -> String {
 /// The last 4 bytes of a checkpoint file.
 const MAGIC: &[u8; 4] = b"WCK2";
 
-/// A checkpoint file's one batch: a row per section (name, payload), the format `version` in
-/// the schema's metadata.
-fn contents(version: &str, sections: &[(String, Vec<u8>)]) -> Result<RecordBatch> {
+/// A writer that passes the bytes on and keeps their CRC-32 (the file's trailer).
+struct Checksummed<W: Write> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Checksummed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes a checkpoint file's bytes to `out`: an Arrow IPC file of one batch per section (its
+/// name and its payload, handed to Arrow without a copy, and dropped once written, so that a
+/// checkpoint never holds its state twice over in memory), the format `version` in the
+/// schema's metadata, then the trailer. Returns `out`.
+fn write_to<W: Write>(
+    out: W,
+    version: &str,
+    sections: Vec<(String, Vec<u8>)>,
+) -> std::io::Result<W> {
+    // Arrow's errors here are the file's (a full disk): I/O errors, never Weir's bugs.
+    let arrow = |e: arrow::error::ArrowError| match e {
+        arrow::error::ArrowError::IoError(_, e) => e,
+        other => std::io::Error::other(other),
+    };
     let mut metadata = std::collections::HashMap::new();
     metadata.insert(VERSION_KEY.to_string(), version.to_string());
     let schema = Arc::new(
         Schema::new(vec![
             Field::new("section", DataType::Utf8, false),
-            Field::new("payload", DataType::Binary, false),
+            Field::new("payload", DataType::LargeBinary, false),
         ])
         .with_metadata(metadata),
     );
-    let names = StringArray::from_iter_values(sections.iter().map(|(n, _)| n.as_str()));
-    let payloads = BinaryArray::from_iter_values(sections.iter().map(|(_, p)| p.as_slice()));
-    Ok(RecordBatch::try_new(schema, vec![Arc::new(names), Arc::new(payloads)])?)
+    let mut out = Checksummed { inner: out, crc: crc32fast::Hasher::new() };
+    let mut w = arrow::ipc::writer::FileWriter::try_new(&mut out, &schema).map_err(arrow)?;
+    for (name, payload) in sections {
+        let len = payload.len() as i64;
+        let payloads = LargeBinaryArray::new(
+            OffsetBuffer::new(ScalarBuffer::from(vec![0i64, len])),
+            Buffer::from_vec(payload),
+            None,
+        );
+        let names = StringArray::from(vec![name]);
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(payloads)])
+            .map_err(arrow)?;
+        w.write(&batch).map_err(arrow)?;
+    }
+    w.finish().map_err(arrow)?;
+    drop(w);
+    let crc = out.crc.finalize();
+    let mut out = out.inner;
+    out.write_all(&crc.to_le_bytes())?;
+    out.write_all(MAGIC)?;
+    Ok(out)
 }
 
-/// The bytes of a checkpoint file holding `batch`: the Arrow IPC file and its trailer.
-fn file_bytes(batch: &RecordBatch) -> Result<Vec<u8>> {
-    let mut w = arrow::ipc::writer::FileWriter::try_new(Vec::new(), &batch.schema())?;
-    w.write(batch)?;
-    w.finish()?;
-    let mut bytes = w.into_inner()?;
-    let crc = crc32fast::hash(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes.extend_from_slice(MAGIC);
-    Ok(bytes)
-}
-
-/// Writes checkpoint `sequence` into `dir` atomically; returns its path.
-pub fn write(dir: &Path, sequence: u64, sections: &[(String, Vec<u8>)]) -> Result<PathBuf> {
+/// Writes checkpoint `sequence` into `dir` atomically, streaming its sections to the file;
+/// returns its path.
+pub fn write(dir: &Path, sequence: u64, sections: Vec<(String, Vec<u8>)>) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create the data directory", dir, e))?;
-    let batch = contents(&FORMAT_VERSION.to_string(), sections)?;
     let tmp = dir.join(format!(".ckpt-{sequence:012}.tmp"));
     let target = dir.join(file_name(sequence));
     {
-        let bytes = file_bytes(&batch)?;
-        let mut file = File::create(&tmp).map_err(|e| io_err("cannot write", &tmp, e))?;
-        file.write_all(&bytes).map_err(|e| io_err("cannot write", &tmp, e))?;
+        let file = File::create(&tmp).map_err(|e| io_err("cannot write", &tmp, e))?;
+        let out = std::io::BufWriter::new(file);
+        let out = write_to(out, &FORMAT_VERSION.to_string(), sections)
+            .map_err(|e| io_err("cannot write", &tmp, e))?;
+        let file = out.into_inner().map_err(|e| io_err("cannot write", &tmp, e.into_error()))?;
         file.sync_all().map_err(|e| io_err("cannot sync", &tmp, e))?;
     }
     std::fs::rename(&tmp, &target).map_err(|e| io_err("cannot rename", &tmp, e))?;
@@ -145,17 +185,24 @@ fn sections_of(path: &Path, body: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
     let mut sections = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| corrupt(path, &e.to_string()))?;
-        let (Some(names), Some(payloads)) = (
-            batch.column(0).as_any().downcast_ref::<StringArray>(),
-            batch.columns().get(1).and_then(|c| c.as_any().downcast_ref::<BinaryArray>()),
-        ) else {
+        let Some(names) = batch.column(0).as_any().downcast_ref::<StringArray>() else {
             return Err(corrupt(path, "unexpected columns"));
+        };
+        // One batch per section, payloads LargeBinary (since 2026-12-05); before, one batch of
+        // every section, payloads Binary.
+        let payload = |i: usize| -> Option<Vec<u8>> {
+            let column = batch.columns().get(1)?.as_any();
+            match column.downcast_ref::<LargeBinaryArray>() {
+                Some(p) => Some(p.value(i).to_vec()),
+                None => column.downcast_ref::<BinaryArray>().map(|p| p.value(i).to_vec()),
+            }
         };
         for i in 0..batch.num_rows() {
             if names.is_null(i) {
                 return Err(corrupt(path, "a section without a name"));
             }
-            sections.push((names.value(i).to_string(), payloads.value(i).to_vec()));
+            let payload = payload(i).ok_or_else(|| corrupt(path, "unexpected columns"))?;
+            sections.push((names.value(i).to_string(), payload));
         }
     }
     Ok(sections)
@@ -237,14 +284,14 @@ mod tests {
     #[test]
     fn round_trip_newest_first_and_pruning() {
         let dir = tempdir("round");
-        write(&dir, 1, &sections("one")).unwrap();
-        write(&dir, 2, &sections("two")).unwrap();
+        write(&dir, 1, sections("one")).unwrap();
+        write(&dir, 2, sections("two")).unwrap();
         let (got, warnings) = latest(&dir).unwrap();
         let got = got.unwrap();
         assert!(warnings.is_empty());
         assert_eq!(got.sequence, 2);
         assert_eq!(got.section("manifest"), Some(&b"two"[..]));
-        write(&dir, 3, &sections("three")).unwrap();
+        write(&dir, 3, sections("three")).unwrap();
         std::fs::write(dir.join(".ckpt-000000000004.tmp"), b"torn").unwrap();
         prune(&dir, 2);
         let names: Vec<String> = list(&dir)
@@ -259,8 +306,8 @@ mod tests {
     #[test]
     fn damaged_files_fall_back_to_the_previous_checkpoint() {
         let dir = tempdir("damaged");
-        write(&dir, 1, &sections("one")).unwrap();
-        let p2 = write(&dir, 2, &sections("two")).unwrap();
+        write(&dir, 1, sections("one")).unwrap();
+        let p2 = write(&dir, 2, sections("two")).unwrap();
         // Truncated (a crash while copying, a full disk).
         let bytes = std::fs::read(&p2).unwrap();
         std::fs::write(&p2, &bytes[..bytes.len() / 2]).unwrap();
@@ -269,7 +316,7 @@ mod tests {
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("ckpt-000000000002.arrow' is damaged"), "{warnings:?}");
         // A flipped bit inside a payload: the checksum catches it.
-        let p3 = write(&dir, 3, &sections("three")).unwrap();
+        let p3 = write(&dir, 3, sections("three")).unwrap();
         let mut bytes = std::fs::read(&p3).unwrap();
         let at = bytes.windows(4).position(|w| w == [7, 7, 7, 7]).unwrap();
         bytes[at + 10] ^= 0x10;
@@ -292,8 +339,8 @@ mod tests {
     #[test]
     fn every_flipped_bit_is_detected_and_falls_back() {
         let dir = tempdir("bitflip");
-        write(&dir, 1, &sections("one")).unwrap();
-        let p2 = write(&dir, 2, &sections("two")).unwrap();
+        write(&dir, 1, sections("one")).unwrap();
+        let p2 = write(&dir, 2, sections("two")).unwrap();
         let intact = std::fs::read(&p2).unwrap();
         let all_bits = std::env::var_os("WEIR_BITFLIP_ALL").is_some();
         let mut flips = 0;
@@ -316,14 +363,46 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A file written before sections were streamed (one batch of every section, payloads
+    /// Binary) reads back the same.
+    #[test]
+    fn a_file_of_one_batch_with_binary_payloads_still_reads() {
+        let dir = tempdir("one-batch");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert(VERSION_KEY.to_string(), FORMAT_VERSION.to_string());
+        let schema = Arc::new(
+            Schema::new(vec![
+                Field::new("section", DataType::Utf8, false),
+                Field::new("payload", DataType::Binary, false),
+            ])
+            .with_metadata(metadata),
+        );
+        let want = sections("old");
+        let names = StringArray::from_iter_values(want.iter().map(|(n, _)| n.as_str()));
+        let payloads = BinaryArray::from_iter_values(want.iter().map(|(_, p)| p.as_slice()));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(names), Arc::new(payloads)])
+            .unwrap();
+        let mut w = arrow::ipc::writer::FileWriter::try_new(Vec::new(), &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        let mut bytes = w.into_inner().unwrap();
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(MAGIC);
+        let path = dir.join(file_name(4));
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(read(&path).unwrap(), Stored { sequence: 4, sections: want });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn another_format_version_is_refused() {
         let dir = tempdir("version");
-        let p = write(&dir, 5, &sections("x")).unwrap();
+        let p = write(&dir, 5, sections("x")).unwrap();
         // Rewrite the file with a different version in its metadata.
         let stored = read(&p).unwrap();
-        let batch = contents("999", &stored.sections).unwrap();
-        std::fs::write(&p, file_bytes(&batch).unwrap()).unwrap();
+        std::fs::write(&p, write_to(Vec::new(), "999", stored.sections).unwrap()).unwrap();
         let err = latest(&dir).unwrap_err().to_string();
         let expected = format!("has format version 999, this Weir reads version {FORMAT_VERSION}");
         assert!(err.contains(&expected), "{err}");

@@ -535,7 +535,7 @@ impl Engine {
         manifest.sequence = sequence;
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         sections.insert(0, ("manifest".into(), manifest));
-        store::write(&dir, sequence, &sections)?;
+        store::write(&dir, sequence, sections)?;
         store::prune(&dir, KEEP);
         self.checkpoints.sequence = sequence;
         self.checkpoints.last_contents = Some(contents);
