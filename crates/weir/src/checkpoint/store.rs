@@ -56,6 +56,19 @@ fn file_name(sequence: u64) -> String {
 /// The last 4 bytes of a checkpoint file.
 const MAGIC: &[u8; 4] = b"WCK2";
 
+/// A checkpoint file's schema: a section's name and its payload, of type `payload`, with the
+/// format `version` in the metadata.
+fn file_schema(version: &str, payload: DataType) -> Arc<Schema> {
+    let metadata = [(VERSION_KEY.to_string(), version.to_string())].into_iter().collect();
+    Arc::new(
+        Schema::new(vec![
+            Field::new("section", DataType::Utf8, false),
+            Field::new("payload", payload, false),
+        ])
+        .with_metadata(metadata),
+    )
+}
+
 /// A writer that passes the bytes on and keeps their CRC-32 (the file's trailer).
 struct Checksummed<W: Write> {
     inner: W,
@@ -88,15 +101,7 @@ fn write_to<W: Write>(
         arrow::error::ArrowError::IoError(_, e) => e,
         other => std::io::Error::other(other),
     };
-    let mut metadata = std::collections::HashMap::new();
-    metadata.insert(VERSION_KEY.to_string(), version.to_string());
-    let schema = Arc::new(
-        Schema::new(vec![
-            Field::new("section", DataType::Utf8, false),
-            Field::new("payload", DataType::LargeBinary, false),
-        ])
-        .with_metadata(metadata),
-    );
+    let schema = file_schema(version, DataType::LargeBinary);
     let mut out = Checksummed { inner: out, crc: crc32fast::Hasher::new() };
     let mut w = arrow::ipc::writer::FileWriter::try_new(&mut out, &schema).map_err(arrow)?;
     for (name, payload) in sections {
@@ -369,15 +374,7 @@ mod tests {
     fn a_file_of_one_batch_with_binary_payloads_still_reads() {
         let dir = tempdir("one-batch");
         std::fs::create_dir_all(&dir).unwrap();
-        let mut metadata = std::collections::HashMap::new();
-        metadata.insert(VERSION_KEY.to_string(), FORMAT_VERSION.to_string());
-        let schema = Arc::new(
-            Schema::new(vec![
-                Field::new("section", DataType::Utf8, false),
-                Field::new("payload", DataType::Binary, false),
-            ])
-            .with_metadata(metadata),
-        );
+        let schema = file_schema(&FORMAT_VERSION.to_string(), DataType::Binary);
         let want = sections("old");
         let names = StringArray::from_iter_values(want.iter().map(|(n, _)| n.as_str()));
         let payloads = BinaryArray::from_iter_values(want.iter().map(|(_, p)| p.as_slice()));

@@ -367,8 +367,13 @@ impl Dataflow {
 
     /// Query `id` fails with `e`: its output gets the error, and it stops.
     pub fn fail(&mut self, id: u64, e: WeirError) {
+        self.fail_where(|q| q.id == id, &e);
+    }
+
+    /// The queries `fails` picks fail with `e`: each output gets the error, and they stop.
+    fn fail_where(&mut self, fails: impl Fn(&RunningQuery) -> bool, e: &WeirError) {
         self.queries.retain_mut(|q| {
-            if q.id != id {
+            if !fails(q) {
                 return true;
             }
             if let Some(output) = q.output.as_mut() {
@@ -380,15 +385,7 @@ impl Dataflow {
 
     /// The queries reading `stream` or its companions fail with `e` (its source failed).
     pub fn fail_readers(&mut self, stream: &str, e: &WeirError) {
-        self.queries.retain_mut(|q| {
-            if !q.runner.sources().iter().any(|s| is_or_companion_of(s, stream)) {
-                return true;
-            }
-            if let Some(output) = q.output.as_mut() {
-                output.deliver(Vec::new(), Err(e.clone()));
-            }
-            false
-        });
+        self.fail_where(|q| q.runner.sources().iter().any(|s| is_or_companion_of(s, stream)), e);
     }
 
     /// Gives a parked query, found by its subscriber's text, a subscriber; returns the

@@ -504,6 +504,9 @@ impl Engine {
     /// Fails the queries holding the most state while the queries' state is at or above the
     /// memory limit (see [`memory`]); cheap while the process is below it.
     fn enforce_memory_limit(&mut self) {
+        if self.memory.limit().is_none() {
+            return;
+        }
         let process = memory::process_memory();
         if !self.memory.should_walk(process) {
             return;

@@ -296,11 +296,16 @@ impl Engine {
         if !self.logging() {
             return Ok(false);
         }
-        let header = Header::Statement { sql: sql.to_string(), clock: self.clock };
-        if let Some(w) = self.checkpoints.wal.as_mut() {
-            w.append(&header, None)?;
-        }
+        self.append_log(&Header::Statement { sql: sql.to_string(), clock: self.clock }, None)?;
         Ok(true)
+    }
+
+    /// Appends a record to the log (nothing if it is off).
+    fn append_log(&mut self, header: &Header, rows: Option<&RecordBatch>) -> Result<()> {
+        match self.checkpoints.wal.as_mut() {
+            Some(w) => w.append(header, rows),
+            None => Ok(()),
+        }
     }
 
     /// Logs an arrival about to be taken in at `stream`, if the log is on.
@@ -317,10 +322,7 @@ impl Engine {
             rows_from: (!identity).then(|| a.rows_from.clone()),
             bad: a.bad.clone(),
         };
-        match self.checkpoints.wal.as_mut() {
-            Some(w) => w.append(&header, Some(&a.data)),
-            None => Ok(()),
-        }
+        self.append_log(&header, Some(&a.data))
     }
 
     /// Logs a heartbeat (`None`: a close) of `stream` (`None`: every stream) about to be
@@ -330,10 +332,7 @@ impl Engine {
             return Ok(());
         }
         let header = Header::Time { stream: stream.map(str::to_string), to, clock: self.clock };
-        match self.checkpoints.wal.as_mut() {
-            Some(w) => w.append(&header, None),
-            None => Ok(()),
-        }
+        self.append_log(&header, None)
     }
 
     /// Runs `f` with logging paused: input it takes in was logged already (a statement's
@@ -366,30 +365,28 @@ impl Engine {
     /// clock it was logged at. A record that failed then fails the same way now, and is
     /// skipped as it was.
     fn replay(&mut self, record: wal::Record) {
-        self.checkpoints.logging_paused = true;
-        match record.header {
+        self.without_logging(|e| match record.header {
             Header::Time { stream, to, clock } => {
-                self.clock = self.clock.max(clock);
+                e.clock = e.clock.max(clock);
                 let _ = match (stream, to) {
-                    (Some(s), Some(t)) => self.advance(&s, t),
-                    (Some(s), None) => self.close(&s),
-                    (None, _) => self.close_all(),
+                    (Some(s), Some(t)) => e.advance(&s, t),
+                    (Some(s), None) => e.close(&s),
+                    (None, _) => e.close_all(),
                 };
             }
             Header::Statement { sql, clock } => {
-                self.clock = self.clock.max(clock);
-                let _ = self.execute(&sql);
+                e.clock = e.clock.max(clock);
+                let _ = e.execute(&sql);
             }
             Header::Arrival { stream, origin, clock, partial, rows_from, bad } => {
-                self.clock = self.clock.max(clock);
+                e.clock = e.clock.max(clock);
                 if let Some(data) = record.rows {
                     let rows_from = rows_from.unwrap_or_else(|| (0..data.num_rows()).collect());
                     let arrival = Arrival { data, rows_from, bad, origin, lines: None, partial };
-                    let _ = self.ingest(&stream, arrival);
+                    let _ = e.ingest(&stream, arrival);
                 }
             }
-        }
-        self.checkpoints.logging_paused = false;
+        })
     }
 
     /// Keeps `value` under `key` in every checkpoint from now on, for the application to read
