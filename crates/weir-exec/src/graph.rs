@@ -255,6 +255,34 @@ impl Graph {
         }
         Ok(())
     }
+
+    /// Incremental checkpoints (see [`crate::dirty`]): writes every node's changes since the
+    /// last checkpoint, in the order of [`Graph::save_state`]; false if a node cannot say
+    /// (what was written is then to be dropped, and the graph saved whole).
+    pub fn save_changes(&mut self, w: &mut StateWriter) -> Result<bool> {
+        for i in self.state_order()? {
+            if !self.nodes[i].op.save_changes(w)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Applies what [`Graph::save_changes`] wrote to the state of the previous checkpoint.
+    pub fn restore_changes(&mut self, r: &mut StateReader) -> Result<()> {
+        for i in self.state_order()? {
+            self.nodes[i].op.restore_changes(r)?;
+        }
+        Ok(())
+    }
+
+    /// The state as it is now was checkpointed whole or restored: every node that can starts
+    /// recording its changes.
+    pub fn track_changes(&mut self) {
+        for node in &mut self.nodes {
+            node.op.track_changes();
+        }
+    }
 }
 
 #[cfg(test)]

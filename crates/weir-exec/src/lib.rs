@@ -28,6 +28,7 @@
 
 pub mod compile;
 pub mod consolidate;
+pub mod dirty;
 pub mod expr;
 pub mod graph;
 pub mod heap;

@@ -142,6 +142,42 @@ pub trait Operator: Send + std::fmt::Debug {
     /// the same plan: reads the same sections back in the same order. Errors (never panics)
     /// on sections that do not fit.
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()>;
+
+    /// Incremental checkpoints (see [`crate::dirty`]): writes what changed in the state since
+    /// it was last checkpointed (whole or in changes), as sections, and starts recording
+    /// again; returns false, having written nothing, if it cannot say (it does not record
+    /// changes, or recorded too many): the query is then checkpointed whole.
+    ///
+    /// The default writes the whole state if [`Operator::saves_whole_as_changes`], else
+    /// nothing (and returns false).
+    fn save_changes(&mut self, w: &mut StateWriter) -> Result<bool> {
+        if self.saves_whole_as_changes() {
+            self.save_state(w)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Applies what [`Operator::save_changes`] wrote to the state as it was at the previous
+    /// checkpoint. Errors (never panics) on sections that do not fit.
+    fn restore_changes(&mut self, r: &mut StateReader) -> Result<()> {
+        if self.saves_whole_as_changes() {
+            return self.restore_state(r);
+        }
+        Err(WeirError::internal("changes restored into an operator that never saves them"))
+    }
+
+    /// Whether the operator's changes since a checkpoint are best written as its whole state:
+    /// it holds none, or little (what its window bounds), and its
+    /// [`Operator::restore_state`] replaces whatever state it holds. Then an incremental
+    /// checkpoint writes its whole state each time, and the rest of its query its changes.
+    fn saves_whole_as_changes(&self) -> bool {
+        false
+    }
+
+    /// The state as it is now was checkpointed whole (or restored): an operator that can
+    /// save its changes starts recording them.
+    fn track_changes(&mut self) {}
 }
 
 /// The changes of a node's `N` inputs, or an internal error if the graph gave it another

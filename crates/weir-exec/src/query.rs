@@ -62,6 +62,9 @@ pub struct QueryRunner {
     /// Heartbeat instants, with the sources they came from.
     heartbeats: BTreeMap<Time, BTreeSet<String>>,
     last: Option<Time>,
+    /// Whether anything was taken in or evaluated since the state was last checkpointed (or
+    /// restored): if not, the last checkpoint holds it as it is.
+    changed: bool,
 }
 
 /// One pushed batch, sorted by time, of which the rows from `pos` on are not yet evaluated.
@@ -167,6 +170,7 @@ impl QueryRunner {
             pending: HashMap::new(),
             heartbeats: BTreeMap::new(),
             last: None,
+            changed: true,
         })
     }
 
@@ -209,6 +213,7 @@ impl QueryRunner {
         }
         check_after(self.last, &batch.times, "a query")?;
         let batch = batch.sort_by_time()?;
+        self.changed = true;
         self.pending.entry(source.to_string()).or_default().push(Chunk { batch, pos: 0 });
         Ok(())
     }
@@ -217,6 +222,7 @@ impl QueryRunner {
     /// future.
     pub fn heartbeat(&mut self, source: &str, t: Time) {
         if self.last.is_none_or(|l| t > l) {
+            self.changed = true;
             self.heartbeats.entry(t).or_default().insert(source.to_string());
         }
     }
@@ -234,9 +240,19 @@ impl QueryRunner {
     /// Evaluates every instant below `frontier`, appending the output changes to `out` in time
     /// order. On an error, `out` keeps the output of the instants evaluated before it.
     pub fn advance(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
-        if self.span {
-            return self.advance_span(frontier, out);
-        }
+        let before = self.last;
+        let result = if self.span {
+            self.advance_span(frontier, out)
+        } else {
+            self.advance_instants(frontier, out)
+        };
+        // Operators change only when they evaluate, and each evaluation moves `last`.
+        self.changed |= self.last != before;
+        result
+    }
+
+    /// [`QueryRunner::advance`] one instant at a time.
+    fn advance_instants(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
         while let Some(t) = self.next_instant() {
             if t as Watermark >= frontier {
                 break;
@@ -364,8 +380,45 @@ impl QueryRunner {
     /// `runner.chunk` per chunk (its rows not yet evaluated, as changes), then the operators'
     /// sections, root first, each operator before its inputs.
     pub fn save_state(&self) -> Result<Vec<u8>> {
-        let sig = self.signature();
         let mut w = StateWriter::new();
+        self.save_own(&mut w)?;
+        self.flow.save_state(&mut w)?;
+        w.into_bytes()
+    }
+
+    /// Incremental checkpoints (see [`crate::dirty`]): the runner's own sections, as in
+    /// [`QueryRunner::save_state`], then every operator's changes since the state was last
+    /// checkpointed (whole, or in changes); None if an operator cannot say, and the state
+    /// must be saved whole ([`QueryRunner::save_state`], then
+    /// [`QueryRunner::track_changes`]). Either way, the runner counts as unchanged from here.
+    pub fn save_changes(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut w = StateWriter::new();
+        self.save_own(&mut w)?;
+        let saved = self.flow.save_changes(&mut w)?;
+        self.changed = false;
+        if saved {
+            w.into_bytes().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The state as it is now was checkpointed whole: operators that can start recording
+    /// their changes, and the runner counts as unchanged.
+    pub fn track_changes(&mut self) {
+        self.flow.track_changes();
+        self.changed = false;
+    }
+
+    /// Whether anything was taken in or evaluated since the state was last checkpointed or
+    /// restored.
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// The runner's own sections: the last instant, heartbeats, buffered input.
+    fn save_own(&self, w: &mut StateWriter) -> Result<()> {
+        let sig = self.signature();
         w.put("runner", &sig, 1, vec![("last", opt_i64_col([self.last]))])?;
         let beats: Vec<(Time, &str)> = self
             .heartbeats
@@ -403,8 +456,7 @@ impl QueryRunner {
         for (_, c) in &chunks {
             w.put_changes("runner.chunk", &sig, &c.schema(), std::slice::from_ref(c))?;
         }
-        self.flow.save_state(&mut w)?;
-        w.into_bytes()
+        Ok(())
     }
 
     /// Restores [`QueryRunner::save_state`] output into a runner freshly built by
@@ -414,8 +466,42 @@ impl QueryRunner {
         if self.last.is_some() || !self.pending.is_empty() || !self.heartbeats.is_empty() {
             return Err(WeirError::internal("query state restored into a runner already in use"));
         }
-        let sig = self.signature();
         let mut r = StateReader::from_bytes(bytes)?;
+        let (last, heartbeats, pending) = self.take_own(&mut r)?;
+        self.flow.restore_state(&mut r)?;
+        r.finish()?;
+        self.last = last;
+        self.heartbeats = heartbeats;
+        self.pending = pending;
+        self.track_changes();
+        Ok(())
+    }
+
+    /// Applies [`QueryRunner::save_changes`] output to the state of the checkpoint before it
+    /// (restored whole, then with the changes written after it, in order). Fails with a clear
+    /// error (never panics) on bytes that do not fit; the runner must then be discarded.
+    pub fn restore_changes(&mut self, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader::from_bytes(bytes)?;
+        let (last, heartbeats, pending) = self.take_own(&mut r)?;
+        if self.last.is_some_and(|l| last.is_none_or(|t| t < l)) {
+            return Err(invalid("changes from before the state they are applied to"));
+        }
+        self.flow.restore_changes(&mut r)?;
+        r.finish()?;
+        self.last = last;
+        self.heartbeats = heartbeats;
+        self.pending = pending;
+        self.track_changes();
+        Ok(())
+    }
+
+    /// Reads what [`QueryRunner::save_own`] wrote.
+    #[allow(clippy::type_complexity)]
+    fn take_own(
+        &self,
+        r: &mut StateReader,
+    ) -> Result<(Option<Time>, BTreeMap<Time, BTreeSet<String>>, HashMap<String, Vec<Chunk>>)> {
+        let sig = self.signature();
         let last = match r.take("runner", &sig)?.opt_i64s("last")?.as_slice() {
             [last] => *last,
             _ => return Err(invalid("section 'runner' should have one row")),
@@ -443,12 +529,7 @@ impl QueryRunner {
             let batch = batch.sort_by_time()?;
             pending.entry(src.to_string()).or_default().push(Chunk { batch, pos: 0 });
         }
-        self.flow.restore_state(&mut r)?;
-        r.finish()?;
-        self.last = last;
-        self.heartbeats = heartbeats;
-        self.pending = pending;
-        Ok(())
+        Ok((last, heartbeats, pending))
     }
 }
 

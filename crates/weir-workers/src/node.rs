@@ -520,6 +520,25 @@ impl NodeHost {
     /// `input`, `rows`), one `node.chunk` per chunk (its rows not yet evaluated), then the
     /// operator's own sections.
     pub fn save_state(&self, index: usize, w: &mut StateWriter) -> Result<()> {
+        self.save_own(index, w)?;
+        self.op.save_state(w)
+    }
+
+    /// Incremental checkpoints (see [`weir_exec::dirty`]): the host's own sections, as in
+    /// [`NodeHost::save_state`], then the operator's changes since the last checkpoint; false
+    /// if it cannot say (the query is then saved whole).
+    pub fn save_changes(&mut self, index: usize, w: &mut StateWriter) -> Result<bool> {
+        self.save_own(index, w)?;
+        self.op.save_changes(w)
+    }
+
+    /// The state as it is now was checkpointed whole: the operator starts recording changes.
+    pub fn track_changes(&mut self) {
+        self.op.track_changes();
+    }
+
+    /// The host's own sections (see [`NodeHost::save_state`]).
+    fn save_own(&self, index: usize, w: &mut StateWriter) -> Result<()> {
         let sig = self.signature(index);
         w.put(
             "node",
@@ -564,7 +583,7 @@ impl NodeHost {
         for (_, c) in &chunks {
             w.put_changes("node.chunk", &sig, &c.schema(), std::slice::from_ref(c))?;
         }
-        self.op.save_state(w)
+        Ok(())
     }
 
     /// Restores what [`NodeHost::save_state`] wrote into a host freshly built for the same
@@ -573,6 +592,28 @@ impl NodeHost {
         if self.last.is_some() || self.seq > 0 {
             return Err(WeirError::internal("node state restored into a node already in use"));
         }
+        self.take_own(index, r)?;
+        self.op.restore_state(r)?;
+        self.op.track_changes();
+        Ok(())
+    }
+
+    /// Applies what [`NodeHost::save_changes`] wrote to the state of the previous checkpoint
+    /// (restored, with the changes before these), before the node receives anything.
+    pub fn restore_changes(&mut self, index: usize, r: &mut StateReader) -> Result<()> {
+        for stash in &mut self.stash {
+            stash.chunks.clear();
+            stash.sorted = true;
+        }
+        self.seq = 0;
+        self.take_own(index, r)?;
+        self.op.restore_changes(r)?;
+        self.op.track_changes();
+        Ok(())
+    }
+
+    /// Reads the host's own sections into this host, whose stashes are empty.
+    fn take_own(&mut self, index: usize, r: &mut StateReader) -> Result<()> {
         let sig = self.signature(index);
         let head = r.take("node", &sig)?;
         let (lasts, fails) = (head.opt_i64s("last")?, head.bools("failed")?);
@@ -610,7 +651,6 @@ impl NodeHost {
             self.seq += 1;
             stash.push((0, 0, self.seq), batch)?;
         }
-        self.op.restore_state(r)?;
         self.last = last;
         self.failed = failed;
         self.ticks = ticks;

@@ -35,7 +35,7 @@ use weir_exec::{OutputKind, QueryRunner};
 use weir_plan::{LogicalPlan, PlanKind};
 
 use crate::part::Part;
-use crate::runtime::{Status, Workers};
+use crate::runtime::{Cut, Status, Workers};
 
 /// One running continuous query (see the module docs). Its methods are those of
 /// [`QueryRunner`].
@@ -64,6 +64,9 @@ pub struct Hosted {
     /// workers as the next round begins, so that between rounds nothing is in flight and a
     /// checkpoint is one consistent cut.
     queued: Vec<Queued>,
+    /// Whether anything was taken in or evaluated since the state was last checkpointed or
+    /// restored.
+    changed: bool,
 }
 
 /// Input of the next round, not yet fed to the workers.
@@ -100,6 +103,7 @@ impl Runner {
             status,
             labels,
             queued: Vec::new(),
+            changed: true,
         }))
     }
 
@@ -192,6 +196,52 @@ impl Runner {
         match self {
             Runner::Local(r) => r.save_state(),
             Runner::Hosted(h) => h.save_state(),
+        }
+    }
+
+    /// Incremental checkpoints (see [`weir_exec::dirty`]): the state's changes since it was
+    /// last checkpointed or restored, as checkpoint bytes; None if the query cannot say (it has
+    /// an operator that does not record its changes, or too much changed): it must then be
+    /// saved whole ([`Runner::save_state`], then [`Runner::track_changes`]).
+    pub fn save_changes(&mut self) -> Result<Option<Vec<u8>>> {
+        match self {
+            Runner::Local(r) => r.save_changes(),
+            Runner::Hosted(h) => {
+                let saved = h.save_cut(Cut::Changes)?;
+                h.changed = false;
+                Ok(saved)
+            }
+        }
+    }
+
+    /// The state as it is now was checkpointed whole: operators that can start recording
+    /// their changes.
+    pub fn track_changes(&mut self) -> Result<()> {
+        match self {
+            Runner::Local(r) => r.track_changes(),
+            Runner::Hosted(h) => {
+                h.workers.save(h.id, Cut::Track)?;
+                h.changed = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether anything was taken in or evaluated since the state was last checkpointed or
+    /// restored: if not, the last checkpoint holds it as it is.
+    pub fn changed(&self) -> bool {
+        match self {
+            Runner::Local(r) => r.changed(),
+            Runner::Hosted(h) => h.changed,
+        }
+    }
+
+    /// Applies [`Runner::save_changes`] output to the state restored before (whole, then the
+    /// changes written after it, in order).
+    pub fn restore_changes(&mut self, bytes: &[u8]) -> Result<()> {
+        match self {
+            Runner::Local(r) => r.restore_changes(bytes),
+            Runner::Hosted(h) => h.restore_cut(bytes, true),
         }
     }
 
@@ -357,11 +407,14 @@ impl Hosted {
     }
 
     fn advance(&mut self, frontier: Watermark, out: &mut Vec<ChangeBatch>) -> Result<()> {
+        // Nodes change only with input or an evaluated instant, which moves `last`.
+        self.changed |= !self.queued.is_empty();
         self.feed()?;
         let done = self.workers.advance(self.id, self.round, frontier)?;
         self.round += 1;
         let failure = self.take_failure()?;
         if let Ok(last) = self.status.last.lock() {
+            self.changed |= self.last != *last;
             self.last = *last;
         }
         let batches: Vec<ChangeBatch> =
@@ -410,6 +463,12 @@ impl Hosted {
     /// nodes' states ([`Workers::save`]). Between rounds nothing is in flight, so the
     /// workers' states and the queue are one consistent cut.
     fn save_state(&self) -> Result<Vec<u8>> {
+        self.save_cut(Cut::Whole)?.ok_or_else(|| WeirError::internal("no state saved"))
+    }
+
+    /// [`Hosted::save_state`], with the workers' whole states or their changes ([`Cut`]);
+    /// None if a worker's node cannot say what changed.
+    fn save_cut(&self, cut: Cut) -> Result<Option<Vec<u8>>> {
         self.check_alive_keep()?;
         let sig = self.signature();
         let mut w = StateWriter::new();
@@ -447,20 +506,32 @@ impl Hosted {
                 w.put_changes("hosted.chunk", &sig, &b.schema(), std::slice::from_ref(b))?;
             }
         }
-        let states = self.workers.save(self.id)?;
+        let states = self.workers.save(self.id, cut)?;
+        if states.iter().any(Vec::is_empty) {
+            return Ok(None);
+        }
         w.put(
             "hosted.workers",
             &sig,
             states.len(),
             vec![("state", binary_col(states.iter().map(Vec::as_slice)))],
         )?;
-        w.into_bytes()
+        w.into_bytes().map(Some)
     }
 
     /// Restores [`Hosted::save_state`] output (of as many workers) into a query just
     /// installed and not yet fed.
     fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         if self.round > 0 || self.last.is_some() || !self.queued.is_empty() {
+            return Err(WeirError::internal("query state restored into a runner already in use"));
+        }
+        self.restore_cut(bytes, false)
+    }
+
+    /// Restores [`Hosted::save_state`] output, or (with `changes`) applies what
+    /// [`Hosted::save_cut`] wrote as changes to the state restored before.
+    fn restore_cut(&mut self, bytes: &[u8], changes: bool) -> Result<()> {
+        if self.round > 0 {
             return Err(WeirError::internal("query state restored into a runner already in use"));
         }
         let sig = self.signature();
@@ -497,10 +568,11 @@ impl Hosted {
         let w = r.take("hosted.workers", &sig)?;
         let states: Vec<Vec<u8>> = w.binary("state")?.into_iter().map(<[u8]>::to_vec).collect();
         r.finish()?;
-        self.workers.restore(self.id, states)?;
+        self.workers.restore(self.id, states, changes)?;
         self.check_alive()?;
         self.last = last;
         self.queued = queued;
+        self.changed = false;
         Ok(())
     }
 

@@ -121,6 +121,7 @@ pub(crate) enum Command {
     /// Write this worker's state of query `id` (between rounds: see [`Workers::save`]).
     Save {
         id: u64,
+        cut: Cut,
         reply: Sender<(usize, Result<Vec<u8>>)>,
     },
     /// Measure this worker's state of query `id`: per node, its bytes as a little-endian u64.
@@ -128,15 +129,30 @@ pub(crate) enum Command {
         id: u64,
         reply: Sender<(usize, Result<Vec<u8>>)>,
     },
-    /// Put back what `Save` wrote, into the query just installed.
+    /// Put back what `Save` wrote, into the query just installed: its whole state, or (with
+    /// `changes`) the changes written after the state put back before.
     Restore {
         id: u64,
         bytes: Vec<u8>,
+        changes: bool,
         reply: Sender<(usize, Result<Vec<u8>>)>,
     },
     Remove {
         id: u64,
     },
+}
+
+/// What a [`Command::Save`] writes (incremental checkpoints: see [`weir_exec::dirty`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// The whole state.
+    Whole,
+    /// The changes since the last checkpoint; no bytes at all (never a valid state) if a
+    /// node cannot say.
+    Changes,
+    /// Nothing: the state as it is now was just checkpointed whole, and nodes that can start
+    /// recording their changes.
+    Track,
 }
 
 #[derive(Debug)]
@@ -301,8 +317,8 @@ impl Workers {
     /// [`Workers::advance`] returned and before the next round's input is fed), when no part
     /// is in flight: every node has evaluated every round so far, so each worker's nodes,
     /// saved one after another, are one consistent cut of the dataflow.
-    pub(crate) fn save(&self, id: u64) -> Result<Vec<Vec<u8>>> {
-        self.each_worker(|_, reply| Command::Save { id, reply })
+    pub(crate) fn save(&self, id: u64, cut: Cut) -> Result<Vec<Vec<u8>>> {
+        self.each_worker(|_, reply| Command::Save { id, cut, reply })
     }
 
     /// Per node of query `id` (in graph order), the bytes its state holds, summed over the
@@ -327,7 +343,9 @@ impl Workers {
 
     /// Puts each worker's saved state (from [`Workers::save`], in worker order) into query
     /// `id`, installed just before and not yet fed.
-    pub(crate) fn restore(&self, id: u64, states: Vec<Vec<u8>>) -> Result<()> {
+    /// With `changes`, the states are changes ([`Cut::Changes`]) applied to what was put
+    /// back before.
+    pub(crate) fn restore(&self, id: u64, states: Vec<Vec<u8>>, changes: bool) -> Result<()> {
         if states.len() != self.peers {
             return Err(WeirError::internal("a state per worker is needed"));
         }
@@ -335,6 +353,7 @@ impl Workers {
         self.each_worker(|_, reply| Command::Restore {
             id,
             bytes: states.next().unwrap_or_default(),
+            changes,
             reply,
         })
         .map(drop)
@@ -444,14 +463,27 @@ struct Installed {
 }
 
 impl Installed {
-    /// This worker's part of a checkpoint: every node's state, in graph order.
-    fn save(&self) -> Result<Vec<u8>> {
+    /// This worker's part of a checkpoint: every node's state (or its changes, see [`Cut`]),
+    /// in graph order.
+    fn save(&self, cut: Cut) -> Result<Vec<u8>> {
         if self.hosts.is_empty() {
             return Err(WeirError::internal("a query that did not compile on a worker"));
         }
         let mut w = StateWriter::new();
         for (i, host) in self.hosts.iter().enumerate() {
-            host.try_borrow().map_err(|_| busy())?.save_state(i, &mut w)?;
+            let mut host = host.try_borrow_mut().map_err(|_| busy())?;
+            match cut {
+                Cut::Whole => host.save_state(i, &mut w)?,
+                Cut::Changes => {
+                    if !host.save_changes(i, &mut w)? {
+                        return Ok(Vec::new());
+                    }
+                }
+                Cut::Track => host.track_changes(),
+            }
+        }
+        if cut == Cut::Track {
+            return Ok(Vec::new());
         }
         w.into_bytes()
     }
@@ -467,14 +499,18 @@ impl Installed {
         Ok(out)
     }
 
-    fn restore(&self, bytes: &[u8]) -> Result<()> {
+    fn restore(&self, bytes: &[u8], changes: bool) -> Result<()> {
         if self.hosts.is_empty() {
             return Err(WeirError::internal("a query that did not compile on a worker"));
         }
         let mut r = StateReader::from_bytes(bytes)?;
         for (i, host) in self.hosts.iter().enumerate() {
             let mut host = host.try_borrow_mut().map_err(|_| busy())?;
-            host.restore_state(i, &mut r)?;
+            if changes {
+                host.restore_changes(i, &mut r)?;
+            } else {
+                host.restore_state(i, &mut r)?;
+            }
             self.status.evaluated(host.last());
         }
         r.finish()
@@ -535,9 +571,9 @@ fn handle(
                 q.feed.advance_to(round + 1);
             }
         }
-        Command::Save { id, reply } => {
+        Command::Save { id, cut, reply } => {
             let r = match queries.get(&id) {
-                Some(q) => q.save(),
+                Some(q) => q.save(cut),
                 None => Err(WeirError::internal(format!("no query {id} on this worker"))),
             };
             let _ = reply.send((worker.index(), r));
@@ -549,9 +585,9 @@ fn handle(
             };
             let _ = reply.send((worker.index(), r));
         }
-        Command::Restore { id, bytes, reply } => {
+        Command::Restore { id, bytes, changes, reply } => {
             let r = match queries.get(&id) {
-                Some(q) => q.restore(&bytes).map(|()| Vec::new()),
+                Some(q) => q.restore(&bytes, changes).map(|()| Vec::new()),
                 None => Err(WeirError::internal(format!("no query {id} on this worker"))),
             };
             let _ = reply.send((worker.index(), r));

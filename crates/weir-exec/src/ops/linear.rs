@@ -49,6 +49,11 @@ impl<M: RowMap> Operator for Linear<M> {
         Ok(())
     }
 
+    /// No state: its changes are nothing.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

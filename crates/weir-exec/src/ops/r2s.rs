@@ -98,6 +98,11 @@ impl Operator for ToStream {
         Ok(())
     }
 
+    /// Nothing for ISTREAM and DSTREAM; RSTREAM's relation, written whole.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

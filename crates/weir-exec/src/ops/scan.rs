@@ -50,6 +50,11 @@ impl Operator for Scan {
         Ok(())
     }
 
+    /// No state: its changes are nothing.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

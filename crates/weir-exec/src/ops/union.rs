@@ -47,6 +47,11 @@ impl Operator for UnionAll {
         Ok(())
     }
 
+    /// No state: its changes are nothing.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

@@ -54,6 +54,11 @@ impl Operator for Values {
         Ok(())
     }
 
+    /// One flag, which restoring sets either way.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

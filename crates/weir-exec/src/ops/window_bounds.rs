@@ -291,6 +291,11 @@ impl Operator for WindowBounds {
         self.rows = take_counts(r, "window_bounds.rows", &sig)?.into_iter().collect();
         Ok(())
     }
+
+    /// The rows of the current window.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -111,6 +111,11 @@ impl Operator for DedupWindow {
         Ok(())
     }
 
+    /// One filter of the window's capacity.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

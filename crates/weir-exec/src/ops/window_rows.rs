@@ -125,6 +125,11 @@ impl Operator for RowsWindow {
         Ok(())
     }
 
+    /// At most N rows per partition.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         None
     }

@@ -388,6 +388,11 @@ impl Operator for SessionWindow {
         }
         Ok(())
     }
+
+    /// The open sessions and those closing.
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -647,6 +647,11 @@ impl Operator for TimeWindow {
         Ok(())
     }
 
+    /// The unexpired elements: what the window bounds ([UNBOUNDED] keeps none).
+    fn saves_whole_as_changes(&self) -> bool {
+        true
+    }
+
     fn next_wakeup(&self) -> Option<Time> {
         if !self.bounds_columns {
             return if self.bounds == TimeBounds::Unbounded { None } else { self.plain_wakeup() };

@@ -25,9 +25,14 @@ use arrow::buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Schema};
 use weir_common::{Result, WeirError};
 
-/// The version of the checkpoint layout this build writes and reads.
+/// The version of the checkpoint layout this build writes.
 /// 2: the manifest is written by serde derives (field names and layout changed).
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: incremental checkpoints: a checkpoint's state may be in earlier files (its manifest
+/// says which); a build that reads only 2 must not take it for whole.
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The versions this build reads.
+const READS: [&str; 2] = ["2", "3"];
 
 const VERSION_KEY: &str = "weir.checkpoint.version";
 
@@ -148,13 +153,7 @@ pub fn write(dir: &Path, sequence: u64, sections: Vec<(String, Vec<u8>)>) -> Res
 
 /// Reads and verifies one checkpoint file.
 pub fn read(path: &Path) -> Result<Stored> {
-    let sequence = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix("ckpt-"))
-        .and_then(|n| n.strip_suffix(".arrow"))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| corrupt(path, "not a checkpoint file name"))?;
+    let sequence = sequence_of(path).ok_or_else(|| corrupt(path, "not a checkpoint file name"))?;
     let bytes = std::fs::read(path).map_err(|e| io_err("cannot read", path, e))?;
     let Some(body_len) = bytes.len().checked_sub(8) else {
         return Err(corrupt(path, "shorter than its trailer"));
@@ -179,12 +178,13 @@ fn sections_of(path: &Path, body: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
     let reader = arrow::ipc::reader::FileReader::try_new(std::io::Cursor::new(body), None)
         .map_err(|e| corrupt(path, &e.to_string()))?;
     let version = reader.schema().metadata().get(VERSION_KEY).cloned();
-    if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
+    if !version.as_deref().is_some_and(|v| READS.contains(&v)) {
         return Err(WeirError::exec(format!(
-            "checkpoint '{}' has format version {}, this Weir reads version {FORMAT_VERSION}: \
-             it cannot be restored by this build",
+            "checkpoint '{}' has format version {}, this Weir reads versions {}: it cannot \
+             be restored by this build",
             path.display(),
-            version.unwrap_or_else(|| "(none)".into())
+            version.unwrap_or_else(|| "(none)".into()),
+            READS.join(" and ")
         )));
     }
     let mut sections = Vec::new();
@@ -252,15 +252,26 @@ pub fn latest(dir: &Path) -> Result<(Option<Stored>, Vec<String>)> {
 
 /// The sequence number of the oldest checkpoint in `dir`, if any.
 pub fn oldest(dir: &Path) -> Option<u64> {
-    list(dir).last().and_then(|p| {
-        p.file_name()?.to_str()?.strip_prefix("ckpt-")?.strip_suffix(".arrow")?.parse().ok()
-    })
+    list(dir).last().and_then(|p| sequence_of(p))
 }
 
-/// Deletes all but the newest `keep` checkpoints, and leftover temporary files.
-pub fn prune(dir: &Path, keep: usize) {
+/// The path of checkpoint `sequence` in `dir`.
+pub fn path_of(dir: &Path, sequence: u64) -> PathBuf {
+    dir.join(file_name(sequence))
+}
+
+/// The sequence number of a checkpoint file, from its name.
+pub fn sequence_of(path: &Path) -> Option<u64> {
+    path.file_name()?.to_str()?.strip_prefix("ckpt-")?.strip_suffix(".arrow")?.parse().ok()
+}
+
+/// Deletes the checkpoints older than both the newest `keep` and `keep_from` (the oldest
+/// still needed: incremental checkpoints name earlier files), and leftover temporary files.
+pub fn prune(dir: &Path, keep: usize, keep_from: u64) {
     for old in list(dir).into_iter().skip(keep) {
-        let _ = std::fs::remove_file(old);
+        if sequence_of(&old).is_some_and(|s| s < keep_from) {
+            let _ = std::fs::remove_file(old);
+        }
     }
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
@@ -298,7 +309,7 @@ mod tests {
         assert_eq!(got.section("manifest"), Some(&b"two"[..]));
         write(&dir, 3, sections("three")).unwrap();
         std::fs::write(dir.join(".ckpt-000000000004.tmp"), b"torn").unwrap();
-        prune(&dir, 2);
+        prune(&dir, 2, 3);
         let names: Vec<String> = list(&dir)
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
@@ -401,8 +412,8 @@ mod tests {
         let stored = read(&p).unwrap();
         std::fs::write(&p, write_to(Vec::new(), "999", stored.sections).unwrap()).unwrap();
         let err = latest(&dir).unwrap_err().to_string();
-        let expected = format!("has format version 999, this Weir reads version {FORMAT_VERSION}");
-        assert!(err.contains(&expected), "{err}");
+        let expected = "has format version 999, this Weir reads versions 2 and 3";
+        assert!(err.contains(expected), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -241,6 +241,10 @@ impl Dataflow {
         &self.queries
     }
 
+    pub fn queries_mut(&mut self) -> &mut [RunningQuery] {
+        &mut self.queries
+    }
+
     /// Stops the queries `stop` picks; their subscriptions end.
     pub fn stop_where(&mut self, stop: impl Fn(&RunningQuery) -> bool) {
         self.queries.retain(|q| !stop(q));

@@ -85,6 +85,57 @@ pub(super) struct Checkpoints {
     logging_paused: bool,
     /// Why the last periodic checkpoint could not be written, if it could not.
     failure: Option<WeirError>,
+    /// Incremental checkpoints: per state section (`query:<key>`, `table:<name>`,
+    /// `view:<name>`), the checkpoints that hold it as of the last one written: its whole
+    /// state, then its changes in order.
+    pieces: BTreeMap<String, Vec<u64>>,
+    /// The generation the last checkpoint written belongs to; None: the next is full.
+    generation: Option<Generation>,
+    /// The generation of the checkpoint restored, if any: kept until the next generation's
+    /// successor starts.
+    restored_generation: Option<u64>,
+}
+
+/// The checkpoints from a full one up to the next full one: those after the first write
+/// only what changed, and name the files that hold the rest (see [`Manifest::pieces`]).
+#[derive(Debug, Clone)]
+struct Generation {
+    /// The full checkpoint that starts it.
+    start: u64,
+    /// The start of the generation before (None: there was none), whose files are kept.
+    previous: Option<u64>,
+    /// Bytes of the full checkpoint.
+    size: usize,
+    /// Bytes written by the checkpoints after it.
+    written: usize,
+    /// Of those, bytes of queries' changes.
+    changes: usize,
+    /// The checkpoints after it.
+    checkpoints: usize,
+}
+
+/// A generation ends (the next checkpoint is full) once its checkpoints after the full one
+/// wrote as much as it (so recovery reads at most twice a full checkpoint, and the files kept
+/// hold at most about four), or after this many (each a step of recovery).
+const GENERATION_CHECKPOINTS: usize = 64;
+
+impl Generation {
+    /// Whether the next checkpoint is full. The first generation of a data directory is its
+    /// full checkpoint alone, so that from the second on a damaged file always has an earlier
+    /// generation to fall back to.
+    fn is_complete(&self) -> bool {
+        self.previous.is_none()
+            || self.written >= self.size.max(1)
+            || self.checkpoints >= GENERATION_CHECKPOINTS
+    }
+}
+
+/// A hash of bytes, to tell whether contents changed since they were written.
+fn content_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 impl Checkpoints {
@@ -123,6 +174,15 @@ struct Manifest {
     /// The application's notes ([`Engine::set_checkpoint_note`]); none in older checkpoints.
     #[serde(default)]
     notes: BTreeMap<String, String>,
+    /// Incremental checkpoints: per state section (`query:<key>`, `table:<name>`,
+    /// `view:<name>`), the checkpoints whose files hold it: the first its whole state (as
+    /// section `<name>`), the others its changes since the one before (as `changes:<name>`),
+    /// in order. Empty in checkpoints of format 2: every section is in the checkpoint's file.
+    #[serde(default)]
+    pieces: BTreeMap<String, Vec<u64>>,
+    /// The full checkpoint this one builds on (itself if it is full); 0 in format 2.
+    #[serde(default)]
+    generation: u64,
 }
 
 fn one_worker() -> usize {
@@ -159,7 +219,12 @@ fn bad(what: &str) -> WeirError {
 
 /// A relation's contents as rows plus a `__weir_count` column, as Arrow IPC stream bytes.
 fn contents_to_ipc(c: &Contents, schema: &SchemaRef) -> Result<Vec<u8>> {
-    let snap = c.snapshot(schema, 0)?;
+    rows_to_ipc(&c.snapshot(schema, 0)?, schema)
+}
+
+/// Rows with their multiplicities (the diffs of `snap`) as rows plus a `__weir_count`
+/// column, as Arrow IPC stream bytes.
+fn rows_to_ipc(snap: &ChangeBatch, schema: &SchemaRef) -> Result<Vec<u8>> {
     let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new("__weir_count", DataType::Int64, false));
     let mut cols = snap.data.columns().to_vec();
@@ -173,6 +238,17 @@ fn contents_to_ipc(c: &Contents, schema: &SchemaRef) -> Result<Vec<u8>> {
 }
 
 fn contents_from_ipc(c: &mut Contents, schema: &SchemaRef, bytes: &[u8]) -> Result<()> {
+    ipc_rows(schema, bytes)?.iter().try_for_each(|b| c.apply(b))
+}
+
+/// Applies what [`Contents::take_changes`] gave, as [`rows_to_ipc`] wrote it.
+fn changes_from_ipc(c: &mut Contents, schema: &SchemaRef, bytes: &[u8]) -> Result<()> {
+    ipc_rows(schema, bytes)?.iter().try_for_each(|b| c.set_rows(b))
+}
+
+/// What [`rows_to_ipc`] wrote: rows with their multiplicities as diffs.
+fn ipc_rows(schema: &SchemaRef, bytes: &[u8]) -> Result<Vec<ChangeBatch>> {
+    let mut out = Vec::new();
     let (_, batches) =
         weir_common::ipc::read_stream(bytes).map_err(|e| bad(&format!("unreadable state: {e}")))?;
     for batch in batches {
@@ -193,9 +269,143 @@ fn contents_from_ipc(c: &mut Contents, schema: &SchemaRef, bytes: &[u8]) -> Resu
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(counts.len())),
         )?;
         let times = vec![0; counts.len()];
-        c.apply(&ChangeBatch::new(data, times, counts))?;
+        out.push(ChangeBatch::new(data, times, counts));
     }
-    Ok(())
+    Ok(out)
+}
+
+/// The state sections of a checkpoint being written, and where each is (see
+/// [`Manifest::pieces`]).
+struct Writing {
+    sequence: u64,
+    /// The pieces as of the last checkpoint, if this one builds on it (empty if it is full).
+    earlier: BTreeMap<String, Vec<u64>>,
+    pieces: BTreeMap<String, Vec<u64>>,
+    sections: Vec<(String, Vec<u8>)>,
+    /// Bytes of changes written.
+    changes: usize,
+}
+
+impl Writing {
+    /// A section that did not change since the last checkpoint: where it was.
+    fn unchanged(&mut self, name: &str) -> bool {
+        match self.earlier.get(name) {
+            Some(chain) => {
+                self.pieces.insert(name.to_string(), chain.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the last checkpoint holds a section, so that its changes can follow it.
+    fn builds_on(&self, name: &str) -> bool {
+        self.earlier.contains_key(name)
+    }
+
+    /// A section's changes since the last checkpoint.
+    fn changes(&mut self, name: String, bytes: Vec<u8>) {
+        let chain = self.earlier.get(&name).cloned().unwrap_or_default();
+        self.changes += bytes.len();
+        self.pieces.insert(name.clone(), [&chain[..], &[self.sequence]].concat());
+        self.sections.push((format!("changes:{name}"), bytes));
+    }
+
+    /// A section written whole.
+    fn whole(&mut self, name: String, bytes: Vec<u8>) {
+        self.pieces.insert(name.clone(), vec![self.sequence]);
+        self.sections.push((name, bytes));
+    }
+
+    /// A table's or view's contents: not written if unchanged, their changes if recorded,
+    /// else whole.
+    fn relation(
+        &mut self,
+        name: String,
+        contents: &mut Contents,
+        schema: &SchemaRef,
+    ) -> Result<()> {
+        if self.builds_on(&name) {
+            if contents.unchanged() && self.unchanged(&name) {
+                return Ok(());
+            }
+            if let Some(changes) = contents.take_changes(schema)? {
+                self.changes(name, rows_to_ipc(&changes, schema)?);
+                return Ok(());
+            }
+        }
+        self.whole(name, contents_to_ipc(contents, schema)?);
+        contents.track_changes();
+        Ok(())
+    }
+}
+
+/// A checkpoint read back with every file it names: its manifest, each state section's whole
+/// state, and the changes to apply after it, in order.
+struct Loaded {
+    manifest: Manifest,
+    whole: BTreeMap<String, Vec<u8>>,
+    changes: BTreeMap<String, Vec<Vec<u8>>>,
+}
+
+/// Reads checkpoint `stored` and the pieces of its state in earlier files (see
+/// [`Manifest::pieces`]); an error if one of them is damaged or missing.
+fn load(dir: &std::path::Path, stored: store::Stored) -> Result<Loaded> {
+    let here = stored.sequence;
+    let mut files: BTreeMap<u64, store::Stored> = BTreeMap::new();
+    files.insert(here, stored);
+    let manifest: Manifest = {
+        let m = files[&here].section("manifest").ok_or_else(|| bad("no manifest"))?;
+        serde_json::from_slice(m).map_err(|e| bad(&format!("unreadable manifest: {e}")))?
+    };
+    if manifest.sequence != here {
+        return Err(bad(&format!("checkpoint {here} holds the manifest of {}", manifest.sequence)));
+    }
+    let (mut whole, mut changes) = (BTreeMap::new(), BTreeMap::new());
+    if manifest.pieces.is_empty() {
+        // Format 2: every section in this file.
+        let sections = files.remove(&here).map(|s| s.sections).unwrap_or_default();
+        whole.extend(sections.into_iter().filter(|(n, _)| n != "manifest"));
+        return Ok(Loaded { manifest, whole, changes });
+    }
+    for (name, chain) in &manifest.pieces {
+        for (i, &seq) in chain.iter().enumerate() {
+            if seq > here || (i > 0 && seq <= chain[i - 1]) {
+                return Err(bad(&format!("the pieces of '{name}' are out of order")));
+            }
+            if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(seq) {
+                let read = store::read(&store::path_of(dir, seq)).map_err(|e| {
+                    WeirError::exec(format!("checkpoint {here} needs checkpoint {seq}: {e}"))
+                })?;
+                slot.insert(read);
+            }
+            let section = if i == 0 { name.clone() } else { format!("changes:{name}") };
+            let bytes = files[&seq].section(&section).ok_or_else(|| {
+                bad(&format!("checkpoint {seq} does not hold '{section}' for checkpoint {here}"))
+            })?;
+            if i == 0 {
+                whole.insert(name.clone(), bytes.to_vec());
+            } else {
+                changes.entry(name.clone()).or_insert_with(Vec::new).push(bytes.to_vec());
+            }
+        }
+    }
+    Ok(Loaded { manifest, whole, changes })
+}
+
+/// The newest checkpoint in `dir` that reads back intact with every file it names, with a
+/// warning for each newer one that did not. A checkpoint of another format version is an
+/// error, not skipped: restoring an older one instead would silently lose everything after it.
+fn load_latest(dir: &std::path::Path) -> Result<(Option<Loaded>, Vec<String>)> {
+    let mut warnings = Vec::new();
+    for path in store::list(dir) {
+        match store::read(&path).and_then(|stored| load(dir, stored)) {
+            Ok(loaded) => return Ok((Some(loaded), warnings)),
+            Err(e) if e.to_string().contains("format version") => return Err(e),
+            Err(e) => warnings.push(format!("{e}; using the one before it")),
+        }
+    }
+    Ok((None, warnings))
 }
 
 impl Engine {
@@ -214,16 +424,17 @@ impl Engine {
         workers: usize,
     ) -> Result<(Engine, Recovery)> {
         let dir = dir.into();
-        let (stored, mut warnings) = store::latest(&dir)?;
+        let (loaded, mut warnings) = load_latest(&dir)?;
         let mut engine = Engine::new();
         engine.set_workers(workers)?;
         engine.checkpoints.data_dir = Some(dir.clone());
         let mut recovery = Recovery::default();
-        if let Some(stored) = stored {
-            engine.checkpoints.sequence = stored.sequence;
-            recovery.parked = engine.restore(&stored)?;
+        if let Some(loaded) = loaded {
+            let sequence = loaded.manifest.sequence;
+            engine.checkpoints.sequence = sequence;
+            recovery.parked = engine.restore(loaded)?;
             recovery.notes = engine.checkpoints.notes.clone();
-            recovery.checkpoint = Some(stored.sequence);
+            recovery.checkpoint = Some(sequence);
         }
         // The log's records after the checkpoint restored, in order; then a checkpoint that
         // holds them, after which the logs before it are no longer needed.
@@ -454,7 +665,7 @@ impl Engine {
         let cwd = std::env::current_dir()
             .map_err(|e| bad(&format!("cannot read the working directory: {e}")))?;
         let absolute = |p: &std::path::Path| cwd.join(p);
-        let mut sections: Vec<(String, Vec<u8>)> = Vec::new();
+        let sections: Vec<(String, Vec<u8>)> = Vec::new();
         let mut streams = BTreeMap::new();
         for (name, st) in self.intake.streams().filter(|(_, s)| s.companion_of.is_none()) {
             let source = st.source.as_ref().map(|s| {
@@ -492,20 +703,8 @@ impl Engine {
                 failed.insert(Target::View(name.clone()).key().unwrap_or_default(), e.to_string());
             }
         }
-        for (name, t) in self.tables.tables_mut() {
-            sections.push((format!("table:{name}"), contents_to_ipc(&t.contents, &t.schema)?));
-        }
-        for (name, v) in self.tables.views() {
-            let v = v.lock();
-            sections.push((format!("view:{name}"), contents_to_ipc(&v.contents, &v.schema)?));
-        }
-        let mut queries = Vec::new();
-        for q in self.dataflow.queries() {
-            let Some(key) = q.target.key() else { continue };
-            sections.push((format!("query:{key}"), q.runner.save_state()?));
-            queries.push(key);
-        }
-        let sequence = self.checkpoints.sequence + 1;
+        let keys: Vec<String> =
+            self.dataflow.queries().iter().filter_map(|q| q.target.key()).collect();
         let mut manifest = Manifest {
             sequence: 0,
             clock: self.clock,
@@ -513,29 +712,101 @@ impl Engine {
             statements: self.catalog.statements().map(str::to_string).collect(),
             streams,
             sinks,
-            queries,
+            queries: keys,
             failed,
             workers: self.workers(),
             notes: self.checkpoints.notes.clone(),
+            pieces: BTreeMap::new(),
+            generation: 0,
         };
-        let contents = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?.hash(&mut h);
-            sections.hash(&mut h);
-            h.finish()
-        };
+        let contents =
+            content_hash(&serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?);
         self.checkpoints.last = self.intake.now();
-        if unless_unchanged && self.checkpoints.last_contents == Some(contents) {
+        // The same manifest (its sequence and the pieces left out), no table or view changed,
+        // no query that took anything in: the same checkpoint as the last.
+        let idle = self.checkpoints.last_contents == Some(contents)
+            && self.tables.tables_mut().all(|(_, t)| t.contents.unchanged())
+            && self.tables.views().all(|(_, v)| v.lock().contents.unchanged())
+            && self.dataflow.queries().iter().all(|q| !q.runner.changed());
+        if unless_unchanged && idle {
             return Ok(None);
         }
+        let sequence = self.checkpoints.sequence + 1;
+        // Incremental checkpoints: a full checkpoint starts a generation; those after it write
+        // only what changed, and name the files of the earlier ones for the rest.
+        let full = self.checkpoints.generation.as_ref().is_none_or(Generation::is_complete);
+        let mut w = Writing {
+            sequence,
+            earlier: if full { BTreeMap::new() } else { self.checkpoints.pieces.clone() },
+            pieces: BTreeMap::new(),
+            sections,
+            changes: 0,
+        };
+        for (name, t) in self.tables.tables_mut() {
+            w.relation(format!("table:{name}"), &mut t.contents, &t.schema)?;
+        }
+        for (name, v) in self.tables.views() {
+            let mut v = v.lock();
+            let schema = v.schema.clone();
+            w.relation(format!("view:{name}"), &mut v.contents, &schema)?;
+        }
+        // A query that took nothing in since is not written; one whose operators all record
+        // their changes writes those; the others are written whole.
+        for q in self.dataflow.queries_mut() {
+            let Some(key) = q.target.key() else { continue };
+            let name = format!("query:{key}");
+            if w.builds_on(&name) {
+                if !q.runner.changed() && w.unchanged(&name) {
+                    continue;
+                }
+                if let Some(bytes) = q.runner.save_changes()? {
+                    w.changes(name, bytes);
+                    continue;
+                }
+            }
+            let bytes = q.runner.save_state()?;
+            q.runner.track_changes()?;
+            w.whole(name, bytes);
+        }
+        let Writing { pieces, mut sections, changes, .. } = w;
         manifest.sequence = sequence;
+        manifest.pieces = pieces.clone();
+        manifest.generation = match &self.checkpoints.generation {
+            Some(g) if !full => g.start,
+            _ => sequence,
+        };
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
+        let bytes: usize = sections.iter().map(|(_, b)| b.len()).sum();
         sections.insert(0, ("manifest".into(), manifest));
-        store::write(&dir, sequence, sections)?;
-        store::prune(&dir, KEEP);
+        if let Err(e) = store::write(&dir, sequence, sections) {
+            // The operators' changes were taken: what follows is written whole.
+            self.checkpoints.generation = None;
+            self.checkpoints.pieces.clear();
+            return Err(e);
+        }
+        // Kept: the newest checkpoints, and every file of this generation and of the one
+        // before it, so that a damaged file of this one falls back to the last of that one.
+        let generation = match self.checkpoints.generation.take() {
+            Some(mut g) if !full => {
+                g.written += bytes;
+                g.changes += changes;
+                g.checkpoints += 1;
+                g
+            }
+            g => Generation {
+                start: sequence,
+                previous: g.map_or(self.checkpoints.restored_generation, |g| Some(g.start)),
+                size: bytes,
+                written: 0,
+                changes: 0,
+                checkpoints: 0,
+            },
+        };
+        store::prune(&dir, KEEP, generation.previous.unwrap_or(generation.start));
+        self.checkpoints.generation = Some(generation);
         self.checkpoints.sequence = sequence;
         self.checkpoints.last_contents = Some(contents);
+        self.checkpoints.pieces = pieces;
         // What was logged is in the checkpoint now: a new log follows it. The logs after the
         // checkpoints still kept stay, for a recovery that falls back to an older one.
         if let Some(sync) = self.wal() {
@@ -548,10 +819,10 @@ impl Engine {
     }
 
     /// Puts a stored checkpoint into this fresh engine; returns the parked subscribers' texts.
-    fn restore(&mut self, stored: &store::Stored) -> Result<Vec<String>> {
-        let manifest: Manifest =
-            serde_json::from_slice(stored.section("manifest").ok_or_else(|| bad("no manifest"))?)
-                .map_err(|e| bad(&format!("unreadable manifest: {e}")))?;
+    fn restore(&mut self, loaded: Loaded) -> Result<Vec<String>> {
+        let Loaded { manifest, mut whole, changes } = loaded;
+        // The next checkpoint is full; this one's generation is kept until the one after.
+        self.checkpoints.restored_generation = Some(manifest.generation);
         if manifest.workers.max(1) != self.workers() {
             return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
         }
@@ -614,28 +885,42 @@ impl Engine {
                 }
             };
         }
-        for (name, t) in self.tables.tables_mut() {
-            if let Some(bytes) = stored.section(&format!("table:{name}")) {
-                contents_from_ipc(&mut t.contents, &t.schema, bytes)?;
+        // Tables and views: their whole contents, then their changes in order.
+        let relation = |name: String, c: &mut Contents, schema: &SchemaRef| -> Result<()> {
+            if let Some(bytes) = whole.get(&name) {
+                contents_from_ipc(c, schema, bytes)?;
             }
+            for bytes in changes.get(&name).into_iter().flatten() {
+                changes_from_ipc(c, schema, bytes)?;
+            }
+            Ok(())
+        };
+        for (name, t) in self.tables.tables_mut() {
+            relation(format!("table:{name}"), &mut t.contents, &t.schema)?;
         }
         for (name, v) in self.tables.views() {
-            if let Some(bytes) = stored.section(&format!("view:{name}")) {
-                let mut v = v.lock();
-                let schema = v.schema.clone();
-                contents_from_ipc(&mut v.contents, &schema, bytes)?;
-            }
+            let mut v = v.lock();
+            let schema = v.schema.clone();
+            relation(format!("view:{name}"), &mut v.contents, &schema)?;
         }
-        // Running queries: fresh runners, their state put back.
+        // Running queries: fresh runners, their state put back: whole, then the changes
+        // written after it, in order.
         let mut parked = Vec::new();
         for key in manifest.queries {
-            let bytes = stored
-                .section(&format!("query:{key}"))
-                .ok_or_else(|| bad(&format!("no state for query '{key}'")))?;
+            let name = format!("query:{key}");
+            let bytes =
+                whole.remove(&name).ok_or_else(|| bad(&format!("no state for query '{key}'")))?;
+            let restore = |runner: &mut weir_workers::Runner| -> Result<()> {
+                runner.restore_state(&bytes)?;
+                for c in changes.get(&name).into_iter().flatten() {
+                    runner.restore_changes(c)?;
+                }
+                Ok(())
+            };
             if let Some(sql) = key.strip_prefix("sub:") {
                 let plan = self.subscription_plan(sql)?;
                 let mut runner = self.dataflow.runner(&plan)?;
-                runner.restore_state(bytes)?;
+                restore(&mut runner)?;
                 let target = Target::Subscriber(Some(sql.to_string()));
                 self.dataflow.add(runner, &plan, target, None, Vec::new())?;
                 parked.push(sql.to_string());
@@ -649,7 +934,7 @@ impl Engine {
                 .map(|q| q.plan.clone())
                 .ok_or_else(|| bad(&format!("no query for '{key}'")))?;
             let mut runner = self.dataflow.runner(&plan)?;
-            runner.restore_state(bytes)?;
+            restore(&mut runner)?;
             self.dataflow.replace_runner(&key, runner)?;
         }
         self.run_queries();

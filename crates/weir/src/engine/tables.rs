@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
+use weir_exec::dirty::DirtyKeys;
 use weir_exec::heap::HeapSize;
 use weir_exec::query::evaluate_once;
 use weir_exec::row::{RowBytes, RowCodec};
@@ -46,6 +47,9 @@ pub(crate) struct Contents {
     rows: BTreeMap<RowBytes, i64>,
     /// A table's primary key, with the row each key has now.
     key: Option<PrimaryIndex>,
+    /// The rows whose multiplicity changed since the contents were last checkpointed
+    /// (incremental checkpoints: see [`weir_exec::dirty`]).
+    dirty: DirtyKeys<RowBytes>,
 }
 
 /// The row of each primary key of a table.
@@ -77,11 +81,18 @@ impl Contents {
     /// An estimate of the bytes the rows (and a primary key's index) hold (see
     /// [`weir_exec::heap`]).
     pub fn heap_bytes(&self) -> usize {
-        self.rows.heap_bytes() + self.key.as_ref().map_or(0, |k| k.rows.heap_bytes())
+        self.rows.heap_bytes()
+            + self.key.as_ref().map_or(0, |k| k.rows.heap_bytes())
+            + self.dirty.heap_bytes()
     }
 
     pub fn new(schema: &SchemaRef) -> Result<Self> {
-        Ok(Contents { codec: RowCodec::for_schema(schema)?, rows: BTreeMap::new(), key: None })
+        Ok(Contents {
+            codec: RowCodec::for_schema(schema)?,
+            rows: BTreeMap::new(),
+            key: None,
+            dirty: DirtyKeys::default(),
+        })
     }
 
     /// The contents of a table with primary key `key` (no key if empty).
@@ -100,6 +111,9 @@ impl Contents {
         let rows = self.codec.encode(changes.data.columns(), changes.len())?;
         for (i, &d) in changes.diffs.iter().enumerate() {
             let row = rows.get(i);
+            if d != 0 {
+                self.dirty.note(row, self.rows.len());
+            }
             match self.rows.get_mut(row) {
                 Some(n) => {
                     *n += d;
@@ -184,6 +198,63 @@ impl Contents {
         let mut diffs = vec![-1; deleted.num_rows()];
         diffs.resize(both.num_rows(), 1);
         Ok(ChangeBatch::new(both, vec![at; diffs.len()], diffs))
+    }
+
+    /// The contents as they are now were checkpointed whole: record changes from here.
+    pub fn track_changes(&mut self) {
+        self.dirty.start();
+    }
+
+    /// Whether changes are recorded and none was since the last checkpoint.
+    pub fn unchanged(&self) -> bool {
+        self.dirty.is_clean()
+    }
+
+    /// The rows whose multiplicity changed since the last checkpoint, each with its
+    /// multiplicity now (0: gone), and recording starts again; None if changes were not
+    /// recorded (the contents are then checkpointed whole).
+    pub fn take_changes(&mut self, schema: &SchemaRef) -> Result<Option<ChangeBatch>> {
+        let Some(rows) = self.dirty.take() else { return Ok(None) };
+        let data = self.codec.decode_batch(schema, rows.iter().map(|r| &r[..]))?;
+        let counts: Vec<i64> =
+            rows.iter().map(|r| self.rows.get(r).copied().unwrap_or(0)).collect();
+        Ok(Some(ChangeBatch::new(data, vec![0; counts.len()], counts)))
+    }
+
+    /// Sets rows to the multiplicities `changes` holds (what [`Contents::take_changes`]
+    /// gave, applied to the contents of the checkpoint before), keeping a primary key's
+    /// index in step.
+    pub fn set_rows(&mut self, changes: &ChangeBatch) -> Result<()> {
+        let rows = self.codec.encode(changes.data.columns(), changes.len())?;
+        let keys = match &self.key {
+            Some(index) => Some(index.keys(&changes.data)?),
+            None => None,
+        };
+        for pass_inserts in [false, true] {
+            for (i, &n) in changes.diffs.iter().enumerate() {
+                let row = rows.get(i);
+                if n < 0 {
+                    return Err(WeirError::exec("checkpoint: a negative multiplicity"));
+                }
+                if (n > 0) != pass_inserts {
+                    continue;
+                }
+                if n > 0 {
+                    self.rows.insert(RowBytes::from(row), n);
+                } else {
+                    self.rows.remove(row);
+                }
+                if let (Some(index), Some(keys)) = (&mut self.key, &keys) {
+                    let k = keys.get(i);
+                    if n > 0 {
+                        index.rows.insert(k.into(), row.into());
+                    } else if index.rows.get(k).is_some_and(|r| &r[..] == row) {
+                        index.rows.remove(k);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The contents as inserts at `at`.

@@ -102,11 +102,53 @@ impl Aggregate {
 
     /// Writes the groups and accumulators (see the module docs for the layout).
     pub(super) fn save_own(&self, w: &mut StateWriter) -> Result<()> {
-        let sig = self.signature();
-        w.put("aggregate", &sig, 1, vec![("started", bool_col([self.started]))])?;
         let mut groups: Vec<&Group> =
             self.index.values().map(|&id| &self.slots[id as usize]).collect();
         groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        self.save_groups(w, &groups)
+    }
+
+    /// Writes the changes since the last checkpoint, given the keys of the groups touched
+    /// since, sorted: those still present as [`Aggregate::save_own`] does, then section
+    /// `aggregate.gone` (`key`: those that disappeared).
+    pub(super) fn save_changed(&self, w: &mut StateWriter, keys: &[Vec<u8>]) -> Result<()> {
+        let (mut present, mut gone) = (Vec::new(), Vec::new());
+        for key in keys {
+            match self.index.get(&key[..]) {
+                Some(&id) => present.push(&self.slots[id as usize]),
+                None => gone.push(&key[..]),
+            }
+        }
+        self.save_groups(w, &present)?;
+        w.put("aggregate.gone", &self.signature(), gone.len(), vec![("key", binary_col(gone))])
+    }
+
+    /// Applies what [`Aggregate::save_changed`] wrote to the state of the previous checkpoint.
+    pub(super) fn restore_changed(&mut self, r: &mut StateReader) -> Result<()> {
+        let (started, groups) = self.take_groups(r)?;
+        let gone = r.take("aggregate.gone", &self.signature())?;
+        for key in gone.binary("key")? {
+            if let Some(&id) = self.index.get(key) {
+                self.release(id);
+            }
+        }
+        for g in groups {
+            match self.index.get(&g.key[..]) {
+                Some(&id) => self.slots[id as usize] = g,
+                None => {
+                    let id = self.alloc(&g.key);
+                    self.slots[id as usize] = g;
+                }
+            }
+        }
+        self.started = started;
+        Ok(())
+    }
+
+    /// Writes `groups`, sorted by key, in the layout of the module docs.
+    fn save_groups(&self, w: &mut StateWriter, groups: &[&Group]) -> Result<()> {
+        let sig = self.signature();
+        w.put("aggregate", &sig, 1, vec![("started", bool_col([self.started]))])?;
         let names: Vec<[String; 3]> = (0..self.aggs.len())
             .map(|a| [format!("n{a}"), format!("isum{a}"), format!("fsum{a}")])
             .collect();
@@ -119,7 +161,7 @@ impl Aggregate {
         let mut keyed: Vec<Option<EncodedRows>> = Vec::with_capacity(self.aggs.len());
         for a in 0..self.aggs.len() {
             let mut keys = Vec::new();
-            for g in &groups {
+            for g in groups {
                 if let Some(AccState { acc: Acc::MinMaxKey { values, .. }, .. }) = g.accs.get(a) {
                     keys.extend(values.sorted().into_iter().map(|(k, _)| k));
                 }
@@ -209,6 +251,22 @@ impl Aggregate {
 
     /// Reads what [`Aggregate::save_own`] wrote.
     pub(super) fn restore_own(&mut self, r: &mut StateReader) -> Result<()> {
+        let (started, groups) = self.take_groups(r)?;
+        self.started = started;
+        self.index = HashMap::with_capacity(groups.len());
+        for (id, g) in groups.iter().enumerate() {
+            if self.index.insert(GroupKey::from_slice(&g.key[..]), id as u32).is_some() {
+                return Err(invalid("section 'aggregate.groups': a key appears twice"));
+            }
+        }
+        self.slots = groups;
+        self.free.clear();
+        self.epoch = 0;
+        Ok(())
+    }
+
+    /// Reads the sections [`Aggregate::save_groups`] wrote: `started` and the groups.
+    fn take_groups(&self, r: &mut StateReader) -> Result<(bool, Vec<Group>)> {
         let sig = self.signature();
         let started = match r.take("aggregate", &sig)?.bools("started")?.as_slice() {
             [s] => *s,
@@ -361,16 +419,6 @@ impl Aggregate {
                 }
             }
         }
-        self.started = started;
-        self.index = HashMap::with_capacity(groups.len());
-        for (id, g) in groups.iter().enumerate() {
-            if self.index.insert(GroupKey::from_slice(&g.key[..]), id as u32).is_some() {
-                return Err(invalid("section 'aggregate.groups': a key appears twice"));
-            }
-        }
-        self.slots = groups;
-        self.free.clear();
-        self.epoch = 0;
-        Ok(())
+        Ok((started, groups))
     }
 }

@@ -53,7 +53,9 @@
 //! float SUM's or AVG's sum, Float64)), `aggregate.values` (MIN/MAX multisets, each value
 //! row-encoded whatever its in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
 //! order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
-//! into the groups), `agg`, `value` Binary and `count` Int64.
+//! into the groups), `agg`, `value` Binary and `count` Int64. Its changes since the last
+//! checkpoint (see [`crate::dirty`]) are the same sections holding only the groups touched
+//! since (as they are now), then `aggregate.gone` (`key` Binary: the groups that disappeared).
 //!
 //! A step is evaluated run by run, one instant or a span alike: each run of input changes
 //! sharing an instant is applied on its own, exactly as if that instant were evaluated alone;
@@ -80,6 +82,7 @@ use datafusion_expr::{Expr, ExprSchemable};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggCall, AggFunc};
 
+use crate::dirty::DirtyKeys;
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
@@ -313,6 +316,8 @@ pub struct Aggregate {
     /// [`sort_prefix`] of the key, the slot) with the
     /// offset of their old output in `old` (None: the group did not exist), and a new output.
     touched: Vec<Touched>,
+    /// The keys of the groups touched since the last checkpoint.
+    dirty: DirtyKeys<Vec<u8>>,
     old: Vec<Out>,
     new: Vec<Out>,
     emitted: Emitted,
@@ -388,6 +393,7 @@ impl Aggregate {
             epoch: 0,
             started: false,
             touched: Vec::new(),
+            dirty: DirtyKeys::default(),
             old: Vec::new(),
             new: Vec::new(),
             emitted: Emitted::default(),
@@ -470,6 +476,7 @@ impl Operator for Aggregate {
             + self.free.heap_bytes()
             + self.index.heap_bytes()
             + self.touched.heap_bytes()
+            + self.dirty.heap_bytes()
             + self.old.heap_bytes()
             + self.new.heap_bytes()
             + self.emitted.heap_bytes()
@@ -482,6 +489,21 @@ impl Operator for Aggregate {
 
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
         self.restore_own(r)
+    }
+
+    /// Changes: see [`Aggregate::save_changed`].
+    fn save_changes(&mut self, w: &mut StateWriter) -> Result<bool> {
+        let Some(keys) = self.dirty.take() else { return Ok(false) };
+        self.save_changed(w, &keys)?;
+        Ok(true)
+    }
+
+    fn restore_changes(&mut self, r: &mut StateReader) -> Result<()> {
+        self.restore_changed(r)
+    }
+
+    fn track_changes(&mut self) {
+        self.dirty.start();
     }
 
     fn next_wakeup(&self) -> Option<Time> {
@@ -705,6 +727,7 @@ impl Aggregate {
         let n = self.aggs.len();
         for &(_, id, old_at) in &touched {
             let g = &self.slots[id as usize];
+            self.dirty.note(&g.key[..], self.index.len());
             new.clear();
             let exists = self.exists(g);
             if exists {

@@ -70,6 +70,20 @@ impl Bucket {
         }
     }
 
+    /// The multiplicity of `row` (0 if absent).
+    pub(super) fn count(&self, row: &[u8]) -> i64 {
+        match self {
+            Bucket::One(r, c) => {
+                if &r[..] == row {
+                    *c
+                } else {
+                    0
+                }
+            }
+            Bucket::Many(m) => m.get(row).copied().unwrap_or(0),
+        }
+    }
+
     /// The sum of the multiplicities.
     pub(super) fn total(&self) -> i64 {
         self.iter().map(|(_, c)| c).sum()

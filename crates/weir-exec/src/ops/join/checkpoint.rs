@@ -6,6 +6,12 @@
 //! - `join.left_rows`, `join.right_rows`: the tracked rows of outer, semi, anti and mark joins
 //!   (`row` Binary, `count`, `matches` Int64, `null_key` Boolean);
 //! - `join.totals`: one row, `right_total` and `right_null` (the null-aware anti join's counts).
+//!
+//! The changes since the last checkpoint (see [`crate::dirty`]), in a fixed order:
+//! `join.left_index.changes` and `join.right_index.changes`, each (key, row) whose count
+//! changed since, with its count now (0: gone; columns as the index sections);
+//! `join.left_rows.changes` and `join.right_rows.changes`, the tracked rows changed since
+//! (count 0: no longer tracked); `join.totals`.
 
 use datafusion_common::HashMap;
 
@@ -16,6 +22,28 @@ use crate::row::RowBytes;
 use crate::state::{
     binary_col, bool_col, i64_col, invalid, nonzero, runs, signature, StateReader, StateWriter,
 };
+
+/// A (key, row) pair of a join index as one byte string: the key's length (4 bytes,
+/// little-endian), the key, the row.
+pub(super) fn entry(key: &[u8], row: &[u8]) -> Vec<u8> {
+    let mut e = Vec::with_capacity(4 + key.len() + row.len());
+    e.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    e.extend_from_slice(key);
+    e.extend_from_slice(row);
+    e
+}
+
+/// The key and row of an [`entry`].
+fn split_entry(e: &[u8]) -> Result<(&[u8], &[u8])> {
+    let bad = || weir_common::WeirError::internal("a join entry too short for its key");
+    let len = e.get(..4).ok_or_else(bad)?;
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    let rest = &e[4..];
+    if rest.len() < len {
+        return Err(bad());
+    }
+    Ok(rest.split_at(len))
+}
 
 impl Join {
     fn signature(&self) -> String {
@@ -84,6 +112,113 @@ impl Join {
                 ("right_null", i64_col([self.right_null])),
             ],
         )
+    }
+
+    /// Writes the changes since the last checkpoint, given the index keys and the tracked rows
+    /// of each side changed since, sorted (see the module docs).
+    pub(super) fn save_changed(
+        &self,
+        w: &mut StateWriter,
+        keys: [Vec<Vec<u8>>; 2],
+        tracked: [Vec<RowBytes>; 2],
+    ) -> Result<()> {
+        let sig = self.signature();
+        let sides = [
+            ("join.left_index.changes", &self.left_index),
+            ("join.right_index.changes", &self.right_index),
+        ];
+        for ((name, index), entries) in sides.into_iter().zip(&keys) {
+            let mut rows: Vec<(&[u8], &[u8], i64)> = Vec::with_capacity(entries.len());
+            for e in entries {
+                let (key, row) = split_entry(e)?;
+                rows.push((key, row, index.get(key).map_or(0, |b| b.count(row))));
+            }
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("key", binary_col(rows.iter().map(|r| r.0))),
+                    ("row", binary_col(rows.iter().map(|r| r.1))),
+                    ("count", i64_col(rows.iter().map(|r| r.2))),
+                ],
+            )?;
+        }
+        let sides = [
+            ("join.left_rows.changes", &self.left_rows),
+            ("join.right_rows.changes", &self.right_rows),
+        ];
+        for ((name, map), rows) in sides.into_iter().zip(&tracked) {
+            let now: Vec<Tracked> =
+                rows.iter().map(|r| map.get(r).copied().unwrap_or_default()).collect();
+            w.put(
+                name,
+                &sig,
+                rows.len(),
+                vec![
+                    ("row", binary_col(rows.iter().map(|r| &r[..]))),
+                    ("count", i64_col(now.iter().map(|t| t.count))),
+                    ("matches", i64_col(now.iter().map(|t| t.matches))),
+                    ("null_key", bool_col(now.iter().map(|t| t.null_key))),
+                ],
+            )?;
+        }
+        w.put(
+            "join.totals",
+            &sig,
+            1,
+            vec![
+                ("right_total", i64_col([self.right_total])),
+                ("right_null", i64_col([self.right_null])),
+            ],
+        )
+    }
+
+    /// Applies what [`Join::save_changed`] wrote to the state of the previous checkpoint.
+    pub(super) fn restore_changed(&mut self, r: &mut StateReader) -> Result<()> {
+        let sig = self.signature();
+        for (name, left) in [("join.left_index.changes", true), ("join.right_index.changes", false)]
+        {
+            let s = r.take(name, &sig)?;
+            let (keys, rows, counts) = (s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+            let index = if left { &mut self.left_index } else { &mut self.right_index };
+            for i in 0..keys.len() {
+                let (key, row, count) = (keys[i], rows[i], counts[i]);
+                if count < 0 {
+                    return Err(invalid(format!("section '{name}': a negative count")));
+                }
+                match index.get_mut(key) {
+                    Some(bucket) => {
+                        let diff = count - bucket.count(row);
+                        if diff != 0 && bucket.add(row, diff) {
+                            index.remove(key);
+                        }
+                    }
+                    None if count > 0 => {
+                        index.insert(Key::from_slice(key), Bucket::One(RowBytes::from(row), count));
+                    }
+                    None => {}
+                }
+            }
+        }
+        for (name, left) in [("join.left_rows.changes", true), ("join.right_rows.changes", false)] {
+            let s = r.take(name, &sig)?;
+            let (rows, counts) = (s.binary("row")?, s.i64s("count")?);
+            let (matches, nulls) = (s.i64s("matches")?, s.bools("null_key")?);
+            let map = if left { &mut self.left_rows } else { &mut self.right_rows };
+            for i in 0..rows.len() {
+                if counts[i] == 0 {
+                    map.remove(rows[i]);
+                } else {
+                    let t = Tracked { count: counts[i], matches: matches[i], null_key: nulls[i] };
+                    map.insert(RowBytes::from(rows[i]), t);
+                }
+            }
+        }
+        let s = r.take("join.totals", &sig)?;
+        self.right_total = s.scalar_i64("right_total")?;
+        self.right_null = s.scalar_i64("right_null")?;
+        Ok(())
     }
 
     /// Reads what [`Join::save_own`] wrote.

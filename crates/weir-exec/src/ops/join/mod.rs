@@ -44,6 +44,7 @@ use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time};
 use weir_plan::JoinKind;
 
+use crate::dirty::DirtyKeys;
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -104,6 +105,12 @@ pub struct Join {
     right_index: Index,
     left_rows: HashMap<RowBytes, Tracked>,
     right_rows: HashMap<RowBytes, Tracked>,
+    /// The rows of each side's index changed since the last checkpoint, as
+    /// [`checkpoint::entry`] pairs of key and row (a hot key's bucket is not written whole
+    /// for one row's change).
+    dirty_keys: [DirtyKeys<Vec<u8>>; 2],
+    /// The tracked rows of each side changed since the last checkpoint.
+    dirty_rows: [DirtyKeys<RowBytes>; 2],
     /// For the null-aware anti join: right rows in total, and with a NULL key.
     right_total: i64,
     right_null: i64,
@@ -131,6 +138,8 @@ impl Join {
             right_index: Index::new(),
             left_rows: HashMap::new(),
             right_rows: HashMap::new(),
+            dirty_keys: Default::default(),
+            dirty_rows: Default::default(),
             right_total: 0,
             right_null: 0,
         }
@@ -163,11 +172,14 @@ impl Join {
         matches!(self.kind, JoinKind::Right | JoinKind::Full)
     }
 
-    fn apply(index: &mut Index, delta: &[DeltaRow<'_>]) {
+    fn apply(index: &mut Index, dirty: &mut DirtyKeys<Vec<u8>>, delta: &[DeltaRow<'_>]) {
         for d in delta {
             let Some(key) = d.key else { continue };
             if d.diff == 0 {
                 continue;
+            }
+            if dirty.recording() {
+                dirty.note(&checkpoint::entry(key, d.row)[..], index.len());
             }
             // One lookup per row; a key or row is copied only when it is new to the index.
             match index.get_mut(key) {
@@ -323,7 +335,7 @@ impl Join {
                     });
                 }
             }
-            Self::apply(&mut self.left_index, &lrows[inst.left.clone()]);
+            Self::apply(&mut self.left_index, &mut self.dirty_keys[0], &lrows[inst.left.clone()]);
             // R_new ⋈ ΔS
             for j in inst.right.clone() {
                 let d = &rrows[j];
@@ -343,7 +355,7 @@ impl Join {
                 }
             }
             // S_new, once nothing reads S_old any more.
-            Self::apply(&mut self.right_index, &rrows[inst.right.clone()]);
+            Self::apply(&mut self.right_index, &mut self.dirty_keys[1], &rrows[inst.right.clone()]);
         }
         pairs
     }
@@ -417,6 +429,9 @@ impl Join {
                     .map(|m| (ls.get(m.l), rs.get(m.r), m.rc, m.from_left_delta))
                     .collect();
                 let before = Self::track(&mut self.left_rows, &lrows[inst.left.clone()], &seen);
+                for r in before.keys() {
+                    self.dirty_rows[0].note(&r[..], self.left_rows.len());
+                }
                 self.left_changes(before, &rrows[inst.right.clone()], &mut pads, &mut marks);
             }
             if track_right {
@@ -425,6 +440,9 @@ impl Join {
                     .map(|m| (rs.get(m.r), ls.get(m.l), m.lc, !m.from_left_delta))
                     .collect();
                 let before = Self::track(&mut self.right_rows, &rrows[inst.right.clone()], &seen);
+                for r in before.keys() {
+                    self.dirty_rows[1].note(&r[..], self.right_rows.len());
+                }
                 for (r, old) in before {
                     let new = self.right_rows.get(&r).copied().unwrap_or_default();
                     let pad = |tr: Tracked| if tr.matches == 0 { tr.count } else { 0 };
@@ -563,8 +581,8 @@ impl Join {
             .iter()
             .map(|(k, _)| (count(&self.left_index, k), count(&self.right_index, k)))
             .collect();
-        Self::apply(&mut self.left_index, &lrows[inst.left.clone()]);
-        Self::apply(&mut self.right_index, &rrows[inst.right.clone()]);
+        Self::apply(&mut self.left_index, &mut self.dirty_keys[0], &lrows[inst.left.clone()]);
+        Self::apply(&mut self.right_index, &mut self.dirty_keys[1], &rrows[inst.right.clone()]);
         let intersect = self.kind == JoinKind::IntersectAll;
         let f = |(m, n): (i64, i64)| -> i64 {
             if intersect {
@@ -641,6 +659,8 @@ impl Operator for Join {
             + self.right_index.heap_bytes()
             + self.left_rows.heap_bytes()
             + self.right_rows.heap_bytes()
+            + self.dirty_keys.iter().map(HeapSize::heap_bytes).sum::<usize>()
+            + self.dirty_rows.iter().map(HeapSize::heap_bytes).sum::<usize>()
     }
 
     /// State: the join's own sections (see [`checkpoint`]).
@@ -650,6 +670,28 @@ impl Operator for Join {
 
     fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
         self.restore_own(r)
+    }
+
+    /// Changes: see [`checkpoint`].
+    fn save_changes(&mut self, w: &mut crate::state::StateWriter) -> Result<bool> {
+        let [left, right] = &mut self.dirty_keys;
+        let [left_rows, right_rows] = &mut self.dirty_rows;
+        let (Some(l), Some(r), Some(lr), Some(rr)) =
+            (left.take(), right.take(), left_rows.take(), right_rows.take())
+        else {
+            return Ok(false);
+        };
+        self.save_changed(w, [l, r], [lr, rr])?;
+        Ok(true)
+    }
+
+    fn restore_changes(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.restore_changed(r)
+    }
+
+    fn track_changes(&mut self) {
+        self.dirty_keys.iter_mut().for_each(DirtyKeys::start);
+        self.dirty_rows.iter_mut().for_each(DirtyKeys::start);
     }
 
     /// Rows with equal join keys meet on one worker, both sides routed by the same key codec

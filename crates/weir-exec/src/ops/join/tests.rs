@@ -14,6 +14,10 @@ mod kinds {
     use crate::testing::{fed, kv, kv_schema, run, Tick};
 
     fn join(kind: JoinKind, left: Vec<Tick>, right: Vec<Tick>) -> Vec<String> {
+        run(&mut fed(join_op(kind), [left, right]))
+    }
+
+    fn join_op(kind: JoinKind) -> Join {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let side = || JoinSide {
             keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
@@ -22,6 +26,12 @@ mod kinds {
         };
         let schema = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
             kv_schema()
+        } else if kind == JoinKind::LeftMark {
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("v", DataType::Int64, true),
+                Field::new("mark", DataType::Boolean, true),
+            ]))
         } else {
             Arc::new(Schema::new(vec![
                 Field::new("k", DataType::Utf8, true),
@@ -30,7 +40,7 @@ mod kinds {
                 Field::new("v2", DataType::Int64, true),
             ]))
         };
-        let op = Join::new(
+        Join::new(
             kind,
             false,
             side(),
@@ -38,8 +48,42 @@ mod kinds {
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
             None,
             schema,
-        );
-        run(&mut fed(op, [left, right]))
+        )
+    }
+
+    #[test]
+    fn changes_since_a_checkpoint_restore_the_same_state() {
+        use crate::testing::changes_round_trip;
+        // Keys gain and lose rows on both sides (a bucket of several rows, a key that empties,
+        // NULL keys); outer, semi, anti and mark joins track rows and their matches.
+        let left = vec![
+            kv(1, "+1 a 1, +1 b 2, +1 _ 3"),
+            kv(2, "+1 a 4, +1 c 5"),
+            kv(4, "-1 a 1, -1 b 2"),
+            kv(5, "+1 b 2, -1 _ 3, +2 d 6"),
+            kv(7, "-1 c 5"),
+        ];
+        let right = vec![
+            kv(1, "+1 a 10, +1 _ 30"),
+            kv(3, "+1 b 20, +1 a 11, +1 e 50"),
+            kv(4, "-1 a 10"),
+            kv(6, "-1 b 20, +1 c 21"),
+            kv(7, "-1 e 50, +1 d 60"),
+        ];
+        let more = vec![vec![kv(9, "+1 a 7, -1 d 6")], vec![kv(9, "+1 b 22, -1 d 60")]];
+        for kind in [
+            JoinKind::Inner,
+            JoinKind::Left,
+            JoinKind::Full,
+            JoinKind::LeftSemi,
+            JoinKind::LeftAnti { null_aware: true },
+            JoinKind::LeftMark,
+        ] {
+            let make = || Box::new(join_op(kind)) as Box<dyn Operator>;
+            for stops in [&[1, 3, 5][..], &[2, 2, 6][..], &[4][..]] {
+                changes_round_trip(make, vec![left.clone(), right.clone()], more.clone(), stops);
+            }
+        }
     }
 
     #[test]
