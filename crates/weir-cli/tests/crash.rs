@@ -2,7 +2,8 @@
 //! views over views, DISTINCT, DSTREAM, the late and unreadable rows of `bids$late` and
 //! `bids$errors`, a sink whose query fails at a division by zero part way through, and one on
 //! a full disk, Linux's `/dev/full`, which fails at its first write) reads
-//! files into file sinks under `weir --data-dir`
+//! files into file sinks under `weir --data-dir`, with unbounded state (a GROUP BY and a join
+//! under DISTINCT that grow with the input, whose checkpoints after a full one are their changes)
 //! with frequent checkpoints; the process is killed with SIGKILL at random moments (some of
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
 //! files must be byte-identical to those of a run that was never interrupted.
@@ -12,7 +13,8 @@
 //!
 //! `WEIR_CRASH_KILLS` sets the number of kills (default 6 in `cargo test`, 4 on two workers;
 //! the note on the fault-tolerance issue reports a run with 50), `WEIR_CRASH_SCALE` multiplies
-//! the input size (default 1: 36 000 bids), `WEIR_CRASH_SEED` the random seed.
+//! the input size (default 1: 36 000 bids in 12 files), `WEIR_CRASH_SEED` the random seed. The
+//! summary line says how many restarts restored a checkpoint of changes (see docs/recovery.md).
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 #![cfg(target_os = "linux")] // a full disk is /dev/full
 
@@ -42,6 +44,11 @@ CREATE SINK unreadable WITH (path = 'out/unreadable.jsonl') AS SELECT * FROM bid
 CREATE SINK ratio WITH (path = 'out/ratio.csv') AS
   SELECT ISTREAM auction, 1000 / (price - 997) AS r FROM bids;
 CREATE SINK full WITH (path = '/dev/full', format = 'json') AS SELECT ISTREAM auction FROM bids;
+CREATE SINK per_bidder WITH (path = 'out/per_bidder.csv') AS
+  SELECT ISTREAM bidder, COUNT(*) AS n, SUM(price) AS total FROM bids [UNBOUNDED] GROUP BY bidder;
+CREATE SINK pairs WITH (path = 'out/pairs.csv') AS
+  SELECT ISTREAM DISTINCT b.auction, a.seller FROM bids [UNBOUNDED] AS b, auctions [UNBOUNDED] AS a
+  WHERE b.auction = a.id;
 ";
 
 /// A small deterministic generator (xorshift).
@@ -70,9 +77,11 @@ fn workload(dir: &Path, seed: u64, scale: u64) {
     }
     std::fs::write(dir.join("data/auctions.csv"), auctions).unwrap();
     let mut t = 0u64;
-    for part in 0..3 {
+    // Twelve files (times the scale), each taken in by a read of its own: a checkpoint can
+    // follow each.
+    for part in 0..12 * scale {
         let mut bids = String::from("auction,bidder,price,t\n");
-        for _ in 0..12_000 * scale {
+        for _ in 0..3_000 {
             t += rng.below(2);
             // Up to 4 ticks of disorder, within the declared 5; one row in 400 is 60 ticks
             // late, one in 500 unreadable.
@@ -116,6 +125,26 @@ fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .into_iter()
         .map(|f| (f.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(f).unwrap()))
         .collect()
+}
+
+/// Whether the restart will restore a checkpoint of changes (one after a full checkpoint,
+/// whose state is a chain of files): the newest intact checkpoint is not full.
+fn resumes_from_changes(data: &Path) -> bool {
+    use weir::checkpoint::store;
+    let Some(stored) = store::list(data).into_iter().find_map(|p| store::read(&p).ok()) else {
+        return false;
+    };
+    let manifest: Option<serde_json::Value> =
+        stored.section("manifest").and_then(|m| serde_json::from_slice(m).ok());
+    manifest.and_then(|m| m["generation"].as_u64()).is_some_and(|g| g < stored.sequence)
+}
+
+/// The sequence number of the newest checkpoint in `data` (0: none).
+fn newest(data: &Path) -> u64 {
+    weir::checkpoint::store::list(data)
+        .first()
+        .and_then(|p| weir::checkpoint::store::sequence_of(p))
+        .unwrap_or(0)
 }
 
 /// Whether a checkpoint file is being written right now.
@@ -169,25 +198,36 @@ fn crash_loop(workers: usize, default_kills: usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut killed = 0;
     let mut restarts = 0;
+    let mut chained = 0;
     loop {
         let mut child = weir(&crashed, Some(&data), workers);
         restarts += 1;
         if killed < kills {
-            // Every third kill waits for a checkpoint write to start; the others strike at
-            // a random moment early in a run (so that most runs are cut short).
+            // A third of the kills strike at a random moment early in a run (most often
+            // before it wrote a checkpoint); a third a random moment after the run wrote two
+            // checkpoints of its own, a full one and one of changes (so that runs make
+            // progress, and restarts restore checkpoints of changes); a third while a
+            // checkpoint file is being written.
             let window = (full / 4).min(Duration::from_millis(800));
-            let deadline = Instant::now()
+            let mut deadline = Instant::now()
                 + Duration::from_millis(50)
                 + window.mul_f64(rng.below(1000) as f64 / 1000.0);
-            let during_write = killed % 3 == 2;
+            let kind = killed % 3;
+            let before = newest(&data);
+            let mut wrote = false;
             let give_up = Instant::now() + full * 2;
             loop {
                 if child.try_wait().unwrap().is_some() {
                     break;
                 }
                 let now = Instant::now();
-                if (during_write && writing_checkpoint(&data))
-                    || (!during_write && now >= deadline)
+                if kind == 1 && !wrote && newest(&data) > before + 1 {
+                    wrote = true;
+                    deadline = now + Duration::from_millis(rng.below(30));
+                }
+                if (kind == 2 && writing_checkpoint(&data))
+                    || (kind == 0 && now >= deadline)
+                    || (kind == 1 && wrote && now >= deadline)
                     || now >= give_up
                 {
                     let _ = child.kill();
@@ -200,6 +240,7 @@ fn crash_loop(workers: usize, default_kills: usize) {
                 break; // it finished (exit 1: the ratio sink failed) before the kill
             }
             killed += 1;
+            chained += usize::from(resumes_from_changes(&data));
             continue;
         }
         let out = child.wait_with_output().unwrap();
@@ -220,5 +261,9 @@ fn crash_loop(workers: usize, default_kills: usize) {
         );
     }
     assert_eq!(expected.len(), got.len());
-    eprintln!("{workers} workers: {killed} kills, {restarts} starts, {:?} in all", start.elapsed());
+    eprintln!(
+        "{workers} workers: {killed} kills, {restarts} starts ({chained} from a checkpoint of \
+         changes), {:?} in all",
+        start.elapsed()
+    );
 }

@@ -316,6 +316,12 @@ mod tests {
             .collect();
         assert_eq!(names, ["ckpt-000000000003.arrow", "ckpt-000000000002.arrow"]);
         assert!(!dir.join(".ckpt-000000000004.tmp").exists());
+        // Older than the newest `keep` but still named by a kept checkpoint: kept.
+        write(&dir, 4, sections("four")).unwrap();
+        prune(&dir, 1, 2);
+        assert_eq!(list(&dir).len(), 3);
+        prune(&dir, 1, 4);
+        assert_eq!(list(&dir), [path_of(&dir, 4)]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
