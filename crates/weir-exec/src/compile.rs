@@ -25,6 +25,7 @@ use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
+use crate::ops::join::expiry::expiry_bounds;
 use crate::ops::join::might_contain::MightContain;
 use crate::ops::join::temporal::TemporalJoin;
 use crate::ops::join::{Join, JoinSide};
@@ -240,6 +241,7 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
     let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } = plan else {
         return Err(WeirError::internal("build_join on another node"));
     };
+    let (plan_left, plan_right, plan_filter) = (left.clone(), right.clone(), filter.clone());
     let (ls, rs) = (left.schema(), right.schema());
     let mut key_types = Vec::new();
     let mut lkeys = Vec::new();
@@ -273,7 +275,14 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
             }
             Box::new(MightContain::new(*test, *capacity, *error, left, right, key_codec, schema)?)
         }
-        _ => Box::new(Join::new(*kind, *nulls_equal, left, right, key_codec, filter, schema)),
+        _ => {
+            // An interval join: rows its time condition rules out for good leave its state.
+            let [lb, rb] = expiry_bounds(*kind, &plan_left, &plan_right, plan_filter.as_ref());
+            let lb = lb.map(|e| ScalarExpr::compile(&e, &ls)).transpose()?;
+            let rb = rb.map(|e| ScalarExpr::compile(&e, &rs)).transpose()?;
+            let join = Join::new(*kind, *nulls_equal, left, right, key_codec, filter, schema);
+            Box::new(join.with_expiry(lb, rb))
+        }
     })
 }
 

@@ -199,7 +199,7 @@ impl Engine {
     }
 
     /// A sink truncates its file: refuse one that would destroy data Weir reads or writes, a
-    /// file another sink writes, a file (or glob) a stream's source reads, or a path the
+    /// file another sink writes (a device such as `/dev/null` may be shared), a file (or glob) a stream's source reads, or a path the
     /// driver protected (the script being run, see [`Engine::protect_path`]).
     fn check_sink_path(
         &self,
@@ -211,8 +211,10 @@ impl Engine {
         let refuse = |why: String| {
             Err(WeirError::plan_at(format!("sink '{name}' cannot write '{written}': {why}"), span))
         };
+        // A device (`/dev/null`) is not truncated and holds nothing: sinks may share it.
+        let device = std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir());
         for (other, k) in &self.sinks {
-            if same_file(&k.lock().path, path) {
+            if !device && same_file(&k.lock().path, path) {
                 return refuse(format!("sink '{other}' writes that file"));
             }
         }

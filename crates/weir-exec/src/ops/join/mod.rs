@@ -52,10 +52,12 @@ use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
 use bucket::Bucket;
+use expiry::Expiry;
 use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Seen, SideRows};
 
 mod bucket;
 mod checkpoint;
+pub mod expiry;
 pub mod might_contain;
 mod rows;
 pub mod temporal;
@@ -111,6 +113,8 @@ pub struct Join {
     dirty_keys: [DirtyKeys<Vec<u8>>; 2],
     /// The tracked rows of each side changed since the last checkpoint.
     dirty_rows: [DirtyKeys<RowBytes>; 2],
+    /// Interval joins (see [`expiry`]): per side, when its rows can match nothing more.
+    expiry: [Option<Expiry>; 2],
     /// For the null-aware anti join: right rows in total, and with a NULL key.
     right_total: i64,
     right_null: i64,
@@ -140,6 +144,7 @@ impl Join {
             right_rows: HashMap::new(),
             dirty_keys: Default::default(),
             dirty_rows: Default::default(),
+            expiry: [None, None],
             right_total: 0,
             right_null: 0,
         }
@@ -166,6 +171,39 @@ impl Join {
                 | JoinKind::IntersectAll
                 | JoinKind::ExceptAll
         )
+    }
+
+    /// An interval join (see [`expiry`]): the left side's rows expire at the value of `left`,
+    /// the right's at the value of `right`, each over its own side's columns.
+    pub fn with_expiry(mut self, left: Option<ScalarExpr>, right: Option<ScalarExpr>) -> Self {
+        self.expiry = [left.map(Expiry::new), right.map(Expiry::new)];
+        self
+    }
+
+    /// Queues the rows of the step's changes that enter an index and expire after `hi`;
+    /// returns those that expire by `hi` (side, row number), which leave at the step's end.
+    fn enqueue(
+        &mut self,
+        d: [(&ChangeBatch, &[DeltaRow<'_>]); 2],
+        hi: Time,
+    ) -> Result<Vec<(usize, usize)>> {
+        let mut now = Vec::new();
+        for (side, (batch, rows)) in d.into_iter().enumerate() {
+            let Some(exp) = self.expiry[side].as_mut() else { continue };
+            if rows.is_empty() {
+                continue;
+            }
+            for (i, (row, at)) in rows.iter().zip(exp.instants(&batch.data)?).enumerate() {
+                if let (Some(key), Some(at)) = (row.key, at) {
+                    if row.diff > 0 && at <= hi {
+                        now.push((side, i));
+                    } else if row.diff > 0 {
+                        exp.enter(at, key, row.row, row.diff);
+                    }
+                }
+            }
+        }
+        Ok(now)
     }
 
     fn tracks_right(&self) -> bool {
@@ -253,7 +291,10 @@ impl Join {
 
     /// The output changes for input changes `dl` and `dr`, each sorted by time: every instant
     /// at which either has a change, in order (see the module docs).
-    fn run(&mut self, dl: &ChangeBatch, dr: &ChangeBatch) -> Result<ChangeBatch> {
+    ///
+    /// In an interval join, `hi` is the step's last instant: rows of the step that expire by
+    /// then leave at its end without waiting in a queue (a q9 bid: at its own instant).
+    fn run(&mut self, dl: &ChangeBatch, dr: &ChangeBatch, hi: Time) -> Result<ChangeBatch> {
         if dl.is_empty() && dr.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
@@ -261,16 +302,38 @@ impl Join {
         let er = EncodedSide::new(&self.right, &self.key_codec, dr, self.nulls_equal)?;
         let lrows = el.delta_rows(&dl.diffs);
         let rrows = er.delta_rows(&dr.diffs);
+        let now = self.enqueue([(dl, &lrows), (dr, &rrows)], hi)?;
+        let out = self.step(&lrows, &rrows, dl, dr)?;
+        for (side, i) in now {
+            let (row, index) = match side {
+                0 => (&lrows[i], &mut self.left_index),
+                _ => (&rrows[i], &mut self.right_index),
+            };
+            if let Some(key) = row.key {
+                Expiry::leave(index, &mut self.dirty_keys[side], key, row.row, row.diff);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Join::run`] once the changes are encoded.
+    fn step(
+        &mut self,
+        lrows: &[DeltaRow<'_>],
+        rrows: &[DeltaRow<'_>],
+        dl: &ChangeBatch,
+        dr: &ChangeBatch,
+    ) -> Result<ChangeBatch> {
         let insts = instants(&dl.times, &dr.times);
-        let mut ls = SideRows::new(&lrows);
-        let mut rs = SideRows::new(&rrows);
+        let mut ls = SideRows::new(lrows);
+        let mut rs = SideRows::new(rrows);
         let mut out = Out::default();
         if matches!(self.kind, JoinKind::IntersectAll | JoinKind::ExceptAll) {
             for inst in &insts {
-                self.bag_step(inst, &lrows, &rrows, &mut ls, &mut out)?;
+                self.bag_step(inst, lrows, rrows, &mut ls, &mut out)?;
             }
         } else {
-            let pairs = self.candidates(&insts, &lrows, &rrows, &mut ls, &mut rs);
+            let pairs = self.candidates(&insts, lrows, rrows, &mut ls, &mut rs);
             let theta = self.matching(&pairs, &ls, &rs)?;
             if let (JoinKind::Inner, Some((mask, full))) = (self.kind, &theta) {
                 // The output is the candidates θ kept, already decoded.
@@ -280,7 +343,7 @@ impl Join {
                 Some((m, _)) => (0..pairs.len()).map(|i| m.value(i)).collect(),
                 None => vec![true; pairs.len()],
             };
-            self.emit(&insts, &pairs, &mask, &lrows, &rrows, &mut ls, &mut rs, &mut out);
+            self.emit(&insts, &pairs, &mask, lrows, rrows, &mut ls, &mut rs, &mut out);
         }
         self.output(out, &ls, &rs)
     }
@@ -640,9 +703,29 @@ impl Join {
 
 impl Operator for Join {
     /// Inputs: the left side's changes, then the right's.
-    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+    fn eval(&mut self, step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
         let [dl, dr] = take_inputs::<2>(inputs)?;
-        self.run(&dl, &dr)
+        if self.expiry.iter().all(Option::is_none) {
+            return self.run(&dl, &dr, step.hi);
+        }
+        let [le, re] = &mut self.expiry;
+        if let Some(e) = le {
+            e.rebuild(&self.left_index, &self.left.row_codec, &self.left.schema)?;
+        }
+        if let Some(e) = re {
+            e.rebuild(&self.right_index, &self.right.row_codec, &self.right.schema)?;
+        }
+        let out = self.run(&dl, &dr, step.hi)?;
+        // Rows that nothing still to come can match leave (see [`expiry`]).
+        let [le, re] = &mut self.expiry;
+        let [ld, rd] = &mut self.dirty_keys;
+        if let Some(e) = le {
+            e.expire(step.hi, &mut self.left_index, ld);
+        }
+        if let Some(e) = re {
+            e.expire(step.hi, &mut self.right_index, rd);
+        }
+        Ok(out)
     }
 
     fn next_wakeup(&self) -> Option<Time> {
@@ -661,6 +744,7 @@ impl Operator for Join {
             + self.right_rows.heap_bytes()
             + self.dirty_keys.iter().map(HeapSize::heap_bytes).sum::<usize>()
             + self.dirty_rows.iter().map(HeapSize::heap_bytes).sum::<usize>()
+            + self.expiry.iter().flatten().map(HeapSize::heap_bytes).sum::<usize>()
     }
 
     /// State: the join's own sections (see [`checkpoint`]).
@@ -668,7 +752,9 @@ impl Operator for Join {
         self.save_own(w)
     }
 
+    /// Rows waiting to expire are not saved: they are rebuilt from the restored indexes.
     fn restore_state(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.expiry.iter_mut().flatten().for_each(Expiry::mark_stale);
         self.restore_own(r)
     }
 
@@ -686,6 +772,7 @@ impl Operator for Join {
     }
 
     fn restore_changes(&mut self, r: &mut crate::state::StateReader) -> Result<()> {
+        self.expiry.iter_mut().flatten().for_each(Expiry::mark_stale);
         self.restore_changed(r)
     }
 

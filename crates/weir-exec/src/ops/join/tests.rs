@@ -211,7 +211,7 @@ mod spans {
 
     use arrow::datatypes::{DataType, Field, Schema};
     use datafusion_common::DFSchema;
-    use datafusion_expr::{col, lit};
+    use datafusion_expr::{col, lit, Expr};
     use proptest::prelude::*;
 
     use super::*;
@@ -283,6 +283,82 @@ mod spans {
         fed(op, [left, right])
     }
 
+    /// An inner interval join of append-only sides whose rows carry their instant in `v`:
+    /// θ = `v <= v2 AND v2 <= v + 3` (the right row within 3 ticks after the left one), and,
+    /// if `expiring`, the expiry the planner derives from it: a right row expires at its `v`,
+    /// a left row at its `v + 3`.
+    fn interval(expiring: bool, left: Vec<Tick>, right: Vec<Tick>) -> Graph {
+        fed(interval_op(expiring), [left, right])
+    }
+
+    fn interval_op(expiring: bool) -> Join {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let side = || JoinSide {
+            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
+            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+            schema: kv_schema(),
+        };
+        let both = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("k2", DataType::Utf8, true),
+            Field::new("v2", DataType::Int64, true),
+        ]));
+        let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
+        let theta = col("v").lt_eq(col("v2")).and(col("v2").lt_eq(col("v") + lit(3i64)));
+        let theta = ScalarExpr::compile(&theta, &df_both).unwrap();
+        let codec = RowCodec::new(vec![DataType::Utf8]).unwrap();
+        let op = Join::new(JoinKind::Inner, false, side(), side(), codec, Some(theta), both);
+        if expiring {
+            let at = |e: Expr| Some(ScalarExpr::compile(&e, &df).unwrap());
+            op.with_expiry(at(col("v") + lit(3i64)), at(col("v")))
+        } else {
+            op
+        }
+    }
+
+    /// Append-only rows stamped with their instant: (instant, count, key).
+    fn stamped() -> impl Strategy<Value = Vec<Tick>> {
+        prop::collection::vec((0i64..16, 1i64..3, 0u8..3), 0..24).prop_map(|rows| {
+            let mut by_time: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+            for (t, n, k) in rows {
+                by_time.entry(t).or_default().push(format!("+{n} {} {t}", (b'a' + k) as char));
+            }
+            by_time.into_iter().map(|(t, items)| kv(t, &items.join(", "))).collect()
+        })
+    }
+
+    #[test]
+    fn an_interval_join_drops_rows_nothing_can_match_any_more() {
+        let left = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2"), kv(9, "+1 a 9")];
+        let right = vec![kv(2, "+1 a 2, +1 b 2"), kv(5, "+1 a 5"), kv(9, "+1 a 9")];
+        let out = run(&mut interval(false, left.clone(), right.clone()));
+        assert_eq!(out, ["@2 +1 a 1 a 2", "@2 +1 b 2 b 2", "@9 +1 a 9 a 9"]);
+        let mut op = interval_op(true);
+        let feeds = [left, right].map(|t| t.into_iter().peekable());
+        let mut got =
+            crate::testing::drive_n(&mut op, &mut feeds.into_iter().collect::<Vec<_>>(), None);
+        got.sort();
+        assert_eq!(got, out);
+        // Left a@9 waits for right rows until 12; every right row and the older lefts are gone,
+        // and so is everything waiting for them.
+        let rows = |i: &Index| i.values().map(|b| b.iter().count()).sum::<usize>();
+        assert_eq!((rows(&op.left_index), rows(&op.right_index)), (1, 0));
+        let waiting: Vec<usize> =
+            op.expiry.iter().flatten().map(|e| e.queue.values().map(Vec::len).sum()).collect();
+        assert_eq!(waiting, [1, 0]);
+        // Restored, the rows waiting are rebuilt from the index: a@9 still leaves at 12.
+        let mut restored = interval_op(true);
+        crate::testing::checkpoint_into(&op, &mut restored);
+        let mut feeds = vec![
+            vec![].into_iter().peekable(),
+            vec![kv(12, "+1 a 12"), kv(13, "+1 a 13")].into_iter().peekable(),
+        ];
+        let after = crate::testing::drive_n(&mut restored, &mut feeds, None);
+        assert_eq!(after, ["@12 +1 a 9 a 12"]);
+        assert_eq!(rows(&restored.left_index), 0);
+    }
+
     /// Ticks from (time, diff, key, value) changes; a key or value of 3 is NULL.
     fn ticks(changes: &[(i64, i64, u8, i64)]) -> Vec<Tick> {
         let mut by_time: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
@@ -329,6 +405,19 @@ mod spans {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Rows an interval join drops can match nothing more: its output, at any span width,
+        /// is the join's without dropping anything.
+        #[test]
+        fn interval_joins_drop_only_what_cannot_match(
+            left in stamped(),
+            right in stamped(),
+            width in 0i64..4,
+        ) {
+            let want = consolidated(run(&mut interval(false, left.clone(), right.clone())));
+            let got = consolidated(run_spans(&mut interval(true, left, right), width));
+            prop_assert_eq!(got, want);
+        }
 
         /// Evaluating spans of instants gives exactly what evaluating them one by one gives,
         /// for every join kind, with and without θ, whatever the span width.
