@@ -25,7 +25,6 @@ use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
-use crate::ops::join::expiry::expiry_bounds;
 use crate::ops::join::might_contain::MightContain;
 use crate::ops::join::temporal::TemporalJoin;
 use crate::ops::join::{Join, JoinSide};
@@ -50,6 +49,7 @@ use crate::ops::window_sample_slide::SlideSampleWindow;
 use crate::ops::window_session::SessionWindow;
 use crate::ops::window_time::{TimeBounds, TimeWindow};
 use crate::row::RowCodec;
+use weir_plan::interval::expiry_bounds;
 
 /// The executor's (all-nullable) Arrow schema for a plan schema.
 pub fn exec_schema(schema: &DFSchema) -> SchemaRef {

@@ -466,27 +466,27 @@ impl QueryRunner {
         if self.last.is_some() || !self.pending.is_empty() || !self.heartbeats.is_empty() {
             return Err(WeirError::internal("query state restored into a runner already in use"));
         }
-        let mut r = StateReader::from_bytes(bytes)?;
-        let (last, heartbeats, pending) = self.take_own(&mut r)?;
-        self.flow.restore_state(&mut r)?;
-        r.finish()?;
-        self.last = last;
-        self.heartbeats = heartbeats;
-        self.pending = pending;
-        self.track_changes();
-        Ok(())
+        self.restore_from(bytes, false)
     }
 
     /// Applies [`QueryRunner::save_changes`] output to the state of the checkpoint before it
     /// (restored whole, then with the changes written after it, in order). Fails with a clear
     /// error (never panics) on bytes that do not fit; the runner must then be discarded.
     pub fn restore_changes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.restore_from(bytes, true)
+    }
+
+    /// Restores a whole state, or (with `changes`) applies changes to the state restored.
+    fn restore_from(&mut self, bytes: &[u8], changes: bool) -> Result<()> {
         let mut r = StateReader::from_bytes(bytes)?;
         let (last, heartbeats, pending) = self.take_own(&mut r)?;
-        if self.last.is_some_and(|l| last.is_none_or(|t| t < l)) {
+        if !changes {
+            self.flow.restore_state(&mut r)?;
+        } else if self.last.is_some_and(|l| last.is_none_or(|t| t < l)) {
             return Err(invalid("changes from before the state they are applied to"));
+        } else {
+            self.flow.restore_changes(&mut r)?;
         }
-        self.flow.restore_changes(&mut r)?;
         r.finish()?;
         self.last = last;
         self.heartbeats = heartbeats;

@@ -113,13 +113,23 @@ pub fn label(plan: &LogicalPlan) -> String {
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))
         }
-        LogicalPlan::Join { kind, on, filter, .. } => {
+        LogicalPlan::Join { kind, on, filter, left, right, .. } => {
             let mut s = format!("Join: {kind}");
             if !on.is_empty() {
                 let _ = write!(s, " on {}", list(on.iter().map(|(l, r)| format!("{l} = {r}"))));
             }
             if let Some(f) = filter {
                 let _ = write!(s, " filter {f}");
+            }
+            // An interval join: when each side's rows leave its state.
+            let bounds = crate::interval::expiry_bounds(*kind, left, right, filter.as_ref());
+            let leave: Vec<String> = ["left", "right"]
+                .iter()
+                .zip(&bounds)
+                .filter_map(|(side, b)| b.as_ref().map(|b| format!("{side} rows at {b}")))
+                .collect();
+            if !leave.is_empty() {
+                let _ = write!(s, ", leave: {}", leave.join(", "));
             }
             s
         }

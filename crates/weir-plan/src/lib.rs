@@ -21,6 +21,7 @@
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
 pub mod explain;
+pub mod interval;
 pub mod panes;
 pub mod plan;
 pub mod prune;

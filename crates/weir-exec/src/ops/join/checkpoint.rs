@@ -103,15 +103,7 @@ impl Join {
                 ],
             )?;
         }
-        w.put(
-            "join.totals",
-            &sig,
-            1,
-            vec![
-                ("right_total", i64_col([self.right_total])),
-                ("right_null", i64_col([self.right_null])),
-            ],
-        )
+        self.put_totals(w, &sig)
     }
 
     /// Writes the changes since the last checkpoint, given the index keys and the tracked rows
@@ -163,15 +155,7 @@ impl Join {
                 ],
             )?;
         }
-        w.put(
-            "join.totals",
-            &sig,
-            1,
-            vec![
-                ("right_total", i64_col([self.right_total])),
-                ("right_null", i64_col([self.right_null])),
-            ],
-        )
+        self.put_totals(w, &sig)
     }
 
     /// Applies what [`Join::save_changed`] wrote to the state of the previous checkpoint.
@@ -219,6 +203,19 @@ impl Join {
         self.right_total = s.scalar_i64("right_total")?;
         self.right_null = s.scalar_i64("right_null")?;
         Ok(())
+    }
+
+    /// Section `join.totals`: the null-aware anti join's counts of the right side.
+    fn put_totals(&self, w: &mut StateWriter, sig: &str) -> Result<()> {
+        w.put(
+            "join.totals",
+            sig,
+            1,
+            vec![
+                ("right_total", i64_col([self.right_total])),
+                ("right_null", i64_col([self.right_null])),
+            ],
+        )
     }
 
     /// Reads what [`Join::save_own`] wrote.
