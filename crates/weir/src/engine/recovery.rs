@@ -91,9 +91,10 @@ pub(super) struct Checkpoints {
     pieces: BTreeMap<String, Vec<u64>>,
     /// The generation the last checkpoint written belongs to; None: the next is full.
     generation: Option<Generation>,
-    /// The generation of the checkpoint restored, if any: kept until the next generation's
-    /// successor starts.
-    restored_generation: Option<u64>,
+    /// The generation to keep as the one before when the next checkpoint is full and no
+    /// generation was written before it in this run: the restored checkpoint's, or the one
+    /// whose next checkpoint could not be written.
+    kept_generation: Option<u64>,
 }
 
 /// The checkpoints from a full one up to the next full one: those after the first write
@@ -108,8 +109,6 @@ struct Generation {
     size: usize,
     /// Bytes written by the checkpoints after it.
     written: usize,
-    /// Of those, bytes of queries' changes.
-    changes: usize,
     /// The checkpoints after it.
     checkpoints: usize,
 }
@@ -282,8 +281,6 @@ struct Writing {
     earlier: BTreeMap<String, Vec<u64>>,
     pieces: BTreeMap<String, Vec<u64>>,
     sections: Vec<(String, Vec<u8>)>,
-    /// Bytes of changes written.
-    changes: usize,
 }
 
 impl Writing {
@@ -306,7 +303,6 @@ impl Writing {
     /// A section's changes since the last checkpoint.
     fn changes(&mut self, name: String, bytes: Vec<u8>) {
         let chain = self.earlier.get(&name).cloned().unwrap_or_default();
-        self.changes += bytes.len();
         self.pieces.insert(name.clone(), [&chain[..], &[self.sequence]].concat());
         self.sections.push((format!("changes:{name}"), bytes));
     }
@@ -740,7 +736,6 @@ impl Engine {
             earlier: if full { BTreeMap::new() } else { self.checkpoints.pieces.clone() },
             pieces: BTreeMap::new(),
             sections,
-            changes: 0,
         };
         for (name, t) in self.tables.tables_mut() {
             w.relation(format!("table:{name}"), &mut t.contents, &t.schema)?;
@@ -768,7 +763,7 @@ impl Engine {
             q.runner.track_changes()?;
             w.whole(name, bytes);
         }
-        let Writing { pieces, mut sections, changes, .. } = w;
+        let Writing { pieces, mut sections, .. } = w;
         manifest.sequence = sequence;
         manifest.pieces = pieces.clone();
         manifest.generation = match &self.checkpoints.generation {
@@ -779,8 +774,11 @@ impl Engine {
         let bytes: usize = sections.iter().map(|(_, b)| b.len()).sum();
         sections.insert(0, ("manifest".into(), manifest));
         if let Err(e) = store::write(&dir, sequence, sections) {
-            // The operators' changes were taken: what follows is written whole.
-            self.checkpoints.generation = None;
+            // The operators' changes were taken: what follows is written whole, and this
+            // generation stays the one before it.
+            if let Some(g) = self.checkpoints.generation.take() {
+                self.checkpoints.kept_generation = Some(g.start);
+            }
             self.checkpoints.pieces.clear();
             return Err(e);
         }
@@ -789,16 +787,14 @@ impl Engine {
         let generation = match self.checkpoints.generation.take() {
             Some(mut g) if !full => {
                 g.written += bytes;
-                g.changes += changes;
                 g.checkpoints += 1;
                 g
             }
             g => Generation {
                 start: sequence,
-                previous: g.map_or(self.checkpoints.restored_generation, |g| Some(g.start)),
+                previous: g.map_or(self.checkpoints.kept_generation, |g| Some(g.start)),
                 size: bytes,
                 written: 0,
-                changes: 0,
                 checkpoints: 0,
             },
         };
@@ -822,7 +818,7 @@ impl Engine {
     fn restore(&mut self, loaded: Loaded) -> Result<Vec<String>> {
         let Loaded { manifest, mut whole, changes } = loaded;
         // The next checkpoint is full; this one's generation is kept until the one after.
-        self.checkpoints.restored_generation = Some(manifest.generation);
+        self.checkpoints.kept_generation = Some(manifest.generation);
         if manifest.workers.max(1) != self.workers() {
             return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
         }
