@@ -144,12 +144,16 @@ fn incremental(workers: usize) {
         [start].into_iter().chain((changed > start).then_some(changed)).collect();
     assert_eq!(table, want_table);
 
-    // A crash after step 11: recovery continues from it.
+    // A crash after step 11: recovery continues from it, and so does its generation: the
+    // checkpoint after the restart writes changes.
     drop(e);
     let (mut e, from, recovery) = opened(&dir, workers);
     assert_eq!(from, 12, "{:?}", recovery.warnings);
     assert!(recovery.warnings.is_empty());
     let written = run(&mut e, from, 20);
+    let first = written[0].1;
+    let generation = manifest(&dir, first)["generation"].as_u64();
+    assert!(generation.is_some_and(|g| g < first), "{generation:?} {first}");
 
     // The newest checkpoint damaged: the one before it, with the steps after it again.
     drop(e);

@@ -163,9 +163,10 @@ fn damaged_checkpoints_fall_back_and_no_data_dir_is_an_error() {
     assert_eq!(recovery.warnings.len(), 1, "{:?}", recovery.warnings);
     assert!(recovery.warnings[0].contains("is damaged"), "{:?}", recovery.warnings);
     assert_eq!(rows(&mut r, "SELECT x FROM t"), [["1"]]);
-    // The next checkpoint takes the next number.
+    // The next checkpoint is numbered after the damaged one, which it never replaces: a
+    // checkpoint that names files by number must not find a new file under an old number.
     match r.execute("CHECKPOINT").unwrap().pop() {
-        Some(ExecResult::Done(tag)) => assert_eq!(tag, "CHECKPOINT 2"),
+        Some(ExecResult::Done(tag)) => assert_eq!(tag, "CHECKPOINT 3"),
         other => panic!("{other:?}"),
     }
     let _ = std::fs::remove_dir_all(&root);

@@ -182,6 +182,9 @@ struct Manifest {
     /// The full checkpoint this one builds on (itself if it is full); 0 in format 2.
     #[serde(default)]
     generation: u64,
+    /// The full checkpoint of the generation before, whose files are kept, if any.
+    #[serde(default)]
+    previous_generation: Option<u64>,
 }
 
 fn one_worker() -> usize {
@@ -446,6 +449,11 @@ impl Engine {
                 recovery.replayed += 1;
             }
         }
+        // The next checkpoint is numbered after every checkpoint file there, damaged or not:
+        // a newer checkpoint skipped (damaged, or naming a damaged file) must never find a new
+        // file under the number of one it names, and take it for its own.
+        let newest = store::list(&dir).first().and_then(|p| store::sequence_of(p));
+        engine.checkpoints.sequence = engine.checkpoints.sequence.max(newest.unwrap_or(0));
         if let Some((last, _)) = logs.last() {
             // Numbered after every log, so that none of them follows it: they stay for a
             // recovery that falls back to an older checkpoint, and only for that.
@@ -714,6 +722,7 @@ impl Engine {
             notes: self.checkpoints.notes.clone(),
             pieces: BTreeMap::new(),
             generation: 0,
+            previous_generation: None,
         };
         let contents =
             content_hash(&serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?);
@@ -766,10 +775,16 @@ impl Engine {
         let Writing { pieces, mut sections, .. } = w;
         manifest.sequence = sequence;
         manifest.pieces = pieces.clone();
+        let previous = match &self.checkpoints.generation {
+            Some(g) if !full => g.previous,
+            Some(g) => Some(g.start),
+            None => self.checkpoints.kept_generation,
+        };
         manifest.generation = match &self.checkpoints.generation {
             Some(g) if !full => g.start,
             _ => sequence,
         };
+        manifest.previous_generation = previous;
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         let bytes: usize = sections.iter().map(|(_, b)| b.len()).sum();
         sections.insert(0, ("manifest".into(), manifest));
@@ -790,13 +805,7 @@ impl Engine {
                 g.checkpoints += 1;
                 g
             }
-            g => Generation {
-                start: sequence,
-                previous: g.map_or(self.checkpoints.kept_generation, |g| Some(g.start)),
-                size: bytes,
-                written: 0,
-                checkpoints: 0,
-            },
+            _ => Generation { start: sequence, previous, size: bytes, written: 0, checkpoints: 0 },
         };
         store::prune(&dir, KEEP, generation.previous.unwrap_or(generation.start));
         self.checkpoints.generation = Some(generation);
@@ -817,8 +826,7 @@ impl Engine {
     /// Puts a stored checkpoint into this fresh engine; returns the parked subscribers' texts.
     fn restore(&mut self, loaded: Loaded) -> Result<Vec<String>> {
         let Loaded { manifest, mut whole, changes } = loaded;
-        // The next checkpoint is full; this one's generation is kept until the one after.
-        self.checkpoints.kept_generation = Some(manifest.generation);
+        self.continue_generation(&manifest);
         if manifest.workers.max(1) != self.workers() {
             return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
         }
@@ -891,13 +899,16 @@ impl Engine {
             }
             Ok(())
         };
+        // What is restored is what the checkpoint holds: changes are recorded from here.
         for (name, t) in self.tables.tables_mut() {
             relation(format!("table:{name}"), &mut t.contents, &t.schema)?;
+            t.contents.track_changes();
         }
         for (name, v) in self.tables.views() {
             let mut v = v.lock();
             let schema = v.schema.clone();
             relation(format!("view:{name}"), &mut v.contents, &schema)?;
+            v.contents.track_changes();
         }
         // Running queries: fresh runners, their state put back: whole, then the changes
         // written after it, in order.
@@ -935,6 +946,32 @@ impl Engine {
         }
         self.run_queries();
         Ok(parked)
+    }
+
+    /// After a restore: the checkpoints that follow go on with the restored one's generation
+    /// (its pieces, and the sizes of its files so far), so the first is not full. A checkpoint
+    /// of format 2 has none: the next is full, and keeps the restored one.
+    fn continue_generation(&mut self, manifest: &Manifest) {
+        let here = manifest.sequence;
+        let dir = self.checkpoints.data_dir.clone();
+        let size = |seq: u64| {
+            let path = dir.as_ref().map(|d| store::path_of(d, seq));
+            path.and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len() as usize)
+        };
+        let start = manifest.generation;
+        if manifest.pieces.is_empty() || start == 0 || start > here {
+            self.checkpoints.kept_generation = Some(start);
+            return;
+        }
+        let later: Vec<u64> = (start + 1..=here).filter(|&s| size(s) > 0).collect();
+        self.checkpoints.pieces = manifest.pieces.clone();
+        self.checkpoints.generation = Some(Generation {
+            start,
+            previous: manifest.previous_generation,
+            size: size(start),
+            written: later.iter().map(|&s| size(s)).sum(),
+            checkpoints: later.len(),
+        });
     }
 
     /// Takes over a subscriber's query restored from a checkpoint, by its text (as it was
