@@ -34,6 +34,7 @@ use weir_plan::{RankFunc, RankMode};
 
 use super::partition::{Key, Partition};
 use super::{eval_by_instant, Encoded, OverKeys};
+use crate::dirty::DirtyKeys;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowBytes;
@@ -90,6 +91,8 @@ pub struct Ranking {
     top: Option<(usize, i64, i64)>,
     schema: SchemaRef,
     parts: HashMap<RowBytes, Partition>,
+    /// The partitions changed since the last checkpoint (see [`crate::dirty`]).
+    dirty: DirtyKeys<RowBytes>,
     /// The input only ever inserts (a monotonic plan): in top-N mode, a row ranked past the
     /// top can never come back (ranks only grow as rows enter), so it is dropped from state.
     append_only: bool,
@@ -114,7 +117,15 @@ impl Ranking {
                 return Err(WeirError::internal("deduplication planned as a ranking"))
             }
         };
-        Ok(Ranking { keys, funcs, top, schema, parts: HashMap::new(), append_only: false })
+        Ok(Ranking {
+            keys,
+            funcs,
+            top,
+            schema,
+            parts: HashMap::new(),
+            dirty: DirtyKeys::default(),
+            append_only: false,
+        })
     }
 
     /// Declares the input insert-only (see `append_only`): a top-N then keeps only the rows
@@ -233,6 +244,7 @@ impl Ranking {
                     "a top-N planned over an insert-only input saw a retraction",
                 ));
             }
+            self.dirty.note(&p[..], self.parts.len());
             let mut part = self.parts.remove(&p).unwrap_or_default();
             // (Taken out and put back: the walks below borrow `self` and the partition.)
             // The rows at or after `from` with their values, before and after the changes
@@ -305,7 +317,7 @@ impl Operator for Ranking {
 
     /// Every row kept, per partition (in top-N mode over an insert-only input, the top's).
     fn state_bytes(&self) -> usize {
-        self.parts.heap_bytes()
+        self.parts.heap_bytes() + self.dirty.heap_bytes()
     }
 
     /// State: section `ranking`, every row with its partition and order keys (`part`, `key`,
@@ -313,12 +325,60 @@ impl Operator for Ranking {
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let mut parts: Vec<(&RowBytes, &Partition)> = self.parts.iter().collect();
         parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        self.put_parts(w, "ranking", &parts)
+    }
+
+    /// Changes: the partitions changed since the last checkpoint, whole, as section
+    /// `ranking.changes` (the layout of `ranking`), then `ranking.gone` (`part`: those now
+    /// empty).
+    fn save_changes(&mut self, w: &mut StateWriter) -> Result<bool> {
+        let Some(changed) = self.dirty.take() else { return Ok(false) };
+        let (mut present, mut gone) = (Vec::new(), Vec::new());
+        for p in &changed {
+            match self.parts.get_key_value(p) {
+                Some(part) => present.push(part),
+                None => gone.push(&p[..]),
+            }
+        }
+        self.put_parts(w, "ranking.changes", &present)?;
+        w.put("ranking.gone", &self.signature(), gone.len(), vec![("part", binary_col(gone))])?;
+        Ok(true)
+    }
+
+    fn restore_changes(&mut self, r: &mut StateReader) -> Result<()> {
+        let changed = self.take_parts(r, "ranking.changes")?;
+        let gone = r.take("ranking.gone", &self.signature())?;
+        for p in gone.binary("part")? {
+            self.parts.remove(p);
+        }
+        self.parts.extend(changed);
+        Ok(())
+    }
+
+    fn track_changes(&mut self) {
+        self.dirty.start();
+    }
+
+    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
+        self.parts = self.take_parts(r, "ranking")?;
+        Ok(())
+    }
+}
+
+impl Ranking {
+    /// Writes partitions' rows, sorted, as section `name` (the layout of `ranking`).
+    fn put_parts(
+        &self,
+        w: &mut StateWriter,
+        name: &str,
+        parts: &[(&RowBytes, &Partition)],
+    ) -> Result<()> {
         let entries: Vec<StateEntry<'_>> = parts
             .iter()
             .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], &k[..], &r[..], *c)))
             .collect();
         w.put(
-            "ranking",
+            name,
             &self.signature(),
             entries.len(),
             vec![
@@ -330,22 +390,23 @@ impl Operator for Ranking {
         )
     }
 
-    fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
-        let s = r.take("ranking", &self.signature())?;
+    /// Reads the partitions a section written by [`Ranking::put_parts`] holds.
+    fn take_parts(&self, r: &mut StateReader, name: &str) -> Result<HashMap<RowBytes, Partition>> {
+        let s = r.take(name, &self.signature())?;
         let (parts, keys, rows, counts) =
             (s.binary("part")?, s.binary("key")?, s.binary("row")?, s.i64s("count")?);
-        self.parts.clear();
+        let mut out: HashMap<RowBytes, Partition> = HashMap::new();
         for (((p, k), row), c) in parts.into_iter().zip(keys).zip(rows).zip(counts) {
-            let c = nonzero("ranking", c)?;
+            let c = nonzero(name, c)?;
             if c < 0 {
-                return Err(invalid("section 'ranking': a negative count"));
+                return Err(invalid(format!("section '{name}': a negative count")));
             }
-            let part = self.parts.entry(RowBytes::from(p)).or_default();
+            let part = out.entry(RowBytes::from(p)).or_default();
             if part.add((RowBytes::from(k), RowBytes::from(row)), c) != c {
-                return Err(invalid("section 'ranking': a row appears twice"));
+                return Err(invalid(format!("section '{name}': a row appears twice")));
             }
         }
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -393,6 +454,24 @@ mod tests {
             kv(4, "-1 a 9"),
             kv(5, "+1 a _"),
         ]
+    }
+
+    #[test]
+    fn changes_since_a_checkpoint_restore_the_same_state() {
+        use crate::testing::changes_round_trip;
+        // Partitions gain and lose rows; b empties at 6 for good, c at 8 and comes back at 9.
+        let mut ticks = input();
+        ticks.extend([kv(6, "-1 b 1, +1 c 2"), kv(7, "+1 a 1, +1 c 7"), kv(8, "-1 c 2, -1 c 7")]);
+        let more = vec![vec![kv(9, "+1 a 8, +1 c 2, +1 d 1")]];
+        for mode in [RankMode::Full, RankMode::Top { func: 0, lo: 1, hi: 2 }] {
+            let make = || {
+                Box::new(ranking(vec![RankFunc::RowNumber, RankFunc::DenseRank], mode))
+                    as Box<dyn Operator>
+            };
+            for stops in [&[1, 3, 6][..], &[2, 2, 7][..], &[5][..]] {
+                changes_round_trip(make, vec![ticks.clone()], more.clone(), stops);
+            }
+        }
     }
 
     #[test]
