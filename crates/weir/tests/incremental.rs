@@ -16,6 +16,7 @@ use weir::{Engine, ExecResult};
 const SETUP: &str = "
 CREATE STREAM s (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t);
 CREATE TABLE dim (id BIGINT, name VARCHAR);
+CREATE TABLE cfg (id BIGINT, val VARCHAR, PRIMARY KEY (id));
 CREATE VIEW keys AS SELECT DISTINCT k FROM s [UNBOUNDED];
 CREATE VIEW per AS SELECT k % 500 AS g, COUNT(*) AS n, SUM(v) AS sv, MIN(v) AS lo, MAX(v) AS hi,
   COUNT(DISTINCT v) AS dv FROM s [UNBOUNDED] GROUP BY k % 500;
@@ -26,13 +27,14 @@ CREATE VIEW top AS SELECT k, v FROM (SELECT k, v, ROW_NUMBER() OVER (PARTITION B
   ORDER BY v DESC, k) AS rn FROM s [UNBOUNDED]) AS r WHERE rn <= 2;
 ";
 
-const VIEWS: [&str; 6] = [
+const VIEWS: [&str; 7] = [
     "SELECT * FROM top ORDER BY k, v",
     "SELECT * FROM keys ORDER BY k",
     "SELECT * FROM per ORDER BY g",
     "SELECT * FROM joined ORDER BY k",
     "SELECT * FROM recent",
     "SELECT * FROM dim ORDER BY id",
+    "SELECT * FROM cfg ORDER BY id",
 ];
 
 const STEPS: usize = 30;
@@ -53,6 +55,10 @@ fn step(i: usize) -> String {
     let mut sql = format!("INSERT INTO s VALUES {}; ADVANCE s TO {i};", rows.join(", "));
     if i.is_multiple_of(5) {
         sql.push_str(&format!("INSERT INTO dim VALUES ({i}, 'n{i}');"));
+    }
+    if i.is_multiple_of(3) {
+        // An upsert: the key's row is replaced (the primary key's index must follow).
+        sql.push_str(&format!("INSERT INTO cfg VALUES ({}, 'v{i}');", i % 4));
     }
     if i == 17 {
         sql.push_str("DELETE FROM dim WHERE id = 10;");
@@ -118,7 +124,10 @@ fn incremental(workers: usize) {
     run(&mut reference, 0, STEPS);
     let want = contents(&mut reference);
     let sizes: Vec<usize> = want.iter().map(Vec::len).collect();
-    assert!(sizes[0] == 200 && sizes[1] > 6000 && sizes[3] > 5 && sizes[5] == 5, "{sizes:?}");
+    assert!(
+        sizes[0] == 200 && sizes[1] > 6000 && sizes[3] > 5 && sizes[5] == 5 && sizes[6] == 4,
+        "{sizes:?}"
+    );
 
     let dir = tempdir(&format!("w{workers}"));
     let (mut e, _) = Engine::open_with_workers(&dir, workers).unwrap();

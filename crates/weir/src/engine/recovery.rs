@@ -287,15 +287,10 @@ struct Writing {
 }
 
 impl Writing {
-    /// A section that did not change since the last checkpoint: where it was.
-    fn unchanged(&mut self, name: &str) -> bool {
-        match self.earlier.get(name) {
-            Some(chain) => {
-                self.pieces.insert(name.to_string(), chain.clone());
-                true
-            }
-            None => false,
-        }
+    /// A section the last checkpoint holds, unchanged since: where it was.
+    fn keep(&mut self, name: String) {
+        let chain = self.earlier.get(&name).cloned().unwrap_or_default();
+        self.pieces.insert(name, chain);
     }
 
     /// Whether the last checkpoint holds a section, so that its changes can follow it.
@@ -325,7 +320,8 @@ impl Writing {
         schema: &SchemaRef,
     ) -> Result<()> {
         if self.builds_on(&name) {
-            if contents.unchanged() && self.unchanged(&name) {
+            if contents.unchanged() {
+                self.keep(name);
                 return Ok(());
             }
             if let Some(changes) = contents.take_changes(schema)? {
@@ -669,7 +665,6 @@ impl Engine {
         let cwd = std::env::current_dir()
             .map_err(|e| bad(&format!("cannot read the working directory: {e}")))?;
         let absolute = |p: &std::path::Path| cwd.join(p);
-        let sections: Vec<(String, Vec<u8>)> = Vec::new();
         let mut streams = BTreeMap::new();
         for (name, st) in self.intake.streams().filter(|(_, s)| s.companion_of.is_none()) {
             let source = st.source.as_ref().map(|s| {
@@ -744,7 +739,7 @@ impl Engine {
             sequence,
             earlier: if full { BTreeMap::new() } else { self.checkpoints.pieces.clone() },
             pieces: BTreeMap::new(),
-            sections,
+            sections: Vec::new(),
         };
         for (name, t) in self.tables.tables_mut() {
             w.relation(format!("table:{name}"), &mut t.contents, &t.schema)?;
@@ -760,7 +755,8 @@ impl Engine {
             let Some(key) = q.target.key() else { continue };
             let name = format!("query:{key}");
             if w.builds_on(&name) {
-                if !q.runner.changed() && w.unchanged(&name) {
+                if !q.runner.changed() {
+                    w.keep(name);
                     continue;
                 }
                 if let Some(bytes) = q.runner.save_changes()? {
@@ -775,15 +771,13 @@ impl Engine {
         let Writing { pieces, mut sections, .. } = w;
         manifest.sequence = sequence;
         manifest.pieces = pieces.clone();
-        let previous = match &self.checkpoints.generation {
-            Some(g) if !full => g.previous,
-            Some(g) => Some(g.start),
-            None => self.checkpoints.kept_generation,
+        // The generation this checkpoint belongs to, and the one before it (kept on disk).
+        let (start, previous) = match &self.checkpoints.generation {
+            Some(g) if !full => (g.start, g.previous),
+            Some(g) => (sequence, Some(g.start)),
+            None => (sequence, self.checkpoints.kept_generation),
         };
-        manifest.generation = match &self.checkpoints.generation {
-            Some(g) if !full => g.start,
-            _ => sequence,
-        };
+        manifest.generation = start;
         manifest.previous_generation = previous;
         let manifest = serde_json::to_vec(&manifest).map_err(|e| bad(&e.to_string()))?;
         let bytes: usize = sections.iter().map(|(_, b)| b.len()).sum();

@@ -222,39 +222,18 @@ impl Contents {
     }
 
     /// Sets rows to the multiplicities `changes` holds (what [`Contents::take_changes`]
-    /// gave, applied to the contents of the checkpoint before), keeping a primary key's
-    /// index in step.
+    /// gave, applied to the contents of the checkpoint before): applies the difference from
+    /// each row's multiplicity now, which keeps a primary key's index in step as any change
+    /// does (a keyed table holds each row once).
     pub fn set_rows(&mut self, changes: &ChangeBatch) -> Result<()> {
-        let rows = self.codec.encode(changes.data.columns(), changes.len())?;
-        let keys = match &self.key {
-            Some(index) => Some(index.keys(&changes.data)?),
-            None => None,
-        };
-        for pass_inserts in [false, true] {
-            for (i, &n) in changes.diffs.iter().enumerate() {
-                let row = rows.get(i);
-                if n < 0 {
-                    return Err(WeirError::exec("checkpoint: a negative multiplicity"));
-                }
-                if (n > 0) != pass_inserts {
-                    continue;
-                }
-                if n > 0 {
-                    self.rows.insert(RowBytes::from(row), n);
-                } else {
-                    self.rows.remove(row);
-                }
-                if let (Some(index), Some(keys)) = (&mut self.key, &keys) {
-                    let k = keys.get(i);
-                    if n > 0 {
-                        index.rows.insert(k.into(), row.into());
-                    } else if index.rows.get(k).is_some_and(|r| &r[..] == row) {
-                        index.rows.remove(k);
-                    }
-                }
-            }
+        if changes.diffs.iter().any(|n| *n < 0) {
+            return Err(WeirError::exec("checkpoint: a negative multiplicity"));
         }
-        Ok(())
+        let rows = self.codec.encode(changes.data.columns(), changes.len())?;
+        let diffs: Vec<i64> = (0..changes.len())
+            .map(|i| changes.diffs[i] - self.rows.get(rows.get(i)).copied().unwrap_or(0))
+            .collect();
+        self.apply(&ChangeBatch::new(changes.data.clone(), changes.times.clone(), diffs))
     }
 
     /// The contents as inserts at `at`.

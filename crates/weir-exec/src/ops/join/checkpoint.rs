@@ -45,6 +45,45 @@ fn split_entry(e: &[u8]) -> Result<(&[u8], &[u8])> {
     Ok(rest.split_at(len))
 }
 
+/// An index section: (key, row, count) rows, in the order given.
+fn put_index_rows(
+    w: &mut StateWriter,
+    name: &str,
+    sig: &str,
+    rows: &[(&[u8], &[u8], i64)],
+) -> Result<()> {
+    w.put(
+        name,
+        sig,
+        rows.len(),
+        vec![
+            ("key", binary_col(rows.iter().map(|r| r.0))),
+            ("row", binary_col(rows.iter().map(|r| r.1))),
+            ("count", i64_col(rows.iter().map(|r| r.2))),
+        ],
+    )
+}
+
+/// A tracked rows section: each row with its count, matches and whether its key is NULL.
+fn put_tracked(
+    w: &mut StateWriter,
+    name: &str,
+    sig: &str,
+    rows: &[(&[u8], Tracked)],
+) -> Result<()> {
+    w.put(
+        name,
+        sig,
+        rows.len(),
+        vec![
+            ("row", binary_col(rows.iter().map(|r| r.0))),
+            ("count", i64_col(rows.iter().map(|r| r.1.count))),
+            ("matches", i64_col(rows.iter().map(|r| r.1.matches))),
+            ("null_key", bool_col(rows.iter().map(|r| r.1.null_key))),
+        ],
+    )
+}
+
 impl Join {
     fn signature(&self) -> String {
         signature(
@@ -70,38 +109,20 @@ impl Join {
         for (name, index) in
             [("join.left_index", &self.left_index), ("join.right_index", &self.right_index)]
         {
-            let mut rows: Vec<(&[u8], &RowBytes, i64)> = index
+            let mut rows: Vec<(&[u8], &[u8], i64)> = index
                 .iter()
-                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (&k[..], r, c)))
+                .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (&k[..], &r[..], c)))
                 .collect();
             rows.sort_unstable();
-            w.put(
-                name,
-                &sig,
-                rows.len(),
-                vec![
-                    ("key", binary_col(rows.iter().map(|r| r.0))),
-                    ("row", binary_col(rows.iter().map(|r| &r.1[..]))),
-                    ("count", i64_col(rows.iter().map(|r| r.2))),
-                ],
-            )?;
+            put_index_rows(w, name, &sig, &rows)?;
         }
         for (name, tracked) in
             [("join.left_rows", &self.left_rows), ("join.right_rows", &self.right_rows)]
         {
-            let mut rows: Vec<(&RowBytes, &Tracked)> = tracked.iter().collect();
+            let mut rows: Vec<(&[u8], Tracked)> =
+                tracked.iter().map(|(r, t)| (&r[..], *t)).collect();
             rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            w.put(
-                name,
-                &sig,
-                rows.len(),
-                vec![
-                    ("row", binary_col(rows.iter().map(|r| &r.0[..]))),
-                    ("count", i64_col(rows.iter().map(|r| r.1.count))),
-                    ("matches", i64_col(rows.iter().map(|r| r.1.matches))),
-                    ("null_key", bool_col(rows.iter().map(|r| r.1.null_key))),
-                ],
-            )?;
+            put_tracked(w, name, &sig, &rows)?;
         }
         self.put_totals(w, &sig)
     }
@@ -125,35 +146,16 @@ impl Join {
                 let (key, row) = split_entry(e)?;
                 rows.push((key, row, index.get(key).map_or(0, |b| b.count(row))));
             }
-            w.put(
-                name,
-                &sig,
-                rows.len(),
-                vec![
-                    ("key", binary_col(rows.iter().map(|r| r.0))),
-                    ("row", binary_col(rows.iter().map(|r| r.1))),
-                    ("count", i64_col(rows.iter().map(|r| r.2))),
-                ],
-            )?;
+            put_index_rows(w, name, &sig, &rows)?;
         }
         let sides = [
             ("join.left_rows.changes", &self.left_rows),
             ("join.right_rows.changes", &self.right_rows),
         ];
         for ((name, map), rows) in sides.into_iter().zip(&tracked) {
-            let now: Vec<Tracked> =
-                rows.iter().map(|r| map.get(r).copied().unwrap_or_default()).collect();
-            w.put(
-                name,
-                &sig,
-                rows.len(),
-                vec![
-                    ("row", binary_col(rows.iter().map(|r| &r[..]))),
-                    ("count", i64_col(now.iter().map(|t| t.count))),
-                    ("matches", i64_col(now.iter().map(|t| t.matches))),
-                    ("null_key", bool_col(now.iter().map(|t| t.null_key))),
-                ],
-            )?;
+            let now: Vec<(&[u8], Tracked)> =
+                rows.iter().map(|r| (&r[..], map.get(r).copied().unwrap_or_default())).collect();
+            put_tracked(w, name, &sig, &now)?;
         }
         self.put_totals(w, &sig)
     }

@@ -21,7 +21,8 @@ use arrow::array::{Array, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use weir_common::{Result, Time, WeirError};
 
-use super::{Bucket, Index, Key};
+use super::rows::DeltaRow;
+use super::{Bucket, Index, Join, Key};
 use crate::dirty::DirtyKeys;
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
@@ -85,17 +86,9 @@ impl Expiry {
         row: &[u8],
         count: i64,
     ) {
-        let len = index.len();
-        let Some(bucket) = index.get_mut(key) else { return };
-        let take = count.min(bucket.count(row));
-        if take <= 0 {
-            return;
-        }
-        if dirty.recording() {
-            dirty.note(&super::checkpoint::entry(key, row)[..], len);
-        }
-        if bucket.add(row, -take) {
-            index.remove(key);
+        let take = index.get(key).map_or(0, |b| count.min(b.count(row)));
+        if take > 0 {
+            Join::apply(index, dirty, &[DeltaRow { key: Some(key), row, diff: -take }]);
         }
     }
 

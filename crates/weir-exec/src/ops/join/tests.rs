@@ -3,12 +3,44 @@
 
 use super::*;
 
-mod kinds {
-    use std::sync::Arc;
+/// A side over (k, v) keyed by the columns `keys`.
+fn kv_side(keys: &[&str]) -> JoinSide {
+    use crate::testing::kv_schema;
+    let df = datafusion_common::DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+    JoinSide {
+        keys: keys
+            .iter()
+            .map(|k| ScalarExpr::compile(&datafusion_expr::col(*k), &df).unwrap())
+            .collect(),
+        row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
+        schema: kv_schema(),
+    }
+}
 
+/// Both sides' columns: (k, v, k2, v2).
+fn pair_schema() -> SchemaRef {
     use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion_common::DFSchema;
-    use datafusion_expr::col;
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("k2", DataType::Utf8, true),
+        Field::new("v2", DataType::Int64, true),
+    ]))
+}
+
+/// A mark join's output: (k, v, mark).
+fn mark_schema() -> SchemaRef {
+    use arrow::datatypes::{DataType, Field, Schema};
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("mark", DataType::Boolean, true),
+    ]))
+}
+
+mod kinds {
+
+    use arrow::datatypes::DataType;
 
     use super::*;
     use crate::testing::{fed, kv, kv_schema, run, Tick};
@@ -18,33 +50,18 @@ mod kinds {
     }
 
     fn join_op(kind: JoinKind) -> Join {
-        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
-        let side = || JoinSide {
-            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
-            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
-            schema: kv_schema(),
-        };
         let schema = if matches!(kind, JoinKind::LeftSemi | JoinKind::LeftAnti { .. }) {
             kv_schema()
         } else if kind == JoinKind::LeftMark {
-            Arc::new(Schema::new(vec![
-                Field::new("k", DataType::Utf8, true),
-                Field::new("v", DataType::Int64, true),
-                Field::new("mark", DataType::Boolean, true),
-            ]))
+            mark_schema()
         } else {
-            Arc::new(Schema::new(vec![
-                Field::new("k", DataType::Utf8, true),
-                Field::new("v", DataType::Int64, true),
-                Field::new("k2", DataType::Utf8, true),
-                Field::new("v2", DataType::Int64, true),
-            ]))
+            pair_schema()
         };
         Join::new(
             kind,
             false,
-            side(),
-            side(),
+            kv_side(&["k"]),
+            kv_side(&["k"]),
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
             None,
             schema,
@@ -166,36 +183,22 @@ mod kinds {
 }
 
 mod mark {
-    use std::sync::Arc;
 
-    use arrow::datatypes::{DataType, Field, Schema};
-    use datafusion_common::DFSchema;
-    use datafusion_expr::col;
+    use arrow::datatypes::DataType;
 
     use super::*;
-    use crate::testing::{fed, kv, kv_schema, run};
+    use crate::testing::{fed, kv, run};
 
     #[test]
     fn mark_join_flags_rows_with_a_match() {
-        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
-        let side = || JoinSide {
-            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
-            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
-            schema: kv_schema(),
-        };
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("v", DataType::Int64, true),
-            Field::new("mark", DataType::Boolean, true),
-        ]));
         let op = Join::new(
             JoinKind::LeftMark,
             false,
-            side(),
-            side(),
+            kv_side(&["k"]),
+            kv_side(&["k"]),
             RowCodec::new(vec![DataType::Utf8]).unwrap(),
             None,
-            schema,
+            mark_schema(),
         );
         let left = vec![kv(1, "+1 a 1, +1 b 2")];
         let right = vec![kv(1, "+1 a 9"), kv(2, "+1 b 3")];
@@ -207,9 +210,8 @@ mod mark {
 }
 
 mod spans {
-    use std::sync::Arc;
 
-    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::datatypes::DataType;
     use datafusion_common::DFSchema;
     use datafusion_expr::{col, lit, Expr};
     use proptest::prelude::*;
@@ -232,32 +234,11 @@ mod spans {
     ];
 
     fn join(kind: JoinKind, filter: bool, left: Vec<Tick>, right: Vec<Tick>) -> Graph {
-        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let bag = matches!(kind, JoinKind::IntersectAll | JoinKind::ExceptAll);
-        let side = || JoinSide {
-            keys: if bag {
-                vec![
-                    ScalarExpr::compile(&col("k"), &df).unwrap(),
-                    ScalarExpr::compile(&col("v"), &df).unwrap(),
-                ]
-            } else {
-                vec![ScalarExpr::compile(&col("k"), &df).unwrap()]
-            },
-            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
-            schema: kv_schema(),
-        };
-        let both = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("v", DataType::Int64, true),
-            Field::new("k2", DataType::Utf8, true),
-            Field::new("v2", DataType::Int64, true),
-        ]));
+        let side = || kv_side(if bag { &["k", "v"] } else { &["k"] });
+        let both = pair_schema();
         let schema = match kind {
-            JoinKind::LeftMark => Arc::new(Schema::new(vec![
-                Field::new("k", DataType::Utf8, true),
-                Field::new("v", DataType::Int64, true),
-                Field::new("mark", DataType::Boolean, true),
-            ])),
+            JoinKind::LeftMark => mark_schema(),
             JoinKind::LeftSemi
             | JoinKind::LeftAnti { .. }
             | JoinKind::IntersectAll
@@ -293,17 +274,8 @@ mod spans {
 
     fn interval_op(expiring: bool) -> Join {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
-        let side = || JoinSide {
-            keys: vec![ScalarExpr::compile(&col("k"), &df).unwrap()],
-            row_codec: RowCodec::for_schema(&kv_schema()).unwrap(),
-            schema: kv_schema(),
-        };
-        let both = Arc::new(Schema::new(vec![
-            Field::new("k", DataType::Utf8, true),
-            Field::new("v", DataType::Int64, true),
-            Field::new("k2", DataType::Utf8, true),
-            Field::new("v2", DataType::Int64, true),
-        ]));
+        let side = || kv_side(&["k"]);
+        let both = pair_schema();
         let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
         let theta = col("v").lt_eq(col("v2")).and(col("v2").lt_eq(col("v") + lit(3i64)));
         let theta = ScalarExpr::compile(&theta, &df_both).unwrap();
