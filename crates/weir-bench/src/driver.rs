@@ -145,7 +145,10 @@ struct Sink<'a> {
     outputs: u64,
     /// (largest timestamp in the chunk, when its push started), in chunk order.
     chunks: Vec<(i64, Instant)>,
-    samples: Vec<Duration>,
+    /// Latencies, each with the number of output instants that had it (the instants of one
+    /// poll that one chunk caused share a latency: one entry, not one per instant, which
+    /// would grow by an entry per event inside the timed part of the run).
+    samples: Vec<(Duration, u64)>,
     measure_latency: bool,
 }
 
@@ -177,7 +180,11 @@ impl Sink<'_> {
             let i = self.chunks.partition_point(|(max, _)| *max <= t);
             let start = self.chunks.get(i).or(self.chunks.last()).map(|c| c.1);
             if let Some(start) = start {
-                self.samples.push(now.saturating_duration_since(start));
+                let latency = now.saturating_duration_since(start);
+                match self.samples.last_mut() {
+                    Some((l, n)) if *l == latency => *n += 1,
+                    _ => self.samples.push((latency, 1)),
+                }
             }
         }
     }
@@ -199,21 +206,29 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    /// The nearest-rank percentiles of `samples` (sorted in place); None if there are none.
-    pub fn of(samples: &mut [Duration]) -> Option<Percentiles> {
-        if samples.is_empty() {
-            return None;
-        }
+    /// The nearest-rank percentiles of `samples`, each (latency, how many times it was seen)
+    /// (sorted in place); None if there are none.
+    pub fn of(samples: &mut [(Duration, u64)]) -> Option<Percentiles> {
         samples.sort_unstable();
+        let total: u64 = samples.iter().map(|(_, n)| n).sum();
+        let last = samples.iter().rev().find(|(_, n)| *n > 0)?.0;
         let at = |q: f64| {
-            samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1]
+            let rank = ((total as f64 * q).ceil() as u64).clamp(1, total);
+            let mut seen = 0;
+            for &(d, n) in samples.iter() {
+                seen += n;
+                if seen >= rank {
+                    return d;
+                }
+            }
+            last
         };
         Some(Percentiles {
-            samples: samples.len(),
+            samples: total as usize,
             p50: at(0.5),
             p99: at(0.99),
             p999: at(0.999),
-            max: samples[samples.len() - 1],
+            max: last,
         })
     }
 }
@@ -775,13 +790,20 @@ mod tests {
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let mut ms: Vec<Duration> = (1..=1000).rev().map(Duration::from_millis).collect();
+        let mut ms: Vec<(Duration, u64)> =
+            (1..=1000).rev().map(|m| (Duration::from_millis(m), 1)).collect();
         let p = Percentiles::of(&mut ms).unwrap();
         assert_eq!(p.samples, 1000);
         assert_eq!([p.p50, p.p99, p.p999, p.max].map(|d| d.as_millis()), [500, 990, 999, 1000]);
-        let mut one = vec![Duration::from_micros(7)];
+        let mut one = vec![(Duration::from_micros(7), 1)];
         let p = Percentiles::of(&mut one).unwrap();
         assert_eq!([p.p50, p.p999, p.max], [Duration::from_micros(7); 3]);
         assert!(Percentiles::of(&mut []).is_none());
+        // Weighted: 990 instants at 1 ms, 9 at 5 ms, 1 at 9 ms (as 1000 samples would give).
+        let mut w = vec![(Duration::from_millis(5), 9), (Duration::from_millis(1), 990)];
+        w.push((Duration::from_millis(9), 1));
+        let p = Percentiles::of(&mut w).unwrap();
+        assert_eq!(p.samples, 1000);
+        assert_eq!([p.p50, p.p99, p.p999, p.max].map(|d| d.as_millis()), [1, 1, 5, 9]);
     }
 }
