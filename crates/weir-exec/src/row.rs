@@ -103,10 +103,15 @@ pub enum EncodedRows {
 /// both sides of such a comparison point at real memory.
 static EMPTY_ROW: [u8; 1] = [0];
 
+/// The empty encoded row, pointing at real memory (see [`EMPTY_ROW`]).
+pub fn empty_row() -> &'static [u8] {
+    &EMPTY_ROW[..0]
+}
+
 impl EncodedRows {
     pub fn get(&self, i: usize) -> &[u8] {
         match self {
-            EncodedRows::Empty(_) => &EMPTY_ROW[..0],
+            EncodedRows::Empty(_) => empty_row(),
             EncodedRows::Rows(r) => r.row(i).data(),
         }
     }

@@ -26,14 +26,14 @@ pub mod rank;
 
 use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::{DataType, SchemaRef};
-use arrow::row::RowConverter;
+use arrow::row::{RowConverter, Rows};
 use std::sync::Arc;
 use weir_common::{ChangeBatch, Result, Time};
 
 use crate::expr::ScalarExpr;
 use crate::ops::topk::{sort_key_converter, SortKey};
 use crate::route::{KeyRoute, Placement};
-use crate::row::{RowBytes, RowCodec};
+use crate::row::{EncodedRows, RowBytes, RowCodec};
 
 /// The encodings shared by the window-function operators: partition key, order key, row.
 #[derive(Debug)]
@@ -51,6 +51,41 @@ pub struct OverKeys {
 
 /// One encoded change: partition key, (order key, row), diff.
 pub type Encoded = (RowBytes, (RowBytes, RowBytes), i64);
+
+/// A batch's changes encoded, each encoding in one buffer for the whole batch (no allocation
+/// per row): partition keys, order keys, rows, diffs.
+pub struct EncodedBatch {
+    parts: EncodedRows,
+    /// `None`: no ORDER BY (every order key is empty).
+    keys: Option<Rows>,
+    rows: EncodedRows,
+    diffs: Vec<i64>,
+}
+
+impl EncodedBatch {
+    /// Change `i`'s partition key.
+    pub fn part(&self, i: usize) -> &[u8] {
+        self.parts.get(i)
+    }
+
+    /// Change `i`'s (order key, row).
+    pub fn entry(&self, i: usize) -> (&[u8], &[u8]) {
+        let key = match &self.keys {
+            Some(k) => k.row(i).data(),
+            None => crate::row::empty_row(),
+        };
+        (key, self.rows.get(i))
+    }
+
+    pub fn diff(&self, i: usize) -> i64 {
+        self.diffs[i]
+    }
+
+    /// The bytes of every encoded row.
+    pub fn row_bytes(&self) -> usize {
+        (0..self.diffs.len()).map(|i| self.rows.get(i).len()).sum()
+    }
+}
 
 impl OverKeys {
     pub fn new(
@@ -89,9 +124,8 @@ impl OverKeys {
         format!("{:?} {:?} {:?}", self.part_types, self.order_types, self.order_dirs)
     }
 
-    /// Every change of `d[start..end]` encoded, in input order.
-    pub fn encode(&self, d: &ChangeBatch, start: usize, end: usize) -> Result<Vec<Encoded>> {
-        let d = d.slice(start, end - start);
+    /// Every change of `d` encoded, in input order.
+    pub fn encode_batch(&self, d: &ChangeBatch) -> Result<EncodedBatch> {
         let n = d.len();
         let eval = |exprs: &[ScalarExpr], types: &[DataType]| -> Result<Vec<ArrayRef>> {
             exprs.iter().zip(types).map(|(e, t)| e.eval_as(&d.data, t)).collect()
@@ -102,13 +136,20 @@ impl OverKeys {
             None => None,
             Some(conv) => Some(conv.convert_columns(&eval(&self.order, &self.order_types)?)?),
         };
-        Ok((0..n)
+        Ok(EncodedBatch { parts, keys, rows, diffs: d.diffs.clone() })
+    }
+
+    /// Every change of `d[start..end]` encoded, in input order, each encoding owned.
+    pub fn encode(&self, d: &ChangeBatch, start: usize, end: usize) -> Result<Vec<Encoded>> {
+        let enc = self.encode_batch(&d.slice(start, end - start))?;
+        Ok((0..end - start)
             .map(|i| {
-                let key: RowBytes = match &keys {
-                    Some(k) => k.row(i).data().into(),
-                    None => RowBytes::from(&[][..]),
-                };
-                (RowBytes::from(parts.get(i)), (key, RowBytes::from(rows.get(i))), d.diffs[i])
+                let (key, row) = enc.entry(i);
+                (
+                    RowBytes::from(enc.part(i)),
+                    (RowBytes::from(key), RowBytes::from(row)),
+                    enc.diff(i),
+                )
             })
             .collect())
     }

@@ -1,5 +1,6 @@
 //! One ranking partition's rows in rank order, each (order key, row) with its multiplicity:
-//! a sorted vector while the partition is small, a B-tree beyond.
+//! a sorted vector while the partition is small, a B-tree beyond. An entry's order key and
+//! row are one allocation ([`Entry`]).
 //!
 //! Most partitions of a top-N hold a handful of rows (at most N and the rows tied with the
 //! last, over an insert-only input), where a B-tree costs a whole node (eleven slots) even for
@@ -8,21 +9,64 @@
 //! after it (a few dozen bytes each), and cuts its tail in place. Past [`SMALL`] entries the
 //! moves would grow with the partition, so it becomes a B-tree (and stays one).
 
-use std::collections::btree_map::{self, BTreeMap, Entry};
+use std::collections::btree_map::{self, BTreeMap};
 
 use crate::heap::HeapSize;
 use crate::row::RowBytes;
 
-/// A partition's entry: (order key, row).
-pub(super) type Key = (RowBytes, RowBytes);
+/// A partition's entry, borrowed: (order key, row), ordered as the tuple.
+pub(super) type Key<'a> = (&'a [u8], &'a [u8]);
+
+/// A partition's entry, owned: the order key and the row in one allocation (an entry is one
+/// allocation, not two, and 24 bytes in its vector or node), ordered as (order key, row).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Entry {
+    bytes: RowBytes,
+    /// Where the row starts in `bytes`.
+    split: u32,
+}
+
+impl Entry {
+    pub fn new((key, row): Key<'_>) -> Entry {
+        let mut bytes = Vec::with_capacity(key.len() + row.len());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(row);
+        // An order key longer than 4 GiB cannot be encoded from one row of a batch.
+        let split = u32::try_from(key.len()).unwrap_or(u32::MAX);
+        Entry { bytes: bytes.into_boxed_slice(), split }
+    }
+
+    /// (order key, row).
+    pub fn key(&self) -> Key<'_> {
+        self.bytes.split_at(self.split as usize)
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl HeapSize for Entry {
+    fn heap_bytes(&self) -> usize {
+        self.bytes.heap_bytes()
+    }
+}
 
 /// The entries a partition keeps in a sorted vector before it becomes a B-tree.
 const SMALL: usize = 32;
 
 #[derive(Debug, Clone)]
 pub(super) enum Partition {
-    Small(Vec<(Key, i64)>),
-    Large(BTreeMap<Key, i64>),
+    Small(Vec<(Entry, i64)>),
+    Large(BTreeMap<Entry, i64>),
 }
 
 impl Default for Partition {
@@ -33,17 +77,17 @@ impl Default for Partition {
 
 /// The entries of a partition in order.
 pub(super) enum Iter<'a> {
-    Small(std::slice::Iter<'a, (Key, i64)>),
-    Large(btree_map::Iter<'a, Key, i64>),
+    Small(std::slice::Iter<'a, (Entry, i64)>),
+    Large(btree_map::Iter<'a, Entry, i64>),
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a Key, &'a i64);
+    type Item = (Key<'a>, i64);
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Iter::Small(i) => i.next().map(|(k, c)| (k, c)),
-            Iter::Large(i) => i.next(),
+            Iter::Small(i) => i.next().map(|(e, c)| (e.key(), *c)),
+            Iter::Large(i) => i.next().map(|(e, c)| (e.key(), *c)),
         }
     }
 }
@@ -64,10 +108,10 @@ impl Partition {
     }
 
     /// Adds `n` (not zero) to `key`'s multiplicity, removing it at zero; returns the new
-    /// multiplicity.
-    pub fn add(&mut self, key: Key, n: i64) -> i64 {
+    /// multiplicity. An entry is allocated only when it is new.
+    pub fn add(&mut self, key: Key<'_>, n: i64) -> i64 {
         match self {
-            Partition::Small(v) => match v.binary_search_by(|(k, _)| k.cmp(&key)) {
+            Partition::Small(v) => match v.binary_search_by(|(e, _)| e.key().cmp(&key)) {
                 Ok(i) => {
                     v[i].1 += n;
                     let c = v[i].1;
@@ -77,15 +121,15 @@ impl Partition {
                     c
                 }
                 Err(i) => {
-                    v.insert(i, (key, n));
+                    v.insert(i, (Entry::new(key), n));
                     if v.len() > SMALL {
                         *self = Partition::Large(std::mem::take(v).into_iter().collect());
                     }
                     n
                 }
             },
-            Partition::Large(m) => match m.entry(key) {
-                Entry::Occupied(mut o) => {
+            Partition::Large(m) => match m.entry(Entry::new(key)) {
+                btree_map::Entry::Occupied(mut o) => {
                     *o.get_mut() += n;
                     let c = *o.get();
                     if c == 0 {
@@ -93,7 +137,7 @@ impl Partition {
                     }
                     c
                 }
-                Entry::Vacant(v) => *v.insert(n),
+                btree_map::Entry::Vacant(v) => *v.insert(n),
             },
         }
     }
@@ -124,12 +168,22 @@ impl HeapSize for Partition {
 mod tests {
     use super::*;
 
-    fn key(k: u8, row: u8) -> Key {
-        (RowBytes::from(&[k][..]), RowBytes::from(&[row][..]))
+    const BYTES: [u8; 256] = {
+        let mut b = [0u8; 256];
+        let mut i = 0;
+        while i < 256 {
+            b[i] = i as u8;
+            i += 1;
+        }
+        b
+    };
+
+    fn key(k: u8, row: u8) -> Key<'static> {
+        (&BYTES[k as usize..][..1], &BYTES[row as usize..][..1])
     }
 
     fn entries(p: &Partition) -> Vec<(u8, u8, i64)> {
-        p.iter().map(|((k, r), c)| (k[0], r[0], *c)).collect()
+        p.iter().map(|((k, r), c)| (k[0], r[0], c)).collect()
     }
 
     /// Both forms give the order, counts and cuts a B-tree gives, through the switch from one
@@ -137,7 +191,7 @@ mod tests {
     #[test]
     fn a_partition_behaves_as_an_ordered_map_in_either_form() {
         let mut p = Partition::default();
-        let mut model: BTreeMap<Key, i64> = BTreeMap::new();
+        let mut model: BTreeMap<Key<'static>, i64> = BTreeMap::new();
         let mut x: u32 = 7;
         for step in 0..2000 {
             x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
@@ -148,7 +202,7 @@ mod tests {
             if have + n < 0 {
                 continue;
             }
-            let c = p.add(e.clone(), n);
+            let c = p.add(e, n);
             assert_eq!(c, have + n, "step {step}");
             if c == 0 {
                 model.remove(&e);
@@ -157,7 +211,7 @@ mod tests {
             }
             if step % 500 == 499 {
                 p.truncate(20);
-                let cut: Vec<Key> = model.keys().skip(20).cloned().collect();
+                let cut: Vec<Key<'static>> = model.keys().skip(20).cloned().collect();
                 for k in &cut {
                     model.remove(k);
                 }
@@ -177,9 +231,10 @@ mod tests {
             p.add(key(i, 0), 1);
         }
         assert!(matches!(p, Partition::Small(_)));
-        // Ten entries of 40 bytes (two boxed rows and a count) and their one-byte rows.
+        // Ten entries of 32 bytes (a boxed order key and row, its split, a count) and their
+        // two bytes each (one allocation).
         let Partition::Small(v) = &p else { unreachable!() };
-        assert_eq!(p.heap_bytes(), v.capacity() * 40 + 10 * 2 * 8);
+        assert_eq!(p.heap_bytes(), v.capacity() * 32 + 10 * 8);
         p.truncate(3);
         assert_eq!(entries(&p), [(0, 0, 1), (1, 0, 1), (2, 0, 1)]);
     }

@@ -33,48 +33,97 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
 use super::partition::{Key, Partition};
-use super::{eval_by_instant, Encoded, OverKeys};
+use super::{EncodedBatch, OverKeys};
 use crate::dirty::DirtyKeys;
 use crate::heap::HeapSize;
-use crate::operator::{take_inputs, Operator, Step};
+use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
 
-/// One partition's netted changes in a run: partition key, ((order key, row), diff).
-type PartChanges = (RowBytes, Vec<((RowBytes, RowBytes), i64)>);
-
 /// One row's function values (ROW_NUMBER, RANK, DENSE_RANK: rarely more than two).
 type Vals = smallvec::SmallVec<[i64; 2]>;
 
-/// An output change: row, function values, diff.
-type OutRow = (RowBytes, Vals, i64);
+/// A step's buffer for a partition's output rows before netting (row, values, diff), kept
+/// empty between partitions.
+type NetBuf = Vec<(&'static [u8], Vals, i64)>;
+
+/// `v` emptied, its elements borrowing for another lifetime, in the same allocation
+/// (collecting a vector's iterator into a vector of the same layout reuses it).
+#[allow(clippy::unnecessary_filter_map)]
+fn recycle<'b>(mut v: Vec<(&[u8], Vals, i64)>) -> Vec<(&'b [u8], Vals, i64)> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// A step's output changes, their rows copied into one buffer (not one allocation each).
+struct OutRows {
+    bytes: Vec<u8>,
+    /// Each change: where its row is in `bytes`, its function values, its diff.
+    rows: Vec<(std::ops::Range<usize>, Vals, i64)>,
+    times: Vec<Time>,
+}
+
+impl OutRows {
+    fn push(&mut self, row: &[u8], vals: Vals, diff: i64) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(row);
+        self.rows.push((start..self.bytes.len(), vals, diff));
+    }
+
+    /// Room for about `rows` changes of `row_bytes` bytes each.
+    fn with_capacity(rows: usize, row_bytes: usize) -> OutRows {
+        OutRows {
+            bytes: Vec::with_capacity(rows * row_bytes),
+            rows: Vec::with_capacity(rows),
+            times: Vec::with_capacity(rows),
+        }
+    }
+
+    /// Sorts the changes from `start` on by (row, values): the order in which a relation's
+    /// output is consolidated (an output row is the input row followed by the values), so
+    /// that consolidation finds them in order. (A row is in one partition, and each
+    /// partition's changes are netted: no two changes of a run have the same row and values.)
+    fn sort_from(&mut self, start: usize) {
+        let bytes = &self.bytes;
+        self.rows[start..]
+            .sort_unstable_by(|a, b| (&bytes[a.0.clone()], &a.1).cmp(&(&bytes[b.0.clone()], &b.1)));
+    }
+
+    /// (row, values, diff) of every change.
+    fn refs(&self) -> Vec<(&[u8], &Vals, i64)> {
+        self.rows.iter().map(|(r, v, d)| (&self.bytes[r.clone()], v, *d)).collect()
+    }
+}
 
 /// A partition's entries with their multiplicities after a run's netted changes (sorted by
 /// entry) are applied, without applying them: the merge of the two, entries whose count
 /// becomes 0 left out.
 struct Merged<'a> {
     part: std::iter::Peekable<super::partition::Iter<'a>>,
-    changes: std::iter::Peekable<std::slice::Iter<'a, (Key, i64)>>,
+    changes: std::iter::Peekable<std::slice::Iter<'a, (Key<'a>, i64)>>,
 }
 
 impl<'a> Iterator for Merged<'a> {
-    type Item = (&'a Key, i64);
+    type Item = (Key<'a>, i64);
 
-    fn next(&mut self) -> Option<(&'a Key, i64)> {
+    fn next(&mut self) -> Option<(Key<'a>, i64)> {
         loop {
             let next = match (self.part.peek(), self.changes.peek()) {
                 (None, None) => return None,
-                (Some((k, _)), Some((e, _))) if *k == e => {
-                    let (k, c) = self.part.next()?;
-                    let (_, n) = self.changes.next()?;
-                    (k, c + n)
-                }
-                (Some((k, _)), Some((e, _))) if *k < e => self.part.next().map(|(k, c)| (k, *c))?,
-                (_, Some(_)) => self.changes.next().map(|(e, n)| (e, *n))?,
-                (Some(_), None) => self.part.next().map(|(k, c)| (k, *c))?,
+                (Some((k, _)), Some((e, _))) => match k.cmp(e) {
+                    std::cmp::Ordering::Equal => {
+                        let (k, c) = self.part.next()?;
+                        let (_, n) = self.changes.next()?;
+                        (k, c + n)
+                    }
+                    std::cmp::Ordering::Less => self.part.next()?,
+                    std::cmp::Ordering::Greater => self.changes.next().copied()?,
+                },
+                (None, Some(_)) => self.changes.next().copied()?,
+                (Some(_), None) => self.part.next()?,
             };
             if next.1 != 0 {
                 return Some(next);
@@ -86,9 +135,7 @@ impl<'a> Iterator for Merged<'a> {
 #[derive(Debug)]
 pub struct Ranking {
     keys: OverKeys,
-    funcs: Vec<RankFunc>,
-    /// `None`: every row; `Some((func, lo, hi))`: top-N on function `func`.
-    top: Option<(usize, i64, i64)>,
+    ranks: Ranks,
     schema: SchemaRef,
     parts: HashMap<RowBytes, Partition>,
     /// The partitions changed since the last checkpoint (see [`crate::dirty`]).
@@ -119,8 +166,7 @@ impl Ranking {
         };
         Ok(Ranking {
             keys,
-            funcs,
-            top,
+            ranks: Ranks { funcs, top },
             schema,
             parts: HashMap::new(),
             dirty: DirtyKeys::default(),
@@ -135,6 +181,121 @@ impl Ranking {
         self
     }
 
+    fn signature(&self) -> String {
+        signature("ranking", &self.schema, (self.keys.params(), &self.ranks.funcs, self.ranks.top))
+    }
+
+    /// Evaluates the changes `rows` (indices into `enc`) of one instant into `out`.
+    fn eval_run<'e>(
+        &mut self,
+        enc: &'e EncodedBatch,
+        rows: std::ops::Range<usize>,
+        order: &mut Vec<usize>,
+        changes: &mut Vec<(Key<'e>, i64)>,
+        net_buf: &mut NetBuf,
+        out: &mut OutRows,
+    ) -> Result<()> {
+        // The run's changes sorted by (partition, entry) and netted per entry (a sorted Vec,
+        // not a map: most runs hold a row or two).
+        order.clear();
+        order.extend(rows);
+        order.sort_unstable_by(|&a, &b| {
+            (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b)))
+        });
+        let first_out = out.rows.len();
+        let mut i = 0;
+        while i < order.len() {
+            let p = enc.part(order[i]);
+            changes.clear();
+            while i < order.len() && enc.part(order[i]) == p {
+                let (e, n) = (enc.entry(order[i]), enc.diff(order[i]));
+                match changes.last_mut() {
+                    Some((le, ln)) if *le == e => *ln += n,
+                    _ => changes.push((e, n)),
+                }
+                i += 1;
+            }
+            changes.retain(|(_, n)| *n != 0);
+            if changes.is_empty() {
+                continue;
+            }
+            if self.append_only && changes.iter().any(|(_, n)| *n < 0) {
+                return Err(WeirError::internal(
+                    "a top-N planned over an insert-only input saw a retraction",
+                ));
+            }
+            self.dirty.note(p, self.parts.len());
+            self.eval_part(p, changes, net_buf, out)?;
+        }
+        out.sort_from(first_out);
+        Ok(())
+    }
+
+    /// Applies one partition's netted changes (sorted by entry, none zero) and writes the
+    /// output changes they cause into `out`.
+    fn eval_part(
+        &mut self,
+        p: &[u8],
+        changes: &[(Key<'_>, i64)],
+        net_buf: &mut NetBuf,
+        out: &mut OutRows,
+    ) -> Result<()> {
+        let ranks = &self.ranks;
+        if !self.parts.contains_key(p) {
+            self.parts.insert(RowBytes::from(p), Partition::default());
+        }
+        let part =
+            self.parts.get_mut(p).ok_or_else(|| WeirError::internal("a partition vanished"))?;
+        let from = changes[0].0;
+        // The rows at or after `from` with their values, before and after the changes
+        // (merged in, not applied, so that both walks borrow the partition), netted.
+        let mut net = recycle(std::mem::take(net_buf));
+        ranks.walk(part.iter(), from, &mut net, -1);
+        let merged = Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
+        ranks.walk(merged, from, &mut net, 1);
+        net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
+        let mut i = 0;
+        while i < net.len() {
+            let (row, vals) = (net[i].0, &net[i].1);
+            let mut n = 0;
+            let mut j = i;
+            while j < net.len() && net[j].0 == row && net[j].1 == *vals {
+                n += net[j].2;
+                j += 1;
+            }
+            if n != 0 {
+                out.push(row, vals.clone(), n);
+            }
+            i = j;
+        }
+        *net_buf = recycle(net);
+        for &(e, n) in changes {
+            // Entry by entry (never a pass over the partition: that would cost O(n)).
+            if part.add(e, n) < 0 {
+                return Err(WeirError::exec(
+                    "window function: a row was retracted more often than it was inserted",
+                ));
+            }
+        }
+        if self.append_only {
+            ranks.prune(part);
+        }
+        if part.is_empty() {
+            self.parts.remove(p);
+        }
+        Ok(())
+    }
+}
+
+/// The functions a ranking computes and its top, if any.
+#[derive(Debug)]
+struct Ranks {
+    funcs: Vec<RankFunc>,
+    /// `None`: every row; `Some((func, lo, hi))`: top-N on function `func`.
+    top: Option<(usize, i64, i64)>,
+}
+
+impl Ranks {
     /// Drops the entries of `part` whose first copy is ranked past the top (append-only input).
     fn prune(&self, part: &mut Partition) {
         let Some((f, _, hi)) = self.top else { return };
@@ -142,11 +303,11 @@ impl Ranking {
         let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
         let mut prev: Option<&[u8]> = None;
         let mut cut: Option<usize> = None;
-        for (i, (entry, &c)) in part.iter().enumerate() {
-            if prev != Some(&entry.0[..]) {
+        for (i, ((key, _), c)) in part.iter().enumerate() {
+            if func != RankFunc::RowNumber && prev != Some(key) {
                 rank = pos + 1;
                 dense += 1;
-                prev = Some(&entry.0[..]);
+                prev = Some(key);
             }
             let v = match func {
                 RankFunc::RowNumber => pos + 1,
@@ -164,48 +325,44 @@ impl Ranking {
         }
     }
 
-    fn signature(&self) -> String {
-        signature("ranking", &self.schema, (self.keys.params(), &self.funcs, self.top))
-    }
-
     /// The output rows of `part` at or after `from` ((order key, row)), with their values and
     /// multiplicities, walking from the partition's first row (see the module docs).
     fn walk<'a>(
         &self,
-        part: impl Iterator<Item = (&'a Key, i64)>,
-        from: &Key,
+        part: impl Iterator<Item = (Key<'a>, i64)>,
+        from: Key<'_>,
         out: &mut Vec<(&'a [u8], Vals, i64)>,
         sign: i64,
     ) {
         let numbered = self.funcs.contains(&RankFunc::RowNumber);
+        // RANK and DENSE_RANK need to know where a run of peers (equal order keys) starts.
+        let peers = self.funcs.iter().any(|f| *f != RankFunc::RowNumber);
         let (mut pos, mut rank, mut dense) = (0i64, 0i64, 0i64);
         let mut prev: Option<&[u8]> = None;
-        let values = |rn: i64, rank: i64, dense: i64| -> Vals {
-            self.funcs
-                .iter()
-                .map(|f| match f {
-                    RankFunc::RowNumber => rn,
-                    RankFunc::Rank => rank,
-                    RankFunc::DenseRank => dense,
-                })
-                .collect()
+        let value = |f: RankFunc, rn: i64, rank: i64, dense: i64| match f {
+            RankFunc::RowNumber => rn,
+            RankFunc::Rank => rank,
+            RankFunc::DenseRank => dense,
         };
+        // Entries come in order: once one is at or after `from`, every later one is.
+        let mut started = false;
         for (entry, c) in part {
             let (key, row) = entry;
-            if prev != Some(&key[..]) {
+            if peers && prev != Some(key) {
                 rank = pos + 1;
                 dense += 1;
-                prev = Some(&key[..]);
+                prev = Some(key);
             }
-            let started = entry >= from;
+            started = started || entry >= from;
             let copies = if numbered { c } else { 1 };
             for j in 0..copies {
-                let v = values(pos + 1 + j, rank, dense);
+                let rn = pos + 1 + j;
                 if let Some((f, lo, hi)) = self.top {
-                    if v[f] > hi {
+                    let v = value(self.funcs[f], rn, rank, dense);
+                    if v > hi {
                         return;
                     }
-                    if v[f] < lo {
+                    if v < lo {
                         continue;
                     }
                 }
@@ -213,81 +370,11 @@ impl Ranking {
                     // Values before `from` do not change: skip the copies, not the stop test.
                     break;
                 }
-                out.push((&row[..], v, sign * if numbered { 1 } else { c }));
+                let v: Vals = self.funcs.iter().map(|f| value(*f, rn, rank, dense)).collect();
+                out.push((row, v, sign * if numbered { 1 } else { c }));
             }
             pos += c;
         }
-    }
-
-    /// The output changes (row, values, diff) of one run of changes at one instant.
-    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
-        // The run's changes sorted by (partition, entry) and netted per entry (a sorted Vec,
-        // not a map: most runs hold a row or two).
-        let mut sorted: Vec<Encoded> = run.collect();
-        sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        let mut by_part: Vec<PartChanges> = Vec::new();
-        for (p, e, n) in sorted {
-            match by_part.last_mut() {
-                Some((lp, changes)) if *lp == p => match changes.last_mut() {
-                    Some((le, ln)) if *le == e => *ln += n,
-                    _ => changes.push((e, n)),
-                },
-                _ => by_part.push((p, vec![(e, n)])),
-            }
-        }
-        let mut rows: Vec<OutRow> = Vec::new();
-        for (p, changes) in by_part {
-            let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
-            let Some(from) = changes.first().map(|(e, _)| e.clone()) else { continue };
-            if self.append_only && changes.iter().any(|(_, n)| *n < 0) {
-                return Err(WeirError::internal(
-                    "a top-N planned over an insert-only input saw a retraction",
-                ));
-            }
-            self.dirty.note(&p[..], self.parts.len());
-            let mut part = self.parts.remove(&p).unwrap_or_default();
-            // (Taken out and put back: the walks below borrow `self` and the partition.)
-            // The rows at or after `from` with their values, before and after the changes
-            // (merged in, not applied, so that both walks borrow the partition), netted.
-            let mut net: Vec<(&[u8], Vals, i64)> = Vec::new();
-            self.walk(part.iter().map(|(k, c)| (k, *c)), &from, &mut net, -1);
-            let merged =
-                Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
-            self.walk(merged, &from, &mut net, 1);
-            net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
-            let mut i = 0;
-            while i < net.len() {
-                let (row, vals) = (net[i].0, &net[i].1);
-                let mut n = 0;
-                let mut j = i;
-                while j < net.len() && net[j].0 == row && net[j].1 == *vals {
-                    n += net[j].2;
-                    j += 1;
-                }
-                if n != 0 {
-                    rows.push((RowBytes::from(row), vals.clone(), n));
-                }
-                i = j;
-            }
-            drop(net);
-            for (e, n) in changes {
-                // Entry by entry (never a pass over the partition: that would cost O(n)).
-                if part.add(e, n) < 0 {
-                    return Err(WeirError::exec(
-                        "window function: a row was retracted more often than it was inserted",
-                    ));
-                }
-            }
-            if self.append_only {
-                self.prune(&mut part);
-            }
-            if !part.is_empty() {
-                self.parts.insert(p, part);
-            }
-        }
-        // Deletions first, then insertions, each in value order.
-        rows.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
-        Ok(rows)
     }
 }
 
@@ -297,9 +384,20 @@ impl Operator for Ranking {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let encoded = self.keys.encode(&d, 0, d.len())?;
-        let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
-        self.keys.output(&self.schema, &rows, times, self.funcs.len())
+        let enc = self.keys.encode_batch(&d)?;
+        // An inserted row moves the rows below it: a few changes out per change in (NEXMark
+        // q19, a top 10: 2.7).
+        let mut out = OutRows::with_capacity(4 * d.len(), enc.row_bytes() / d.len() + 1);
+        let (mut order, mut changes, mut net_buf) = (Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0;
+        for end in time_runs(&d.times) {
+            let before = out.rows.len();
+            self.eval_run(&enc, start..end, &mut order, &mut changes, &mut net_buf, &mut out)?;
+            out.times.extend(std::iter::repeat_n(d.times[start], out.rows.len() - before));
+            start = end;
+        }
+        let times = std::mem::take(&mut out.times);
+        self.keys.output(&self.schema, &out.refs(), times, self.ranks.funcs.len())
     }
 
     fn span_capable(&self) -> bool {
@@ -375,7 +473,7 @@ impl Ranking {
     ) -> Result<()> {
         let entries: Vec<StateEntry<'_>> = parts
             .iter()
-            .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], &k[..], &r[..], *c)))
+            .flat_map(|(p, part)| part.iter().map(move |((k, r), c)| (&p[..], k, r, c)))
             .collect();
         w.put(
             name,
@@ -402,7 +500,7 @@ impl Ranking {
                 return Err(invalid(format!("section '{name}': a negative count")));
             }
             let part = out.entry(RowBytes::from(p)).or_default();
-            if part.add((RowBytes::from(k), RowBytes::from(row)), c) != c {
+            if part.add((k, row), c) != c {
                 return Err(invalid(format!("section '{name}': a row appears twice")));
             }
         }
