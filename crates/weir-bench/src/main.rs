@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-/// The same allocator as the `weir` binary (operator state makes many small allocations; the
-/// system allocator spent 10-20% of q4/q5/q7 in malloc and free).
+/// The same allocator as the `weir` binary, built the same way (operator state makes many
+/// small allocations; the system allocator spent 10-20% of q4/q5/q7 in malloc and free; see
+/// the `weir` binary for `no_thp`).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -22,7 +22,10 @@ use script::{Failure, Session};
 
 /// mimalloc: operator state (join indexes, group maps, MIN/MAX multisets) makes many small
 /// allocations, where the system allocator cost 10-20% of the time in the NEXMark benchmarks.
-/// A program embedding the `weir` library chooses its own allocator.
+/// Built without transparent huge pages (`no_thp`): with them every page mimalloc had
+/// returned to the system and touched again was a 2 MiB page to zero, which put 30-40 ms
+/// pauses in q9's and q19's p99 latency (docs/benchmarks.md, "Allocator"). A program
+/// embedding the `weir` library chooses its own allocator.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
