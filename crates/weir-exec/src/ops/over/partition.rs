@@ -100,6 +100,59 @@ impl Partition {
         }
     }
 
+    /// A small partition's entries, in order (`None` for a large one).
+    pub fn small(&self) -> Option<&[(Entry, i64)]> {
+        match self {
+            Partition::Small(v) => Some(v),
+            Partition::Large(_) => None,
+        }
+    }
+
+    /// Where `key` is in a small partition's entries, or would be inserted: (index, found).
+    /// `None` for a large partition.
+    pub fn locate(&self, key: Key<'_>) -> Option<(usize, bool)> {
+        match self {
+            Partition::Small(v) => Some(match v.binary_search_by(|(e, _)| e.key().cmp(&key)) {
+                Ok(i) => (i, true),
+                Err(i) => (i, false),
+            }),
+            Partition::Large(_) => None,
+        }
+    }
+
+    /// [`Partition::add`] at `at`, where [`Partition::locate`] found `key` (the entries must
+    /// not have changed before `at` since).
+    pub fn add_at(&mut self, at: (usize, bool), key: Key<'_>, n: i64) -> i64 {
+        match (self, at) {
+            (Partition::Small(v), (i, true)) => {
+                v[i].1 += n;
+                let c = v[i].1;
+                if c == 0 {
+                    v.remove(i);
+                }
+                c
+            }
+            (this @ Partition::Small(_), (i, false)) => {
+                if let Partition::Small(v) = this {
+                    v.insert(i, (Entry::new(key), n));
+                    if v.len() > SMALL {
+                        *this = Partition::Large(std::mem::take(v).into_iter().collect());
+                    }
+                }
+                n
+            }
+            (this @ Partition::Large(_), _) => this.add(key, n),
+        }
+    }
+
+    /// The number of entries before `key`.
+    pub fn position(&self, key: Key<'_>) -> usize {
+        match self {
+            Partition::Small(v) => v.partition_point(|(e, _)| e.key() < key),
+            Partition::Large(m) => m.range(..Entry::new(key)).count(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match self {
             Partition::Small(v) => v.is_empty(),
@@ -202,7 +255,14 @@ mod tests {
             if have + n < 0 {
                 continue;
             }
-            let c = p.add(e, n);
+            assert_eq!(p.position(e), model.range(..e).count(), "step {step}");
+            let c = match p.locate(e) {
+                Some(at) if step % 2 == 0 => {
+                    assert_eq!(at, (model.range(..e).count(), model.contains_key(&e)));
+                    p.add_at(at, e, n)
+                }
+                _ => p.add(e, n),
+            };
             assert_eq!(c, have + n, "step {step}");
             if c == 0 {
                 model.remove(&e);

@@ -132,6 +132,45 @@ impl<'a> Iterator for Merged<'a> {
     }
 }
 
+/// [`Merged`] for a small partition whose changes' places are known (`at`, from
+/// [`Partition::locate`]): merged by index, without comparing entries.
+struct Placed<'a> {
+    entries: &'a [(super::partition::Entry, i64)],
+    i: usize,
+    changes: &'a [(Key<'a>, i64)],
+    at: &'a [(usize, bool)],
+    j: usize,
+}
+
+impl<'a> Iterator for Placed<'a> {
+    type Item = (Key<'a>, i64);
+
+    fn next(&mut self) -> Option<(Key<'a>, i64)> {
+        loop {
+            let next = match (self.changes.get(self.j), self.at.get(self.j)) {
+                (Some(&(e, n)), Some(&(at, found))) if at == self.i => {
+                    self.j += 1;
+                    if found {
+                        let (entry, c) = self.entries.get(self.i)?;
+                        self.i += 1;
+                        (entry.key(), c + n)
+                    } else {
+                        (e, n)
+                    }
+                }
+                _ => {
+                    let (entry, c) = self.entries.get(self.i)?;
+                    self.i += 1;
+                    (entry.key(), *c)
+                }
+            };
+            if next.1 != 0 {
+                return Some(next);
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Ranking {
     keys: OverKeys,
@@ -246,13 +285,30 @@ impl Ranking {
         }
         let part =
             self.parts.get_mut(p).ok_or_else(|| WeirError::internal("a partition vanished"))?;
-        let from = changes[0].0;
+        // The entries before the first change keep their values; the walks output the rest.
+        // A small partition: where each change goes, found once (the merge below and the
+        // application of the changes use it instead of comparing entries again).
+        let located: Option<Vec<(usize, bool)>> =
+            changes.iter().map(|(e, _)| part.locate(*e)).collect();
+        let skip = match &located {
+            Some(at) => at[0].0,
+            None => part.position(changes[0].0),
+        };
         // The rows at or after `from` with their values, before and after the changes
         // (merged in, not applied, so that both walks borrow the partition), netted.
         let mut net = recycle(std::mem::take(net_buf));
-        ranks.walk(part.iter(), from, &mut net, -1);
-        let merged = Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
-        ranks.walk(merged, from, &mut net, 1);
+        ranks.walk(part.iter(), skip, &mut net, -1);
+        match (&located, part.small()) {
+            (Some(at), Some(entries)) => {
+                let merged = Placed { entries, i: 0, changes, at, j: 0 };
+                ranks.walk(merged, skip, &mut net, 1);
+            }
+            _ => {
+                let merged =
+                    Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
+                ranks.walk(merged, skip, &mut net, 1);
+            }
+        }
         net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
         let mut i = 0;
         while i < net.len() {
@@ -269,12 +325,25 @@ impl Ranking {
             i = j;
         }
         *net_buf = recycle(net);
-        for &(e, n) in changes {
+        let retracted = || {
+            WeirError::exec("window function: a row was retracted more often than it was inserted")
+        };
+        match located {
+            // Last change first, so that the places found before stay right.
+            Some(at) => {
+                for (&(e, n), at) in changes.iter().zip(at).rev() {
+                    if part.add_at(at, e, n) < 0 {
+                        return Err(retracted());
+                    }
+                }
+            }
             // Entry by entry (never a pass over the partition: that would cost O(n)).
-            if part.add(e, n) < 0 {
-                return Err(WeirError::exec(
-                    "window function: a row was retracted more often than it was inserted",
-                ));
+            None => {
+                for &(e, n) in changes {
+                    if part.add(e, n) < 0 {
+                        return Err(retracted());
+                    }
+                }
             }
         }
         if self.append_only {
@@ -325,12 +394,12 @@ impl Ranks {
         }
     }
 
-    /// The output rows of `part` at or after `from` ((order key, row)), with their values and
+    /// The output rows of `part` from its entry `skip` on, with their values and
     /// multiplicities, walking from the partition's first row (see the module docs).
     fn walk<'a>(
         &self,
         part: impl Iterator<Item = (Key<'a>, i64)>,
-        from: Key<'_>,
+        skip: usize,
         out: &mut Vec<(&'a [u8], Vals, i64)>,
         sign: i64,
     ) {
@@ -344,16 +413,13 @@ impl Ranks {
             RankFunc::Rank => rank,
             RankFunc::DenseRank => dense,
         };
-        // Entries come in order: once one is at or after `from`, every later one is.
-        let mut started = false;
-        for (entry, c) in part {
-            let (key, row) = entry;
+        for (i, ((key, row), c)) in part.enumerate() {
             if peers && prev != Some(key) {
                 rank = pos + 1;
                 dense += 1;
                 prev = Some(key);
             }
-            started = started || entry >= from;
+            let started = i >= skip;
             let copies = if numbered { c } else { 1 };
             for j in 0..copies {
                 let rn = pos + 1 + j;
@@ -367,10 +433,14 @@ impl Ranks {
                     }
                 }
                 if !started {
-                    // Values before `from` do not change: skip the copies, not the stop test.
+                    // Values before entry `skip` do not change: skip the copies, not the stop
+                    // test.
                     break;
                 }
-                let v: Vals = self.funcs.iter().map(|f| value(*f, rn, rank, dense)).collect();
+                let mut v = Vals::new();
+                for f in &self.funcs {
+                    v.push(value(*f, rn, rank, dense));
+                }
                 out.push((row, v, sign * if numbered { 1 } else { c }));
             }
             pos += c;
