@@ -53,7 +53,7 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
-use super::{eval_by_instant, Encoded, OverKeys};
+use super::{Encoded, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -97,9 +97,6 @@ type PartChanges = (RowBytes, Vec<(Key, i64)>);
 
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
-
-/// An output change: row, encoded values, diff.
-type OutRow = (RowBytes, RowBytes, i64);
 
 /// How far a row's values reach (before or after it): `rows` rows, then the rest of that
 /// row's peers if `peers`, or the whole partition if `all`.
@@ -156,9 +153,9 @@ fn reach(part: &Partition, from: &Key, ext: Extent, back: bool) -> Bound<Key> {
         return Bound::Unbounded;
     }
     let entries: Box<dyn Iterator<Item = (&Key, &Slot)>> = if back {
-        Box::new(part.range(..from.clone()).rev())
+        Box::new(part.range((Bound::Unbounded, Bound::Excluded(from))).rev())
     } else {
-        Box::new(part.range((Bound::Excluded(from.clone()), Bound::Unbounded)))
+        Box::new(part.range((Bound::Excluded(from), Bound::Unbounded)))
     };
     let mut edge: &Key = from;
     let mut n = 0u64;
@@ -378,17 +375,17 @@ impl OverRel {
         ScalarValue::iter_to_array(vals).map_err(df)
     }
 
-    /// The (row, values) of the rows of `part` in the region `rs ..= re`, computed over the
-    /// context `cs ..= ce` around it.
+    /// The encoded values of each copy of the rows of `part` in the region `rs ..= re`, in
+    /// order, computed over the context `cs ..= ce` around it (`None`: the region is empty).
     fn evaluate(
         &self,
         part: &Partition,
         region: &(Bound<Key>, Bound<Key>),
         context: &(Bound<Key>, Bound<Key>),
-    ) -> Result<Vec<(RowBytes, RowBytes)>> {
+    ) -> Result<Option<crate::row::EncodedRows>> {
         let mut rows: Vec<&Key> = Vec::new();
         let mut in_region: Vec<usize> = Vec::new();
-        for (k, slot) in part.range(context.clone()) {
+        for (k, slot) in part.range(borrowed(context)) {
             let inside = region.contains(k);
             for _ in 0..slot.count {
                 if inside {
@@ -398,7 +395,7 @@ impl OverRel {
             }
         }
         if in_region.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let n = rows.len();
         let cols = self.keys.decode_rows(rows.iter().map(|k| &k.1[..]))?;
@@ -427,16 +424,11 @@ impl OverRel {
         };
         let cx = Context { batch, peers, ord, non_null };
         let arrays = self.values(&cx, &in_region)?;
-        let encoded = self.vals_codec.encode(&arrays, in_region.len())?;
-        Ok(in_region
-            .iter()
-            .enumerate()
-            .map(|(i, &j)| (rows[j].1.clone(), RowBytes::from(encoded.get(i))))
-            .collect())
+        Ok(Some(self.vals_codec.encode(&arrays, in_region.len())?))
     }
 
-    /// The output changes of one run of changes at one instant.
-    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>) -> Result<Vec<OutRow>> {
+    /// The output changes of one run of changes at one instant, into `out`.
+    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>, out: &mut OutRows) -> Result<()> {
         let mut sorted: Vec<Encoded> = run.collect();
         sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         let mut by_part: Vec<PartChanges> = Vec::new();
@@ -449,7 +441,7 @@ impl OverRel {
                 _ => by_part.push((p, vec![(e, n)])),
             }
         }
-        let mut out: Vec<OutRow> = Vec::new();
+        let first_out = out.rows.len();
         for (p, changes) in by_part {
             let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
             let (Some((lo, _)), Some((hi, _))) = (changes.first(), changes.last()) else {
@@ -470,67 +462,139 @@ impl OverRel {
             };
             let (region, context) = ((rs, re), (cs, ce));
             // The region's values before the change are the ones last output, kept in the
-            // slots; after it, they are computed over the context and kept in turn.
-            let mut net: HashMap<(RowBytes, RowBytes), i64> = HashMap::new();
-            for ((_, row), slot) in part.range(region.clone()) {
-                for v in &slot.vals {
-                    *net.entry((row.clone(), v.clone())).or_insert(0) -= 1;
-                }
-            }
+            // slots (a row that leaves takes its values out with it); after it, they are
+            // computed over the context, compared with those, and kept in turn.
             for (e, n) in changes {
-                let c = match part.entry(e) {
+                match part.entry(e) {
                     Entry::Occupied(mut o) => {
                         o.get_mut().count += n;
                         let c = o.get().count;
-                        if c == 0 {
-                            o.remove();
+                        if c < 0 {
+                            return Err(retracted());
                         }
-                        c
+                        if c == 0 {
+                            let ((_, row), slot) = o.remove_entry();
+                            for v in &slot.vals {
+                                out.push(&row, v, -1);
+                            }
+                        }
                     }
-                    Entry::Vacant(v) => v.insert(Slot { count: n, vals: Vec::new() }).count,
-                };
-                if c < 0 {
-                    return Err(WeirError::exec(
-                        "window function: a row was retracted more often than it was inserted",
-                    ));
+                    Entry::Vacant(v) => {
+                        if n < 0 {
+                            return Err(retracted());
+                        }
+                        v.insert(Slot { count: n, vals: Vec::new() });
+                    }
                 }
             }
             let after = self.evaluate(&part, &region, &context)?;
-            keep_values(&mut part, &region, &after)?;
-            for rv in after {
-                *net.entry(rv).or_insert(0) += 1;
-            }
-            out.extend(net.into_iter().filter(|(_, n)| *n != 0).map(|((r, v), n)| (r, v, n)));
+            update_values(&mut part, &region, after.as_ref(), out)?;
             if !part.is_empty() {
                 self.parts.insert(p, part);
             }
         }
-        // Deletions first, then insertions, each in value order.
-        out.sort_by(|a, b| (a.2 > 0, &a.0, &a.1).cmp(&(b.2 > 0, &b.0, &b.1)));
-        Ok(out)
+        out.sort_from(first_out);
+        Ok(())
     }
 }
 
-/// Keeps in the slots of `part`'s `region` the values computed for it (`vals`: (row, values)
-/// per copy, in the region's order, as [`OverRel::evaluate`] gives them).
-fn keep_values(
+/// The error of a row retracted more often than it was inserted.
+fn retracted() -> WeirError {
+    WeirError::exec("window function: a row was retracted more often than it was inserted")
+}
+
+/// `b` with its keys borrowed (a range over a partition without copying them).
+fn borrowed(b: &(Bound<Key>, Bound<Key>)) -> (Bound<&Key>, Bound<&Key>) {
+    (b.0.as_ref(), b.1.as_ref())
+}
+
+/// Keeps in the slots of `part`'s `region` the values computed for it (`vals`: one per copy,
+/// in the region's order, as [`OverRel::evaluate`] gives them; `None` if the region has no
+/// row), and writes into `out` the bag difference between each row's values before (the
+/// slot's) and after: nothing for a row whose values did not change.
+fn update_values(
     part: &mut Partition,
     region: &(Bound<Key>, Bound<Key>),
-    vals: &[(RowBytes, RowBytes)],
+    vals: Option<&crate::row::EncodedRows>,
+    out: &mut OutRows,
 ) -> Result<()> {
-    let mut it = vals.iter();
-    for (_, slot) in part.range_mut(region.clone()) {
-        slot.vals.clear();
-        for _ in 0..slot.count {
-            let (_, v) =
-                it.next().ok_or_else(|| WeirError::internal("window function: values missing"))?;
-            slot.vals.push(v.clone());
+    let missing = || WeirError::internal("window function: values missing");
+    let mut i = 0;
+    for ((_, row), slot) in part.range_mut(borrowed(region)) {
+        let vals = vals.ok_or_else(missing)?;
+        let count = usize::try_from(slot.count).map_err(|_| missing())?;
+        if i + count > vals.len() {
+            return Err(missing());
         }
+        let new = (i..i + count).map(|k| vals.get(k));
+        i += count;
+        if slot.vals.len() == count && new.clone().zip(&slot.vals).all(|(n, o)| n == &o[..]) {
+            continue;
+        }
+        // The bag difference, sorted (a row's copies are few; sorting also covers many).
+        let mut old: Vec<&[u8]> = slot.vals.iter().map(|v| &v[..]).collect();
+        let mut now: Vec<&[u8]> = new.collect();
+        old.sort_unstable();
+        now.sort_unstable();
+        let (mut a, mut b) = (0, 0);
+        while a < old.len() || b < now.len() {
+            match (old.get(a), now.get(b)) {
+                (Some(o), Some(n)) if o == n => {
+                    a += 1;
+                    b += 1;
+                }
+                (Some(o), Some(n)) if o < n => {
+                    out.push(row, o, -1);
+                    a += 1;
+                }
+                (Some(o), None) => {
+                    out.push(row, o, -1);
+                    a += 1;
+                }
+                (_, Some(n)) => {
+                    out.push(row, n, 1);
+                    b += 1;
+                }
+                (None, None) => break,
+            }
+        }
+        let kept: Vec<RowBytes> = (i - count..i).map(|k| RowBytes::from(vals.get(k))).collect();
+        slot.vals = kept;
     }
-    if it.next().is_some() {
+    if vals.is_some_and(|v| i != v.len()) {
         return Err(WeirError::internal("window function: values left over"));
     }
     Ok(())
+}
+
+/// A step's output changes, each row and its encoded values copied into one buffer.
+struct OutRows {
+    bytes: Vec<u8>,
+    /// Each change: where its row and its values are in `bytes`, its diff.
+    rows: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, i64)>,
+}
+
+impl OutRows {
+    fn push(&mut self, row: &[u8], vals: &[u8], diff: i64) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(row);
+        let mid = self.bytes.len();
+        self.bytes.extend_from_slice(vals);
+        self.rows.push((start..mid, mid..self.bytes.len(), diff));
+    }
+
+    /// Sorts the changes from `start` on by (row, values): the order in which a relation's
+    /// output is consolidated (an output row is the input row followed by the values).
+    fn sort_from(&mut self, start: usize) {
+        let bytes = &self.bytes;
+        self.rows[start..].sort_unstable_by(|a, b| {
+            (&bytes[a.0.clone()], &bytes[a.1.clone()], a.2).cmp(&(
+                &bytes[b.0.clone()],
+                &bytes[b.1.clone()],
+                b.2,
+            ))
+        });
+    }
 }
 
 /// The rows around a region, decoded: their columns, peer groups ([start, end) of each
@@ -548,15 +612,24 @@ impl Operator for OverRel {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let encoded = self.keys.encode(&d, 0, d.len())?;
-        let (rows, times) = eval_by_instant(encoded, &d.times, |run| self.eval_run(run))?;
-        if rows.is_empty() {
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let mut out = OutRows { bytes: Vec::new(), rows: Vec::new() };
+        let mut times = Vec::new();
+        let mut start = 0;
+        for end in crate::operator::time_runs(&d.times) {
+            let before = out.rows.len();
+            self.eval_run(encoded.by_ref().take(end - start), &mut out)?;
+            times.extend(std::iter::repeat_n(d.times[start], out.rows.len() - before));
+            start = end;
+        }
+        if out.rows.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let mut cols = self.keys.decode_rows(rows.iter().map(|(r, _, _)| &r[..]))?;
-        cols.extend(self.vals_codec.decode(rows.iter().map(|(_, v, _)| &v[..]))?);
-        let data = crate::ops::batch_of(&self.schema, cols, rows.len())?;
-        Ok(ChangeBatch::new(data, times, rows.iter().map(|(_, _, n)| *n).collect()))
+        let bytes = &out.bytes;
+        let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
+        cols.extend(self.vals_codec.decode(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
+        let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
+        Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
     }
 
     fn span_capable(&self) -> bool {
@@ -623,7 +696,9 @@ impl Operator for OverRel {
         let mut parts = std::mem::take(&mut self.parts);
         for part in parts.values_mut() {
             let vals = self.evaluate(part, &all, &all)?;
-            keep_values(part, &all, &vals)?;
+            // (What a first evaluation would output is not output again.)
+            let mut scratch = OutRows { bytes: Vec::new(), rows: Vec::new() };
+            update_values(part, &all, vals.as_ref(), &mut scratch)?;
         }
         self.parts = parts;
         Ok(())

@@ -456,8 +456,10 @@ impl Operator for Ranking {
         }
         let enc = self.keys.encode_batch(&d)?;
         // An inserted row moves the rows below it: a few changes out per change in (NEXMark
-        // q19, a top 10: 2.7).
-        let mut out = OutRows::with_capacity(4 * d.len(), enc.row_bytes() / d.len() + 1);
+        // q19, a top 10: 2.7); a large batch (a load) reserves for one each.
+        let n = d.len();
+        let room = if n <= 16_384 { 4 * n } else { n };
+        let mut out = OutRows::with_capacity(room, enc.row_bytes() / n + 1);
         let (mut order, mut changes, mut net_buf) = (Vec::new(), Vec::new(), Vec::new());
         let mut start = 0;
         for end in time_runs(&d.times) {
