@@ -22,8 +22,8 @@ pub(super) type Key<'a> = (&'a [u8], &'a [u8]);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Entry {
     bytes: RowBytes,
-    /// Where the row starts in `bytes`.
-    split: u32,
+    /// Where the row starts in `bytes` (a u32 would leave the entry 24 bytes too).
+    split: usize,
 }
 
 impl Entry {
@@ -31,14 +31,12 @@ impl Entry {
         let mut bytes = Vec::with_capacity(key.len() + row.len());
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(row);
-        // An order key longer than 4 GiB cannot be encoded from one row of a batch.
-        let split = u32::try_from(key.len()).unwrap_or(u32::MAX);
-        Entry { bytes: bytes.into_boxed_slice(), split }
+        Entry { bytes: bytes.into_boxed_slice(), split: key.len() }
     }
 
     /// (order key, row).
     pub fn key(&self) -> Key<'_> {
-        self.bytes.split_at(self.split as usize)
+        self.bytes.split_at(self.split)
     }
 }
 
