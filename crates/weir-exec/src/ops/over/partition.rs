@@ -143,14 +143,6 @@ impl Partition {
         }
     }
 
-    /// The number of entries before `key`.
-    pub fn position(&self, key: Key<'_>) -> usize {
-        match self {
-            Partition::Small(v) => v.partition_point(|(e, _)| e.key() < key),
-            Partition::Large(m) => m.range(..Entry::new(key)).count(),
-        }
-    }
-
     pub fn is_empty(&self) -> bool {
         match self {
             Partition::Small(v) => v.is_empty(),
@@ -253,7 +245,6 @@ mod tests {
             if have + n < 0 {
                 continue;
             }
-            assert_eq!(p.position(e), model.range(..e).count(), "step {step}");
             let c = match p.locate(e) {
                 Some(at) if step % 2 == 0 => {
                     assert_eq!(at, (model.range(..e).count(), model.contains_key(&e)));

@@ -290,9 +290,12 @@ impl Ranking {
         // application of the changes use it instead of comparing entries again).
         let located: Option<Vec<(usize, bool)>> =
             changes.iter().map(|(e, _)| part.locate(*e)).collect();
+        // Where the walks start to output: the first change's place in a small partition;
+        // in a large one its entry, found by comparing on the way (counting the entries
+        // before it would cost O(n) where a top-N walk stops after its top).
         let skip = match &located {
-            Some(at) => at[0].0,
-            None => part.position(changes[0].0),
+            Some(at) => Start::Index(at[0].0),
+            None => Start::Entry(changes[0].0),
         };
         // The rows at or after `from` with their values, before and after the changes
         // (merged in, not applied, so that both walks borrow the partition), netted.
@@ -356,6 +359,13 @@ impl Ranking {
     }
 }
 
+/// Where a walk over a partition starts to output: at an index, or at an entry.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    Index(usize),
+    Entry(Key<'a>),
+}
+
 /// The functions a ranking computes and its top, if any.
 #[derive(Debug)]
 struct Ranks {
@@ -394,12 +404,12 @@ impl Ranks {
         }
     }
 
-    /// The output rows of `part` from its entry `skip` on, with their values and
+    /// The output rows of `part` from `skip` on, with their values and
     /// multiplicities, walking from the partition's first row (see the module docs).
     fn walk<'a>(
         &self,
         part: impl Iterator<Item = (Key<'a>, i64)>,
-        skip: usize,
+        skip: Start<'_>,
         out: &mut Vec<(&'a [u8], Vals, i64)>,
         sign: i64,
     ) {
@@ -413,13 +423,19 @@ impl Ranks {
             RankFunc::Rank => rank,
             RankFunc::DenseRank => dense,
         };
+        // Entries come in order: once one is at or after the start, every later one is.
+        let mut started = false;
         for (i, ((key, row), c)) in part.enumerate() {
             if peers && prev != Some(key) {
                 rank = pos + 1;
                 dense += 1;
                 prev = Some(key);
             }
-            let started = i >= skip;
+            started = started
+                || match skip {
+                    Start::Index(at) => i >= at,
+                    Start::Entry(e) => (key, row) >= e,
+                };
             let copies = if numbered { c } else { 1 };
             for j in 0..copies {
                 let rn = pos + 1 + j;
@@ -433,8 +449,7 @@ impl Ranks {
                     }
                 }
                 if !started {
-                    // Values before entry `skip` do not change: skip the copies, not the stop
-                    // test.
+                    // Values before the start do not change: skip the copies, not the stop test.
                     break;
                 }
                 let mut v = Vals::new();
