@@ -285,8 +285,8 @@ impl Ranking {
         }
         let part =
             self.parts.get_mut(p).ok_or_else(|| WeirError::internal("a partition vanished"))?;
-        // The entries before the first change keep their values; the walks output the rest.
-        // A small partition: where each change goes, found once (the merge below and the
+        // The entries before the first change keep their values: the walks output the rest.
+        // In a small partition, where each change goes, found once (the merge below and the
         // application of the changes use it instead of comparing entries again).
         let located: Option<Vec<(usize, bool)>> =
             changes.iter().map(|(e, _)| part.locate(*e)).collect();
@@ -297,7 +297,7 @@ impl Ranking {
             Some(at) => Start::Index(at[0].0),
             None => Start::Entry(changes[0].0),
         };
-        // The rows at or after `from` with their values, before and after the changes
+        // The rows from the start on with their values, before and after the changes
         // (merged in, not applied, so that both walks borrow the partition), netted.
         let mut net = recycle(std::mem::take(net_buf));
         ranks.walk(part.iter(), skip, &mut net, -1);
