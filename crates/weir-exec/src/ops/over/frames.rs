@@ -531,6 +531,24 @@ fn update_values(
         if slot.vals.len() == count && new.clone().zip(&slot.vals).all(|(n, o)| n == &o[..]) {
             continue;
         }
+        // One copy (the common case): its value replaced where it is kept, in place when it
+        // has the same length (fixed-width values always do).
+        if count == 1 && slot.vals.len() <= 1 {
+            let now = vals.get(i - 1);
+            match slot.vals.first_mut() {
+                Some(old) => {
+                    out.push(row, old, -1);
+                    if old.len() == now.len() {
+                        old.copy_from_slice(now);
+                    } else {
+                        *old = RowBytes::from(now);
+                    }
+                }
+                None => slot.vals.push(RowBytes::from(now)),
+            }
+            out.push(row, now, 1);
+            continue;
+        }
         // The bag difference, sorted (a row's copies are few; sorting also covers many).
         let mut old: Vec<&[u8]> = slot.vals.iter().map(|v| &v[..]).collect();
         let mut now: Vec<&[u8]> = new.collect();
