@@ -53,7 +53,7 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
-use super::{Encoded, OverKeys};
+use super::{by_instant, Encoded, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -586,14 +586,24 @@ fn update_values(
 }
 
 /// A step's output changes, each row and its encoded values copied into one buffer.
+#[derive(Default)]
 struct OutRows {
     bytes: Vec<u8>,
     /// Each change: where its row and its values are in `bytes`, its diff.
     rows: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, i64)>,
+    /// Changes are not kept (a restore computes the values without output).
+    discard: bool,
 }
 
 impl OutRows {
+    fn discarding() -> OutRows {
+        OutRows { discard: true, ..OutRows::default() }
+    }
+
     fn push(&mut self, row: &[u8], vals: &[u8], diff: i64) {
+        if self.discard {
+            return;
+        }
         let start = self.bytes.len();
         self.bytes.extend_from_slice(row);
         let mid = self.bytes.len();
@@ -631,15 +641,12 @@ impl Operator for OverRel {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
-        let mut out = OutRows { bytes: Vec::new(), rows: Vec::new() };
-        let mut times = Vec::new();
-        let mut start = 0;
-        for end in crate::operator::time_runs(&d.times) {
+        let mut out = OutRows::default();
+        let times = by_instant(&d.times, |rows| {
             let before = out.rows.len();
-            self.eval_run(encoded.by_ref().take(end - start), &mut out)?;
-            times.extend(std::iter::repeat_n(d.times[start], out.rows.len() - before));
-            start = end;
-        }
+            self.eval_run(encoded.by_ref().take(rows.len()), &mut out)?;
+            Ok(out.rows.len() - before)
+        })?;
         if out.rows.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
@@ -715,8 +722,7 @@ impl Operator for OverRel {
         for part in parts.values_mut() {
             let vals = self.evaluate(part, &all, &all)?;
             // (What a first evaluation would output is not output again.)
-            let mut scratch = OutRows { bytes: Vec::new(), rows: Vec::new() };
-            update_values(part, &all, vals.as_ref(), &mut scratch)?;
+            update_values(part, &all, vals.as_ref(), &mut OutRows::discarding())?;
         }
         self.parts = parts;
         Ok(())

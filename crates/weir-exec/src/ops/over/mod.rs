@@ -181,9 +181,25 @@ impl OverKeys {
     }
 }
 
-/// Hands `run` the rows of a step's input (encoded once for the whole step) one instant at a
-/// time, in time order (`times` are the rows' instants); returns the output rows, each
-/// stamped with its instant.
+/// Hands `run` the rows of a step's input one instant at a time, in time order (`times` are
+/// the rows' instants), as the range of their indices; `run` says how many output rows it
+/// added. Returns the instant of each output row.
+pub(crate) fn by_instant(
+    times: &[Time],
+    mut run: impl FnMut(std::ops::Range<usize>) -> Result<usize>,
+) -> Result<Vec<Time>> {
+    let mut start = 0;
+    let mut out_times = Vec::new();
+    for end in crate::operator::time_runs(times) {
+        let added = run(start..end)?;
+        out_times.extend(std::iter::repeat_n(times[start], added));
+        start = end;
+    }
+    Ok(out_times)
+}
+
+/// [`by_instant`] over a step's input encoded once for the whole step: `run` gets each
+/// instant's encoded rows and returns its output rows. Returns them, with their instants.
 pub(crate) fn eval_by_instant<T>(
     encoded: Vec<Encoded>,
     times: &[Time],
@@ -191,14 +207,12 @@ pub(crate) fn eval_by_instant<T>(
 ) -> Result<(Vec<T>, Vec<Time>)> {
     let mut encoded = encoded.into_iter();
     let mut rows = Vec::new();
-    let mut start = 0;
-    let mut out_times = Vec::new();
-    for end in crate::operator::time_runs(times) {
-        let out = run(&mut encoded.by_ref().take(end - start))?;
-        out_times.extend(std::iter::repeat_n(times[start], out.len()));
+    let out_times = by_instant(times, |r| {
+        let out = run(&mut encoded.by_ref().take(r.len()))?;
+        let added = out.len();
         rows.extend(out);
-        start = end;
-    }
+        Ok(added)
+    })?;
     Ok((rows, out_times))
 }
 

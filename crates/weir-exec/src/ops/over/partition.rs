@@ -118,8 +118,9 @@ impl Partition {
         }
     }
 
-    /// [`Partition::add`] at `at`, where [`Partition::locate`] found `key` (the entries must
-    /// not have changed before `at` since).
+    /// [`Partition::add`] at `at`, where [`Partition::locate`] found `key` in a small
+    /// partition (the entries must not have changed before `at` since); a large partition
+    /// finds `key` itself and ignores `at`.
     pub fn add_at(&mut self, at: (usize, bool), key: Key<'_>, n: i64) -> i64 {
         match (self, at) {
             (Partition::Small(v), (i, true)) => {
@@ -139,7 +140,17 @@ impl Partition {
                 }
                 n
             }
-            (this @ Partition::Large(_), _) => this.add(key, n),
+            (Partition::Large(m), _) => match m.entry(Entry::new(key)) {
+                btree_map::Entry::Occupied(mut o) => {
+                    *o.get_mut() += n;
+                    let c = *o.get();
+                    if c == 0 {
+                        o.remove();
+                    }
+                    c
+                }
+                btree_map::Entry::Vacant(v) => *v.insert(n),
+            },
         }
     }
 
@@ -153,36 +164,9 @@ impl Partition {
     /// Adds `n` (not zero) to `key`'s multiplicity, removing it at zero; returns the new
     /// multiplicity. An entry is allocated only when it is new.
     pub fn add(&mut self, key: Key<'_>, n: i64) -> i64 {
-        match self {
-            Partition::Small(v) => match v.binary_search_by(|(e, _)| e.key().cmp(&key)) {
-                Ok(i) => {
-                    v[i].1 += n;
-                    let c = v[i].1;
-                    if c == 0 {
-                        v.remove(i);
-                    }
-                    c
-                }
-                Err(i) => {
-                    v.insert(i, (Entry::new(key), n));
-                    if v.len() > SMALL {
-                        *self = Partition::Large(std::mem::take(v).into_iter().collect());
-                    }
-                    n
-                }
-            },
-            Partition::Large(m) => match m.entry(Entry::new(key)) {
-                btree_map::Entry::Occupied(mut o) => {
-                    *o.get_mut() += n;
-                    let c = *o.get();
-                    if c == 0 {
-                        o.remove();
-                    }
-                    c
-                }
-                btree_map::Entry::Vacant(v) => *v.insert(n),
-            },
-        }
+        // (A large partition has no place to locate: it finds the key itself.)
+        let at = self.locate(key).unwrap_or((0, false));
+        self.add_at(at, key, n)
     }
 
     /// Keeps the first `n` entries and drops the rest.

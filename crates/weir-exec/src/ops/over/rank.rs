@@ -33,10 +33,10 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
 use super::partition::{Key, Partition};
-use super::{EncodedBatch, OverKeys};
+use super::{by_instant, EncodedBatch, OverKeys};
 use crate::dirty::DirtyKeys;
 use crate::heap::HeapSize;
-use crate::operator::{take_inputs, time_runs, Operator, Step};
+use crate::operator::{take_inputs, Operator, Step};
 use crate::row::RowBytes;
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
@@ -63,7 +63,6 @@ struct OutRows {
     bytes: Vec<u8>,
     /// Each change: where its row is in `bytes`, its function values, its diff.
     rows: Vec<(std::ops::Range<usize>, Vals, i64)>,
-    times: Vec<Time>,
 }
 
 impl OutRows {
@@ -75,11 +74,7 @@ impl OutRows {
 
     /// Room for about `rows` changes of `row_bytes` bytes each.
     fn with_capacity(rows: usize, row_bytes: usize) -> OutRows {
-        OutRows {
-            bytes: Vec::with_capacity(rows * row_bytes),
-            rows: Vec::with_capacity(rows),
-            times: Vec::with_capacity(rows),
-        }
+        OutRows { bytes: Vec::with_capacity(rows * row_bytes), rows: Vec::with_capacity(rows) }
     }
 
     /// Sorts the changes from `start` on by (row, values): the order in which a relation's
@@ -476,14 +471,11 @@ impl Operator for Ranking {
         let room = if n <= 16_384 { 4 * n } else { n };
         let mut out = OutRows::with_capacity(room, enc.row_bytes() / n + 1);
         let (mut order, mut changes, mut net_buf) = (Vec::new(), Vec::new(), Vec::new());
-        let mut start = 0;
-        for end in time_runs(&d.times) {
+        let times = by_instant(&d.times, |rows| {
             let before = out.rows.len();
-            self.eval_run(&enc, start..end, &mut order, &mut changes, &mut net_buf, &mut out)?;
-            out.times.extend(std::iter::repeat_n(d.times[start], out.rows.len() - before));
-            start = end;
-        }
-        let times = std::mem::take(&mut out.times);
+            self.eval_run(&enc, rows, &mut order, &mut changes, &mut net_buf, &mut out)?;
+            Ok(out.rows.len() - before)
+        })?;
         self.keys.output(&self.schema, &out.refs(), times, self.ranks.funcs.len())
     }
 
