@@ -36,14 +36,20 @@
 //! PRECEDING: every later row's running value changes anyway). Other partitions cost
 //! nothing.
 //!
-//! State: every input row per partition, ordered by (o, row), with its multiplicity and the
-//! encoded values of each copy as last output; checkpointed as section `over_rel` (`part`,
-//! `key`, `row` Binary, `count` Int64), sorted, without the values, which a restore computes
-//! again from each partition's rows.
+//! Each touched partition is walked once back from lo (to where the context starts) and once
+//! forward from there (through hi to where the context ends): one B-tree descent each. Each
+//! row keeps, besides its output values, the functions' arguments evaluated when it entered
+//! (see `Kept`), so a region is evaluated from those, without decoding its rows.
+//!
+//! State: every input row per partition, ordered by (o, row), with its multiplicity, the
+//! encoded values of each copy as last output and its kept arguments; checkpointed as section
+//! `over_rel` (`part`, `key`, `row` Binary, `count` Int64), sorted, without the values and
+//! arguments, which a restore computes again from each partition's rows.
 
+use datafusion_common::hash_map;
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
-use std::ops::{Bound, RangeBounds};
+use std::ops::Bound;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -57,7 +63,7 @@ use super::{by_instant, Encoded, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
-use crate::row::{RowBytes, RowCodec};
+use crate::row::{EncodedRows, RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// One window function: what it computes, its argument and default, their types.
@@ -74,26 +80,71 @@ pub struct OverRelSpec {
 /// (order key, row).
 type Key = (RowBytes, RowBytes);
 
-/// One entry of a partition: its multiplicity, and the encoded function values of each copy
-/// as last output (copies have positions of their own, so values of their own).
+/// One entry of a partition: its multiplicity, the encoded function values of each copy as
+/// last output (copies have positions of their own, so values of their own), and what the
+/// row keeps of itself for the functions (see [`Kept`]).
 #[derive(Debug, Default)]
 struct Slot {
     count: i64,
     vals: Vec<RowBytes>,
+    args: RowBytes,
 }
 
-/// The values of its copies.
+/// The values of its copies and its kept arguments.
 impl HeapSize for Slot {
     fn heap_bytes(&self) -> usize {
-        self.vals.heap_bytes()
+        self.vals.heap_bytes() + self.args.heap_bytes()
+    }
+}
+
+/// What a row keeps of itself for the functions, evaluated once, when it enters its
+/// partition: each call's argument and default and the ORDER BY value of a RANGE offset
+/// frame, in one encoded row. A region is evaluated from these (a decode of the few columns
+/// the functions read), not from its rows (a decode of every column, then the expressions).
+#[derive(Debug)]
+struct Kept {
+    exprs: Vec<(ScalarExpr, DataType)>,
+    codec: RowCodec,
+    /// Per call: the columns of its argument and of its default.
+    arg: Vec<Option<usize>>,
+    default: Vec<Option<usize>>,
+    /// The column of the ORDER BY value (RANGE offset frames only).
+    ord: Option<usize>,
+}
+
+impl Kept {
+    fn new(calls: &[OverRelSpec], order_val: Option<&ScalarExpr>) -> Result<Kept> {
+        let mut exprs: Vec<(ScalarExpr, DataType)> = Vec::new();
+        let mut keep = |e: Option<&ScalarExpr>, t: &DataType| {
+            e.map(|e| {
+                exprs.push((e.clone(), t.clone()));
+                exprs.len() - 1
+            })
+        };
+        let mut arg = Vec::with_capacity(calls.len());
+        let mut default = Vec::with_capacity(calls.len());
+        for c in calls {
+            arg.push(keep(c.arg.as_ref(), &c.arg_type));
+            default.push(keep(c.default.as_ref(), &c.arg_type));
+        }
+        let ord = keep(order_val, &DataType::Int64);
+        let codec = RowCodec::new(exprs.iter().map(|(_, t)| t.clone()).collect())?;
+        Ok(Kept { exprs, codec, arg, default, ord })
+    }
+
+    /// The kept values of every row of `batch`, encoded.
+    fn encode(&self, batch: &arrow::record_batch::RecordBatch) -> Result<EncodedRows> {
+        let cols: Vec<ArrayRef> =
+            self.exprs.iter().map(|(e, t)| e.eval_as(batch, t)).collect::<Result<_>>()?;
+        self.codec.encode(&cols, batch.num_rows())
     }
 }
 
 /// One partition: (order key, row) -> its slot, in order.
 type Partition = BTreeMap<Key, Slot>;
 
-/// One partition's netted changes in a run.
-type PartChanges = (RowBytes, Vec<(Key, i64)>);
+/// One partition's netted changes in a run, each with the index of one of its input rows.
+type PartChanges = (RowBytes, Vec<(Key, i64, usize)>);
 
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
@@ -146,44 +197,57 @@ fn extents(func: OverFunc, f: &WindowFrame) -> (Extent, Extent) {
     }
 }
 
-/// The bound reached from `from` moving over `ext` of `part` (backward or forward): the
-/// last entry reached, `from` itself if none; unbounded if `ext` covers the partition.
-fn reach(part: &Partition, from: &Key, ext: Extent, back: bool) -> Bound<Key> {
-    if ext.all {
-        return Bound::Unbounded;
+/// A walk over the entries on one side of an edge, away from it, passing those within an
+/// [`Extent`] of it: `rows` rows, then the rest of the last row's peers if `peers`, or every
+/// entry if `all`.
+struct Walk<'k> {
+    ext: Extent,
+    /// The rows passed.
+    rows: u64,
+    /// The order key of the last entry passed (at first, the edge's).
+    last: &'k [u8],
+}
+
+impl<'k> Walk<'k> {
+    fn new(ext: Extent, edge: &'k [u8]) -> Walk<'k> {
+        Walk { ext, rows: 0, last: edge }
     }
-    let entries: Box<dyn Iterator<Item = (&Key, &Slot)>> = if back {
-        Box::new(part.range((Bound::Unbounded, Bound::Excluded(from))).rev())
-    } else {
-        Box::new(part.range((Bound::Excluded(from), Bound::Unbounded)))
-    };
-    let mut edge: &Key = from;
-    let mut n = 0u64;
-    for (e, slot) in entries {
-        if n >= ext.rows && !(ext.peers && e.0 == edge.0) {
-            break;
+
+    /// Whether the next entry (order key `key`, `count` copies) is within; if so, it is
+    /// passed.
+    fn pass(&mut self, key: &'k [u8], count: i64) -> bool {
+        let within =
+            self.ext.all || self.rows < self.ext.rows || (self.ext.peers && key == self.last);
+        if within {
+            self.rows = self.rows.saturating_add(count.max(0) as u64);
+            self.last = key;
         }
-        n = n.saturating_add(slot.count.max(0) as u64);
-        edge = e;
+        within
     }
-    Bound::Included(edge.clone())
 }
 
 #[derive(Debug)]
 pub struct OverRel {
     keys: OverKeys,
     in_schema: SchemaRef,
-    /// The ORDER BY's single term as Int64, for RANGE offsets (`None`: no such frame).
-    order_val: Option<ScalarExpr>,
-    descending: bool,
-    calls: Vec<OverRelSpec>,
+    funcs: Funcs,
     schema: SchemaRef,
-    /// The functions' values of one row.
-    vals_codec: RowCodec,
     /// How far before and after a row the rows its values depend on reach (all functions).
     before: Extent,
     after: Extent,
     parts: HashMap<RowBytes, Partition>,
+}
+
+/// The functions, and how a region's values are computed (apart from the state, so that a
+/// partition can be changed while they are read).
+#[derive(Debug)]
+struct Funcs {
+    calls: Vec<OverRelSpec>,
+    /// The ORDER BY's direction (RANGE offsets).
+    descending: bool,
+    /// The functions' values of one row.
+    vals_codec: RowCodec,
+    kept: Kept,
 }
 
 impl OverRel {
@@ -214,29 +278,27 @@ impl OverRel {
             Some((e, d)) if needs_value => (Some(e), d),
             _ => (None, false),
         };
-        Ok(OverRel {
-            keys,
-            in_schema,
-            order_val,
+        let funcs = Funcs {
+            kept: Kept::new(&calls, order_val.as_ref())?,
             descending,
             vals_codec: RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?,
             calls,
-            schema,
-            before,
-            after,
-            parts: HashMap::new(),
-        })
+        };
+        Ok(OverRel { funcs, keys, in_schema, schema, before, after, parts: HashMap::new() })
     }
 
     fn signature(&self) -> String {
         let calls: Vec<String> = self
+            .funcs
             .calls
             .iter()
             .map(|c| format!("{:?} {} {} {:?}", c.func, c.arg_type, c.out_type, c.frame))
             .collect();
-        signature("over_rel", &self.schema, (self.keys.params(), self.descending, calls))
+        signature("over_rel", &self.schema, (self.keys.params(), self.funcs.descending, calls))
     }
+}
 
+impl Funcs {
     /// The frame [s, e) of the row at `j` of a context of `n` rows (see the module docs).
     fn frame_of(&self, f: &WindowFrame, j: usize, cx: &Context) -> (usize, usize) {
         let n = cx.peers.len();
@@ -292,11 +354,8 @@ impl OverRel {
     fn values(&self, cx: &Context, region: &[usize]) -> Result<Vec<ArrayRef>> {
         let n = cx.peers.len();
         let mut out = Vec::with_capacity(self.calls.len());
-        for c in &self.calls {
-            let arg = match &c.arg {
-                Some(e) => Some(e.eval_as(&cx.batch, &c.arg_type)?),
-                None => None,
-            };
+        for (i, c) in self.calls.iter().enumerate() {
+            let arg = self.kept.arg[i].map(|a| cx.cols[a].clone());
             let arr: ArrayRef = match c.func {
                 OverFunc::Lag(_)
                 | OverFunc::Lead(_)
@@ -322,11 +381,11 @@ impl OverRel {
                         })
                         .collect();
                     let taken = arrow::compute::take(&arg, &idx, None)?;
-                    match &c.default {
+                    match self.kept.default[i] {
                         Some(d) => {
-                            let d = d.eval_as(&cx.batch, &c.arg_type)?;
+                            let d = &cx.cols[d];
                             let here: UInt64Array = region.iter().map(|&j| j as u64).collect();
-                            let d = arrow::compute::take(&d, &here, None)?;
+                            let d = arrow::compute::take(d, &here, None)?;
                             let found: BooleanArray =
                                 (0..idx.len()).map(|i| Some(idx.is_valid(i))).collect();
                             arrow::compute::kernels::zip::zip(&found, &taken, &d)?
@@ -375,31 +434,30 @@ impl OverRel {
         ScalarValue::iter_to_array(vals).map_err(df)
     }
 
-    /// The encoded values of each copy of the rows of `part` in the region `rs ..= re`, in
-    /// order, computed over the context `cs ..= ce` around it (`None`: the region is empty).
+    /// The encoded values of each copy of the rows of `entries[region]`, in order, computed
+    /// over `entries` (the region and its context, in order; `None`: the region is empty).
     fn evaluate(
         &self,
-        part: &Partition,
-        region: &(Bound<Key>, Bound<Key>),
-        context: &(Bound<Key>, Bound<Key>),
-    ) -> Result<Option<crate::row::EncodedRows>> {
-        let mut rows: Vec<&Key> = Vec::new();
+        entries: &[(&Key, &mut Slot)],
+        region: std::ops::Range<usize>,
+    ) -> Result<Option<EncodedRows>> {
+        // Each copy's order key (for peers) and kept arguments, in order.
+        let mut rows: Vec<(&[u8], &[u8])> = Vec::new();
         let mut in_region: Vec<usize> = Vec::new();
-        for (k, slot) in part.range(borrowed(context)) {
-            let inside = region.contains(k);
+        for (i, (k, slot)) in entries.iter().enumerate() {
+            let inside = region.contains(&i);
             for _ in 0..slot.count {
                 if inside {
                     in_region.push(rows.len());
                 }
-                rows.push(k);
+                rows.push((&k.0, &slot.args));
             }
         }
         if in_region.is_empty() {
             return Ok(None);
         }
         let n = rows.len();
-        let cols = self.keys.decode_rows(rows.iter().map(|k| &k.1[..]))?;
-        let batch = crate::ops::batch_of(&self.in_schema, cols, n)?;
+        let cols = self.kept.codec.decode(rows.iter().map(|r| r.1))?;
         let mut peers = vec![(0, 0); n];
         let mut s = 0;
         for j in 1..=n {
@@ -408,10 +466,9 @@ impl OverRel {
                 s = j;
             }
         }
-        let (ord, non_null) = match &self.order_val {
-            Some(e) => {
-                let a = e.eval_as(&batch, &DataType::Int64)?;
-                let a = a
+        let (ord, non_null) = match self.kept.ord {
+            Some(o) => {
+                let a = cols[o]
                     .as_any()
                     .downcast_ref::<Int64Array>()
                     .ok_or_else(|| WeirError::internal("an Int64 ORDER BY value expected"))?
@@ -422,49 +479,78 @@ impl OverRel {
             }
             None => (None, (0, 0)),
         };
-        let cx = Context { batch, peers, ord, non_null };
+        let cx = Context { cols, peers, ord, non_null };
         let arrays = self.values(&cx, &in_region)?;
         Ok(Some(self.vals_codec.encode(&arrays, in_region.len())?))
     }
+}
 
-    /// The output changes of one run of changes at one instant, into `out`.
-    fn eval_run(&mut self, run: impl Iterator<Item = Encoded>, out: &mut OutRows) -> Result<()> {
-        let mut sorted: Vec<Encoded> = run.collect();
-        sorted.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+impl OverRel {
+    /// The output changes of one run of changes at one instant, into `out`: each change with
+    /// its index in the step, where `kept` has its kept arguments.
+    fn eval_run(
+        &mut self,
+        run: impl Iterator<Item = (usize, Encoded)>,
+        kept: &EncodedRows,
+        out: &mut OutRows,
+    ) -> Result<()> {
+        let mut sorted: Vec<(usize, Encoded)> = run.collect();
+        sorted.sort_unstable_by(|(_, a), (_, b)| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
         let mut by_part: Vec<PartChanges> = Vec::new();
-        for (p, e, n) in sorted {
+        for (i, (p, e, n)) in sorted {
             match by_part.last_mut() {
                 Some((lp, changes)) if *lp == p => match changes.last_mut() {
-                    Some((le, ln)) if *le == e => *ln += n,
-                    _ => changes.push((e, n)),
+                    Some((le, ln, _)) if *le == e => *ln += n,
+                    _ => changes.push((e, n, i)),
                 },
-                _ => by_part.push((p, vec![(e, n)])),
+                _ => by_part.push((p, vec![(e, n, i)])),
             }
         }
         let first_out = out.rows.len();
         for (p, changes) in by_part {
-            let changes: Vec<_> = changes.into_iter().filter(|(_, n)| *n != 0).collect();
-            let (Some((lo, _)), Some((hi, _))) = (changes.first(), changes.last()) else {
+            let changes: Vec<_> = changes.into_iter().filter(|(_, n, _)| *n != 0).collect();
+            let (Some((lo, _, _)), Some((hi, _, _))) = (changes.first(), changes.last()) else {
                 continue;
             };
-            let mut part = self.parts.remove(&p).unwrap_or_default();
-            // Rows before lo and after hi are the same before and after the change, so the
-            // bounds found on the old partition hold for the new one.
-            let rs = reach(&part, lo, self.after, true);
-            let re = reach(&part, hi, self.before, false);
-            let cs = match &rs {
-                Bound::Included(k) => reach(&part, k, self.before, true),
-                _ => Bound::Unbounded,
+            let mut place = match self.parts.entry(p) {
+                hash_map::Entry::Occupied(o) => o,
+                hash_map::Entry::Vacant(v) => v.insert_entry(Partition::default()),
             };
-            let ce = match &re {
-                Bound::Included(k) => reach(&part, k, self.after, false),
-                _ => Bound::Unbounded,
+            let part = place.get_mut();
+            // The region (the rows whose values may change) and its context (the rows those
+            // values read) reach back from lo and forward from hi; the rows before lo and
+            // after hi are the same before and after the change. Back from lo, found before
+            // the change (lo may not be there after it): where the context starts, and how
+            // many of the entries from there to lo are context only.
+            let (start, context_before) = {
+                let mut back =
+                    part.range::<Key, _>((Bound::Unbounded, Bound::Excluded(lo))).rev().peekable();
+                let mut first: Option<&Key> = None;
+                let mut region = Walk::new(self.after, &lo.0);
+                while let Some(&(k, slot)) = back.peek() {
+                    if !region.pass(&k.0, slot.count) {
+                        break;
+                    }
+                    first = Some(k);
+                    back.next();
+                }
+                let mut context = Walk::new(self.before, region.last);
+                let mut before = 0;
+                while let Some(&(k, slot)) = back.peek() {
+                    if !context.pass(&k.0, slot.count) {
+                        break;
+                    }
+                    first = Some(k);
+                    before += 1;
+                    back.next();
+                }
+                (first.cloned(), before)
             };
-            let (region, context) = ((rs, re), (cs, ce));
+            let hi = hi.clone();
             // The region's values before the change are the ones last output, kept in the
             // slots (a row that leaves takes its values out with it); after it, they are
             // computed over the context, compared with those, and kept in turn.
-            for (e, n) in changes {
+            for (e, n, i) in changes {
                 match part.entry(e) {
                     Entry::Occupied(mut o) => {
                         o.get_mut().count += n;
@@ -483,14 +569,43 @@ impl OverRel {
                         if n < 0 {
                             return Err(retracted());
                         }
-                        v.insert(Slot { count: n, vals: Vec::new() });
+                        let args = RowBytes::from(kept.get(i));
+                        v.insert(Slot { count: n, vals: Vec::new(), args });
                     }
                 }
             }
-            let after = self.evaluate(&part, &region, &context)?;
-            update_values(&mut part, &region, after.as_ref(), out)?;
-            if !part.is_empty() {
-                self.parts.insert(p, part);
+            // The entries from the context's start through hi, then the region's end and the
+            // context's after it, in one pass over the changed partition.
+            let from = start.as_ref().map_or(Bound::Unbounded, Bound::Included);
+            let mut it = part.range_mut::<Key, _>((from, Bound::Unbounded)).peekable();
+            let mut entries: Vec<(&Key, &mut Slot)> = Vec::new();
+            while let Some((k, _)) = it.peek() {
+                if **k > hi {
+                    break;
+                }
+                entries.extend(it.next());
+            }
+            let mut region = Walk::new(self.before, &hi.0);
+            while let Some((k, slot)) = it.peek() {
+                if !region.pass(&k.0, slot.count) {
+                    break;
+                }
+                entries.extend(it.next());
+            }
+            let region_end = entries.len();
+            let mut context = Walk::new(self.after, region.last);
+            while let Some((k, slot)) = it.peek() {
+                if !context.pass(&k.0, slot.count) {
+                    break;
+                }
+                entries.extend(it.next());
+            }
+            let region = context_before.min(region_end)..region_end;
+            let vals = self.funcs.evaluate(&entries, region.clone())?;
+            update_values(&mut entries[region], vals.as_ref(), out)?;
+            drop(entries);
+            if place.get().is_empty() {
+                place.remove();
             }
         }
         out.sort_from(first_out);
@@ -503,24 +618,18 @@ fn retracted() -> WeirError {
     WeirError::exec("window function: a row was retracted more often than it was inserted")
 }
 
-/// `b` with its keys borrowed (a range over a partition without copying them).
-fn borrowed(b: &(Bound<Key>, Bound<Key>)) -> (Bound<&Key>, Bound<&Key>) {
-    (b.0.as_ref(), b.1.as_ref())
-}
-
-/// Keeps in the slots of `part`'s `region` the values computed for it (`vals`: one per copy,
-/// in the region's order, as [`OverRel::evaluate`] gives them; `None` if the region has no
-/// row), and writes into `out` the bag difference between each row's values before (the
+/// Keeps in the slots of a `region`'s entries the values computed for it (`vals`: one per
+/// copy, in the region's order, as [`Funcs::evaluate`] gives them; `None` if the region has
+/// no row), and writes into `out` the bag difference between each row's values before (the
 /// slot's) and after: nothing for a row whose values did not change.
 fn update_values(
-    part: &mut Partition,
-    region: &(Bound<Key>, Bound<Key>),
-    vals: Option<&crate::row::EncodedRows>,
+    region: &mut [(&Key, &mut Slot)],
+    vals: Option<&EncodedRows>,
     out: &mut OutRows,
 ) -> Result<()> {
     let missing = || WeirError::internal("window function: values missing");
     let mut i = 0;
-    for ((_, row), slot) in part.range_mut(borrowed(region)) {
+    for ((_, row), slot) in region.iter_mut() {
         let vals = vals.ok_or_else(missing)?;
         let count = usize::try_from(slot.count).map_err(|_| missing())?;
         if i + count > vals.len() {
@@ -625,10 +734,11 @@ impl OutRows {
     }
 }
 
-/// The rows around a region, decoded: their columns, peer groups ([start, end) of each
-/// row's), ORDER BY values (RANGE offsets) and where those are not NULL.
+/// The rows around a region: their kept arguments decoded (see [`Kept`]), peer groups
+/// ([start, end) of each row's), ORDER BY values (RANGE offsets) and where those are not
+/// NULL.
 struct Context {
-    batch: arrow::record_batch::RecordBatch,
+    cols: Vec<ArrayRef>,
     peers: Vec<(usize, usize)>,
     ord: Option<Int64Array>,
     non_null: (usize, usize),
@@ -640,11 +750,12 @@ impl Operator for OverRel {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter();
+        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter().enumerate();
+        let kept = self.funcs.kept.encode(&d.data)?;
         let mut out = OutRows::default();
         let times = by_instant(&d.times, |rows| {
             let before = out.rows.len();
-            self.eval_run(encoded.by_ref().take(rows.len()), &mut out)?;
+            self.eval_run(encoded.by_ref().take(rows.len()), &kept, &mut out)?;
             Ok(out.rows.len() - before)
         })?;
         if out.rows.is_empty() {
@@ -652,7 +763,9 @@ impl Operator for OverRel {
         }
         let bytes = &out.bytes;
         let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
-        cols.extend(self.vals_codec.decode(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
+        cols.extend(
+            self.funcs.vals_codec.decode(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?,
+        );
         let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
         Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
     }
@@ -710,19 +823,30 @@ impl Operator for OverRel {
                 return Err(invalid("section 'over_rel': a negative count"));
             }
             let part = self.parts.entry(RowBytes::from(p)).or_default();
-            let slot = Slot { count: c, vals: Vec::new() };
+            let slot = Slot { count: c, vals: Vec::new(), args: RowBytes::default() };
             if part.insert((RowBytes::from(k), RowBytes::from(row)), slot).is_some() {
                 return Err(invalid("section 'over_rel': a row appears twice"));
             }
         }
         // The values last output are not saved: they are the partitions' values, computed
         // again from their rows.
-        let all = (Bound::Unbounded, Bound::Unbounded);
         let mut parts = std::mem::take(&mut self.parts);
         for part in parts.values_mut() {
-            let vals = self.evaluate(part, &all, &all)?;
+            // Nor are the kept arguments: they are the rows', evaluated again.
+            let cols = self.keys.decode_rows(part.keys().map(|k| &k.1[..]))?;
+            let kept = self.funcs.kept.encode(&crate::ops::batch_of(
+                &self.in_schema,
+                cols,
+                part.len(),
+            )?)?;
+            for (i, slot) in part.values_mut().enumerate() {
+                slot.args = RowBytes::from(kept.get(i));
+            }
+            let mut entries: Vec<(&Key, &mut Slot)> = part.iter_mut().collect();
+            let all = 0..entries.len();
+            let vals = self.funcs.evaluate(&entries, all.clone())?;
             // (What a first evaluation would output is not output again.)
-            update_values(part, &all, vals.as_ref(), &mut OutRows::discarding())?;
+            update_values(&mut entries[all], vals.as_ref(), &mut OutRows::discarding())?;
         }
         self.parts = parts;
         Ok(())
