@@ -46,8 +46,6 @@
 //! `over_rel` (`part`, `key`, `row` Binary, `count` Int64), sorted, without the values and
 //! arguments, which a restore computes again from each partition's rows.
 
-use datafusion_common::hash_map;
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -59,7 +57,7 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
-use super::{by_instant, Encoded, OverKeys};
+use super::{by_instant, EncodedBatch, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -143,8 +141,62 @@ impl Kept {
 /// One partition: (order key, row) -> its slot, in order.
 type Partition = BTreeMap<Key, Slot>;
 
-/// One partition's netted changes in a run, each with the index of one of its input rows.
-type PartChanges = (RowBytes, Vec<(Key, i64, usize)>);
+/// An entry's (order key, row), borrowed.
+type KeyRef<'a> = (&'a [u8], &'a [u8]);
+
+/// A partition entry's (order key, row), owned or borrowed, so that a partition is searched
+/// with borrowed bytes (a change's encodings, a copy kept for reuse) without allocating a
+/// key: the B-tree is searched by `dyn KeyView`, which orders as the owned key does.
+trait KeyView {
+    fn view(&self) -> KeyRef<'_>;
+}
+
+impl KeyView for Key {
+    fn view(&self) -> KeyRef<'_> {
+        (&self.0, &self.1)
+    }
+}
+
+impl KeyView for KeyRef<'_> {
+    fn view(&self) -> KeyRef<'_> {
+        *self
+    }
+}
+
+impl PartialEq for dyn KeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.view() == other.view()
+    }
+}
+
+impl Eq for dyn KeyView + '_ {}
+
+impl PartialOrd for dyn KeyView + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn KeyView + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.view().cmp(&other.view())
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyView + 'a) {
+        self
+    }
+}
+
+/// Buffers reused by the runs of a step: the run's changes in order, netted per entry (each
+/// with the index of one of its input rows), and room for a copy of a context's first entry.
+#[derive(Default)]
+struct RunBufs<'e> {
+    order: Vec<usize>,
+    changes: Vec<(KeyRef<'e>, i64, usize)>,
+    start: (Vec<u8>, Vec<u8>),
+}
 
 /// A saved entry: partition key, order key, row, count.
 type StateEntry<'a> = (&'a [u8], &'a [u8], &'a [u8], i64);
@@ -486,129 +538,167 @@ impl Funcs {
 }
 
 impl OverRel {
-    /// The output changes of one run of changes at one instant, into `out`: each change with
-    /// its index in the step, where `kept` has its kept arguments.
-    fn eval_run(
+    /// The output changes of the changes `rows` (indices into `enc`, one instant's) into
+    /// `out`; `kept` has each change's kept arguments (by the same index).
+    fn eval_run<'e>(
         &mut self,
-        run: impl Iterator<Item = (usize, Encoded)>,
+        enc: &'e EncodedBatch,
         kept: &EncodedRows,
+        rows: std::ops::Range<usize>,
+        bufs: &mut RunBufs<'e>,
         out: &mut OutRows,
     ) -> Result<()> {
-        let mut sorted: Vec<(usize, Encoded)> = run.collect();
-        sorted.sort_unstable_by(|(_, a), (_, b)| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        let mut by_part: Vec<PartChanges> = Vec::new();
-        for (i, (p, e, n)) in sorted {
-            match by_part.last_mut() {
-                Some((lp, changes)) if *lp == p => match changes.last_mut() {
+        // The run's changes sorted by (partition, entry) and netted per entry.
+        let order = &mut bufs.order;
+        order.clear();
+        order.extend(rows);
+        order.sort_unstable_by(|&a, &b| {
+            (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b)))
+        });
+        let first_out = out.rows.len();
+        let mut i = 0;
+        while i < order.len() {
+            let p = enc.part(order[i]);
+            let changes = &mut bufs.changes;
+            changes.clear();
+            while i < order.len() && enc.part(order[i]) == p {
+                let (e, n, at) = (enc.entry(order[i]), enc.diff(order[i]), order[i]);
+                match changes.last_mut() {
                     Some((le, ln, _)) if *le == e => *ln += n,
-                    _ => changes.push((e, n, i)),
-                },
-                _ => by_part.push((p, vec![(e, n, i)])),
+                    _ => changes.push((e, n, at)),
+                }
+                i += 1;
+            }
+            changes.retain(|(_, n, _)| *n != 0);
+            if !changes.is_empty() {
+                self.eval_part(p, changes, kept, &mut bufs.start, out)?;
             }
         }
-        let first_out = out.rows.len();
-        for (p, changes) in by_part {
-            let changes: Vec<_> = changes.into_iter().filter(|(_, n, _)| *n != 0).collect();
-            let (Some((lo, _, _)), Some((hi, _, _))) = (changes.first(), changes.last()) else {
-                continue;
-            };
-            let mut place = match self.parts.entry(p) {
-                hash_map::Entry::Occupied(o) => o,
-                hash_map::Entry::Vacant(v) => v.insert_entry(Partition::default()),
-            };
-            let part = place.get_mut();
-            // The region (the rows whose values may change) and its context (the rows those
-            // values read) reach back from lo and forward from hi; the rows before lo and
-            // after hi are the same before and after the change. Back from lo, found before
-            // the change (lo may not be there after it): where the context starts, and how
-            // many of the entries from there to lo are context only.
-            let (start, context_before) = {
-                let mut back =
-                    part.range::<Key, _>((Bound::Unbounded, Bound::Excluded(lo))).rev().peekable();
-                let mut first: Option<&Key> = None;
-                let mut region = Walk::new(self.after, &lo.0);
-                while let Some(&(k, slot)) = back.peek() {
-                    if !region.pass(&k.0, slot.count) {
-                        break;
-                    }
-                    first = Some(k);
-                    back.next();
+        out.sort_from(first_out);
+        Ok(())
+    }
+    /// Applies one partition's netted changes (sorted by entry, none zero; each with the index
+    /// of its kept arguments in `kept`) and writes the output changes they cause into `out`.
+    /// `start` is room for a copy of the context's first entry.
+    fn eval_part(
+        &mut self,
+        p: &[u8],
+        changes: &[(KeyRef<'_>, i64, usize)],
+        kept: &EncodedRows,
+        start: &mut (Vec<u8>, Vec<u8>),
+        out: &mut OutRows,
+    ) -> Result<()> {
+        let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
+            return Ok(());
+        };
+        if !self.parts.contains_key(p) {
+            self.parts.insert(RowBytes::from(p), Partition::default());
+        }
+        let part =
+            self.parts.get_mut(p).ok_or_else(|| WeirError::internal("a partition vanished"))?;
+        // The region (the rows whose values may change) and its context (the rows those
+        // values read) reach back from lo and forward from hi; the rows before lo and after
+        // hi are the same before and after the change. Back from lo, found before the change
+        // (lo may not be there after it): where the context starts (copied into `start`), and
+        // how many of the entries from there to lo are context only.
+        let (bounded, context_before) = {
+            let mut back = part
+                .range::<dyn KeyView, _>((Bound::Unbounded, Bound::Excluded(&lo as &dyn KeyView)))
+                .rev()
+                .peekable();
+            let mut first: Option<&Key> = None;
+            let mut region = Walk::new(self.after, lo.0);
+            while let Some(&(k, slot)) = back.peek() {
+                if !region.pass(&k.0, slot.count) {
+                    break;
                 }
-                let mut context = Walk::new(self.before, region.last);
-                let mut before = 0;
-                while let Some(&(k, slot)) = back.peek() {
-                    if !context.pass(&k.0, slot.count) {
-                        break;
-                    }
-                    first = Some(k);
-                    before += 1;
-                    back.next();
+                first = Some(k);
+                back.next();
+            }
+            let mut context = Walk::new(self.before, region.last);
+            let mut before = 0;
+            while let Some(&(k, slot)) = back.peek() {
+                if !context.pass(&k.0, slot.count) {
+                    break;
                 }
-                (first.cloned(), before)
-            };
-            let hi = hi.clone();
-            // The region's values before the change are the ones last output, kept in the
-            // slots (a row that leaves takes its values out with it); after it, they are
-            // computed over the context, compared with those, and kept in turn.
-            for (e, n, i) in changes {
-                match part.entry(e) {
-                    Entry::Occupied(mut o) => {
-                        o.get_mut().count += n;
-                        let c = o.get().count;
-                        if c < 0 {
-                            return Err(retracted());
-                        }
-                        if c == 0 {
-                            let ((_, row), slot) = o.remove_entry();
+                first = Some(k);
+                before += 1;
+                back.next();
+            }
+            if let Some(k) = first {
+                start.0.clear();
+                start.0.extend_from_slice(&k.0);
+                start.1.clear();
+                start.1.extend_from_slice(&k.1);
+            }
+            (first.is_some(), before)
+        };
+        // The region's values before the change are the ones last output, kept in the slots
+        // (a row that leaves takes its values out with it); after it, they are computed over
+        // the context, compared with those, and kept in turn.
+        for &(e, n, i) in changes {
+            let key = &e as &dyn KeyView;
+            match part.get_mut(key) {
+                Some(slot) => {
+                    slot.count += n;
+                    if slot.count < 0 {
+                        return Err(retracted());
+                    }
+                    if slot.count == 0 {
+                        if let Some(((_, row), slot)) = part.remove_entry(key) {
                             for v in &slot.vals {
                                 out.push(&row, v, -1);
                             }
                         }
                     }
-                    Entry::Vacant(v) => {
-                        if n < 0 {
-                            return Err(retracted());
-                        }
-                        let args = RowBytes::from(kept.get(i));
-                        v.insert(Slot { count: n, vals: Vec::new(), args });
+                }
+                None => {
+                    if n < 0 {
+                        return Err(retracted());
                     }
+                    let args = RowBytes::from(kept.get(i));
+                    part.insert(
+                        (e.0.into(), e.1.into()),
+                        Slot { count: n, vals: Vec::new(), args },
+                    );
                 }
-            }
-            // The entries from the context's start through hi, then the region's end and the
-            // context's after it, in one pass over the changed partition.
-            let from = start.as_ref().map_or(Bound::Unbounded, Bound::Included);
-            let mut it = part.range_mut::<Key, _>((from, Bound::Unbounded)).peekable();
-            let mut entries: Vec<(&Key, &mut Slot)> = Vec::new();
-            while let Some((k, _)) = it.peek() {
-                if **k > hi {
-                    break;
-                }
-                entries.extend(it.next());
-            }
-            let mut region = Walk::new(self.before, &hi.0);
-            while let Some((k, slot)) = it.peek() {
-                if !region.pass(&k.0, slot.count) {
-                    break;
-                }
-                entries.extend(it.next());
-            }
-            let region_end = entries.len();
-            let mut context = Walk::new(self.after, region.last);
-            while let Some((k, slot)) = it.peek() {
-                if !context.pass(&k.0, slot.count) {
-                    break;
-                }
-                entries.extend(it.next());
-            }
-            let region = context_before.min(region_end)..region_end;
-            let vals = self.funcs.evaluate(&entries, region.clone())?;
-            update_values(&mut entries[region], vals.as_ref(), out)?;
-            drop(entries);
-            if place.get().is_empty() {
-                place.remove();
             }
         }
-        out.sort_from(first_out);
+        // The entries from the context's start through hi, then the region's end and the
+        // context's after it, in one pass over the changed partition.
+        let start_key: KeyRef<'_> = (&start.0, &start.1);
+        let from =
+            if bounded { Bound::Included(&start_key as &dyn KeyView) } else { Bound::Unbounded };
+        let mut it = part.range_mut::<dyn KeyView, _>((from, Bound::Unbounded)).peekable();
+        let mut entries: Vec<(&Key, &mut Slot)> = Vec::new();
+        while let Some((k, _)) = it.peek() {
+            if (&k.0[..], &k.1[..]) > hi {
+                break;
+            }
+            entries.extend(it.next());
+        }
+        let mut region = Walk::new(self.before, hi.0);
+        while let Some((k, slot)) = it.peek() {
+            if !region.pass(&k.0, slot.count) {
+                break;
+            }
+            entries.extend(it.next());
+        }
+        let region_end = entries.len();
+        let mut context = Walk::new(self.after, region.last);
+        while let Some((k, slot)) = it.peek() {
+            if !context.pass(&k.0, slot.count) {
+                break;
+            }
+            entries.extend(it.next());
+        }
+        let region = context_before.min(region_end)..region_end;
+        let vals = self.funcs.evaluate(&entries, region.clone())?;
+        update_values(&mut entries[region], vals.as_ref(), out)?;
+        drop(entries);
+        if part.is_empty() {
+            self.parts.remove(p);
+        }
         Ok(())
     }
 }
@@ -750,12 +840,13 @@ impl Operator for OverRel {
         if d.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let mut encoded = self.keys.encode(&d, 0, d.len())?.into_iter().enumerate();
+        let enc = self.keys.encode_batch(&d)?;
         let kept = self.funcs.kept.encode(&d.data)?;
         let mut out = OutRows::default();
+        let mut bufs = RunBufs::default();
         let times = by_instant(&d.times, |rows| {
             let before = out.rows.len();
-            self.eval_run(encoded.by_ref().take(rows.len()), &kept, &mut out)?;
+            self.eval_run(&enc, &kept, rows, &mut bufs, &mut out)?;
             Ok(out.rows.len() - before)
         })?;
         if out.rows.is_empty() {
