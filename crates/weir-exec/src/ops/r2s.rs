@@ -31,7 +31,7 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
-use crate::row::{RowBytes, RowCodec};
+use crate::row::{sort_prefix, RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
@@ -178,16 +178,6 @@ impl ToStream {
         let data = batch_of(&self.schema, data.columns().to_vec(), idx.len())?;
         Ok(ChangeBatch::new(data, times, diffs))
     }
-}
-
-/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
-/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
-/// integer comparison for most pairs.
-fn sort_prefix(b: &[u8]) -> u128 {
-    let mut p = [0u8; 16];
-    let n = b.len().min(16);
-    p[..n].copy_from_slice(&b[..n]);
-    u128::from_be_bytes(p)
 }
 
 #[cfg(test)]
