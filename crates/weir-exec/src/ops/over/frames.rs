@@ -57,7 +57,7 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
-use super::{by_instant, EncodedBatch, OverKeys};
+use super::{by_instant, for_each_partition, EncodedBatch, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -548,32 +548,11 @@ impl OverRel {
         bufs: &mut RunBufs<'e>,
         out: &mut OutRows,
     ) -> Result<()> {
-        // The run's changes sorted by (partition, entry) and netted per entry.
-        let order = &mut bufs.order;
-        order.clear();
-        order.extend(rows);
-        order.sort_unstable_by(|&a, &b| {
-            (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b)))
-        });
         let first_out = out.rows.len();
-        let mut i = 0;
-        while i < order.len() {
-            let p = enc.part(order[i]);
-            let changes = &mut bufs.changes;
-            changes.clear();
-            while i < order.len() && enc.part(order[i]) == p {
-                let (e, n, at) = (enc.entry(order[i]), enc.diff(order[i]), order[i]);
-                match changes.last_mut() {
-                    Some((le, ln, _)) if *le == e => *ln += n,
-                    _ => changes.push((e, n, at)),
-                }
-                i += 1;
-            }
-            changes.retain(|(_, n, _)| *n != 0);
-            if !changes.is_empty() {
-                self.eval_part(p, changes, kept, &mut bufs.start, out)?;
-            }
-        }
+        let RunBufs { order, changes, start } = bufs;
+        for_each_partition(enc, rows, order, changes, |p, changes| {
+            self.eval_part(p, changes, kept, start, out)
+        })?;
         out.sort_from(first_out);
         Ok(())
     }

@@ -181,6 +181,72 @@ impl OverKeys {
     }
 }
 
+/// One partition entry's netted change, as [`for_each_partition`] collects it: the ranking
+/// keeps (entry, diff), the frame operator also the index of one of the entry's changes.
+pub(crate) trait NetChange<'e> {
+    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, at: usize) -> Self;
+    fn entry(&self) -> (&'e [u8], &'e [u8]);
+    fn diff(&mut self) -> &mut i64;
+}
+
+impl<'e> NetChange<'e> for ((&'e [u8], &'e [u8]), i64) {
+    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, _at: usize) -> Self {
+        (entry, diff)
+    }
+    fn entry(&self) -> (&'e [u8], &'e [u8]) {
+        self.0
+    }
+    fn diff(&mut self) -> &mut i64 {
+        &mut self.1
+    }
+}
+
+impl<'e> NetChange<'e> for ((&'e [u8], &'e [u8]), i64, usize) {
+    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, at: usize) -> Self {
+        (entry, diff, at)
+    }
+    fn entry(&self) -> (&'e [u8], &'e [u8]) {
+        self.0
+    }
+    fn diff(&mut self) -> &mut i64 {
+        &mut self.1
+    }
+}
+
+/// The changes `rows` of one instant (indices into `enc`) sorted by (partition, entry) and
+/// netted per entry (a sorted vector, not a map: most instants hold a row or two): `each` gets
+/// every partition they touch, in order, with its changes in entry order, none zero. `order`
+/// and `changes` are buffers kept across calls.
+pub(crate) fn for_each_partition<'e, C: NetChange<'e>>(
+    enc: &'e EncodedBatch,
+    rows: std::ops::Range<usize>,
+    order: &mut Vec<usize>,
+    changes: &mut Vec<C>,
+    mut each: impl FnMut(&'e [u8], &[C]) -> Result<()>,
+) -> Result<()> {
+    order.clear();
+    order.extend(rows);
+    order.sort_unstable_by(|&a, &b| (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b))));
+    let mut i = 0;
+    while i < order.len() {
+        let p = enc.part(order[i]);
+        changes.clear();
+        while i < order.len() && enc.part(order[i]) == p {
+            let (e, n, at) = (enc.entry(order[i]), enc.diff(order[i]), order[i]);
+            match changes.last_mut() {
+                Some(last) if last.entry() == e => *last.diff() += n,
+                _ => changes.push(C::new(e, n, at)),
+            }
+            i += 1;
+        }
+        changes.retain_mut(|c| *c.diff() != 0);
+        if !changes.is_empty() {
+            each(p, changes)?;
+        }
+    }
+    Ok(())
+}
+
 /// Hands `run` the rows of a step's input one instant at a time, in time order (`times` are
 /// the rows' instants), as the range of their indices; `run` says how many output rows it
 /// added. Returns the instant of each output row.

@@ -33,7 +33,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
 use super::partition::{Key, Partition};
-use super::{by_instant, EncodedBatch, OverKeys};
+use super::{by_instant, for_each_partition, EncodedBatch, OverKeys};
 use crate::dirty::DirtyKeys;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -229,38 +229,16 @@ impl Ranking {
         net_buf: &mut NetBuf,
         out: &mut OutRows,
     ) -> Result<()> {
-        // The run's changes sorted by (partition, entry) and netted per entry (a sorted Vec,
-        // not a map: most runs hold a row or two).
-        order.clear();
-        order.extend(rows);
-        order.sort_unstable_by(|&a, &b| {
-            (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b)))
-        });
         let first_out = out.rows.len();
-        let mut i = 0;
-        while i < order.len() {
-            let p = enc.part(order[i]);
-            changes.clear();
-            while i < order.len() && enc.part(order[i]) == p {
-                let (e, n) = (enc.entry(order[i]), enc.diff(order[i]));
-                match changes.last_mut() {
-                    Some((le, ln)) if *le == e => *ln += n,
-                    _ => changes.push((e, n)),
-                }
-                i += 1;
-            }
-            changes.retain(|(_, n)| *n != 0);
-            if changes.is_empty() {
-                continue;
-            }
+        for_each_partition(enc, rows, order, changes, |p, changes| {
             if self.append_only && changes.iter().any(|(_, n)| *n < 0) {
                 return Err(WeirError::internal(
                     "a top-N planned over an insert-only input saw a retraction",
                 ));
             }
             self.dirty.note(p, self.parts.len());
-            self.eval_part(p, changes, net_buf, out)?;
-        }
+            self.eval_part(p, changes, net_buf, out)
+        })?;
         out.sort_from(first_out);
         Ok(())
     }
