@@ -556,6 +556,7 @@ impl OverRel {
         out.sort_from(first_out);
         Ok(())
     }
+
     /// Applies one partition's netted changes (sorted by entry, none zero; each with the index
     /// of its kept arguments in `kept`) and writes the output changes they cause into `out`.
     /// `start` is room for a copy of the context's first entry.
