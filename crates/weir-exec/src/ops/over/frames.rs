@@ -288,6 +288,9 @@ pub struct OverRel {
     before: Extent,
     after: Extent,
     parts: HashMap<RowBytes, Partition>,
+    /// How many entries the last touched partition's region and context held (tests).
+    #[cfg(test)]
+    last_entries: usize,
 }
 
 /// The functions, and how a region's values are computed (apart from the state, so that a
@@ -336,7 +339,17 @@ impl OverRel {
             vals_codec: RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?,
             calls,
         };
-        Ok(OverRel { funcs, keys, in_schema, schema, before, after, parts: HashMap::new() })
+        Ok(OverRel {
+            funcs,
+            keys,
+            in_schema,
+            schema,
+            before,
+            after,
+            parts: HashMap::new(),
+            #[cfg(test)]
+            last_entries: 0,
+        })
     }
 
     fn signature(&self) -> String {
@@ -581,7 +594,7 @@ impl OverRel {
         // hi are the same before and after the change. Back from lo, found before the change
         // (lo may not be there after it): where the context starts (copied into `start`), and
         // how many of the entries from there to lo are context only.
-        let (bounded, context_before) = {
+        let context_before = {
             let mut back = part
                 .range::<dyn KeyView, _>((Bound::Unbounded, Bound::Excluded(&lo as &dyn KeyView)))
                 .rev()
@@ -605,13 +618,14 @@ impl OverRel {
                 before += 1;
                 back.next();
             }
-            if let Some(k) = first {
-                start.0.clear();
-                start.0.extend_from_slice(&k.0);
-                start.1.clear();
-                start.1.extend_from_slice(&k.1);
-            }
-            (first.is_some(), before)
+            // (No entry passed: the context starts at lo, whether or not lo is there after
+            // the change.)
+            let (k, r) = first.map_or(lo, |k| (&k.0[..], &k.1[..]));
+            start.0.clear();
+            start.0.extend_from_slice(k);
+            start.1.clear();
+            start.1.extend_from_slice(r);
+            before
         };
         // The region's values before the change are the ones last output, kept in the slots
         // (a row that leaves takes its values out with it); after it, they are computed over
@@ -647,8 +661,7 @@ impl OverRel {
         // The entries from the context's start through hi, then the region's end and the
         // context's after it, in one pass over the changed partition.
         let start_key: KeyRef<'_> = (&start.0, &start.1);
-        let from =
-            if bounded { Bound::Included(&start_key as &dyn KeyView) } else { Bound::Unbounded };
+        let from = Bound::Included(&start_key as &dyn KeyView);
         let mut it = part.range_mut::<dyn KeyView, _>((from, Bound::Unbounded)).peekable();
         let mut entries: Vec<(&Key, &mut Slot)> = Vec::new();
         while let Some((k, _)) = it.peek() {
@@ -673,6 +686,10 @@ impl OverRel {
             entries.extend(it.next());
         }
         let region = context_before.min(region_end)..region_end;
+        #[cfg(test)]
+        {
+            self.last_entries = entries.len();
+        }
         let vals = self.funcs.evaluate(&entries, region.clone())?;
         update_values(&mut entries[region], vals.as_ref(), out)?;
         drop(entries);
@@ -1004,6 +1021,37 @@ mod tests {
             },
         };
         OverRel::new(k_by_v(false), kv_schema(), None, vec![spec], out_schema(1)).unwrap()
+    }
+
+    /// A change reads only the entries its frames reach (and its own), not the partition: with
+    /// a peers-only frame and a row between two of other values, one entry; with `ROWS 2
+    /// PRECEDING`, the row, the two after it whose frames hold it, and the two before it
+    /// that the first of those reads.
+    #[test]
+    fn a_change_reads_only_the_entries_its_frames_reach() {
+        let op = |range: bool, start: FrameBound| {
+            let spec = OverRelSpec {
+                func: OverFunc::Agg(AggFunc::Sum),
+                arg: Some(kv_col("v")),
+                arg_type: DataType::Int64,
+                default: None,
+                out_type: DataType::Int64,
+                frame: WindowFrame { range, start, end: FrameBound::CurrentRow },
+            };
+            OverRel::new(k_by_v(false), kv_schema(), None, vec![spec], out_schema(1)).unwrap()
+        };
+        let rows: Vec<String> = (0..1000).map(|i| format!("+1 a {}", 2 * i)).collect();
+        let ctx = crate::operator::EvalCtx::default();
+        for (mut op, want) in
+            [(op(true, FrameBound::CurrentRow), 1), (op(false, FrameBound::Preceding(2)), 5)]
+        {
+            for (t, text) in [(1, rows.join(", ")), (2, "+1 a 1001".to_string())] {
+                let (_, b) = kv(t, &text);
+                let step = Step { lo: t, hi: t, ctx: &ctx, input_wakeup: None };
+                op.eval(&step, vec![b]).unwrap();
+            }
+            assert_eq!(op.last_entries, want);
+        }
     }
 
     /// The figure grows with the rows (and their values kept) and falls back when they are
