@@ -57,7 +57,8 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
-use super::{by_instant, for_each_partition, EncodedBatch, OverKeys};
+use super::partition::Key as KeyRef;
+use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -141,9 +142,6 @@ impl Kept {
 /// One partition: (order key, row) -> its slot, in order.
 type Partition = BTreeMap<Key, Slot>;
 
-/// An entry's (order key, row), borrowed.
-type KeyRef<'a> = (&'a [u8], &'a [u8]);
-
 /// A partition entry's (order key, row), owned or borrowed, so that a partition is searched
 /// with borrowed bytes (a change's encodings, a copy kept for reuse) without allocating a
 /// key: the B-tree is searched by `dyn KeyView`, which orders as the owned key does.
@@ -194,7 +192,7 @@ impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for Key {
 #[derive(Default)]
 struct RunBufs<'e> {
     order: Vec<usize>,
-    changes: Vec<(KeyRef<'e>, i64, usize)>,
+    changes: Vec<NetChange<'e>>,
     start: (Vec<u8>, Vec<u8>),
 }
 
@@ -576,7 +574,7 @@ impl OverRel {
     fn eval_part(
         &mut self,
         p: &[u8],
-        changes: &[(KeyRef<'_>, i64, usize)],
+        changes: &[NetChange<'_>],
         kept: &EncodedRows,
         start: &mut (Vec<u8>, Vec<u8>),
         out: &mut OutRows,
@@ -698,11 +696,6 @@ impl OverRel {
         }
         Ok(())
     }
-}
-
-/// The error of a row retracted more often than it was inserted.
-fn retracted() -> WeirError {
-    WeirError::exec("window function: a row was retracted more often than it was inserted")
 }
 
 /// Keeps in the slots of a `region`'s entries the values computed for it (`vals`: one per

@@ -181,48 +181,28 @@ impl OverKeys {
     }
 }
 
-/// One partition entry's netted change, as [`for_each_partition`] collects it: the ranking
-/// keeps (entry, diff), the frame operator also the index of one of the entry's changes.
-pub(crate) trait NetChange<'e> {
-    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, at: usize) -> Self;
-    fn entry(&self) -> (&'e [u8], &'e [u8]);
-    fn diff(&mut self) -> &mut i64;
-}
+/// One partition entry's netted change, as [`for_each_partition`] collects it: the entry
+/// (order key, row), its summed diff, and the index of one of its changes in the batch (the
+/// frame operator reads that row's kept arguments; the ranking does not need it).
+pub(crate) type NetChange<'e> = (partition::Key<'e>, i64, usize);
 
-impl<'e> NetChange<'e> for ((&'e [u8], &'e [u8]), i64) {
-    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, _at: usize) -> Self {
-        (entry, diff)
-    }
-    fn entry(&self) -> (&'e [u8], &'e [u8]) {
-        self.0
-    }
-    fn diff(&mut self) -> &mut i64 {
-        &mut self.1
-    }
-}
-
-impl<'e> NetChange<'e> for ((&'e [u8], &'e [u8]), i64, usize) {
-    fn new(entry: (&'e [u8], &'e [u8]), diff: i64, at: usize) -> Self {
-        (entry, diff, at)
-    }
-    fn entry(&self) -> (&'e [u8], &'e [u8]) {
-        self.0
-    }
-    fn diff(&mut self) -> &mut i64 {
-        &mut self.1
-    }
+/// The error of a row retracted more often than it was inserted.
+pub(crate) fn retracted() -> weir_common::WeirError {
+    weir_common::WeirError::exec(
+        "window function: a row was retracted more often than it was inserted",
+    )
 }
 
 /// The changes `rows` of one instant (indices into `enc`) sorted by (partition, entry) and
 /// netted per entry (a sorted vector, not a map: most instants hold a row or two): `each` gets
 /// every partition they touch, in order, with its changes in entry order, none zero. `order`
 /// and `changes` are buffers kept across calls.
-pub(crate) fn for_each_partition<'e, C: NetChange<'e>>(
+pub(crate) fn for_each_partition<'e>(
     enc: &'e EncodedBatch,
     rows: std::ops::Range<usize>,
     order: &mut Vec<usize>,
-    changes: &mut Vec<C>,
-    mut each: impl FnMut(&'e [u8], &[C]) -> Result<()>,
+    changes: &mut Vec<NetChange<'e>>,
+    mut each: impl FnMut(&'e [u8], &[NetChange<'e>]) -> Result<()>,
 ) -> Result<()> {
     order.clear();
     order.extend(rows);
@@ -234,12 +214,12 @@ pub(crate) fn for_each_partition<'e, C: NetChange<'e>>(
         while i < order.len() && enc.part(order[i]) == p {
             let (e, n, at) = (enc.entry(order[i]), enc.diff(order[i]), order[i]);
             match changes.last_mut() {
-                Some(last) if last.entry() == e => *last.diff() += n,
-                _ => changes.push(C::new(e, n, at)),
+                Some((le, ln, _)) if *le == e => *ln += n,
+                _ => changes.push((e, n, at)),
             }
             i += 1;
         }
-        changes.retain_mut(|c| *c.diff() != 0);
+        changes.retain(|(_, n, _)| *n != 0);
         if !changes.is_empty() {
             each(p, changes)?;
         }

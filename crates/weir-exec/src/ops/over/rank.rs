@@ -33,7 +33,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{RankFunc, RankMode};
 
 use super::partition::{Key, Partition};
-use super::{by_instant, for_each_partition, EncodedBatch, OverKeys};
+use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
 use crate::dirty::DirtyKeys;
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
@@ -98,7 +98,7 @@ impl OutRows {
 /// becomes 0 left out.
 struct Merged<'a> {
     part: std::iter::Peekable<super::partition::Iter<'a>>,
-    changes: std::iter::Peekable<std::slice::Iter<'a, (Key<'a>, i64)>>,
+    changes: std::iter::Peekable<std::slice::Iter<'a, NetChange<'a>>>,
 }
 
 impl<'a> Iterator for Merged<'a> {
@@ -108,16 +108,16 @@ impl<'a> Iterator for Merged<'a> {
         loop {
             let next = match (self.part.peek(), self.changes.peek()) {
                 (None, None) => return None,
-                (Some((k, _)), Some((e, _))) => match k.cmp(e) {
+                (Some((k, _)), Some((e, _, _))) => match k.cmp(e) {
                     std::cmp::Ordering::Equal => {
                         let (k, c) = self.part.next()?;
-                        let (_, n) = self.changes.next()?;
+                        let (_, n, _) = self.changes.next()?;
                         (k, c + n)
                     }
                     std::cmp::Ordering::Less => self.part.next()?,
-                    std::cmp::Ordering::Greater => self.changes.next().copied()?,
+                    std::cmp::Ordering::Greater => self.changes.next().map(|&(e, n, _)| (e, n))?,
                 },
-                (None, Some(_)) => self.changes.next().copied()?,
+                (None, Some(_)) => self.changes.next().map(|&(e, n, _)| (e, n))?,
                 (Some(_), None) => self.part.next()?,
             };
             if next.1 != 0 {
@@ -132,7 +132,7 @@ impl<'a> Iterator for Merged<'a> {
 struct Placed<'a> {
     entries: &'a [(super::partition::Entry, i64)],
     i: usize,
-    changes: &'a [(Key<'a>, i64)],
+    changes: &'a [NetChange<'a>],
     at: &'a [(usize, bool)],
     j: usize,
 }
@@ -143,7 +143,7 @@ impl<'a> Iterator for Placed<'a> {
     fn next(&mut self) -> Option<(Key<'a>, i64)> {
         loop {
             let next = match (self.changes.get(self.j), self.at.get(self.j)) {
-                (Some(&(e, n)), Some(&(at, found))) if at == self.i => {
+                (Some(&(e, n, _)), Some(&(at, found))) if at == self.i => {
                     self.j += 1;
                     if found {
                         let (entry, c) = self.entries.get(self.i)?;
@@ -225,13 +225,13 @@ impl Ranking {
         enc: &'e EncodedBatch,
         rows: std::ops::Range<usize>,
         order: &mut Vec<usize>,
-        changes: &mut Vec<(Key<'e>, i64)>,
+        changes: &mut Vec<NetChange<'e>>,
         net_buf: &mut NetBuf,
         out: &mut OutRows,
     ) -> Result<()> {
         let first_out = out.rows.len();
         for_each_partition(enc, rows, order, changes, |p, changes| {
-            if self.append_only && changes.iter().any(|(_, n)| *n < 0) {
+            if self.append_only && changes.iter().any(|(_, n, _)| *n < 0) {
                 return Err(WeirError::internal(
                     "a top-N planned over an insert-only input saw a retraction",
                 ));
@@ -248,7 +248,7 @@ impl Ranking {
     fn eval_part(
         &mut self,
         p: &[u8],
-        changes: &[(Key<'_>, i64)],
+        changes: &[NetChange<'_>],
         net_buf: &mut NetBuf,
         out: &mut OutRows,
     ) -> Result<()> {
@@ -262,7 +262,7 @@ impl Ranking {
         // In a small partition, where each change goes, found once (the merge below and the
         // application of the changes use it instead of comparing entries again).
         let located: Option<Vec<(usize, bool)>> =
-            changes.iter().map(|(e, _)| part.locate(*e)).collect();
+            changes.iter().map(|(e, _, _)| part.locate(*e)).collect();
         // Where the walks start to output: the first change's place in a small partition;
         // in a large one its entry, found by comparing on the way (counting the entries
         // before it would cost O(n) where a top-N walk stops after its top).
@@ -301,13 +301,10 @@ impl Ranking {
             i = j;
         }
         *net_buf = recycle(net);
-        let retracted = || {
-            WeirError::exec("window function: a row was retracted more often than it was inserted")
-        };
         match located {
             // Last change first, so that the places found before stay right.
             Some(at) => {
-                for (&(e, n), at) in changes.iter().zip(at).rev() {
+                for (&(e, n, _), at) in changes.iter().zip(at).rev() {
                     if part.add_at(at, e, n) < 0 {
                         return Err(retracted());
                     }
@@ -315,7 +312,7 @@ impl Ranking {
             }
             // Entry by entry (never a pass over the partition: that would cost O(n)).
             None => {
-                for &(e, n) in changes {
+                for &(e, n, _) in changes {
                     if part.add(e, n) < 0 {
                         return Err(retracted());
                     }
