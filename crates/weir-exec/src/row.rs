@@ -89,11 +89,27 @@ impl RowCodec {
 /// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
 /// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
 /// integer comparison for most pairs.
-pub fn sort_prefix(b: &[u8]) -> u128 {
+fn sort_prefix(b: &[u8]) -> u128 {
     let mut p = [0u8; 16];
     let n = b.len().min(16);
     p[..n].copy_from_slice(&b[..n]);
     u128::from_be_bytes(p)
+}
+
+/// The rows `range` of `rows` into `order` (cleared first) as (prefix, index), sorted as
+/// their encodings sort, equal rows side by side in index order: prefixes compared first
+/// (see [`sort_prefix`]), whole encodings only where those are equal.
+pub fn sort_by_encoding(
+    rows: &EncodedRows,
+    range: std::ops::Range<usize>,
+    order: &mut Vec<(u128, u32)>,
+) {
+    let row = |i: u32| rows.get(i as usize);
+    order.clear();
+    order.extend(range.map(|i| (sort_prefix(rows.get(i)), i as u32)));
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0).then_with(|| row(a.1).cmp(row(b.1))).then(a.1.cmp(&b.1))
+    });
 }
 
 /// The result of [`RowCodec::encode`].

@@ -31,7 +31,7 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
-use crate::row::{sort_prefix, RowBytes, RowCodec};
+use crate::row::{sort_by_encoding, RowBytes, RowCodec};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
@@ -140,11 +140,7 @@ impl ToStream {
                     // Equal rows side by side, in arrival order, each kept once, at its
                     // first arrival, if its net diff has the sign.
                     let row = |i: u32| rows.get(i as usize);
-                    run.clear();
-                    run.extend((start as u32..end as u32).map(|i| (sort_prefix(row(i)), i)));
-                    run.sort_unstable_by(|a, b| {
-                        a.0.cmp(&b.0).then_with(|| row(a.1).cmp(row(b.1))).then(a.1.cmp(&b.1))
-                    });
+                    sort_by_encoding(rows, start..end, &mut run);
                     let mut k = 0;
                     while k < run.len() {
                         let (prefix, first) = run[k];

@@ -47,7 +47,7 @@ use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::window_time::TimeBounds;
 use crate::route::Placement;
-use crate::row::{sort_prefix, RowBytes, RowCodec};
+use crate::row::{sort_by_encoding, RowBytes, RowCodec};
 use crate::state::{
     invalid, opt_i128_col, put_counts, signature, take_counts, StateReader, StateWriter,
 };
@@ -166,20 +166,20 @@ impl WindowBounds {
     /// Adds the changes `d` (all at one instant) to A: netted in row order, then merged.
     fn apply(&mut self, d: &ChangeBatch) -> Result<()> {
         let rows = self.codec.encode(d.data.columns(), d.len())?;
-        let mut order: Vec<(u128, usize)> =
-            (0..d.len()).map(|i| (sort_prefix(rows.get(i)), i)).collect();
-        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| rows.get(a.1).cmp(rows.get(b.1))));
+        let mut order = Vec::with_capacity(d.len());
+        sort_by_encoding(&rows, 0..d.len(), &mut order);
+        let row = |k: usize| rows.get(order[k].1 as usize);
         let old = std::mem::take(&mut self.rows);
         let mut merged = Vec::with_capacity(old.len() + order.len());
         let mut old = old.into_iter().peekable();
         let mut i = 0;
         while i < order.len() {
-            let row = rows.get(order[i].1);
-            let mut diff = 0;
-            while i < order.len() && rows.get(order[i].1) == row {
-                diff += d.diffs[order[i].1];
+            let (first, mut diff) = (i, 0);
+            while i < order.len() && order[i].0 == order[first].0 && row(i) == row(first) {
+                diff += d.diffs[order[i].1 as usize];
                 i += 1;
             }
+            let row = row(first);
             while let Some(kept) = old.next_if(|(r, _)| &r[..] < row) {
                 merged.push(kept);
             }
@@ -389,13 +389,8 @@ mod tests {
             kv(15, "-2 c 3, -1 b 2"),
         ];
         for width in [0, 3] {
-            let mut out = run_spans(
-                &mut fed(WindowBounds::new(5, 5, schema()).unwrap(), [input.clone()]),
-                width,
-            );
-            out.sort();
             assert_eq!(
-                out,
+                bounds(5, 5, input.clone(), width),
                 [
                     "@14 +1 b 2 10 15",
                     "@14 +2 c 3 10 15",
