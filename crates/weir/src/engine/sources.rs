@@ -7,6 +7,7 @@ use weir_common::{Result, WeirError};
 
 use super::Engine;
 use crate::intake::{Arrival, Intake};
+use crate::source::read_ahead::decoding_threads;
 use crate::source::{Polled, SourceProgress};
 
 /// What [`Engine::poll_sources`] did.
@@ -102,7 +103,9 @@ impl Engine {
                 s.reader.start(&base).map_err(|m| source_error(name, m))?;
             }
         }
+        let workers = self.dataflow.workers();
         let Some(src) = self.intake.source_mut(name) else { return Ok(()) };
+        src.reader.decoders = decoding_threads(workers);
         let before = src.reader.bytes_read;
         let polled = src.reader.poll(max_bytes);
         poll.bytes += src.reader.bytes_read - before;

@@ -70,7 +70,7 @@ struct CsvLayout {
 }
 
 /// Decodes records of one source into a stream's batches. See the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RowDecoder {
     schema: SchemaRef,
     /// A stream's event-time column, which may not be empty; None for a table.

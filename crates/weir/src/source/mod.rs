@@ -8,9 +8,9 @@
 //! The engine decides what late and bad rows mean (the stream's policies) and when a source
 //! reads: see `Engine::poll_sources`.
 //!
-//! Reading is in bounded chunks. A finite list of files is read and decoded one chunk ahead
-//! on a helper thread ([`read_ahead`]); a poll waits for the chunk as it would for a read of
-//! the file. A followed file and standard input never make the engine wait: a followed file is
+//! Reading is in bounded chunks. A finite list of files is read ahead on a helper thread and
+//! its chunks decoded on one thread per core, in file order ([`read_ahead`]); a poll waits
+//! for the next chunk as it would for a read of the file. A followed file and standard input never make the engine wait: a followed file is
 //! read in the engine's thread up to its current end, and standard input by a helper thread
 //! into a channel.
 
@@ -25,6 +25,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 
@@ -222,7 +223,9 @@ struct StdinInput {
 #[derive(Debug)]
 pub(crate) struct SourceReader {
     pub spec: SourceSpec,
-    decoder: RowDecoder,
+    /// Shared with the decoding threads of a read-ahead, which decode with the layout of the
+    /// file their records came from (a new header makes a new decoder).
+    decoder: Arc<RowDecoder>,
     started: bool,
     files: Vec<PathBuf>,
     /// Index in `files` of the next file to open.
@@ -238,6 +241,9 @@ pub(crate) struct SourceReader {
     ahead: Option<ReadAhead>,
     /// This reader is a read-ahead thread's, and reads in it.
     in_thread: bool,
+    /// Threads decoding a read-ahead's chunks (1: the reading thread decodes too; the engine
+    /// sets [`read_ahead::decoding_threads`]).
+    pub decoders: usize,
     pub bytes_read: u64,
     pub records_read: u64,
     /// Total size of the files when reading started (None for stdin).
@@ -254,7 +260,7 @@ impl SourceReader {
         let decoder = RowDecoder::new(schema, time_column, spec.format.clone(), &spec.epoch_unit)?;
         Ok(SourceReader {
             spec,
-            decoder,
+            decoder: Arc::new(decoder),
             started: false,
             files: Vec::new(),
             next_file: 0,
@@ -264,6 +270,7 @@ impl SourceReader {
             stdin: None,
             ahead: None,
             in_thread: false,
+            decoders: 1,
             bytes_read: 0,
             records_read: 0,
             bytes_total: None,
@@ -355,7 +362,7 @@ impl SourceReader {
             return Ok(Polled::Ended);
         }
         if self.ahead.is_none() && self.reads_ahead() {
-            self.ahead = Some(ReadAhead::start(self, &self.base, max_bytes)?);
+            self.ahead = Some(ReadAhead::start(self, &self.base, max_bytes, self.decoders)?);
             self.current = None;
             self.parquet = None;
         }
@@ -381,14 +388,28 @@ impl SourceReader {
 
     /// [`Self::poll`] in this thread.
     fn poll_own(&mut self, max_bytes: usize) -> Result<Polled, String> {
+        Ok(match self.read_own(max_bytes)? {
+            Framed::Records(recs, origin) => decode_records(&self.decoder, recs, origin),
+            Framed::Polled(polled) => polled,
+        })
+    }
+
+    /// The decoder for the records [`Self::read_own`] returned last.
+    pub(crate) fn decoder(&self) -> Arc<RowDecoder> {
+        self.decoder.clone()
+    }
+
+    /// [`Self::poll_own`] up to decoding: the next complete records, framed and counted (a
+    /// Parquet batch comes decoded).
+    pub(crate) fn read_own(&mut self, max_bytes: usize) -> Result<Framed, String> {
         if self.spec.format == Format::Parquet {
-            return self.poll_parquet();
+            return self.poll_parquet().map(Framed::Polled);
         }
         if let Some(input) = &mut self.stdin {
             let (bytes, eof) = match input.rx.try_recv() {
                 Ok(Ok(b)) => (b, false),
                 Ok(Err(e)) => return Err(format!("reading standard input: {e}")),
-                Err(TryRecvError::Empty) => return Ok(Polled::Nothing),
+                Err(TryRecvError::Empty) => return Ok(Framed::Polled(Polled::Nothing)),
                 Err(TryRecvError::Disconnected) => (Vec::new(), true),
             };
             self.bytes_read += bytes.len() as u64;
@@ -398,13 +419,13 @@ impl SourceReader {
                 self.ended = true;
                 self.stdin = None;
             }
-            return Ok(self.rows(recs, "stdin".into()));
+            return Ok(self.records(recs, "stdin".into()));
         }
         loop {
             if self.current.is_none() {
                 if self.next_file >= self.files.len() {
                     self.ended = true;
-                    return Ok(Polled::Ended);
+                    return Ok(Framed::Polled(Polled::Ended));
                 }
                 self.next_file += 1;
                 self.current = Some(self.open(self.next_file - 1, 0, 1, None)?);
@@ -420,7 +441,7 @@ impl SourceReader {
             // A followed file at its end waits for more, unless a newer file has appeared:
             // then it is complete, and read to its end like any other.
             if n == 0 && follow && last && !self.discover()? {
-                return Ok(Polled::Nothing);
+                return Ok(Framed::Polled(Polled::Nothing));
             }
             let Some(cur) = self.current.as_mut() else { continue };
             let eof = n == 0;
@@ -436,7 +457,7 @@ impl SourceReader {
             if recs.is_empty() && eof {
                 continue;
             }
-            return Ok(self.rows(recs, name));
+            return Ok(self.records(recs, name));
         }
     }
 
@@ -521,7 +542,9 @@ impl SourceReader {
                 .map_err(|e| format!("cannot seek '{shown}': {e}"))?;
         }
         if let Some(h) = &header {
-            self.decoder.set_header(h).map_err(|e| format!("'{shown}': {e}"))?;
+            Arc::make_mut(&mut self.decoder)
+                .set_header(h)
+                .map_err(|e| format!("'{shown}': {e}"))?;
         }
         Ok(OpenFile {
             name: shown,
@@ -602,16 +625,31 @@ impl SourceReader {
         Ok(())
     }
 
-    fn rows(&mut self, recs: Records, origin: String) -> Polled {
+    /// Records read from `origin`, counted.
+    fn records(&mut self, recs: Records, origin: String) -> Framed {
         self.records_read += recs.len() as u64;
-        let decoded = self.decoder.decode(&recs);
-        Polled::Rows { decoded, records: recs.len(), origin, lines: recs.lines }
+        Framed::Records(recs, origin)
     }
+}
+
+/// What one read of a source's bytes gave, before decoding.
+#[derive(Debug)]
+pub(crate) enum Framed {
+    /// Complete records from `origin`, to decode.
+    Records(Records, String),
+    /// Anything else: decoded rows (Parquet), nothing yet, or the end.
+    Polled(Polled),
+}
+
+/// Decodes records read from `origin`.
+pub(crate) fn decode_records(decoder: &RowDecoder, recs: Records, origin: String) -> Polled {
+    let decoded = decoder.decode(&recs);
+    Polled::Rows { decoded, records: recs.len(), origin, lines: recs.lines }
 }
 
 /// If a header is still expected, takes it from the front of `recs`.
 fn take_header(
-    decoder: &mut RowDecoder,
+    decoder: &mut Arc<RowDecoder>,
     recs: &mut Records,
     pending: &mut bool,
     origin: &str,
@@ -620,7 +658,7 @@ fn take_header(
         return Ok(());
     }
     *pending = false;
-    decoder.set_header(recs.record(0)).map_err(|e| format!("'{origin}': {e}"))?;
+    Arc::make_mut(decoder).set_header(recs.record(0)).map_err(|e| format!("'{origin}': {e}"))?;
     *recs = recs.split_off(1);
     Ok(())
 }
