@@ -30,13 +30,13 @@ use super::{decode_records, Framed, Polled, RowDecoder, SourcePosition, SourceRe
 
 /// How many threads decode a file read ahead, with `workers` workers: one per core the
 /// process may use (`std::thread::available_parallelism`, which follows CPU affinity and
-/// cgroup quotas), and at least one per worker, up to 8: one reading thread cuts records for
-/// about three decoding threads' worth of decoding (a profile of the bids CSV: reading and
-/// cutting a chunk costs about a third of decoding it), so more than 8 would wait on it.
+/// cgroup quotas), and at least one per worker, up to 4. One reading thread cuts records for
+/// about three decoding threads (a profile of the bids CSV: reading and cutting a chunk costs
+/// about a third of decoding it), so more would wait on it.
 pub(crate) fn decoding_threads(workers: usize) -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    cores.max(workers).clamp(1, 8)
+    cores.max(workers).clamp(1, 4)
 }
 
 /// A chunk as the engine takes it: the rows, and the reader's state after it.
