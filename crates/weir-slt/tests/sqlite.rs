@@ -2,7 +2,10 @@
 //! against the recorded baseline in `crates/weir-slt/sqlite/`: fails if any file passes fewer
 //! records than recorded, skipping the listed known failures. Without the corpus (a checkout
 //! with no `shared/` beside it) the test is reported as ignored, the reason in its kind
-//! (`test [no SQLite corpus at ...] sqlite::corpus ... ignored`), never as a pass.
+//! (`test [no SQLite corpus at ...] sqlite::corpus ... ignored`), never as a pass. It runs
+//! twice: with continuous queries on the engine's thread, and on two timely workers (the
+//! corpus is almost all one-shot queries, which run on the engine's thread either way; the
+//! second run holds that a worker count changes nothing there).
 //!
 //! The same check from the command line, at the repository root:
 //! `cargo run -p weir-slt -- --baseline crates/weir-slt/sqlite/baseline.txt ../shared/conformance/sqlite/`
@@ -17,18 +20,25 @@ fn main() {
     let args = Arguments::from_args();
     let krate = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = krate.join("../../../shared/conformance/sqlite");
-    let trial = if corpus.is_dir() {
-        Trial::test("sqlite::corpus_holds_its_baseline", move || holds_its_baseline(corpus))
-    } else {
-        let why = format!("no SQLite corpus at {}", corpus.display());
-        Trial::test("sqlite::corpus_holds_its_baseline", || Ok(()))
-            .with_kind(why)
-            .with_ignored_flag(true)
-    };
-    libtest_mimic::run(&args, vec![trial]).exit();
+    let trials =
+        [(1, "sqlite::corpus_holds_its_baseline"), (2, "sqlite-w2::corpus_holds_its_baseline")]
+            .into_iter()
+            .map(|(workers, name)| {
+                if corpus.is_dir() {
+                    let corpus = corpus.clone();
+                    Trial::test(name, move || holds_its_baseline(corpus, workers))
+                } else {
+                    let why = format!("no SQLite corpus at {}", corpus.display());
+                    Trial::test(name, || Ok(())).with_kind(why).with_ignored_flag(true)
+                }
+            })
+            .collect();
+    libtest_mimic::run(&args, trials).exit();
 }
 
-fn holds_its_baseline(corpus: PathBuf) -> Result<(), Failed> {
+/// The corpus run with continuous queries on `workers` workers passes at least the baseline's
+/// records in every file.
+fn holds_its_baseline(corpus: PathBuf, workers: usize) -> Result<(), Failed> {
     let krate = Path::new(env!("CARGO_MANIFEST_DIR"));
     let baseline = Baseline::load(&krate.join("sqlite/baseline.txt"))
         .map_err(|e| format!("the baseline: {e}"))?;
@@ -40,8 +50,12 @@ fn holds_its_baseline(corpus: PathBuf) -> Result<(), Failed> {
         return Err(format!("no test files under {}", corpus.display()).into());
     }
 
-    let opts =
-        runner::Options { known_failures: Some(&known), quiet: true, ..runner::Options::default() };
+    let opts = runner::Options {
+        known_failures: Some(&known),
+        quiet: true,
+        workers,
+        ..runner::Options::default()
+    };
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut total = runner::Counts::default();
     let mut problems = Vec::new();
@@ -68,7 +82,7 @@ fn holds_its_baseline(corpus: PathBuf) -> Result<(), Failed> {
             problems.push(format!("{}: in the baseline but not in the corpus", key.display()));
         }
     }
-    println!("sqlite corpus: {total}");
+    println!("sqlite corpus on {workers} worker(s): {total}");
     if problems.is_empty() {
         Ok(())
     } else {
