@@ -2605,12 +2605,12 @@ fn show_els(els: &[El]) -> String {
     els.iter().map(|e| format!("({},{})@{}", e.k, txt(e.v), e.t)).collect::<Vec<_>>().join(" ")
 }
 
-/// Runs the case at every batch size on one worker, and at batch size 3 on two, and checks
-/// the engine against the oracle.
+/// Runs the case at every batch size on one worker, at batch size 3 on two and at 1024 on
+/// four, and checks the engine against the oracle.
 fn check(case: &Case, input: &Input) -> Result<(), TestCaseError> {
     let mut runs = Vec::new();
     let configs: Vec<(usize, usize)> =
-        BATCH_SIZES.iter().map(|&b| (b, 1)).chain([(3, 2)]).collect();
+        BATCH_SIZES.iter().map(|&b| (b, 1)).chain([(3, 2), (1024, 4)]).collect();
     for &(b, w) in &configs {
         match run(case, input, b, w) {
             Ok(r) => runs.push(r),

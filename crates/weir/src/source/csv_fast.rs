@@ -25,7 +25,7 @@ use arrow::datatypes::{
     UInt8Type,
 };
 
-use super::decode::parse_timestamp;
+use super::decode::{parse_timestamp_on, DayCache};
 
 /// How TIMESTAMP fields are read: epoch numbers' scale and unit name (see
 /// [`parse_timestamp`]).
@@ -160,6 +160,7 @@ pub(crate) fn column(t: &DataType, rows: usize) -> Option<Box<dyn Column>> {
         DataType::Timestamp(TimeUnit::Microsecond, tz) => Some(Box::new(Timestamps {
             values: PrimitiveBuilder::with_capacity(rows),
             tz: tz.clone(),
+            days: DayCache::default(),
         })),
         _ => None,
     }
@@ -202,6 +203,7 @@ impl Column for StringBuilder {
 struct Timestamps {
     values: PrimitiveBuilder<TimestampMicrosecondType>,
     tz: Option<Arc<str>>,
+    days: DayCache,
 }
 
 impl Column for Timestamps {
@@ -210,7 +212,7 @@ impl Column for Timestamps {
             self.values.append_null();
             return true;
         }
-        match parse_timestamp(field, epoch.scale, epoch.name) {
+        match parse_timestamp_on(field, epoch.scale, epoch.name, &mut self.days) {
             Ok(v) => self.values.append_value(v),
             Err(_) => return false,
         }

@@ -631,11 +631,28 @@ impl CsvSplitter {
 /// 00:00:05.250`, a zone offset converts to UTC) or an epoch number in the source's unit
 /// (`1704067205`, `1704067205.25`). Returns microseconds since the epoch.
 pub(crate) fn parse_timestamp(s: &str, scale: i64, unit: &str) -> Result<i64, String> {
+    parse_timestamp_on(s, scale, unit, &mut DayCache::default())
+}
+
+/// [`parse_timestamp`], with the day of the last ISO date read kept in `days`: a column of
+/// timestamps, mostly on one day, checks and converts each date once.
+pub(crate) fn parse_timestamp_on(
+    s: &str,
+    scale: i64,
+    unit: &str,
+    days: &mut DayCache,
+) -> Result<i64, String> {
     let t = s.trim();
-    if let Some(micros) = iso_micros(t.as_bytes()) {
+    if let Some(micros) = iso_micros(t.as_bytes(), days) {
         return Ok(micros);
     }
     parse_timestamp_general(s, scale, unit)
+}
+
+/// The last valid `YYYY-MM-DD` an ISO timestamp began with, and its day since the Unix epoch.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct DayCache {
+    last: Option<([u8; 10], i64)>,
 }
 
 /// [`parse_timestamp`] without its fast path: every form it reads.
@@ -666,7 +683,7 @@ fn parse_timestamp_general(s: &str, scale: i64, unit: &str) -> Result<i64, Strin
 /// date, a zone offset, a leap second) gives None and is left to the general parser, which
 /// then decides. Written by hand because the general parser, with its time-zone handling,
 /// was a third of the cost of reading a CSV file.
-fn iso_micros(b: &[u8]) -> Option<i64> {
+fn iso_micros(b: &[u8], cache: &mut DayCache) -> Option<i64> {
     if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
         return None;
     }
@@ -678,10 +695,21 @@ fn iso_micros(b: &[u8]) -> Option<i64> {
             .iter()
             .try_fold(0i64, |n, &d| d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0')))
     };
-    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let days = match cache.last {
+        Some((date, days)) if b[..10] == date => days,
+        _ => {
+            let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+            // None for an invalid date (month 13, April 31, February 29 of a common year).
+            let date = chrono::NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
+            let days =
+                i64::from(chrono::Datelike::num_days_from_ce(&date)) - UNIX_EPOCH_DAYS_FROM_CE;
+            let mut text = [0u8; 10];
+            text.copy_from_slice(&b[..10]);
+            cache.last = Some((text, days));
+            days
+        }
+    };
     let (hour, minute, second) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    // None for an invalid date (month 13, April 31, February 29 of a common year).
-    let date = chrono::NaiveDate::from_ymd_opt(year as i32, month as u32, day as u32)?;
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
@@ -700,7 +728,6 @@ fn iso_micros(b: &[u8]) -> Option<i64> {
     if !(rest.is_empty() || rest == b"Z" || rest == b"z") {
         return None;
     }
-    let days = i64::from(chrono::Datelike::num_days_from_ce(&date)) - UNIX_EPOCH_DAYS_FROM_CE;
     let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
     Some(seconds * 1_000_000 + micros)
 }
@@ -762,6 +789,29 @@ mod tests {
         assert!(p("99999999999999999999").is_err());
     }
 
+    #[test]
+    fn a_column_of_timestamps_reads_each_as_it_would_alone() {
+        // One day cache across the column: a date seen before, a new one, one that does not
+        // exist after one that does, a bad time on a cached day, epoch numbers between.
+        let texts = [
+            "2024-02-29 23:59:59.5",
+            "2024-02-29T00:00:00Z",
+            "2023-02-29 00:00:00",
+            "2024-02-29 24:00:00",
+            "2024-02-29 12:00:00+01:00",
+            "17",
+            "2024-03-01 00:00:00",
+            "2024-02-29 00:00:01",
+            "2024-02-2x 00:00:01",
+        ];
+        let mut days = DayCache::default();
+        for t in texts {
+            let column = parse_timestamp_on(t, 1_000_000, "seconds", &mut days);
+            assert_eq!(column, parse_timestamp(t, 1_000_000, "seconds"), "{t}");
+            assert_eq!(column, parse_timestamp_general(t, 1_000_000, "seconds"), "{t}");
+        }
+    }
+
     /// The fast ISO path gives what the general parser gives, on text in its form and on
     /// text just outside it (bad dates, leap days, zone offsets, long fractions, blanks).
     #[test]
@@ -808,7 +858,7 @@ mod tests {
             "2026-01-01T00:00:00.000100",
             "2024-02-29 23:59:59.5z",
         ] {
-            let fast = iso_micros(t.as_bytes());
+            let fast = iso_micros(t.as_bytes(), &mut DayCache::default());
             assert!(fast.is_some(), "{t} takes the fast path");
             assert_eq!(Ok(fast.unwrap_or_default()), parse_timestamp_general(t, 1, "us"), "{t}");
         }
@@ -820,7 +870,11 @@ mod tests {
             "2026-01-01T00:00:60",
             "2026-01-01T00:00:00+00:00",
         ] {
-            assert_eq!(iso_micros(t.as_bytes()), None, "{t} is left to the general parser");
+            assert_eq!(
+                iso_micros(t.as_bytes(), &mut DayCache::default()),
+                None,
+                "{t} is left to the general parser"
+            );
         }
     }
 
