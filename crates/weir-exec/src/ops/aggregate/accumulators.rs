@@ -70,6 +70,13 @@ pub(super) enum Acc {
         values: Box<KeySet>,
         max: bool,
     },
+    /// MIN/MAX over `i64` order keys of an append-only input: a value less extreme than the
+    /// extreme can never be output, so only the extreme and its count are kept, inline (no
+    /// allocation per group; what [`KeySet::insert_extreme_only`] keeps, without the set).
+    Extreme {
+        best: Option<(i64, i64)>,
+        max: bool,
+    },
     /// BOOL_AND/BOOL_OR: how many true and how many false values the group holds.
     Bool {
         trues: i64,
@@ -80,6 +87,18 @@ pub(super) enum Acc {
     Ordered {
         elements: BTreeMap<RowBytes, (i64, ScalarValue)>,
     },
+}
+
+impl Acc {
+    /// A MIN/MAX over order keys: its (value, count) pairs in value order (None for any
+    /// other accumulator).
+    pub(super) fn key_counts(&self) -> Option<Vec<(i64, i64)>> {
+        match self {
+            Acc::MinMaxKey { values, .. } => Some(values.sorted()),
+            Acc::Extreme { best, .. } => Some(best.iter().copied().collect()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -98,7 +117,11 @@ impl HeapSize for Acc {
             Acc::MinMax { values, .. } => values.heap_bytes(),
             Acc::MinMaxKey { values, .. } => values.heap_bytes(),
             Acc::Ordered { elements } => elements.heap_bytes(),
-            Acc::Count(_) | Acc::Sum { .. } | Acc::Avg { .. } | Acc::Bool { .. } => 0,
+            Acc::Count(_)
+            | Acc::Sum { .. }
+            | Acc::Avg { .. }
+            | Acc::Bool { .. }
+            | Acc::Extreme { .. } => 0,
         }
     }
 }
@@ -290,7 +313,9 @@ impl ArgView {
 }
 
 impl Aggregate {
-    pub(super) fn fresh_acc(spec: &AggSpec, kind: Kind) -> AccState {
+    /// A group's empty accumulator of aggregate `spec` (over an append-only input with
+    /// `append_only`).
+    pub(super) fn fresh_acc(spec: &AggSpec, kind: Kind, append_only: bool) -> AccState {
         let max = spec.func == AggFunc::Max;
         let acc = match kind {
             _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
@@ -307,6 +332,7 @@ impl Aggregate {
             Kind::Int => Acc::Sum { sum: Sum::Int(Wide::default()), n: 0 },
             Kind::Float => Acc::Sum { sum: Sum::Float(0.0), n: 0 },
             Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(Wide::default()), n: 0 },
+            Kind::KeyInt | Kind::KeyFloat if append_only => Acc::Extreme { best: None, max },
             Kind::KeyInt | Kind::KeyFloat => {
                 Acc::MinMaxKey { values: Box::new(KeySet::new()), max }
             }
@@ -421,6 +447,18 @@ impl Aggregate {
                     values.update(k, diff, *max);
                 }
             }
+            Acc::Extreme { best, max } => {
+                let k = match view {
+                    ArgView::Int(a) => a.value(i),
+                    ArgView::Float(a) => f64_key(a.value(i)),
+                    _ => return Err(WeirError::internal("min/max key view mismatch")),
+                };
+                match best {
+                    Some((e, c)) if *e == k => *c += diff,
+                    Some((e, _)) if KeySet::beats(*max, *e, k) => {}
+                    _ => *best = Some((k, diff)),
+                }
+            }
             Acc::Bool { trues, falses } => match view {
                 ArgView::Bool(a) if a.value(i) => *trues += diff,
                 ArgView::Bool(_) => *falses += diff,
@@ -486,6 +524,7 @@ impl Aggregate {
                     bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))
                 }
                 Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
+                Acc::Extreme { best, .. } => best.map_or(Out::Null, |(v, _)| Out::Int(v)),
             };
             out.push(v);
         }

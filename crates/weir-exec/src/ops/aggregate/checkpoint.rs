@@ -6,6 +6,7 @@ use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
 use super::accumulators::{f64_key, key_f64, seen_counts, Acc, AccState, Kind, Sum, Wide};
+use super::minmax::KeySet;
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
 use crate::state::{
@@ -162,8 +163,8 @@ impl Aggregate {
         for a in 0..self.aggs.len() {
             let mut keys = Vec::new();
             for g in groups {
-                if let Some(AccState { acc: Acc::MinMaxKey { values, .. }, .. }) = g.accs.get(a) {
-                    keys.extend(values.sorted().into_iter().map(|(k, _)| k));
+                if let Some(counts) = g.accs.get(a).and_then(|st| st.acc.key_counts()) {
+                    keys.extend(counts.into_iter().map(|(k, _)| k));
                 }
             }
             keyed.push(if keys.is_empty() { None } else { Some(self.encode_keys(a, keys)?) });
@@ -210,8 +211,8 @@ impl Aggregate {
                     Acc::Ordered { elements } => values.extend(
                         elements.iter().map(|(e, (c, _))| (g as i64, a as i64, &e[..], *c)),
                     ),
-                    Acc::MinMaxKey { values: vs, .. } => {
-                        for (_, c) in vs.sorted() {
+                    acc @ (Acc::MinMaxKey { .. } | Acc::Extreme { .. }) => {
+                        for (_, c) in acc.key_counts().unwrap_or_default() {
                             let enc = keyed[a]
                                 .as_ref()
                                 .ok_or_else(|| WeirError::internal("min/max keys"))?;
@@ -334,7 +335,10 @@ impl Aggregate {
                         *falses = i64::try_from(v).map_err(|_| bad(a))?;
                     }
                     (
-                        Acc::MinMax { .. } | Acc::MinMaxKey { .. } | Acc::Ordered { .. },
+                        Acc::MinMax { .. }
+                        | Acc::MinMaxKey { .. }
+                        | Acc::Extreme { .. }
+                        | Acc::Ordered { .. },
                         None,
                         None,
                         None,
@@ -404,6 +408,24 @@ impl Aggregate {
                             .and_then(|a| keyed[a].next())
                             .ok_or_else(|| WeirError::internal("min/max keys"))?;
                         values.insert_restored(k, nonzero(name, counts[i])?)
+                    }
+                    (
+                        "aggregate.values",
+                        Some(AccState { acc: Acc::Extreme { best, max }, .. }),
+                    ) => {
+                        let k = a
+                            .and_then(|a| keyed[a].next())
+                            .ok_or_else(|| WeirError::internal("min/max keys"))?;
+                        let c = nonzero(name, counts[i])?;
+                        // Only the extreme matters to an append-only input's MIN/MAX.
+                        match best {
+                            Some((e, _)) if *e == k => true,
+                            Some((e, _)) if KeySet::beats(*max, *e, k) => false,
+                            _ => {
+                                *best = Some((k, c));
+                                false
+                            }
+                        }
                     }
                     ("aggregate.values", Some(AccState { acc: Acc::Ordered { elements }, .. })) => {
                         let v = a

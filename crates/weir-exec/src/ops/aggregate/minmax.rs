@@ -65,7 +65,7 @@ impl KeySet {
     }
 
     /// Whether `a` is more extreme than `b` (greater for MAX, smaller for MIN).
-    fn beats(max: bool, a: i64, b: i64) -> bool {
+    pub(super) fn beats(max: bool, a: i64, b: i64) -> bool {
         if max {
             a > b
         } else {

@@ -409,7 +409,12 @@ impl Aggregate {
     }
 
     fn new_group(&self, key: &[u8]) -> Group {
-        let accs = self.aggs.iter().zip(&self.kinds).map(|(a, k)| Self::fresh_acc(a, *k)).collect();
+        let accs = self
+            .aggs
+            .iter()
+            .zip(&self.kinds)
+            .map(|(a, k)| Self::fresh_acc(a, *k, self.append_only))
+            .collect();
         let seen = self.distinct_sets.iter().map(|_| SeenMap::default()).collect();
         Group { key: key.to_vec(), rows: 0, accs, seen, mark: 0 }
     }
@@ -440,7 +445,7 @@ impl Aggregate {
         g.rows = 0;
         g.mark = 0;
         for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
-            *st = Self::fresh_acc(spec, *kind);
+            *st = Self::fresh_acc(spec, *kind, self.append_only);
         }
         g.seen.iter_mut().for_each(|m| *m = SeenMap::default());
         self.free.push(id);
