@@ -13,10 +13,10 @@
 //!   the floor any reader built on it can reach (it reports no bad rows and keeps no record
 //!   locations).
 //!
-//! Each side's fastest run is reported, and their ratio. A file source decodes on a helper
-//! thread while the engine takes in the chunk before (the source's read-ahead), so Weir's side
-//! also reports the CPU time of its fastest run (every thread's): rows per CPU-second is its
-//! rate on one core.
+//! Each side's fastest run is reported, and their ratio. A file source is read on a helper
+//! thread and decoded on one thread per core while the engine takes in the chunks before (the
+//! source's read-ahead), so Weir's side also reports the CPU time of its fastest run (every
+//! thread's): rows per CPU-second is its rate on one core.
 
 use std::path::Path;
 use std::time::Instant;
