@@ -399,11 +399,13 @@ fn grouped(
 /// The operator of a [`LogicalPlan::PaneAggregate`] (its own function, as [`grouped`]).
 #[inline(never)]
 fn pane_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
-    let LogicalPlan::PaneAggregate { pane, offset, window, group, aggs, input, .. } = plan else {
+    let LogicalPlan::PaneAggregate { pane, offset, merged, window, group, aggs, input, .. } = plan
+    else {
         return Err(WeirError::internal("pane aggregate expected"));
     };
     let groups = grouped(group, aggs, input, schema)?;
-    Ok(Box::new(PaneAggregate::new(*pane, *offset, groups)?.under(time_bounds(window)?)))
+    let op = PaneAggregate::new(*pane, *offset, groups)?.merged(*merged);
+    Ok(Box::new(op.under(time_bounds(window)?)))
 }
 
 /// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame

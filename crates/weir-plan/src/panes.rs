@@ -271,9 +271,18 @@ fn rewrite(
         });
     }
     let pane_schema = schema_of(pane_fields)?;
+    // A window of one pane (its range divides its slide: a tumbling window, or one with gaps)
+    // holds one partial row per group: those rows are the groups, and nothing is merged.
+    let single_pane = match *spec {
+        WindowSpec::RangeSlide { range, .. } => range == pane,
+        WindowSpec::Cumulate { step, size, .. } => step == size,
+        _ => false,
+    };
+    let merged = !(single_pane && keys > 0);
     let pane_aggregate = Arc::new(LogicalPlan::PaneAggregate {
         pane,
         offset,
+        merged,
         window: spec.clone(),
         group: group.to_vec(),
         aggs: partials.clone(),
@@ -287,14 +296,7 @@ fn rewrite(
         bounds_columns: false,
     });
 
-    // A window of one pane (its range divides its slide: a tumbling window, or one with gaps)
-    // holds one partial row per group: those rows are the groups, and nothing is merged.
-    let single_pane = match *spec {
-        WindowSpec::RangeSlide { range, .. } => range == pane,
-        WindowSpec::Cumulate { step, size, .. } => step == size,
-        _ => false,
-    };
-    if single_pane && keys > 0 {
+    if !merged {
         let exprs = finals(&merges, &reads, keys, schema, &pane_schema);
         let plan = LogicalPlan::Project { exprs, input: windowed, schema: schema.clone() };
         return Ok(Some(Arc::new(plan)));

@@ -733,9 +733,14 @@ pub enum LogicalPlan {
     /// in the pane, stamped with the pane's last tick, offset + (j+1)·pane − 1. A stream, and
     /// nothing of a pane is output before that tick. `window` is the window above, whose
     /// instants are the plan's: a pane's last tick is one only where that window moves.
+    /// `merged`: an aggregate above merges the partial rows per group (as it merges panes),
+    /// so they need not be complete per group: on several workers each worker pre-aggregates
+    /// the elements it has, and only the partial rows move to the group's worker (two-phase
+    /// aggregation). Otherwise (a window of one pane) the rows are the groups themselves.
     PaneAggregate {
         pane: Time,
         offset: Time,
+        merged: bool,
         window: WindowSpec,
         group: Vec<Expr>,
         aggs: Vec<AggCall>,
@@ -1019,17 +1024,25 @@ impl LogicalPlan {
                 input: m(input),
                 schema: schema.clone(),
             },
-            LogicalPlan::PaneAggregate { pane, offset, window, group, aggs, input, schema } => {
-                LogicalPlan::PaneAggregate {
-                    pane: *pane,
-                    offset: *offset,
-                    window: window.clone(),
-                    group: group.iter().map(f).collect(),
-                    aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
-                    input: m(input),
-                    schema: schema.clone(),
-                }
-            }
+            LogicalPlan::PaneAggregate {
+                pane,
+                offset,
+                merged,
+                window,
+                group,
+                aggs,
+                input,
+                schema,
+            } => LogicalPlan::PaneAggregate {
+                pane: *pane,
+                offset: *offset,
+                merged: *merged,
+                window: window.clone(),
+                group: group.iter().map(f).collect(),
+                aggs: aggs.iter().map(|a| a.map_exprs(f)).collect(),
+                input: m(input),
+                schema: schema.clone(),
+            },
             LogicalPlan::Distinct { input } => LogicalPlan::Distinct { input: m(input) },
             LogicalPlan::UnionAll { inputs, schema } => LogicalPlan::UnionAll {
                 inputs: inputs.iter().map(m).collect(),

@@ -190,11 +190,21 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 schema: s.clone(),
             })
         }
-        LogicalPlan::PaneAggregate { pane, offset, window, group, aggs, input, schema: s } => {
+        LogicalPlan::PaneAggregate {
+            pane,
+            offset,
+            merged,
+            window,
+            group,
+            aggs,
+            input,
+            schema: s,
+        } => {
             let (input, _) = narrow(input, &aggregate_reads(group, aggs, &input.schema()))?;
             unchanged(LogicalPlan::PaneAggregate {
                 pane: *pane,
                 offset: *offset,
+                merged: *merged,
                 window: window.clone(),
                 group: group.clone(),
                 aggs: aggs.clone(),

@@ -23,9 +23,9 @@ fn explain_names_every_cql_operator() {
     Project: s.k, count(*) AS COUNT(*)  -> relation
       Project: s.k, __window_0  -> relation
         Aggregate: group=[s.k] aggs=[sum(__pane_0)]  -> relation
-          Window: [RANGE 10 SLIDE 5]  -> relation
-            PaneAggregate: panes of 5 group=[s.k] aggs=[count(*)]  -> stream
-              Exchange: by hash of s.k  -> stream
+          Exchange: by hash of s.k  -> relation
+            Window: [RANGE 10 SLIDE 5]  -> relation
+              PaneAggregate: panes of 5 group=[s.k] aggs=[count(*)]  -> stream
                 StreamScan: s  -> stream
 "
     );

@@ -41,6 +41,8 @@ pub struct PaneAggregate {
     open: Option<Time>,
     /// The window above, if known: a pane's last tick is an instant only where it moves.
     window: Option<TimeBounds>,
+    /// Whether an aggregate above merges the output rows per group (see [`Self::merged`]).
+    merged: bool,
 }
 
 impl PaneAggregate {
@@ -56,7 +58,18 @@ impl PaneAggregate {
             groups: groups.with_append_only(true),
             open: None,
             window: None,
+            merged: false,
         })
+    }
+
+    /// The operator whose output an aggregate above merges per group: its rows need not hold
+    /// a whole group, so on several workers it runs where its input is (no exchange below
+    /// it), each worker's rows are the partials of the elements it holds, and only those move
+    /// to the group's worker, for the merge: two-phase aggregation. A hot group costs each
+    /// worker its share of the elements, and the merge one row per worker and pane.
+    pub fn merged(mut self, merged: bool) -> Self {
+        self.merged = merged;
+        self
     }
 
     /// The operator under `window`, whose moves are the plan's instants among the panes' last
@@ -139,13 +152,17 @@ impl Operator for PaneAggregate {
 
     /// A group's elements meet on one worker, as for the aggregate above.
     fn placement(&self, input: usize) -> Result<Placement> {
+        if self.merged {
+            return Ok(Placement::Local);
+        }
         self.groups.placement(input)
     }
 
-    /// The keys are the output's first columns, of the types they were routed by.
+    /// The keys are the output's first columns, of the types they were routed by (none when
+    /// merged above: the rows stay where their elements were).
     fn output_key_columns(&self) -> Option<Vec<(usize, arrow::datatypes::DataType)>> {
         let types = self.groups.key_codec.types();
-        (!types.is_empty()).then(|| types.iter().cloned().enumerate().collect())
+        (!types.is_empty() && !self.merged).then(|| types.iter().cloned().enumerate().collect())
     }
 
     /// The open pane's groups.
