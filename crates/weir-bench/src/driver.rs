@@ -618,13 +618,74 @@ impl SketchPoint {
 }
 
 /// How the sketch benchmark draws its keys below `keys`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyLaw {
     /// Each key equally likely.
     Uniform,
     /// Zipf-like (exponent 1): key r with probability about proportional to 1/(r+1), drawn as
     /// ⌊keys^u⌋ − 1 for u uniform in [0, 1) (so key 0 is ln 2/ln keys of the events: 5 % of 10^6 keys' events).
     Zipf,
+    /// Zipf with this exponent s: key r with probability proportional to 1/(r+1)^s, drawn
+    /// from the cumulative distribution (with 1 000 keys, key 0 has 39 % of the events at
+    /// s = 1.5, 61 % at s = 2).
+    ZipfExp(f64),
+}
+
+/// Draws keys below `keys` by the cumulative distribution of Zipf's law with exponent `s`.
+struct ZipfTable(Vec<f64>);
+
+impl ZipfTable {
+    fn new(keys: u64, s: f64) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (0..keys.max(1))
+            .map(|r| {
+                acc += 1.0 / ((r + 1) as f64).powf(s);
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        ZipfTable(cdf)
+    }
+
+    /// The key whose cumulative share first reaches `u` in [0, 1).
+    fn key(&self, u: f64) -> i64 {
+        self.0.partition_point(|&c| c <= u).min(self.0.len() - 1) as i64
+    }
+
+    /// The share of the events key 0 gets.
+    fn top_share(&self) -> f64 {
+        self.0[0]
+    }
+}
+
+/// The skew benchmark's query: a count, a sum and a maximum per key over a minute sliding by
+/// ten seconds (a tick is a second), pre-aggregated pane by pane (on several workers, each
+/// worker's partials merged by key).
+pub const SKEW_QUERY: &str =
+    "SELECT ISTREAM k, COUNT(*), SUM(t), MAX(t) FROM s [RANGE 60 SLIDE 10] GROUP BY k";
+
+/// The skew benchmark: [`SKEW_QUERY`] over `events` events, 1 000 a tick, on `workers`
+/// workers, keys below `keys` uniform and then by Zipf's law with exponent `s`. Returns each
+/// run's figures and key 0's share under Zipf.
+pub fn skew(
+    events: u64,
+    keys: u64,
+    s: f64,
+    chunk: usize,
+    workers: usize,
+) -> Result<(Vec<SketchPoint>, f64)> {
+    let top = ZipfTable::new(keys, s).top_share();
+    let mut points = Vec::new();
+    for law in [KeyLaw::Uniform, KeyLaw::ZipfExp(s)] {
+        let mut p =
+            sketch_query_on(&[], SKEW_QUERY, events, keys, law, 1000, chunk, None, workers)?;
+        p.query = match law {
+            KeyLaw::ZipfExp(s) => format!("{} [zipf {s}, {workers} worker(s)]", p.query),
+            _ => format!("{} [uniform, {workers} worker(s)]", p.query),
+        };
+        points.push(p);
+    }
+    Ok((points, top))
 }
 
 /// The sketch benchmark: `SELECT ISTREAM <agg> FROM s [RANGE 3600 SLIDE 60]` (an hour sliding
@@ -695,6 +756,22 @@ pub fn sketch_query(
     chunk: usize,
     wal: Option<(weir::WalSync, &std::path::Path)>,
 ) -> Result<SketchPoint> {
+    sketch_query_on(setup, query, events, keys, law, per_tick, chunk, wal, 1)
+}
+
+/// [`sketch_query`] with the query on `workers` workers.
+#[allow(clippy::too_many_arguments)]
+pub fn sketch_query_on(
+    setup: &[String],
+    query: &str,
+    events: u64,
+    keys: u64,
+    law: KeyLaw,
+    per_tick: u64,
+    chunk: usize,
+    wal: Option<(weir::WalSync, &std::path::Path)>,
+    workers: usize,
+) -> Result<SketchPoint> {
     reset_peak_rss();
     let start_rss_mb = peak_rss_mb();
     let anon = crate::anon::AnonPeak::start();
@@ -707,6 +784,7 @@ pub fn sketch_query(
         }
         None => Engine::new(),
     };
+    engine.set_workers(workers)?;
     engine.execute("CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t)")?;
     for stmt in setup {
         engine.execute(stmt)?;
@@ -718,6 +796,10 @@ pub fn sketch_query(
         Field::new("t", DataType::Int64, true),
     ]));
     let mut rng = SplitMix64::new(11);
+    let zipf = match law {
+        KeyLaw::ZipfExp(s) => Some(ZipfTable::new(keys, s)),
+        _ => None,
+    };
     let mut busy = Duration::ZERO;
     let mut outputs = 0u64;
     let mut next = 0u64;
@@ -730,6 +812,7 @@ pub fn sketch_query(
                 KeyLaw::Zipf => {
                     ((keys as f64).powf(rng.unit()) as i64 - 1).clamp(0, keys as i64 - 1)
                 }
+                KeyLaw::ZipfExp(_) => zipf.as_ref().map_or(0, |z| z.key(rng.unit())),
             })
             .collect();
         let ts: Vec<i64> = (next..next + n).map(|i| (i / per_tick) as i64).collect();
@@ -787,6 +870,31 @@ fn accounted_state(engine: &mut Engine) -> Result<u64> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zipf_keys_follow_their_law() {
+        let z = ZipfTable::new(1000, 1.5);
+        assert!((z.top_share() - 0.3917).abs() < 0.001, "{}", z.top_share());
+        assert!((ZipfTable::new(1000, 2.0).top_share() - 0.6087).abs() < 0.001);
+        assert_eq!(z.key(0.0), 0);
+        assert_eq!(z.key(0.39), 0);
+        assert_eq!(z.key(0.40), 1);
+        assert_eq!(z.key(0.999_999_999), 999);
+        // Drawn keys: key 0's share and key 1's (1/2^1.5 of key 0's) within a percent.
+        let mut rng = SplitMix64::new(3);
+        let draws = 100_000;
+        let mut counts = [0u32; 2];
+        for _ in 0..draws {
+            match z.key(rng.unit()) {
+                0 => counts[0] += 1,
+                1 => counts[1] += 1,
+                _ => {}
+            }
+        }
+        let share = |c: u32| f64::from(c) / draws as f64;
+        assert!((share(counts[0]) - 0.3917).abs() < 0.01, "{counts:?}");
+        assert!((share(counts[1]) - 0.3917 / 2f64.powf(1.5)).abs() < 0.01, "{counts:?}");
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

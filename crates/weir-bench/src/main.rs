@@ -13,7 +13,8 @@ use anyhow::Result;
 use clap::Parser;
 use weir_bench::decode::decode;
 use weir_bench::driver::{
-    membership, paced, reset_peak_rss, run, scaling, sketch, sketch_query, Input, KeyLaw, RunConfig,
+    membership, paced, reset_peak_rss, run, scaling, sketch, sketch_query, skew, Input, KeyLaw,
+    RunConfig,
 };
 use weir_bench::encode::encode;
 use weir_bench::files::{path_of, write_events, Format};
@@ -123,7 +124,18 @@ struct Args {
         conflicts_with_all = ["sketch", "scaling", "write", "top_k"]
     )]
     membership: Option<String>,
-    /// With --sketch, --top-k or --membership: distinct keys
+    /// Instead of NEXMark: a count, sum and maximum per key over a sliding window (one minute
+    /// by ten seconds), keys uniform and then by Zipf's law with exponent S (default 1.5: key 0
+    /// has 39 % of the events with 1 000 keys), on --workers workers
+    #[arg(
+        long,
+        value_name = "S",
+        num_args = 0..=1,
+        default_missing_value = "1.5",
+        conflicts_with_all = ["sketch", "scaling", "write", "top_k", "membership"]
+    )]
+    skew: Option<f64>,
+    /// With --sketch, --top-k, --membership or --skew: distinct keys
     #[arg(long, value_name = "N", default_value = "1000000", value_parser = parse_count)]
     keys: u64,
     /// With --sketch: run this aggregate alone (default: COUNT(DISTINCT k),
@@ -242,6 +254,19 @@ fn main() -> Result<()> {
         let p = sketch_query(&setup, q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk, wal)?;
         let _ = std::fs::remove_dir_all(&dir);
         println!("{}", p.line());
+        return Ok(());
+    }
+    if let Some(s) = a.skew {
+        let workers = usize::try_from(a.workers)?;
+        let (points, top) = skew(a.events, a.keys, s, a.chunk, workers)?;
+        println!(
+            "# {} keys, 1000 events per tick; under Zipf (s = {s}) key 0 has {:.1} % of the events",
+            a.keys,
+            100.0 * top
+        );
+        for p in points {
+            println!("{}", p.line());
+        }
         return Ok(());
     }
     if let Some(which) = &a.top_k {
