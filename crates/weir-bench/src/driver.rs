@@ -677,8 +677,7 @@ pub fn skew(
     let top = ZipfTable::new(keys, s).top_share();
     let mut points = Vec::new();
     for law in [KeyLaw::Uniform, KeyLaw::ZipfExp(s)] {
-        let mut p =
-            sketch_query_on(&[], SKEW_QUERY, events, keys, law, 1000, chunk, None, workers)?;
+        let mut p = sketch_query(&[], SKEW_QUERY, events, keys, law, 1000, chunk, None, workers)?;
         p.query = match law {
             KeyLaw::ZipfExp(s) => format!("{} [zipf {s}, {workers} worker(s)]", p.query),
             _ => format!("{} [uniform, {workers} worker(s)]", p.query),
@@ -700,7 +699,7 @@ pub fn sketch(
     chunk: usize,
 ) -> Result<SketchPoint> {
     let query = format!("SELECT ISTREAM {agg} FROM s [RANGE 3600 SLIDE 60]");
-    sketch_query(&[], &query, events, keys, KeyLaw::Uniform, per_tick, chunk, None)
+    sketch_query(&[], &query, events, keys, KeyLaw::Uniform, per_tick, chunk, None, 1)
 }
 
 /// The membership benchmark: `keys` keys (the even numbers below 2·keys) loaded into a table
@@ -738,30 +737,16 @@ pub fn membership(
              0.01) FROM m), k)"
         )
     };
-    sketch_query(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk, None)
+    sketch_query(&[table], &query, events, 2 * keys, KeyLaw::Uniform, 1000, chunk, None, 1)
 }
 
 /// The sketch benchmark's driver for any query over `s (k BIGINT, t BIGINT)`: `setup`
 /// statements run after `s` is created (not timed), then `events` events, `per_tick` per tick,
 /// keys below `keys` drawn by `law`. With `wal`, the engine keeps its checkpoints in the
-/// directory given (emptied first) and logs every push with the sync policy given.
+/// directory given (emptied first) and logs every push with the sync policy given. The query
+/// runs on `workers` workers.
 #[allow(clippy::too_many_arguments)]
 pub fn sketch_query(
-    setup: &[String],
-    query: &str,
-    events: u64,
-    keys: u64,
-    law: KeyLaw,
-    per_tick: u64,
-    chunk: usize,
-    wal: Option<(weir::WalSync, &std::path::Path)>,
-) -> Result<SketchPoint> {
-    sketch_query_on(setup, query, events, keys, law, per_tick, chunk, wal, 1)
-}
-
-/// [`sketch_query`] with the query on `workers` workers.
-#[allow(clippy::too_many_arguments)]
-pub fn sketch_query_on(
     setup: &[String],
     query: &str,
     events: u64,

@@ -251,7 +251,8 @@ fn main() -> Result<()> {
         let wal = a.wal.as_deref().and_then(weir::WalSync::parse).map(|s| (s, dir.as_path()));
         let setup: Vec<String> =
             a.memory_limit.iter().map(|l| format!("SET memory_limit = '{l}'")).collect();
-        let p = sketch_query(&setup, q, a.events, a.keys, KeyLaw::Uniform, 1000, a.chunk, wal)?;
+        let law = KeyLaw::Uniform;
+        let p = sketch_query(&setup, q, a.events, a.keys, law, 1000, a.chunk, wal, 1)?;
         let _ = std::fs::remove_dir_all(&dir);
         println!("{}", p.line());
         return Ok(());
@@ -283,7 +284,8 @@ fn main() -> Result<()> {
         for q in runs {
             println!(
                 "{}",
-                sketch_query(&[], q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk, None)?.line()
+                sketch_query(&[], q, a.events, a.keys, KeyLaw::Zipf, 1000, a.chunk, None, 1)?
+                    .line()
             );
         }
         return Ok(());

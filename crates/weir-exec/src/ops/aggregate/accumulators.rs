@@ -300,6 +300,15 @@ pub(super) enum ArgView {
 }
 
 impl ArgView {
+    /// Value i as a MIN/MAX order key (see [`Kind::KeyInt`], [`Kind::KeyFloat`]).
+    fn order_key(&self, i: usize) -> Result<i64> {
+        match self {
+            ArgView::Int(a) => Ok(a.value(i)),
+            ArgView::Float(a) => Ok(f64_key(a.value(i))),
+            _ => Err(WeirError::internal("min/max key view mismatch")),
+        }
+    }
+
     pub(super) fn is_null(&self, i: usize) -> bool {
         match self {
             ArgView::None => false,
@@ -436,11 +445,7 @@ impl Aggregate {
                 }
             }
             Acc::MinMaxKey { values, max } => {
-                let k = match view {
-                    ArgView::Int(a) => a.value(i),
-                    ArgView::Float(a) => f64_key(a.value(i)),
-                    _ => return Err(WeirError::internal("min/max key view mismatch")),
-                };
+                let k = view.order_key(i)?;
                 if append_only {
                     values.insert_extreme_only(k, diff, *max);
                 } else {
@@ -448,11 +453,7 @@ impl Aggregate {
                 }
             }
             Acc::Extreme { best, max } => {
-                let k = match view {
-                    ArgView::Int(a) => a.value(i),
-                    ArgView::Float(a) => f64_key(a.value(i)),
-                    _ => return Err(WeirError::internal("min/max key view mismatch")),
-                };
+                let k = view.order_key(i)?;
                 match best {
                     Some((e, c)) if *e == k => *c += diff,
                     Some((e, _)) if KeySet::beats(*max, *e, k) => {}
