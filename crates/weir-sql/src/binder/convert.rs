@@ -76,9 +76,15 @@ impl Converter<'_> {
                 let predicate =
                     exprs.pop().ok_or_else(|| WeirError::internal("filter predicate"))?;
                 if !matches!(input.as_ref(), LogicalPlan::Apply { .. }) {
-                    // A bound on a rank computed below: plan a top-N (or a deduplication).
-                    if let Some(ranked) = fold_rank_filter(&predicate, &input)? {
-                        return Ok(Arc::new(LogicalPlan::Filter { predicate, input: ranked }));
+                    // A bound on a rank computed below: plan a top-N (or a deduplication),
+                    // under what is left of the predicate.
+                    if let Some((ranked, rest)) = fold_rank_filter(&predicate, &input)? {
+                        return Ok(match rest {
+                            Some(predicate) => {
+                                Arc::new(LogicalPlan::Filter { predicate, input: ranked })
+                            }
+                            None => ranked,
+                        });
                     }
                 }
                 let filter = LogicalPlan::Filter { predicate, input: input.clone() };
@@ -1352,8 +1358,11 @@ fn over_agg_call(name: &str, args: &[Expr]) -> Result<AggCall> {
 
 /// Bounds `lo ..= hi` that `predicate`'s conjuncts put on column `col` of its input, if they
 /// bound it from above: `c <= n`, `c < n`, `c = n`, `c >= n`, `c > n`, `c BETWEEN a AND b`,
-/// either side of the comparison.
-fn rank_bounds(predicate: &Expr, col: &datafusion_common::Column) -> Option<(i64, i64)> {
+/// either side of the comparison; with the conjuncts that are not such bounds (None: none).
+fn rank_bounds(
+    predicate: &Expr,
+    col: &datafusion_common::Column,
+) -> Option<((i64, i64), Option<Expr>)> {
     use datafusion_expr::Operator as Op;
     let lit = |e: &Expr| -> Option<i64> {
         let Expr::Literal(v, _) = e else { return None };
@@ -1365,52 +1374,57 @@ fn rank_bounds(predicate: &Expr, col: &datafusion_common::Column) -> Option<(i64
     let is_col = |e: &Expr| matches!(e, Expr::Column(c) if c == col);
     let (mut lo, mut hi) = (i64::MIN, None::<i64>);
     let mut upper = |n: i64| hi = Some(hi.map_or(n, |h| h.min(n)));
+    let mut rest = Vec::new();
     for c in datafusion_expr::utils::split_conjunction(predicate) {
-        match c {
+        let bound = match c {
             Expr::BinaryExpr(b) => {
                 let (op, n) = if is_col(&b.left) {
-                    (b.op, lit(&b.right))
+                    (Some(b.op), lit(&b.right))
                 } else if is_col(&b.right) {
-                    match b.op.swap() {
-                        Some(op) => (op, lit(&b.left)),
-                        None => continue,
-                    }
+                    (b.op.swap(), lit(&b.left))
                 } else {
-                    continue;
+                    (None, None)
                 };
-                let Some(n) = n else { continue };
-                match op {
-                    Op::LtEq => upper(n),
-                    Op::Lt => upper(n.saturating_sub(1)),
-                    Op::Eq => {
-                        upper(n);
-                        lo = lo.max(n);
-                    }
-                    Op::GtEq => lo = lo.max(n),
-                    Op::Gt => lo = lo.max(n.saturating_add(1)),
-                    _ => {}
+                match (op, n) {
+                    (Some(Op::LtEq), Some(n)) => Some((i64::MIN, n)),
+                    (Some(Op::Lt), Some(n)) => Some((i64::MIN, n.saturating_sub(1))),
+                    (Some(Op::Eq), Some(n)) => Some((n, n)),
+                    (Some(Op::GtEq), Some(n)) => Some((n, i64::MAX)),
+                    (Some(Op::Gt), Some(n)) => Some((n.saturating_add(1), i64::MAX)),
+                    _ => None,
                 }
             }
             Expr::Between(b) if !b.negated && is_col(&b.expr) => {
-                if let (Some(l), Some(h)) = (lit(&b.low), lit(&b.high)) {
-                    lo = lo.max(l);
+                match (lit(&b.low), lit(&b.high)) {
+                    (Some(l), Some(h)) => Some((l, h)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        match bound {
+            Some((l, h)) => {
+                lo = lo.max(l);
+                if h != i64::MAX {
                     upper(h);
                 }
             }
-            _ => {}
+            None => rest.push(c.clone()),
         }
     }
-    hi.map(|h| (lo.max(1), h))
+    hi.map(|h| ((lo.max(1), h), datafusion_expr::utils::conjunction(rest)))
 }
 
 /// A filter over a full ranking (seen through renames, filters and projections of columns)
 /// whose predicate bounds a rank from above: the same plan with the ranking in top-N mode,
 /// or, for `ROW_NUMBER() ... = 1` (or `<= 1`) ordered by the event time of an append-only
-/// stream, in deduplication mode. The filter stays above it, so the result is the same rows.
+/// stream, in deduplication mode; with what is left of the predicate. The ranking then outputs
+/// exactly the rows whose rank is in the bounds (a top-N keeps the ranks in `lo ..= hi`, a
+/// deduplication the rows numbered 1), so the conjuncts that made the bounds are dropped.
 fn fold_rank_filter(
     predicate: &Expr,
     input: &Arc<LogicalPlan>,
-) -> Result<Option<Arc<LogicalPlan>>> {
+) -> Result<Option<(Arc<LogicalPlan>, Option<Expr>)>> {
     let schema = input.schema();
     let mut cols = Vec::new();
     predicate
@@ -1424,10 +1438,10 @@ fn fold_rank_filter(
         })
         .map_err(super::df_error)?;
     for c in cols {
-        let Some((lo, hi)) = rank_bounds(predicate, &c) else { continue };
+        let Some(((lo, hi), rest)) = rank_bounds(predicate, &c) else { continue };
         let Ok(idx) = schema.index_of_column(&c) else { continue };
         if let Some(p) = with_rank_bound(input, idx, lo, hi) {
-            return Ok(Some(p));
+            return Ok(Some((p, rest)));
         }
     }
     Ok(None)
