@@ -65,14 +65,15 @@ pub(super) enum Acc {
         values: BTreeMap<RowBytes, i64>,
         max: bool,
     },
-    /// MIN/MAX over values kept as `i64` order keys (see [`Kind::KeyInt`], [`Kind::KeyFloat`]).
+    /// MIN/MAX over values kept as `i64` order keys (see [`Kind::KeyInt`], [`Kind::KeyFloat`]),
+    /// of an input that may retract (an append-only one's are [`Acc::Extreme`]).
     MinMaxKey {
         values: Box<KeySet>,
         max: bool,
     },
     /// MIN/MAX over `i64` order keys of an append-only input: a value less extreme than the
     /// extreme can never be output, so only the extreme and its count are kept, inline (no
-    /// allocation per group; what [`KeySet::insert_extreme_only`] keeps, without the set).
+    /// allocation per group): a value that beats the extreme replaces it.
     Extreme {
         best: Option<(i64, i64)>,
         max: bool,
@@ -444,14 +445,7 @@ impl Aggregate {
                     None => {}
                 }
             }
-            Acc::MinMaxKey { values, max } => {
-                let k = view.order_key(i)?;
-                if append_only {
-                    values.insert_extreme_only(k, diff, *max);
-                } else {
-                    values.update(k, diff, *max);
-                }
-            }
+            Acc::MinMaxKey { values, max } => values.update(view.order_key(i)?, diff, *max),
             Acc::Extreme { best, max } => {
                 let k = view.order_key(i)?;
                 match best {

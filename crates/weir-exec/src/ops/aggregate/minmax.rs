@@ -138,23 +138,6 @@ impl KeySet {
         }
     }
 
-    /// Adds `diff > 0` copies of `k` to a set that never sees a deletion: a value less
-    /// extreme than the set's extreme can never be output, so the set keeps only its extreme
-    /// (with its count), and a value that beats it replaces it.
-    pub(super) fn insert_extreme_only(&mut self, k: i64, diff: i64, max: bool) {
-        match self.extreme(max) {
-            Some(e) if e == k => self.update(k, diff, max),
-            Some(e) if Self::beats(max, e, k) => {}
-            _ => {
-                *self = KeySet::Fifo {
-                    queue: VecDeque::from([(k, diff)]),
-                    popped: 0,
-                    mono: VecDeque::from([0]),
-                }
-            }
-        }
-    }
-
     /// The most extreme value present (the greatest for MAX, the least for MIN).
     pub(super) fn extreme(&self, max: bool) -> Option<i64> {
         match self {
