@@ -1373,7 +1373,6 @@ fn rank_bounds(
     };
     let is_col = |e: &Expr| matches!(e, Expr::Column(c) if c == col);
     let (mut lo, mut hi) = (i64::MIN, None::<i64>);
-    let mut upper = |n: i64| hi = Some(hi.map_or(n, |h| h.min(n)));
     let mut rest = Vec::new();
     for c in datafusion_expr::utils::split_conjunction(predicate) {
         let bound = match c {
@@ -1385,18 +1384,19 @@ fn rank_bounds(
                 } else {
                     (None, None)
                 };
+                // (lower, upper if any) of the conjunct.
                 match (op, n) {
-                    (Some(Op::LtEq), Some(n)) => Some((i64::MIN, n)),
-                    (Some(Op::Lt), Some(n)) => Some((i64::MIN, n.saturating_sub(1))),
-                    (Some(Op::Eq), Some(n)) => Some((n, n)),
-                    (Some(Op::GtEq), Some(n)) => Some((n, i64::MAX)),
-                    (Some(Op::Gt), Some(n)) => Some((n.saturating_add(1), i64::MAX)),
+                    (Some(Op::LtEq), Some(n)) => Some((i64::MIN, Some(n))),
+                    (Some(Op::Lt), Some(n)) => Some((i64::MIN, Some(n.saturating_sub(1)))),
+                    (Some(Op::Eq), Some(n)) => Some((n, Some(n))),
+                    (Some(Op::GtEq), Some(n)) => Some((n, None)),
+                    (Some(Op::Gt), Some(n)) => Some((n.saturating_add(1), None)),
                     _ => None,
                 }
             }
             Expr::Between(b) if !b.negated && is_col(&b.expr) => {
                 match (lit(&b.low), lit(&b.high)) {
-                    (Some(l), Some(h)) => Some((l, h)),
+                    (Some(l), Some(h)) => Some((l, Some(h))),
                     _ => None,
                 }
             }
@@ -1405,9 +1405,10 @@ fn rank_bounds(
         match bound {
             Some((l, h)) => {
                 lo = lo.max(l);
-                if h != i64::MAX {
-                    upper(h);
-                }
+                hi = match (hi, h) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
             None => rest.push(c.clone()),
         }
