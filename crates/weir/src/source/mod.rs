@@ -10,9 +10,9 @@
 //!
 //! Reading is in bounded chunks. A finite list of files is read ahead on a helper thread and
 //! its chunks decoded on one thread per core, in file order ([`read_ahead`]); a poll waits
-//! for the next chunk as it would for a read of the file. A followed file and standard input never make the engine wait: a followed file is
-//! read in the engine's thread up to its current end, and standard input by a helper thread
-//! into a channel.
+//! for the next chunk as it would for a read of the file. A followed file and standard input
+//! never make the engine wait: a followed file is read in the engine's thread up to its
+//! current end, and standard input by a helper thread into a channel.
 
 pub(crate) mod csv_fast;
 pub(crate) mod decode;
