@@ -90,6 +90,17 @@ struct Common {
         verbatim_doc_comment
     )]
     workers: usize,
+    /// Form a cluster of weir processes: every process's host:port,
+    /// comma-separated or one per line in a file; start the same
+    /// command on each host with its --process index. Queries run
+    /// on --workers workers in each process; process 0 runs the
+    /// statements, reads the sources and writes the outputs
+    #[arg(long, global = true, value_name = "LIST|FILE", verbatim_doc_comment)]
+    hosts: Option<String>,
+    /// With --hosts: this process's index in the list (default 0);
+    /// a process other than 0 only runs workers for process 0
+    #[arg(long, global = true, value_name = "I", requires = "hosts", verbatim_doc_comment)]
+    process: Option<usize>,
     /// Fail the continuous query holding the most state when the
     /// queries' state reaches SIZE (e.g. 512MB, 4GB), instead of
     /// growing until the system kills the process (SET memory_limit)
@@ -191,6 +202,8 @@ pub struct Args {
     pub checkpoint_interval: Option<Duration>,
     /// `--workers`.
     pub workers: usize,
+    /// `--hosts` and `--process`: this process's place in a cluster of processes.
+    pub cluster: Option<weir::Cluster>,
     /// `--memory-limit`, in bytes.
     pub memory_limit: Option<usize>,
     /// `--wal`: the write-ahead log's sync policy.
@@ -214,10 +227,22 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         data_dir,
         checkpoint_interval,
         workers,
+        hosts,
+        process,
         memory_limit,
         wal,
         stats,
     } = cli.common;
+    let cluster = match hosts {
+        None => None,
+        Some(list) => {
+            let addresses =
+                host_list(&list).map_err(|e| command.error(ErrorKind::InvalidValue, e))?;
+            let cluster = weir::Cluster::new(process.unwrap_or(0), addresses, workers)
+                .map_err(|e| command.error(ErrorKind::InvalidValue, e.to_string()))?;
+            Some(cluster)
+        }
+    };
     let wal = wal.as_deref().and_then(weir::WalSync::parse);
     let command_of = match (cli.sql, cli.command) {
         (Some(_), Some(_)) => {
@@ -251,6 +276,13 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
              standard input",
         ));
     }
+    if cluster.is_some() && matches!(command_of, Command::Serve(_)) {
+        return Err(command.error(
+            ErrorKind::ArgumentConflict,
+            "--hosts runs scripts and the REPL on a cluster of processes; weir serve runs on \
+             one process (give --workers for its threads)",
+        ));
+    }
     if stats && matches!(command_of, Command::Demo | Command::Serve(_)) {
         return Err(command.error(
             ErrorKind::ArgumentConflict,
@@ -264,10 +296,36 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
         data_dir,
         checkpoint_interval,
         workers,
+        cluster,
         memory_limit,
         wal,
         stats,
     })
+}
+
+/// The addresses of `--hosts`: those in the file it names, one per line (blank lines and
+/// `#` comments skipped), or else its comma-separated list. Each must be `host:port`.
+fn host_list(value: &str) -> Result<Vec<String>, String> {
+    let path = std::path::Path::new(value);
+    let text = if path.is_file() {
+        std::fs::read_to_string(path).map_err(|e| format!("--hosts {value}: {e}"))?
+    } else {
+        value.replace(',', "\n")
+    };
+    let hosts: Vec<String> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    if hosts.is_empty() {
+        return Err(format!("--hosts {value}: no host:port given"));
+    }
+    if let Some(bad) =
+        hosts.iter().find(|h| h.rsplit_once(':').is_none_or(|(_, p)| p.parse::<u16>().is_err()))
+    {
+        return Err(format!("--hosts: '{bad}' is not host:port (e.g. 10.0.0.2:2101)"));
+    }
+    Ok(hosts)
 }
 
 /// Replaces clap's error for a script given without `run` (`weir FILE.sql`) or with psql's
@@ -367,6 +425,7 @@ mod tests {
             data_dir: None,
             checkpoint_interval: None,
             workers: 1,
+            cluster: None,
             memory_limit: None,
             wal: None,
             stats: false,
@@ -506,6 +565,30 @@ mod tests {
             first_line(&["demo", "--output-dir", "o"]),
             "error: --output-dir is for scripts: weir run FILE, weir -c SQL, or statements on standard input"
         );
+    }
+
+    #[test]
+    fn a_cluster_is_a_host_list_and_an_index() {
+        let a = p(&["--hosts", "10.0.0.1:2101, 10.0.0.2:2101", "--process", "1", "run", "x.sql"])
+            .unwrap();
+        let c = a.cluster.expect("a cluster");
+        assert_eq!((c.process, c.threads, c.processes()), (1, 1, 2));
+        assert_eq!(c.addresses, ["10.0.0.1:2101", "10.0.0.2:2101"]);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hosts");
+        std::fs::write(&file, "# the cluster\nh0:1\n\nh1:2  # second\nh2:3\n").unwrap();
+        let a = p(&["--hosts", file.to_str().unwrap(), "--workers", "3"]).unwrap();
+        let c = a.cluster.expect("a cluster");
+        assert_eq!((c.process, c.threads, c.addresses.len()), (0, 3, 3));
+        for (argv, says) in [
+            (&["--hosts", "h0:1,h1"][..], "'h1' is not host:port"),
+            (&["--hosts", "h0:1,h1:2", "--process", "2"], "process index 2 is not below"),
+            (&["--process", "1"], "--hosts"),
+            (&["--hosts", "h0:1", "serve"], "weir serve runs on one process"),
+        ] {
+            let e = p(argv).unwrap_err();
+            assert!(e.contains(says), "{argv:?}: {e}");
+        }
     }
 
     #[test]

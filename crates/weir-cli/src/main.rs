@@ -43,7 +43,11 @@ fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    if let Some(c) = &args.cluster {
+        quiet_network_panics(c.process);
+    }
     let result = match args.command.clone() {
+        _ if args.cluster.as_ref().is_some_and(|c| c.process != 0) => serve_cluster(&args),
         Command::Inline(sql) => run_input(sql.as_bytes(), None, None, Some(&sql), &args),
         Command::Run(path) if path.as_os_str() == "-" => {
             run_input(io::stdin().lock(), None, None, None, &args)
@@ -85,6 +89,57 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(Failure::Reported(_)) => ExitCode::FAILURE,
+    }
+}
+
+/// In a cluster, a failed connection between processes panics timely's network threads, and
+/// then every worker of the process: prints the first such failure as one line instead of a
+/// backtrace per thread. A process other than 0 then has nothing left to do and exits; process
+/// 0 goes on to report each query the failure stopped.
+fn quiet_network_panics(process: usize) {
+    let reported = std::sync::atomic::AtomicBool::new(false);
+    std::panic::set_hook(Box::new(move |info| {
+        if reported.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a thread failed");
+        let _ = writeln!(
+            io::stderr(),
+            "error: process {process} of the cluster lost a connection to another process: {what}"
+        );
+        if process != 0 {
+            std::process::exit(1);
+        }
+    }));
+}
+
+/// A process other than 0 of a cluster: its workers run process 0's queries until process 0
+/// ends. Whatever command was given is process 0's to run.
+fn serve_cluster(args: &Args) -> Result<(), Failure> {
+    let Some(c) = &args.cluster else { return Ok(()) };
+    let first = c.process * c.threads;
+    let _ = writeln!(
+        io::stderr(),
+        "weir: process {} of {}: workers {first}..{} serve process 0 ({})",
+        c.process,
+        c.processes(),
+        first + c.threads - 1,
+        c.addresses[0]
+    );
+    weir::serve_cluster(c).map_err(|e| Failure::Statement(e.to_string()))
+}
+
+/// Sets `engine` to run continuous queries as `args` ask: on a cluster of processes (this
+/// one process 0) or on `--workers` threads.
+pub(crate) fn place_workers(engine: &mut weir::Engine, args: &Args) -> weir::Result<()> {
+    match &args.cluster {
+        Some(c) => engine.join_cluster(c),
+        None => engine.set_workers(args.workers),
     }
 }
 
@@ -141,7 +196,7 @@ fn session<W: Write>(
 ) -> Result<(Session<W>, bool), Failure> {
     let Some(dir) = &args.data_dir else {
         let mut engine = weir::Engine::new();
-        engine.set_workers(args.workers).map_err(|e| Failure::Statement(e.to_string()))?;
+        place_workers(&mut engine, args).map_err(|e| Failure::Statement(e.to_string()))?;
         engine.set_memory_limit(args.memory_limit);
         let mut session = Session::with_engine(engine, args.format, out, false);
         if args.stats {
@@ -152,8 +207,11 @@ fn session<W: Write>(
         }
         return Ok((session, false));
     };
-    let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)
-        .map_err(|e| Failure::Statement(e.to_string()))?;
+    let (mut engine, recovery) = match &args.cluster {
+        Some(c) => weir::Engine::open_on_cluster(dir, c),
+        None => weir::Engine::open_with_workers(dir, args.workers),
+    }
+    .map_err(|e| Failure::Statement(e.to_string()))?;
     for w in &recovery.warnings {
         let _ = writeln!(io::stderr(), "warning: {w}");
     }

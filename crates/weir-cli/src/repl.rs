@@ -700,12 +700,15 @@ pub fn run(args: &crate::args::Args, demo: bool) -> anyhow::Result<()> {
     let mut session = match &args.data_dir {
         None => {
             let mut engine = weir::Engine::new();
-            engine.set_workers(args.workers)?;
+            crate::place_workers(&mut engine, args)?;
             engine.set_memory_limit(args.memory_limit);
             Session::with_engine(engine, format, Vec::new(), true)
         }
         Some(dir) => {
-            let (mut engine, recovery) = weir::Engine::open_with_workers(dir, args.workers)?;
+            let (mut engine, recovery) = match &args.cluster {
+                Some(c) => weir::Engine::open_on_cluster(dir, c)?,
+                None => weir::Engine::open_with_workers(dir, args.workers)?,
+            };
             engine.set_checkpoint_interval(args.checkpoint_interval);
             engine.set_memory_limit(args.memory_limit);
             engine.set_wal(args.wal)?;

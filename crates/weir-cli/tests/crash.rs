@@ -8,8 +8,10 @@
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
 //! files must be byte-identical to those of a run that was never interrupted.
 //!
-//! The same runs on two workers (`--workers 2`, every start) must write what one worker writes
-//! uninterrupted.
+//! The same runs on two workers (`--workers 2`, every start), and on a cluster of two processes
+//! of one worker (`--hosts`, process 0 killed; process 1 then ends on its own and is started
+//! again with it; every other start is one process of two workers, so checkpoints move between
+//! the two), must write what one worker writes uninterrupted.
 //!
 //! `WEIR_CRASH_KILLS` sets the number of kills (default 6 in `cargo test`, 4 on two workers;
 //! the note on the fault-tolerance issue reports a run with 50), `WEIR_CRASH_SCALE` multiplies
@@ -18,93 +20,20 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 #![cfg(target_os = "linux")] // a full disk is /dev/full
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+mod workload;
+
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SCRIPT: &str = "\
-CREATE STREAM bids (auction BIGINT, bidder BIGINT, price BIGINT, t BIGINT,
-                    WATERMARK FOR t AS t - 5)
-  WITH (source = 'file', path = 'data/bids-*.csv', bad_rows = 'skip');
-CREATE STREAM auctions (id BIGINT, seller BIGINT, t BIGINT, WATERMARK FOR t AS t)
-  WITH (source = 'file', path = 'data/auctions.csv');
-CREATE VIEW hot AS
-  SELECT auction, COUNT(*) AS n, MAX(price) AS best FROM bids [RANGE 50 SLIDE 10] GROUP BY auction;
-CREATE VIEW very_hot AS SELECT auction, n FROM hot WHERE n > 3;
-CREATE SINK hot_out WITH (path = 'out/hot.csv') AS SELECT ISTREAM auction, n, best FROM hot;
-CREATE SINK very_hot_out WITH (path = 'out/very_hot.jsonl') AS SELECT * FROM very_hot;
-CREATE SINK sellers WITH (path = 'out/sellers.csv') AS
-  SELECT ISTREAM a.seller, b.price FROM bids [RANGE 20] AS b, auctions [RANGE 100] AS a
-  WHERE b.auction = a.id AND b.price > 900;
-CREATE SINK bidders WITH (path = 'out/bidders.csv') AS
-  SELECT DSTREAM DISTINCT bidder FROM bids [ROWS 30];
-CREATE SINK late WITH (path = 'out/late.csv') AS SELECT * FROM bids$late;
-CREATE SINK unreadable WITH (path = 'out/unreadable.jsonl') AS SELECT * FROM bids$errors;
-CREATE SINK ratio WITH (path = 'out/ratio.csv') AS
-  SELECT ISTREAM auction, 1000 / (price - 997) AS r FROM bids;
-CREATE SINK full WITH (path = '/dev/full', format = 'json') AS SELECT ISTREAM auction FROM bids;
-CREATE SINK per_bidder WITH (path = 'out/per_bidder.csv') AS
-  SELECT ISTREAM bidder, COUNT(*) AS n, SUM(price) AS total FROM bids [UNBOUNDED] GROUP BY bidder;
-CREATE SINK pairs WITH (path = 'out/pairs.csv') AS
-  SELECT ISTREAM DISTINCT b.auction, a.seller FROM bids [UNBOUNDED] AS b, auctions [UNBOUNDED] AS a
-  WHERE b.auction = a.id;
-";
+use workload::{outputs, workload, Rng};
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Writes the script and its input files into `dir`.
-fn workload(dir: &Path, seed: u64, scale: u64) {
-    let mut rng = Rng(seed | 1);
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::write(dir.join("w.sql"), SCRIPT).unwrap();
-    let mut auctions = String::from("id,seller,t\n");
-    for id in 0..400 * scale {
-        writeln!(auctions, "{id},{},{}", rng.below(50), id * 10).unwrap();
-    }
-    std::fs::write(dir.join("data/auctions.csv"), auctions).unwrap();
-    let mut t = 0u64;
-    // Twelve files (times the scale), each taken in by a read of its own: a checkpoint can
-    // follow each.
-    for part in 0..12 * scale {
-        let mut bids = String::from("auction,bidder,price,t\n");
-        for _ in 0..3_000 {
-            t += rng.below(2);
-            // Up to 4 ticks of disorder, within the declared 5; one row in 400 is 60 ticks
-            // late, one in 500 unreadable.
-            let mut ts = t.saturating_sub(rng.below(5));
-            if rng.below(400) == 0 {
-                ts = ts.saturating_sub(60);
-            }
-            let auction = (t / 10).saturating_sub(rng.below(20));
-            let price = match rng.below(500) {
-                0 => "x".to_string(),
-                // The ratio sink fails at its first price of 997, some way into the input.
-                _ if t < 3000 => (rng.below(1000) % 997).to_string(),
-                _ => rng.below(1000).to_string(),
-            };
-            writeln!(bids, "{auction},{},{price},{ts}", rng.below(300)).unwrap();
-        }
-        std::fs::write(dir.join(format!("data/bids-{part}.csv")), bids).unwrap();
-    }
-}
-
-fn weir(dir: &Path, data: Option<&Path>, workers: usize) -> Child {
+fn weir(dir: &Path, data: Option<&Path>, workers: usize, cluster: Option<(&str, usize)>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
     cmd.arg("--workers").arg(workers.to_string());
+    if let Some((hosts, process)) = cluster {
+        cmd.arg("--hosts").arg(hosts).arg("--process").arg(process.to_string());
+    }
     if let Some(d) = data {
         cmd.arg("--data-dir").arg(d).arg("--checkpoint-interval").arg("20ms");
     }
@@ -115,16 +44,6 @@ fn weir(dir: &Path, data: Option<&Path>, workers: usize) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(dir.join("out")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files
-        .into_iter()
-        .map(|f| (f.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(f).unwrap()))
-        .collect()
 }
 
 /// Whether the restart will restore a checkpoint of changes (one after a full checkpoint,
@@ -156,18 +75,30 @@ fn writing_checkpoint(data: &Path) -> bool {
 
 #[test]
 fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
-    crash_loop(1, 6);
+    crash_loop(1, 1, 6);
 }
 
 #[test]
 fn killed_and_restarted_runs_on_two_workers_write_what_one_worker_writes() {
-    crash_loop(2, 4);
+    crash_loop(1, 2, 4);
 }
 
-/// Kills and restarts runs on `workers` workers (`default_kills` times unless
-/// `WEIR_CRASH_KILLS` says otherwise) and compares their sinks with an uninterrupted run on
-/// one worker.
-fn crash_loop(workers: usize, default_kills: usize) {
+#[test]
+fn killed_and_restarted_runs_on_two_processes_write_what_one_worker_writes() {
+    crash_loop(2, 1, 4);
+}
+
+/// Two free ports on localhost, as a `--hosts` list.
+fn free_ports() -> String {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("{},{}", a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+/// Kills and restarts runs on `processes` processes of `workers` workers (`default_kills`
+/// times unless `WEIR_CRASH_KILLS` says otherwise) and compares their sinks with an
+/// uninterrupted run on one worker.
+fn crash_loop(processes: usize, workers: usize, default_kills: usize) {
     let kills: usize = std::env::var("WEIR_CRASH_KILLS")
         .ok()
         .and_then(|k| k.parse().ok())
@@ -183,7 +114,7 @@ fn crash_loop(workers: usize, default_kills: usize) {
     workload(&crashed, seed, scale);
 
     let start = Instant::now();
-    let out = weir(&reference, None, 1).wait_with_output().unwrap();
+    let out = weir(&reference, None, 1, None).wait_with_output().unwrap();
     // The ratio sink fails (and says so); the run goes on and exits 1.
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -200,7 +131,25 @@ fn crash_loop(workers: usize, default_kills: usize) {
     let mut restarts = 0;
     let mut chained = 0;
     loop {
-        let mut child = weir(&crashed, Some(&data), workers);
+        // On a cluster, process 1 (which only serves workers) starts first; it ends by itself
+        // when process 0 does, killed or not. Every other start of a cluster's run is one
+        // process with all the workers instead: a checkpoint moves between the two layouts.
+        let (processes, workers) = match processes {
+            1 => (1, workers),
+            p if restarts % 2 == 1 => (1, p * workers),
+            p => (p, workers),
+        };
+        let hosts = (processes > 1).then(free_ports);
+        let server = hosts.as_deref().map(|h| weir(&crashed, Some(&data), workers, Some((h, 1))));
+        let mut child = weir(&crashed, Some(&data), workers, hosts.as_deref().map(|h| (h, 0)));
+        let wait_server = move || {
+            if let Some(s) = server {
+                let out = s.wait_with_output().unwrap();
+                String::from_utf8_lossy(&out.stderr).into_owned()
+            } else {
+                String::new()
+            }
+        };
         restarts += 1;
         if killed < kills {
             // A third of the kills strike at a random moment early in a run (most often
@@ -236,6 +185,7 @@ fn crash_loop(workers: usize, default_kills: usize) {
                 std::thread::sleep(Duration::from_micros(200));
             }
             let status = child.wait().unwrap();
+            wait_server();
             if status.code().is_some() {
                 break; // it finished (exit 1: the ratio sink failed) before the kill
             }
@@ -246,6 +196,8 @@ fn crash_loop(workers: usize, default_kills: usize) {
         let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let served = wait_server();
+        assert!(!served.contains("error"), "process 1: {served}");
         // The failed sinks stay failed across every restart, and are reported again.
         assert!(stderr.contains("sink 'full' failed: sink '/dev/full'"), "{stderr}");
         break;
@@ -262,7 +214,7 @@ fn crash_loop(workers: usize, default_kills: usize) {
     }
     assert_eq!(expected.len(), got.len());
     eprintln!(
-        "{workers} workers: {killed} kills, {restarts} starts ({chained} from a checkpoint of \
+        "{processes} processes of {workers} workers: {killed} kills, {restarts} starts ({chained} from a checkpoint of \
          changes), {:?} in all",
         start.elapsed()
     );

@@ -9,10 +9,12 @@
 //! [`Runner`] is what the engine holds for a running query, on one worker or on many, with
 //! the same output either way.
 
+mod cluster;
 mod node;
 mod part;
 mod runner;
 mod runtime;
 
+pub use cluster::{fingerprint, Cluster, Resolver};
 pub use runner::{other_worker_count, Runner};
 pub use runtime::{exchanges, Traffic, Workers};

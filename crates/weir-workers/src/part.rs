@@ -41,8 +41,37 @@ struct Wire {
     dest: u32,
     from: u32,
     source: u32,
-    batch: Option<Vec<u8>>,
+    batch: Option<Bytes>,
     ticks: Vec<(Time, bool)>,
+}
+
+/// Bytes serialized as one byte string (serde takes a `Vec<u8>` as a sequence of numbers,
+/// one call per byte).
+struct Bytes(Vec<u8>);
+
+impl Serialize for Bytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+                Ok(Bytes(v.to_vec()))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+                Ok(Bytes(v))
+            }
+        }
+        d.deserialize_byte_buf(Visit)
+    }
 }
 
 fn to_ipc(b: &ChangeBatch) -> Result<Vec<u8>, arrow::error::ArrowError> {
@@ -100,7 +129,7 @@ impl Serialize for Part {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let batch = match &self.batch {
             None => None,
-            Some(b) => Some(to_ipc(b).map_err(serde::ser::Error::custom)?),
+            Some(b) => Some(Bytes(to_ipc(b).map_err(serde::ser::Error::custom)?)),
         };
         Wire {
             dest: self.dest,
@@ -118,7 +147,7 @@ impl<'de> Deserialize<'de> for Part {
         let w = Wire::deserialize(d)?;
         let batch = match w.batch {
             None => None,
-            Some(bytes) => Some(from_ipc(&bytes).map_err(D::Error::custom)?),
+            Some(Bytes(bytes)) => Some(from_ipc(&bytes).map_err(D::Error::custom)?),
         };
         Ok(Part { dest: w.dest, from: w.from, source: w.source, batch, ticks: w.ticks })
     }

@@ -78,7 +78,13 @@ enum Queued {
 
 impl Runner {
     /// A runner for `plan`: on the workers if there are more than one, else on this thread.
-    pub fn new(plan: &Arc<LogicalPlan>, workers: Option<&Arc<Workers>>) -> Result<Runner> {
+    /// On a cluster of processes, `recipe` is what the other processes plan it from (see
+    /// [`crate::cluster`]); elsewhere it is not read.
+    pub fn new(
+        plan: &Arc<LogicalPlan>,
+        workers: Option<&Arc<Workers>>,
+        recipe: Option<&[u8]>,
+    ) -> Result<Runner> {
         let Some(workers) = workers.filter(|w| w.peers() > 1) else {
             return Ok(Runner::Local(QueryRunner::new(plan)?));
         };
@@ -89,7 +95,7 @@ impl Runner {
         drop(graph);
         let schema = exec_schema(&plan.schema());
         let status = Arc::new(Status::default());
-        let id = workers.install(plan.clone(), status.clone())?;
+        let id = workers.install(plan.clone(), status.clone(), recipe)?;
         Ok(Runner::Hosted(Hosted {
             workers: workers.clone(),
             id,

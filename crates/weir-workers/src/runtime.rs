@@ -50,6 +50,10 @@ use weir_exec::route::Placement;
 use weir_exec::state::{StateReader, StateWriter};
 use weir_plan::LogicalPlan;
 
+use crate::cluster::{
+    connect, fingerprint, Addressed, Cluster, Control, Reply, Report, Resolver, SharedTickets,
+    WireError,
+};
 use crate::node::{runs_everywhere, NodeHost, Route};
 use crate::part::Part;
 
@@ -140,10 +144,12 @@ pub(crate) enum Command {
     Remove {
         id: u64,
     },
+    /// Hand `control` to the control dataflow, for a worker of another process.
+    Forward(Addressed),
 }
 
 /// What a [`Command::Save`] writes (incremental checkpoints: see [`weir_exec::dirty`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Cut {
     /// The whole state.
     Whole,
@@ -165,6 +171,8 @@ pub(crate) struct Done {
 /// A running set of timely workers in this process. See the module docs.
 pub struct Workers {
     peers: usize,
+    /// The workers of this process: 0..local (all of them but in a cluster).
+    local: usize,
     inner: Mutex<Inner>,
     traffic: Arc<Traffic>,
 }
@@ -206,6 +214,11 @@ struct Inner {
     mailbox: HashMap<u64, VecDeque<Done>>,
     next_id: u64,
     guards: Option<timely::communication::WorkerGuards<()>>,
+    /// The workers of this process (0..local); the others are reached through the control
+    /// dataflow (see [`crate::cluster`]).
+    local: usize,
+    /// Reply channels waiting for other processes.
+    tickets: SharedTickets,
 }
 
 impl std::fmt::Debug for Workers {
@@ -220,11 +233,71 @@ impl Workers {
         if n == 0 {
             return Err(WeirError::plan("the number of workers must be at least 1"));
         }
+        let (builders, others) = timely::CommunicationConfig::Process(n)
+            .try_build()
+            .map_err(|e| WeirError::exec(format!("starting {n} workers: {e}")))?;
+        Workers::launch(builders, others, n, n, None)
+    }
+
+    /// Starts process 0 of a cluster: its workers, connected to those of the other processes
+    /// (see [`crate::cluster`]), driven from this process like local workers. The other
+    /// processes run [`Workers::serve`].
+    pub fn start_cluster(cluster: &Cluster, resolver: Resolver) -> Result<Arc<Workers>> {
+        if cluster.process != 0 {
+            return Err(WeirError::internal("only process 0 of a cluster drives its workers"));
+        }
+        let (builders, others) = cluster_builders(cluster)?;
+        Workers::launch(builders, others, cluster.peers(), cluster.threads, Some(resolver))
+    }
+
+    /// Runs process `cluster.process` (not 0) of a cluster: its workers take their commands
+    /// from process 0 until it shuts them down. Returns once they have.
+    pub fn serve(cluster: &Cluster, resolver: Resolver) -> Result<()> {
+        if cluster.process == 0 {
+            return Err(WeirError::internal("process 0 of a cluster drives, it does not serve"));
+        }
+        let (builders, others) = cluster_builders(cluster)?;
+        let traffic = Arc::new(Traffic::default());
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let tickets = SharedTickets::default();
+        let threads = cluster.threads;
+        let guards = timely::execute::execute_from(
+            builders,
+            others,
+            WorkerConfig::default(),
+            move |worker| {
+                let (replies, _) = channel::<Done>();
+                let net = Net {
+                    resolver: resolver.clone(),
+                    shared: shared.clone(),
+                    tickets: tickets.clone(),
+                    threads,
+                };
+                run_worker(worker, None, replies, traffic.clone(), Some(net));
+            },
+        )
+        .map_err(|e| WeirError::exec(format!("starting the workers of a cluster: {e}")))?;
+        let joined = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| guards.join()))
+            .map_err(|_| {
+                WeirError::exec("the connection to another process of the cluster failed")
+            })?;
+        joined.into_iter().try_for_each(|r| {
+            r.map_err(|e| WeirError::exec(format!("a worker of this process stopped: {e}")))
+        })
+    }
+
+    fn launch(
+        builders: Vec<timely::communication::AllocatorBuilder>,
+        others: Box<dyn std::any::Any + Send>,
+        peers: usize,
+        local: usize,
+        resolver: Option<Resolver>,
+    ) -> Result<Arc<Workers>> {
         let (reply_tx, replies) = channel::<Done>();
         let (setup_tx, setup_rx) = channel::<(usize, SyncActivator)>();
         let mut to = Vec::new();
         let mut inboxes = Vec::new();
-        for _ in 0..n {
+        for _ in 0..local {
             let (tx, rx) = channel::<Command>();
             to.push(tx);
             inboxes.push(Some(rx));
@@ -234,35 +307,48 @@ impl Workers {
         let setup_tx = Mutex::new(setup_tx);
         let traffic = Arc::new(Traffic::default());
         let counted = traffic.clone();
-        let config = timely::Config {
-            communication: timely::CommunicationConfig::Process(n),
-            worker: WorkerConfig::default(),
-        };
-        let guards = timely::execute(config, move |worker| {
-            let index = worker.index();
-            let inbox =
-                inboxes.lock().ok().and_then(|mut v| v.get_mut(index).and_then(Option::take));
-            let (Some(inbox), Ok(replies), Ok(setup)) =
-                (inbox, reply_tx.lock().map(|r| r.clone()), setup_tx.lock().map(|s| s.clone()))
-            else {
-                return;
-            };
-            // A path no dataflow has: activating it only unparks the thread.
-            let _ = setup.send((index, worker.sync_activator_for(vec![usize::MAX])));
-            drop(setup);
-            run_worker(worker, inbox, replies, counted.clone());
-        })
-        .map_err(|e| WeirError::exec(format!("starting {n} workers: {e}")))?;
-        let mut wake: Vec<Option<SyncActivator>> = (0..n).map(|_| None).collect();
-        for _ in 0..n {
+        let tickets = SharedTickets::default();
+        let net_tickets = tickets.clone();
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let guards = timely::execute::execute_from(
+            builders,
+            others,
+            WorkerConfig::default(),
+            move |worker| {
+                let index = worker.index();
+                let inbox =
+                    inboxes.lock().ok().and_then(|mut v| v.get_mut(index).and_then(Option::take));
+                let (Some(inbox), Ok(replies), Ok(setup)) =
+                    (inbox, reply_tx.lock().map(|r| r.clone()), setup_tx.lock().map(|s| s.clone()))
+                else {
+                    return;
+                };
+                // A path no dataflow has: activating it only unparks the thread.
+                let _ = setup.send((index, worker.sync_activator_for(vec![usize::MAX])));
+                drop(setup);
+                let net = resolver.as_ref().map(|r| Net {
+                    resolver: r.clone(),
+                    shared: shared.clone(),
+                    tickets: net_tickets.clone(),
+                    threads: local,
+                });
+                run_worker(worker, Some(inbox), replies, counted.clone(), net);
+            },
+        )
+        .map_err(|e| WeirError::exec(format!("starting {peers} workers: {e}")))?;
+        let mut wake: Vec<Option<SyncActivator>> = (0..local).map(|_| None).collect();
+        for _ in 0..local {
             let (i, a) = setup_rx
                 .recv_timeout(Duration::from_secs(30))
                 .map_err(|_| WeirError::exec("the workers did not start"))?;
-            wake[i] = Some(a);
+            if let Some(slot) = wake.get_mut(i) {
+                *slot = Some(a);
+            }
         }
         let wake = wake.into_iter().flatten().collect();
         Ok(Arc::new(Workers {
-            peers: n,
+            peers,
+            local,
             traffic,
             inner: Mutex::new(Inner {
                 to,
@@ -271,6 +357,8 @@ impl Workers {
                 mailbox: HashMap::new(),
                 next_id: 0,
                 guards: Some(guards),
+                local,
+                tickets,
             }),
         }))
     }
@@ -278,6 +366,12 @@ impl Workers {
     /// The number of workers.
     pub fn peers(&self) -> usize {
         self.peers
+    }
+
+    /// Whether some of the workers run in other processes (a cluster: see
+    /// [`crate::cluster`]).
+    pub fn spans_processes(&self) -> bool {
+        self.local < self.peers
     }
 
     /// Rows and bytes sent between workers so far (see [`Traffic`]).
@@ -290,14 +384,62 @@ impl Workers {
         self.inner.lock().map_err(|_| WeirError::internal("the worker runtime's lock is poisoned"))
     }
 
-    pub(crate) fn install(&self, plan: Arc<LogicalPlan>, status: Arc<Status>) -> Result<u64> {
+    /// Installs `plan` on every worker. In a cluster, every other process first plans
+    /// `recipe` (see [`crate::cluster`]) and must get the same plan.
+    pub(crate) fn install(
+        &self,
+        plan: Arc<LogicalPlan>,
+        status: Arc<Status>,
+        recipe: Option<&[u8]>,
+    ) -> Result<u64> {
+        let id = {
+            let mut inner = self.lock()?;
+            inner.next_id += 1;
+            inner.next_id - 1
+        };
+        if self.local < self.peers {
+            self.check_elsewhere(id, &plan, recipe)?;
+        }
         let mut inner = self.lock()?;
-        let id = inner.next_id;
-        inner.next_id += 1;
         for w in 0..self.peers {
             inner.send(w, Command::Install { id, plan: plan.clone(), status: status.clone() })?;
         }
         Ok(id)
+    }
+
+    /// Has the first worker of every other process plan `recipe` for query `id`, and fails
+    /// if one cannot or gets another plan than `plan`.
+    fn check_elsewhere(&self, id: u64, plan: &LogicalPlan, recipe: Option<&[u8]>) -> Result<()> {
+        let recipe = recipe.ok_or_else(|| {
+            WeirError::plan(
+                "this query cannot run on a cluster of processes: it was not started from SQL \
+                 text the other processes can plan",
+            )
+        })?;
+        let fingerprint = fingerprint(plan);
+        let (tx, rx) = channel();
+        let firsts: Vec<usize> = (self.local..self.peers).step_by(self.local).collect();
+        {
+            let mut inner = self.lock()?;
+            for &w in &firsts {
+                let ticket = inner.ticket(tx.clone())?;
+                let control = Control::Check { id, recipe: recipe.to_vec(), fingerprint, ticket };
+                inner.forward(w, control)?;
+            }
+        }
+        drop(tx);
+        for _ in &firsts {
+            let (w, r) = rx
+                .recv_timeout(Duration::from_secs(120))
+                .map_err(|_| WeirError::exec("a process of the cluster did not answer"))?;
+            if let Err(e) = r {
+                return Err(WeirError::plan(format!(
+                    "process {} of the cluster cannot run this query: {e}",
+                    w / self.local
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn feed(&self, worker: usize, id: u64, part: Part) -> Result<()> {
@@ -402,13 +544,25 @@ impl Workers {
                 Ok(done) => inner.mailbox.entry(done.id).or_default().push_back(done),
                 Err(RecvTimeoutError::Timeout) => {
                     if inner.guards.is_none() {
-                        return Err(WeirError::internal("the workers stopped"));
+                        return Err(self.stopped());
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(WeirError::internal("the workers stopped (a worker thread ended)"))
-                }
+                Err(RecvTimeoutError::Disconnected) => return Err(self.stopped()),
             }
+        }
+    }
+}
+
+impl Workers {
+    /// The error for workers that stopped answering: in a cluster, a process or a connection
+    /// between processes failed; in one process, a worker thread ended, which is a bug.
+    fn stopped(&self) -> WeirError {
+        if self.spans_processes() {
+            WeirError::exec(
+                "the workers stopped: a process of the cluster ended or lost its connection",
+            )
+        } else {
+            WeirError::internal("the workers stopped (a worker thread ended)")
         }
     }
 }
@@ -426,6 +580,25 @@ fn check_round(done: Done, round: u64) -> Result<Done> {
 
 impl Inner {
     fn send(&mut self, w: usize, cmd: Command) -> Result<()> {
+        if w >= self.local {
+            let control = match cmd {
+                Command::Install { id, .. } => Control::Install { id },
+                Command::Feed { id, part } => Control::Feed { id, part },
+                Command::Advance { id, frontier } => Control::Advance { id, frontier },
+                Command::Save { id, cut, reply } => {
+                    Control::Save { id, cut, ticket: self.ticket(reply)? }
+                }
+                Command::Measure { id, reply } => {
+                    Control::Measure { id, ticket: self.ticket(reply)? }
+                }
+                Command::Restore { id, bytes, changes, reply } => {
+                    Control::Restore { id, bytes, changes, ticket: self.ticket(reply)? }
+                }
+                Command::Remove { id } => Control::Remove { id },
+                Command::Forward(_) => return Err(WeirError::internal("a forward forwarded")),
+            };
+            return self.forward(w, control);
+        }
         let to = self.to.get(w).ok_or_else(|| WeirError::internal(format!("no worker {w}")))?;
         to.send(cmd).map_err(|_| WeirError::internal("the workers stopped"))?;
         if let Some(a) = self.wake.get(w) {
@@ -433,18 +606,38 @@ impl Inner {
         }
         Ok(())
     }
+
+    /// Sends `control` to worker `w` of another process, through the local worker that
+    /// forwards everything for `w` (so `w`'s commands stay in order).
+    fn forward(&mut self, w: usize, control: Control) -> Result<()> {
+        let by = w % self.local.max(1);
+        self.send(by, Command::Forward(Addressed { to: w as u32, control }))
+    }
+
+    fn ticket(&mut self, reply: crate::cluster::ReplyTo) -> Result<u64> {
+        self.tickets
+            .lock()
+            .map(|mut t| t.issue(reply))
+            .map_err(|_| WeirError::internal("the cluster's reply tickets are poisoned"))
+    }
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
         if let Ok(mut inner) = self.inner.lock() {
-            // Closing the command channels ends each worker's loop; then join the threads.
+            // The other processes' workers leave their loops when told; closing the command
+            // channels ends each local worker's loop; then join the threads.
+            for w in inner.local..self.peers {
+                let _ = inner.forward(w, Control::Shutdown);
+            }
             inner.to.clear();
             for a in &inner.wake {
                 let _ = a.activate();
             }
             if let Some(g) = inner.guards.take() {
-                let _ = g.join();
+                // Timely's network threads panic when a connection fails, and joining them
+                // then panics again: the failure was reported, the process only ends.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.join()));
             }
         }
     }
@@ -521,19 +714,110 @@ fn busy() -> WeirError {
     WeirError::internal("a node's state was asked for while it ran")
 }
 
+/// What a worker of a cluster has beyond a lone process's (see [`crate::cluster`]).
+struct Net {
+    resolver: Resolver,
+    /// Shared by the threads of this process.
+    shared: Arc<Mutex<Shared>>,
+    /// Reply channels waiting on process 0.
+    tickets: SharedTickets,
+    /// Workers per process.
+    threads: usize,
+}
+
+/// What the workers of one process of a cluster share about each query: its plan, checked
+/// once for the process and taken by each worker's install, and its status.
+#[derive(Default)]
+struct Shared {
+    plans: HashMap<u64, (Arc<LogicalPlan>, usize)>,
+    statuses: HashMap<u64, (Arc<Status>, usize)>,
+}
+
+/// The control dataflow's ends on one worker (see [`crate::cluster`]).
+struct Wires {
+    control: InputHandle<u64, CapacityContainerBuilder<Vec<Addressed>>>,
+    replies: InputHandle<u64, CapacityContainerBuilder<Vec<Reply>>>,
+    arrived: Rc<RefCell<VecDeque<Control>>>,
+    /// Whether anything was given to either input since its time was last closed.
+    sent: bool,
+}
+
+/// Builds the control dataflow, the first on every worker of a cluster.
+fn build_wires(worker: &mut Worker, tickets: &SharedTickets) -> Wires {
+    let mut control = InputHandle::new();
+    let mut replies = InputHandle::new();
+    let arrived: Rc<RefCell<VecDeque<Control>>> = Rc::default();
+    let into = arrived.clone();
+    let tickets = tickets.clone();
+    worker.dataflow::<u64, _, _>(|scope| {
+        use timely::dataflow::operators::generic::Operator;
+        scope.input_from(&mut control).sink(
+            Exchange::new(|a: &Addressed| a.to as u64),
+            "weir control",
+            move |(input, _)| {
+                input.for_each(|_, data| {
+                    into.borrow_mut().extend(data.drain(..).map(|a| a.control));
+                });
+            },
+        );
+        scope.input_from(&mut replies).sink(
+            Exchange::new(|_: &Reply| 0),
+            "weir replies",
+            move |(input, _)| {
+                input.for_each(|_, data| {
+                    if let Ok(mut t) = tickets.lock() {
+                        for r in data.drain(..) {
+                            t.answer(r);
+                        }
+                    }
+                });
+            },
+        );
+    });
+    Wires { control, replies, arrived, sent: false }
+}
+
 fn run_worker(
     worker: &mut Worker,
-    inbox: Receiver<Command>,
+    inbox: Option<Receiver<Command>>,
     replies: Sender<Done>,
     traffic: Arc<Traffic>,
+    net: Option<Net>,
 ) {
     let mut queries: HashMap<u64, Installed> = HashMap::new();
+    let mut wires = net.as_ref().map(|n| build_wires(worker, &n.tickets));
+    let cluster = net.is_some();
     loop {
-        loop {
-            match inbox.try_recv() {
-                Ok(cmd) => handle(worker, &mut queries, cmd, &replies, &traffic),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
+        if let Some(inbox) = &inbox {
+            loop {
+                match inbox.try_recv() {
+                    Ok(Command::Forward(a)) => {
+                        if let Some(w) = wires.as_mut() {
+                            w.control.send(a);
+                            w.sent = true;
+                        }
+                    }
+                    Ok(cmd) => handle(worker, &mut queries, cmd, &replies, &traffic, cluster),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+        }
+        if let (Some(w), Some(net)) = (wires.as_mut(), net.as_ref()) {
+            loop {
+                let next = w.arrived.borrow_mut().pop_front();
+                let Some(control) = next else { break };
+                if let Control::Shutdown = control {
+                    return;
+                }
+                take_control(worker, &mut queries, control, net, w, &traffic);
+            }
+            // Only closing a time makes the exchange send what it holds; a time closed with
+            // nothing in it would still cost every worker a round of progress messages.
+            if std::mem::take(&mut w.sent) {
+                let next = *w.control.time() + 1;
+                w.control.advance_to(next);
+                w.replies.advance_to(next);
             }
         }
         worker.step_or_park(None);
@@ -547,16 +831,139 @@ fn run_worker(
     }
 }
 
+/// A worker of a process other than 0 takes a command from process 0.
+fn take_control(
+    worker: &mut Worker,
+    queries: &mut HashMap<u64, Installed>,
+    control: Control,
+    net: &Net,
+    wires: &mut Wires,
+    traffic: &Arc<Traffic>,
+) {
+    let me = worker.index() as u32;
+    let mut reply = |ticket: u64, result: Result<Vec<u8>>| {
+        let result = result.map_err(|e| WireError::from(&e));
+        wires.replies.send(Reply { worker: me, ticket, result });
+        wires.sent = true;
+    };
+    let query = |queries: &HashMap<u64, Installed>, id: u64| -> Result<()> {
+        match queries.contains_key(&id) {
+            true => Ok(()),
+            false => Err(WeirError::internal(format!("no query {id} on worker {me}"))),
+        }
+    };
+    match control {
+        Control::Check { id, recipe, fingerprint: expected, ticket } => {
+            let planned = (net.resolver)(&recipe).and_then(|plan| {
+                if fingerprint(&plan) == expected {
+                    Ok(plan)
+                } else {
+                    Err(WeirError::exec(
+                        "it plans the query differently from process 0 (are they the same \
+                         build of weir?)",
+                    ))
+                }
+            });
+            let r = planned.and_then(|plan| {
+                let mut shared = net.shared.lock().map_err(|_| poisoned())?;
+                shared.plans.insert(id, (plan, 0));
+                Ok(Vec::new())
+            });
+            reply(ticket, r);
+        }
+        Control::Install { id } => {
+            let (plan, status) = {
+                let Ok(mut shared) = net.shared.lock() else { return };
+                let plan = match shared.plans.get_mut(&id) {
+                    Some((plan, taken)) => {
+                        *taken += 1;
+                        Some(plan.clone())
+                    }
+                    None => None,
+                };
+                if shared.plans.get(&id).is_some_and(|(_, taken)| *taken >= net.threads) {
+                    shared.plans.remove(&id);
+                }
+                let status = shared.statuses.entry(id).or_default().0.clone();
+                (plan, status)
+            };
+            // Process 0 installs only what every process checked, so the plan is here.
+            let Some(plan) = plan else {
+                status.fail(WeirError::internal(format!("query {id} was not checked here")));
+                return;
+            };
+            let (done, _) = channel();
+            let q = install(worker, id, &plan, status, done, traffic.clone(), true);
+            queries.insert(id, q);
+        }
+        Control::Feed { id, part } => {
+            if let Some(q) = queries.get_mut(&id) {
+                q.feed.send(part);
+            }
+        }
+        Control::Advance { id, frontier } => {
+            if let Some(q) = queries.get_mut(&id) {
+                advance(q, frontier);
+            }
+        }
+        Control::Save { id, cut, ticket } => {
+            let r = query(queries, id).and_then(|()| queries[&id].save(cut));
+            reply(ticket, r);
+        }
+        Control::Measure { id, ticket } => {
+            let r = query(queries, id).and_then(|()| queries[&id].measure());
+            reply(ticket, r);
+        }
+        Control::Restore { id, bytes, changes, ticket } => {
+            let r = query(queries, id)
+                .and_then(|()| queries[&id].restore(&bytes, changes))
+                .map(|()| Vec::new());
+            reply(ticket, r);
+        }
+        Control::Remove { id } => {
+            if let Some(q) = queries.remove(&id) {
+                drop(q.feed);
+                worker.drop_dataflow(q.dataflow);
+            }
+            if let Ok(mut shared) = net.shared.lock() {
+                let gone = match shared.statuses.get_mut(&id) {
+                    Some((_, removed)) => {
+                        *removed += 1;
+                        *removed >= net.threads
+                    }
+                    None => false,
+                };
+                if gone {
+                    shared.statuses.remove(&id);
+                }
+            }
+        }
+        Control::Shutdown => {}
+    }
+}
+
+fn poisoned() -> WeirError {
+    WeirError::internal("a cluster process's shared query table is poisoned")
+}
+
+/// Closes the feed's round at `frontier`.
+fn advance(q: &mut Installed, frontier: Watermark) {
+    let round = *q.feed.time();
+    q.frontiers.borrow_mut().insert(round, frontier);
+    q.feed.advance_to(round + 1);
+}
+
 fn handle(
     worker: &mut Worker,
     queries: &mut HashMap<u64, Installed>,
     cmd: Command,
     replies: &Sender<Done>,
     traffic: &Arc<Traffic>,
+    cluster: bool,
 ) {
     match cmd {
         Command::Install { id, plan, status } => {
-            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone());
+            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone(), cluster);
             queries.insert(id, q);
         }
         Command::Feed { id, part } => {
@@ -566,9 +973,7 @@ fn handle(
         }
         Command::Advance { id, frontier } => {
             if let Some(q) = queries.get_mut(&id) {
-                let round = *q.feed.time();
-                q.frontiers.borrow_mut().insert(round, frontier);
-                q.feed.advance_to(round + 1);
+                advance(q, frontier);
             }
         }
         Command::Save { id, cut, reply } => {
@@ -598,7 +1003,34 @@ fn handle(
                 worker.drop_dataflow(q.dataflow);
             }
         }
+        // Taken by the worker loop.
+        Command::Forward(_) => {}
     }
+}
+
+/// The allocators of this process's workers in `cluster`, connected to the other processes.
+fn cluster_builders(
+    cluster: &Cluster,
+) -> Result<(Vec<timely::communication::AllocatorBuilder>, Box<dyn std::any::Any + Send>)> {
+    use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+    use timely::communication::allocator::ProcessBuilder;
+    use timely::communication::{AllocatorBuilder, Hooks};
+    let sockets = connect(cluster)?;
+    let hooks = Hooks::default();
+    let process = ProcessBuilder::new_typed_vector(
+        cluster.threads,
+        hooks.refill.clone(),
+        hooks.spill.clone(),
+    );
+    let (builders, guard) = initialize_networking_from_sockets(
+        process,
+        sockets,
+        cluster.process,
+        cluster.threads,
+        hooks,
+    )
+    .map_err(|e| WeirError::exec(format!("connecting the cluster's workers: {e}")))?;
+    Ok((builders.into_iter().map(AllocatorBuilder::Tcp).collect(), Box::new(guard)))
 }
 
 /// Per node of the plan, in the order `compile` adds them (inputs first): its executor schema
@@ -620,6 +1052,7 @@ fn install(
     status: Arc<Status>,
     replies: Sender<Done>,
     traffic: Arc<Traffic>,
+    cluster: bool,
 ) -> Installed {
     let me = worker.index() as u32;
     let peers = worker.peers() as u32;
@@ -658,7 +1091,11 @@ fn install(
             }
         };
         let root = root.unwrap_or(feed_stream);
-        progress.push(build_sink(scope, root, id, me, &frontiers, replies));
+        if cluster {
+            progress.extend(build_cluster_sink(scope, root, id, me, &frontiers, &status, replies));
+        } else {
+            progress.push(build_sink(scope, root, id, me, &frontiers, replies));
+        }
     });
     Installed { feed, frontiers, progress, hosts, status, dataflow }
 }
@@ -917,4 +1354,98 @@ fn build_sink<'s>(
         }
     });
     progress
+}
+
+/// The query's output in a cluster: every worker's sink reports each complete round to
+/// worker 0 (the output gathered there, and what its process's workers evaluated and met),
+/// and worker 0 replies once every worker's report for the round is in, after taking the
+/// other processes' failures into the query's status. Returns both operators' progress.
+fn build_cluster_sink<'s>(
+    scope: Scope<'s, u64>,
+    root: Stream<'s, u64, Vec<Part>>,
+    id: u64,
+    me: u32,
+    frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
+    status: &Arc<Status>,
+    replies: Sender<Done>,
+) -> [Rc<Cell<u64>>; 2] {
+    use timely::dataflow::operators::generic::Operator;
+    let mut b = OperatorBuilder::new("weir output".to_string(), scope);
+    let mut input = b.new_input(root, Exchange::new(|p: &Part| p.dest as u64));
+    let (output, reports) = b.new_output::<Vec<Report>>();
+    let mut output = timely::dataflow::operators::generic::OutputBuilder::from(output);
+    let sunk = Rc::new(Cell::new(0u64));
+    {
+        let frontiers = frontiers.clone();
+        let next = sunk.clone();
+        let status = status.clone();
+        b.build(move |mut caps| {
+            let mut cap = caps.pop();
+            let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
+            move |input_frontiers: &[MutableAntichain<u64>]| {
+                input.for_each(|c, data| {
+                    let round = c.least().copied().unwrap_or(0);
+                    pending.entry(round).or_default().append(data);
+                });
+                let upto = input_frontiers[0].frontier().first().copied().unwrap_or(u64::MAX);
+                let Some(c) = cap.as_mut() else { return };
+                let rounds: Vec<u64> =
+                    frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
+                for round in rounds {
+                    let mut parts = Vec::new();
+                    while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
+                        if let Some((_, p)) = pending.pop_first() {
+                            parts.extend(p);
+                        }
+                    }
+                    let last = status.last.lock().ok().and_then(|l| *l);
+                    let failure = status
+                        .error
+                        .lock()
+                        .ok()
+                        .and_then(|e| e.as_ref().map(|(e, at)| (WireError::from(e), *at)));
+                    c.downgrade(&round);
+                    let mut out = output.activate();
+                    out.session(c).give(Report { round, parts, last, failure });
+                    next.set(round + 1);
+                }
+                if upto == u64::MAX {
+                    cap = None;
+                } else if next.get() > *c.time() {
+                    c.downgrade(&next.get());
+                }
+            }
+        });
+    }
+    let gathered = Rc::new(Cell::new(0u64));
+    let next = gathered.clone();
+    let frontiers = frontiers.clone();
+    let status = status.clone();
+    let mut pending: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    reports.sink(Exchange::new(|_: &Report| 0), "weir gather", move |(input, frontier)| {
+        input.for_each(|c, data| {
+            let round = c.least().copied().unwrap_or(0);
+            pending.entry(round).or_default().append(data);
+        });
+        let upto = frontier.frontier().first().copied().unwrap_or(u64::MAX);
+        let rounds: Vec<u64> =
+            frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
+        for round in rounds {
+            let mut batches = Vec::new();
+            while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
+                for report in pending.pop_first().map(|(_, r)| r).unwrap_or_default() {
+                    if let Some((e, at)) = report.failure {
+                        status.fail_at(e.into(), at);
+                    }
+                    status.evaluated(report.last);
+                    batches.extend(report.parts.into_iter().filter_map(|p| p.batch));
+                }
+            }
+            if me == 0 {
+                let _ = replies.send(Done { id, round, batches });
+            }
+            next.set(round + 1);
+        }
+    });
+    [sunk, gathered]
 }

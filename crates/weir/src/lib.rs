@@ -51,6 +51,7 @@ pub mod subscription;
 pub use arrow;
 pub use checkpoint::wal::WalSync;
 pub use datafusion_common::ScalarValue as Value;
+pub use engine::serve_cluster;
 pub use engine::{
     CatalogObject, CopyIn, CopyReport, Engine, ExecResult, QueryShape, Recovery, SourcePoll,
 };
@@ -65,3 +66,4 @@ pub use weir_common::{
 pub use weir_plan::PlanKind;
 pub use weir_sql::parser::{ObjectKind, ParsedStatement};
 pub use weir_sql::NullOrder;
+pub use weir_workers::Cluster;

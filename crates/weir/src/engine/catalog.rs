@@ -69,6 +69,16 @@ impl Catalog {
         Ok(())
     }
 
+    /// What a query's recipe for other processes holds (see [`super::cluster`]): every
+    /// stream (companions too), every table, and every view's name and query text.
+    pub fn recipe_entries(&self) -> (Vec<StreamDef>, Vec<TableDef>, Vec<(String, String)>) {
+        (
+            self.streams.values().map(|s| s.def.clone()).collect(),
+            self.tables.values().cloned().collect(),
+            self.views.iter().map(|(n, v)| (n.clone(), v.def.sql.clone())).collect(),
+        )
+    }
+
     pub fn add_table(&mut self, def: TableDef) {
         self.tables.insert(def.name.clone(), def);
     }

@@ -145,6 +145,8 @@ pub(crate) struct RunningQuery {
     pub runner: Runner,
     pub plan: Arc<LogicalPlan>,
     pub target: Target,
+    /// What other processes of a cluster plan the query from (None on one process).
+    pub recipe: Option<Vec<u8>>,
     /// None while parked.
     output: Option<Box<dyn Output>>,
 }
@@ -165,12 +167,13 @@ impl Dataflow {
     pub fn launch(
         &mut self,
         plan: &Arc<LogicalPlan>,
+        recipe: Option<Vec<u8>>,
         target: Target,
         output: Option<Box<dyn Output>>,
         initial: Vec<(String, ChangeBatch)>,
     ) -> Result<u64> {
-        let runner = self.runner(plan)?;
-        self.add(runner, plan, target, output, initial)
+        let runner = self.runner(plan, recipe.as_deref())?;
+        self.add(runner, plan, recipe, target, output, initial)
     }
 
     /// A new query or subscription id.
@@ -195,6 +198,22 @@ impl Dataflow {
         Ok(())
     }
 
+    /// Runs every query started from now on the workers of `cluster` (this process is its
+    /// process 0).
+    pub fn set_cluster(&mut self, cluster: &weir_workers::Cluster) -> Result<()> {
+        if !self.queries.is_empty() {
+            return Err(WeirError::plan("a cluster is joined before any continuous query starts"));
+        }
+        let workers = Workers::start_cluster(cluster, super::cluster::resolver())?;
+        self.workers = Some(workers);
+        Ok(())
+    }
+
+    /// Whether queries run on workers of other processes too.
+    pub fn spans_processes(&self) -> bool {
+        self.workers.as_ref().is_some_and(|w| w.spans_processes())
+    }
+
     /// Rows and bytes sent between workers so far, over every query (0 on one worker).
     pub fn traffic(&self) -> (u64, u64) {
         self.workers.as_ref().map_or((0, 0), |w| w.traffic())
@@ -205,14 +224,14 @@ impl Dataflow {
         self.workers.as_ref().map_or(1, |w| w.peers())
     }
 
-    pub fn runner(&self, plan: &Arc<LogicalPlan>) -> Result<Runner> {
+    pub fn runner(&self, plan: &Arc<LogicalPlan>, recipe: Option<&[u8]>) -> Result<Runner> {
         if plan.contains_apply() {
             return Err(WeirError::plan(
                 "this correlated subquery cannot be turned into a join, which a continuous query \
                  needs; it works in one-shot queries over tables",
             ));
         }
-        Runner::new(plan, self.workers.as_ref())
+        Runner::new(plan, self.workers.as_ref(), recipe)
     }
 
     /// Adds a query with a runner already built (and perhaps restored from a checkpoint).
@@ -220,6 +239,7 @@ impl Dataflow {
         &mut self,
         mut runner: Runner,
         plan: &Arc<LogicalPlan>,
+        recipe: Option<Vec<u8>>,
         target: Target,
         output: Option<Box<dyn Output>>,
         initial: Vec<(String, ChangeBatch)>,
@@ -229,7 +249,7 @@ impl Dataflow {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.queries.push(RunningQuery { id, runner, plan: plan.clone(), target, output });
+        self.queries.push(RunningQuery { id, runner, plan: plan.clone(), target, recipe, output });
         Ok(id)
     }
 

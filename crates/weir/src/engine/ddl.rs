@@ -107,6 +107,7 @@ impl Engine {
         }
         let reads_stream = plan.sources().iter().any(|s| self.catalog.stream(s).is_some());
         let maintained = plan.kind() == weir_plan::PlanKind::Relation && reads_stream;
+        let sql_text = sql.clone();
         let def =
             ViewDef { name: name.to_string(), sql, plan: plan.clone(), schema: schema.clone() };
         self.catalog.add_view(ViewEntry { def, deps, maintained });
@@ -116,7 +117,8 @@ impl Engine {
         self.catalog.record_created(name, &self.settings.wrap(text));
         if maintained {
             let contents = self.tables.add_view(name, schema)?;
-            self.launch(&plan, Target::View(name.to_string()), Some(Box::new(contents)))?;
+            let target = Target::View(name.to_string());
+            self.launch(&plan, &sql_text, target, Some(Box::new(contents)))?;
         }
         Ok(ExecResult::Done("CREATE VIEW".into()))
     }
@@ -126,7 +128,7 @@ impl Engine {
         &mut self,
         name: &str,
         options: &[StreamOption],
-        query: &CqlQuery,
+        (query, sql): (&CqlQuery, &str),
         span: Option<Span>,
         text: &str,
     ) -> Result<ExecResult> {
@@ -156,7 +158,8 @@ impl Engine {
         let sink = Shared::new(SinkFile { file, path: file_path, failed: None });
         self.catalog.add_sink(name, referenced_names(query));
         self.sinks.insert(name.to_string(), sink.clone());
-        if let Err(e) = self.launch(&plan, Target::Sink(name.to_string()), Some(Box::new(sink))) {
+        let target = Target::Sink(name.to_string());
+        if let Err(e) = self.launch(&plan, sql, target, Some(Box::new(sink))) {
             self.catalog.remove_sink(name);
             self.sinks.remove(name);
             return Err(e);

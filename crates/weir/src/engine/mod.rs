@@ -22,6 +22,7 @@
 //! clock, the largest instant seen so far).
 
 pub(crate) mod catalog;
+mod cluster;
 mod copy;
 pub(crate) mod dataflow;
 mod ddl;
@@ -46,6 +47,7 @@ use weir_sql::parser::{ObjectKind, ParsedStatement, Statement};
 use weir_sql::{bind_query_with, parse_script, CqlQuery};
 
 use catalog::Catalog;
+pub use cluster::serve_cluster;
 pub use copy::{CopyIn, CopyReport};
 use dataflow::{subscription, Dataflow, SinkFile, Subscriber, Target};
 
@@ -227,8 +229,8 @@ impl Engine {
             Statement::CreateView { name, query, sql, or_replace, span } => {
                 self.create_view(&name, &query, sql, or_replace, span, &text)
             }
-            Statement::CreateSink { name, options, query, span, .. } => {
-                self.create_sink(&name, &options, &query, span, &text)
+            Statement::CreateSink { name, options, query, sql, span } => {
+                self.create_sink(&name, &options, (&query, &sql), span, &text)
             }
             Statement::CreateIndex { table, span } => {
                 if self.catalog.table(&table).is_none() {
@@ -385,6 +387,17 @@ impl Engine {
         self.plan_text(text)
     }
 
+    /// The query text [`Engine::subscription_plan`] plans `text` from.
+    fn subscription_text(&self, text: &str) -> String {
+        if !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            return match self.catalog.view(&text.to_ascii_lowercase()) {
+                Some(v) => v.def.sql.clone(),
+                None => format!("SELECT * FROM {text}"),
+            };
+        }
+        text.to_string()
+    }
+
     fn plan_text(&self, sql: &str) -> Result<Arc<LogicalPlan>> {
         let mut stmts = parse_script(sql)?;
         match (stmts.len(), stmts.pop().map(|s| s.statement)) {
@@ -400,7 +413,8 @@ impl Engine {
     fn start_query(&mut self, plan: Arc<LogicalPlan>, sql: Option<String>) -> Result<Subscription> {
         let (tx, rx) = output_channel();
         let output = Box::new(Subscriber(tx));
-        let id = self.launch(&plan, Target::Subscriber(sql), Some(output))?;
+        let text = self.subscription_text(sql.as_deref().unwrap_or_default());
+        let id = self.launch(&plan, &text, Target::Subscriber(sql), Some(output))?;
         let mut sub = subscription(id, &plan, rx);
         sub.notices = self.ended_inputs(&plan);
         Ok(sub)
@@ -437,19 +451,22 @@ impl Engine {
 
     /// Starts running a plan into an output (None: parked), from its tables' current
     /// contents; returns the query's id.
+    /// Starts `plan`, planned from the query `text`, into `output`.
     fn launch(
         &mut self,
         plan: &Arc<LogicalPlan>,
+        text: &str,
         target: Target,
         output: Option<Box<dyn dataflow::Output>>,
     ) -> Result<u64> {
+        let recipe = self.recipe(text)?;
         let mut initial = Vec::new();
         for s in plan.sources() {
             if let Some(snapshot) = self.tables.snapshot(&s, self.clock)? {
                 initial.push((s, snapshot));
             }
         }
-        let id = self.dataflow.launch(plan, target, output, initial)?;
+        let id = self.dataflow.launch(plan, recipe, target, output, initial)?;
         self.run_queries();
         Ok(id)
     }

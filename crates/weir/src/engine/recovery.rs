@@ -418,10 +418,27 @@ impl Engine {
         dir: impl Into<PathBuf>,
         workers: usize,
     ) -> Result<(Engine, Recovery)> {
-        let dir = dir.into();
+        Engine::open_placed(dir.into(), |engine| engine.set_workers(workers))
+    }
+
+    /// [`Engine::open`] with the continuous queries on the workers of a cluster of processes,
+    /// this one being process 0 (see [`Engine::join_cluster`]). A checkpoint restores on a
+    /// cluster with as many workers in all as it was taken on (one process of 4 workers, or
+    /// two of 2), since each worker's state goes back to the worker of the same index.
+    pub fn open_on_cluster(
+        dir: impl Into<PathBuf>,
+        cluster: &weir_workers::Cluster,
+    ) -> Result<(Engine, Recovery)> {
+        Engine::open_placed(dir.into(), |engine| engine.join_cluster(cluster))
+    }
+
+    fn open_placed(
+        dir: PathBuf,
+        place: impl FnOnce(&mut Engine) -> Result<()>,
+    ) -> Result<(Engine, Recovery)> {
         let (loaded, mut warnings) = load_latest(&dir)?;
         let mut engine = Engine::new();
-        engine.set_workers(workers)?;
+        place(&mut engine)?;
         engine.checkpoints.data_dir = Some(dir.clone());
         let mut recovery = Recovery::default();
         if let Some(loaded) = loaded {
@@ -920,21 +937,22 @@ impl Engine {
             };
             if let Some(sql) = key.strip_prefix("sub:") {
                 let plan = self.subscription_plan(sql)?;
-                let mut runner = self.dataflow.runner(&plan)?;
+                let recipe = self.recipe(&self.subscription_text(sql))?;
+                let mut runner = self.dataflow.runner(&plan, recipe.as_deref())?;
                 restore(&mut runner)?;
                 let target = Target::Subscriber(Some(sql.to_string()));
-                self.dataflow.add(runner, &plan, target, None, Vec::new())?;
+                self.dataflow.add(runner, &plan, recipe, target, None, Vec::new())?;
                 parked.push(sql.to_string());
                 continue;
             }
-            let plan = self
+            let (plan, recipe) = self
                 .dataflow
                 .queries()
                 .iter()
                 .find(|q| q.target.key().as_deref() == Some(key.as_str()))
-                .map(|q| q.plan.clone())
+                .map(|q| (q.plan.clone(), q.recipe.clone()))
                 .ok_or_else(|| bad(&format!("no query for '{key}'")))?;
-            let mut runner = self.dataflow.runner(&plan)?;
+            let mut runner = self.dataflow.runner(&plan, recipe.as_deref())?;
             restore(&mut runner)?;
             self.dataflow.replace_runner(&key, runner)?;
         }

@@ -1,0 +1,110 @@
+//! Weir as a cluster of processes (`--hosts`, `--process`): the crash test's workload (many
+//! queries over CSV files into file sinks, two of which fail) run by two `weir` processes on
+//! localhost must write what one process writes, byte for byte, fail the same sinks with the
+//! same errors, and leave both processes with the same exit status.
+#![allow(clippy::unwrap_used)] // tests: a panic is a failed test
+#![cfg(target_os = "linux")] // a full disk is /dev/full
+
+mod workload;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use workload::{outputs, workload};
+
+/// Two free ports on localhost (bound, then released for the processes to take).
+fn hosts(n: usize) -> String {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn weir(dir: &Path, workers: usize, cluster: Option<(&str, usize)>) -> std::process::Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.arg("--workers").arg(workers.to_string());
+    if let Some((hosts, process)) = cluster {
+        cmd.arg("--hosts").arg(hosts).arg("--process").arg(process.to_string());
+    }
+    cmd.arg("run")
+        .arg(dir.join("w.sql"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs the workload in `dir` on `processes` processes of `workers` workers each: the output
+/// of process 0, and every other process's.
+fn run(dir: &Path, processes: usize, workers: usize) -> (Output, Vec<Output>) {
+    if processes == 1 {
+        return (weir(dir, workers, None).wait_with_output().unwrap(), Vec::new());
+    }
+    let hosts = hosts(processes);
+    // The serving processes first: process 0 waits for them anyway.
+    let others: Vec<_> = (1..processes).map(|p| weir(dir, workers, Some((&hosts, p)))).collect();
+    let first = weir(dir, workers, Some((&hosts, 0))).wait_with_output().unwrap();
+    let others = others.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    (first, others)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn two_processes_write_what_one_process_writes() {
+    let root = tempfile::tempdir().unwrap();
+    let reference = root.path().join("one");
+    workload(&reference, 42, 1);
+    let (one, _) = run(&reference, 1, 1);
+    let expected = outputs(&reference);
+    assert!(expected.iter().all(|(_, b)| b.len() > 100), "the workload produces output");
+    let stderr = text(&one.stderr);
+    assert_eq!(one.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sink 'ratio' failed: division by zero"), "{stderr}");
+
+    for (processes, workers) in [(2, 1), (2, 2)] {
+        let dir = root.path().join(format!("p{processes}w{workers}"));
+        workload(&dir, 42, 1);
+        let (first, others) = run(&dir, processes, workers);
+        let shape = format!("{processes} processes of {workers} workers");
+        assert_eq!(text(&first.stderr), stderr, "{shape}: process 0's errors");
+        assert_eq!(first.status.code(), one.status.code(), "{shape}");
+        assert_eq!(text(&first.stdout), text(&one.stdout), "{shape}");
+        for (p, o) in others.iter().enumerate() {
+            let said = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{shape}, process {}: {said}", p + 1);
+            assert!(o.stdout.is_empty(), "{shape}: only process 0 writes output");
+        }
+        let got = outputs(&dir);
+        assert_eq!(got.len(), expected.len(), "{shape}");
+        for ((name, want), (got_name, have)) in expected.iter().zip(&got) {
+            assert_eq!(name, got_name);
+            assert!(
+                want == have,
+                "{shape}: {name} differs: {} bytes expected, {} written",
+                want.len(),
+                have.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_process_started_with_another_worker_count_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    workload(root.path(), 1, 1);
+    let hosts = hosts(2);
+    let other = weir(root.path(), 2, Some((&hosts, 1)));
+    let first = weir(root.path(), 1, Some((&hosts, 0))).wait_with_output().unwrap();
+    let other = other.wait_with_output().unwrap();
+    let said = text(&first.stderr);
+    assert_eq!(first.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("process 1 was started for 2 processes of 2 workers, this one for 2 of 1"),
+        "{said}"
+    );
+    assert_ne!(other.status.code(), Some(0), "{}", text(&other.stderr));
+}
