@@ -846,12 +846,6 @@ fn take_control(
         wires.replies.send(Reply { worker: me, ticket, result });
         wires.sent = true;
     };
-    let query = |queries: &HashMap<u64, Installed>, id: u64| -> Result<()> {
-        match queries.contains_key(&id) {
-            true => Ok(()),
-            false => Err(WeirError::internal(format!("no query {id} on worker {me}"))),
-        }
-    };
     match control {
         Control::Check { id, recipe, fingerprint: expected, ticket } => {
             let planned = (net.resolver)(&recipe).and_then(|plan| {
@@ -896,35 +890,19 @@ fn take_control(
             let q = install(worker, id, &plan, status, done, traffic.clone(), true);
             queries.insert(id, q);
         }
-        Control::Feed { id, part } => {
-            if let Some(q) = queries.get_mut(&id) {
-                q.feed.send(part);
-            }
-        }
+        Control::Feed { id, part } => feed(queries, id, part),
         Control::Advance { id, frontier } => {
             if let Some(q) = queries.get_mut(&id) {
                 advance(q, frontier);
             }
         }
-        Control::Save { id, cut, ticket } => {
-            let r = query(queries, id).and_then(|()| queries[&id].save(cut));
-            reply(ticket, r);
-        }
-        Control::Measure { id, ticket } => {
-            let r = query(queries, id).and_then(|()| queries[&id].measure());
-            reply(ticket, r);
-        }
+        Control::Save { id, cut, ticket } => reply(ticket, answer(queries, id, Ask::Save(cut))),
+        Control::Measure { id, ticket } => reply(ticket, answer(queries, id, Ask::Measure)),
         Control::Restore { id, bytes, changes, ticket } => {
-            let r = query(queries, id)
-                .and_then(|()| queries[&id].restore(&bytes, changes))
-                .map(|()| Vec::new());
-            reply(ticket, r);
+            reply(ticket, answer(queries, id, Ask::Restore(&bytes, changes)))
         }
         Control::Remove { id } => {
-            if let Some(q) = queries.remove(&id) {
-                drop(q.feed);
-                worker.drop_dataflow(q.dataflow);
-            }
+            remove(worker, queries, id);
             if let Ok(mut shared) = net.shared.lock() {
                 let gone = match shared.statuses.get_mut(&id) {
                     Some((_, removed)) => {
@@ -944,6 +922,38 @@ fn take_control(
 
 fn poisoned() -> WeirError {
     WeirError::internal("a cluster process's shared query table is poisoned")
+}
+
+/// What the engine asks of a worker's part of a query, with a reply.
+enum Ask<'a> {
+    Save(Cut),
+    Measure,
+    Restore(&'a [u8], bool),
+}
+
+/// This worker's answer to `ask` about query `id`.
+fn answer(queries: &HashMap<u64, Installed>, id: u64, ask: Ask) -> Result<Vec<u8>> {
+    let q = queries
+        .get(&id)
+        .ok_or_else(|| WeirError::internal(format!("no query {id} on this worker")))?;
+    match ask {
+        Ask::Save(cut) => q.save(cut),
+        Ask::Measure => q.measure(),
+        Ask::Restore(bytes, changes) => q.restore(bytes, changes).map(|()| Vec::new()),
+    }
+}
+
+fn feed(queries: &mut HashMap<u64, Installed>, id: u64, part: Part) {
+    if let Some(q) = queries.get_mut(&id) {
+        q.feed.send(part);
+    }
+}
+
+fn remove(worker: &mut Worker, queries: &mut HashMap<u64, Installed>, id: u64) {
+    if let Some(q) = queries.remove(&id) {
+        drop(q.feed);
+        worker.drop_dataflow(q.dataflow);
+    }
 }
 
 /// Closes the feed's round at `frontier`.
@@ -966,43 +976,23 @@ fn handle(
             let q = install(worker, id, &plan, status, replies.clone(), traffic.clone(), cluster);
             queries.insert(id, q);
         }
-        Command::Feed { id, part } => {
-            if let Some(q) = queries.get_mut(&id) {
-                q.feed.send(part);
-            }
-        }
+        Command::Feed { id, part } => feed(queries, id, part),
         Command::Advance { id, frontier } => {
             if let Some(q) = queries.get_mut(&id) {
                 advance(q, frontier);
             }
         }
         Command::Save { id, cut, reply } => {
-            let r = match queries.get(&id) {
-                Some(q) => q.save(cut),
-                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
-            };
-            let _ = reply.send((worker.index(), r));
+            let _ = reply.send((worker.index(), answer(queries, id, Ask::Save(cut))));
         }
         Command::Measure { id, reply } => {
-            let r = match queries.get(&id) {
-                Some(q) => q.measure(),
-                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
-            };
-            let _ = reply.send((worker.index(), r));
+            let _ = reply.send((worker.index(), answer(queries, id, Ask::Measure)));
         }
         Command::Restore { id, bytes, changes, reply } => {
-            let r = match queries.get(&id) {
-                Some(q) => q.restore(&bytes, changes).map(|()| Vec::new()),
-                None => Err(WeirError::internal(format!("no query {id} on this worker"))),
-            };
-            let _ = reply.send((worker.index(), r));
+            let _ =
+                reply.send((worker.index(), answer(queries, id, Ask::Restore(&bytes, changes))));
         }
-        Command::Remove { id } => {
-            if let Some(q) = queries.remove(&id) {
-                drop(q.feed);
-                worker.drop_dataflow(q.dataflow);
-            }
-        }
+        Command::Remove { id } => remove(worker, queries, id),
         // Taken by the worker loop.
         Command::Forward(_) => {}
     }
