@@ -340,8 +340,12 @@ impl<W: Write> Session<W> {
     /// is interrupted), printing output as it comes. A source that fails is reported and the
     /// others go on.
     fn read_sources(&mut self, bar: &mut Option<crate::progress::LoadBar>) -> Result<(), Failure> {
+        // Each read is one round of the workers; on a cluster of processes a round crosses
+        // between them several times, so it takes in more per round (the output does not
+        // depend on how the input is cut: docs/architecture.md, section 6).
+        let budget = if self.engine.on_cluster() { 8 << 20 } else { 1 << 20 };
         loop {
-            let polled = self.engine.poll_sources(1 << 20);
+            let polled = self.engine.poll_sources(budget);
             if let Err(e) = &polled {
                 if self.interactive {
                     return Err(Failure::Statement(e.to_string()));

@@ -149,6 +149,11 @@ impl Engine {
         self.dataflow.workers()
     }
 
+    /// Whether continuous queries run on workers of other processes too ([`Engine::join_cluster`]).
+    pub fn on_cluster(&self) -> bool {
+        self.dataflow.spans_processes()
+    }
+
     /// Rows and bytes the continuous queries have sent from one worker to another so far
     /// (exchanges by key or instant, rows to worker 0, output gathered there); (0, 0) on one
     /// worker. The bytes are those of the rows' Arrow buffers plus 16 per row (time and diff):
