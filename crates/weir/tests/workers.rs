@@ -9,6 +9,32 @@ use weir::{Engine, ExecResult};
 fn run(script: &str, workers: usize) -> Vec<String> {
     let mut engine = Engine::new();
     engine.set_workers(workers).expect("workers");
+    run_on(engine, script)
+}
+
+/// Runs `script` on a cluster of two processes of `threads` workers each, the second played
+/// by a thread of this one (`weir::serve_cluster`), connected over localhost.
+fn run_on_cluster(script: &str, threads: usize) -> Vec<String> {
+    let addresses: Vec<String> = (0..2)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").to_string()
+        })
+        .collect();
+    let other = weir::Cluster::new(1, addresses.clone(), threads).expect("cluster");
+    let server = std::thread::spawn(move || weir::serve_cluster(&other));
+    let mut engine = Engine::new();
+    engine
+        .join_cluster(&weir::Cluster::new(0, addresses, threads).expect("cluster"))
+        .expect("join");
+    assert_eq!(engine.workers(), 2 * threads);
+    let lines = run_on(engine, script);
+    // The engine is dropped: the other process's workers are told to stop.
+    server.join().expect("server thread").expect("served");
+    lines
+}
+
+fn run_on(mut engine: Engine, script: &str) -> Vec<String> {
     let mut subs = Vec::new();
     let mut lines = Vec::new();
     for stmt in weir_sql::parse_script(script).expect("parse") {
@@ -29,8 +55,9 @@ fn run(script: &str, workers: usize) -> Vec<String> {
 
 fn poll(subs: &[weir::Subscription], lines: &mut Vec<String>) {
     for (i, sub) in subs.iter().enumerate() {
-        for c in sub.poll_changes().expect("changes") {
-            lines.push(format!("q{i} {c:?}"));
+        match sub.poll_changes() {
+            Ok(changes) => lines.extend(changes.iter().map(|c| format!("q{i} {c:?}"))),
+            Err(e) => lines.push(format!("q{i} failed: {e}")),
         }
     }
 }
@@ -80,6 +107,26 @@ fn single_worker_operators_and_every_instant() {
     same("SELECT * FROM s [ROWS 2];", INSERTS);
     same("SELECT k, v FROM s [PARTITION BY k ROWS 1];", INSERTS);
     same("SELECT k, v FROM s [RANGE 10] ORDER BY v DESC LIMIT 2;", INSERTS);
+}
+
+#[test]
+fn a_cluster_of_two_processes_gives_what_one_worker_gives() {
+    let queries = "SELECT k, COUNT(*), SUM(v) FROM s [RANGE 3] GROUP BY k;
+        SELECT ISTREAM k, MAX(v) FROM s [RANGE 5 SLIDE 2] GROUP BY k;
+        SELECT ISTREAM s.k, n.name, s.v FROM s JOIN names n ON s.k = n.k WHERE s.v > 2;
+        SELECT DISTINCT k FROM s [RANGE 2];
+        SELECT RSTREAM k, COUNT(*) FROM s [RANGE 3] GROUP BY k;
+        CREATE VIEW big AS SELECT k, v FROM s WHERE v > 4;
+        SELECT k, SUM(v) FROM big GROUP BY k;
+        SELECT k, 100 / (v - 6) FROM s;";
+    let script = format!("{EVENTS}{queries}{INSERTS}");
+    let one = run(&script, 1);
+    for q in 0..7 {
+        assert!(one.iter().any(|l| l.starts_with(&format!("q{q} "))), "q{q} gives output");
+    }
+    assert!(one.iter().any(|l| l.contains("division by zero")), "the last query fails: {one:?}");
+    assert_eq!(run_on_cluster(&script, 1), one, "two processes of one worker");
+    assert_eq!(run_on_cluster(&script, 2), one, "two processes of two workers");
 }
 
 #[test]
