@@ -295,13 +295,16 @@ impl From<WireError> for WeirError {
 
 /// What a worker's output sink tells worker 0 when a round is complete there (clusters only):
 /// the round's output gathered on worker 0 (none elsewhere), and what its process's workers
-/// saw: the last instant evaluated and the earliest failure.
+/// saw: the last instant evaluated, the earliest failure, and what they sent.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Report {
     pub round: u64,
     pub parts: Vec<Part>,
     pub last: Option<Time>,
     pub failure: Option<(WireError, Option<Time>)>,
+    /// Rows and bytes the workers of another process sent since its last report (see
+    /// [`crate::Traffic`]); nothing from process 0's own workers, which count where they are.
+    pub traffic: (u64, u64),
 }
 
 /// Reply channels waiting for replies from other processes, by ticket (shared by the

@@ -188,6 +188,19 @@ pub struct Traffic {
 }
 
 impl Traffic {
+    /// What was counted since the last take, reset to nothing.
+    pub(crate) fn take(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.rows.swap(0, Relaxed), self.bytes.swap(0, Relaxed))
+    }
+
+    /// Adds what another process's workers sent.
+    pub(crate) fn add(&self, (rows, bytes): (u64, u64)) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.rows.fetch_add(rows, Relaxed);
+        self.bytes.fetch_add(bytes, Relaxed);
+    }
+
     /// Counts `parts` that leave worker `me`.
     pub(crate) fn count(&self, me: u32, parts: &[Part]) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -887,7 +900,7 @@ fn take_control(
                 return;
             };
             let (done, _) = channel();
-            let q = install(worker, id, &plan, status, done, traffic.clone(), true);
+            let q = install(worker, id, &plan, status, done, traffic.clone(), Some(false));
             queries.insert(id, q);
         }
         Control::Feed { id, part } => feed(queries, id, part),
@@ -973,7 +986,8 @@ fn handle(
 ) {
     match cmd {
         Command::Install { id, plan, status } => {
-            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone(), cluster);
+            let home = cluster.then_some(true);
+            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone(), home);
             queries.insert(id, q);
         }
         Command::Feed { id, part } => feed(queries, id, part),
@@ -1032,7 +1046,8 @@ fn node_facts(plan: &LogicalPlan, out: &mut Vec<(arrow::datatypes::SchemaRef, Ve
     out.push((exec_schema(&plan.schema()), plan.sources()));
 }
 
-/// Builds query `id`'s dataflow on this worker. A plan that does not compile here (it did on
+/// Builds query `id`'s dataflow on this worker; `cluster` says whether it is one of a cluster
+/// of processes, and if so whether this is process 0 (see [`build_cluster_sink`]). A plan that does not compile here (it did on
 /// the engine's thread, so this is a bug) still gets a dataflow of the same shape, a feed and
 /// a sink, so that the workers' channels stay matched; the error fails the query.
 fn install(
@@ -1042,7 +1057,7 @@ fn install(
     status: Arc<Status>,
     replies: Sender<Done>,
     traffic: Arc<Traffic>,
-    cluster: bool,
+    cluster: Option<bool>,
 ) -> Installed {
     let me = worker.index() as u32;
     let peers = worker.peers() as u32;
@@ -1081,8 +1096,10 @@ fn install(
             }
         };
         let root = root.unwrap_or(feed_stream);
-        if cluster {
-            progress.extend(build_cluster_sink(scope, root, id, me, &frontiers, &status, replies));
+        if let Some(home) = cluster {
+            let traffic = traffic.clone();
+            let sink = (id, me, home, &frontiers, &status, &traffic, replies);
+            progress.extend(build_cluster_sink(scope, root, sink));
         } else {
             progress.push(build_sink(scope, root, id, me, &frontiers, replies));
         }
@@ -1350,14 +1367,19 @@ fn build_sink<'s>(
 /// worker 0 (the output gathered there, and what its process's workers evaluated and met),
 /// and worker 0 replies once every worker's report for the round is in, after taking the
 /// other processes' failures into the query's status. Returns both operators' progress.
+#[allow(clippy::type_complexity)]
 fn build_cluster_sink<'s>(
     scope: Scope<'s, u64>,
     root: Stream<'s, u64, Vec<Part>>,
-    id: u64,
-    me: u32,
-    frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
-    status: &Arc<Status>,
-    replies: Sender<Done>,
+    (id, me, home, frontiers, status, traffic, replies): (
+        u64,
+        u32,
+        bool,
+        &Rc<RefCell<BTreeMap<u64, Watermark>>>,
+        &Arc<Status>,
+        &Arc<Traffic>,
+        Sender<Done>,
+    ),
 ) -> [Rc<Cell<u64>>; 2] {
     use timely::dataflow::operators::generic::Operator;
     let mut b = OperatorBuilder::new("weir output".to_string(), scope);
@@ -1369,6 +1391,7 @@ fn build_cluster_sink<'s>(
         let frontiers = frontiers.clone();
         let next = sunk.clone();
         let status = status.clone();
+        let traffic = traffic.clone();
         b.build(move |mut caps| {
             let mut cap = caps.pop();
             let mut pending: BTreeMap<u64, Vec<Part>> = BTreeMap::new();
@@ -1394,9 +1417,11 @@ fn build_cluster_sink<'s>(
                         .lock()
                         .ok()
                         .and_then(|e| e.as_ref().map(|(e, at)| (WireError::from(e), *at)));
+                    // Process 0's workers count their sends where they are.
+                    let sent = if home { (0, 0) } else { traffic.take() };
                     c.downgrade(&round);
                     let mut out = output.activate();
-                    out.session(c).give(Report { round, parts, last, failure });
+                    out.session(c).give(Report { round, parts, last, failure, traffic: sent });
                     next.set(round + 1);
                 }
                 if upto == u64::MAX {
@@ -1411,6 +1436,7 @@ fn build_cluster_sink<'s>(
     let next = gathered.clone();
     let frontiers = frontiers.clone();
     let status = status.clone();
+    let traffic = traffic.clone();
     let mut pending: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
     reports.sink(Exchange::new(|_: &Report| 0), "weir gather", move |(input, frontier)| {
         input.for_each(|c, data| {
@@ -1428,6 +1454,7 @@ fn build_cluster_sink<'s>(
                         status.fail_at(e.into(), at);
                     }
                     status.evaluated(report.last);
+                    traffic.add(report.traffic);
                     batches.extend(report.parts.into_iter().filter_map(|p| p.batch));
                 }
             }

@@ -9,12 +9,12 @@ use weir::{Engine, ExecResult};
 fn run(script: &str, workers: usize) -> Vec<String> {
     let mut engine = Engine::new();
     engine.set_workers(workers).expect("workers");
-    run_on(engine, script)
+    run_on(engine, script).0
 }
 
 /// Runs `script` on a cluster of two processes of `threads` workers each, the second played
 /// by a thread of this one (`weir::serve_cluster`), connected over localhost.
-fn run_on_cluster(script: &str, threads: usize) -> Vec<String> {
+fn run_on_cluster(script: &str, threads: usize) -> (Vec<String>, (u64, u64)) {
     let addresses: Vec<String> = (0..2)
         .map(|_| {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -34,7 +34,8 @@ fn run_on_cluster(script: &str, threads: usize) -> Vec<String> {
     lines
 }
 
-fn run_on(mut engine: Engine, script: &str) -> Vec<String> {
+/// The output lines of `script` on `engine`, and the rows and bytes its workers exchanged.
+fn run_on(mut engine: Engine, script: &str) -> (Vec<String>, (u64, u64)) {
     let mut subs = Vec::new();
     let mut lines = Vec::new();
     for stmt in weir_sql::parse_script(script).expect("parse") {
@@ -50,7 +51,7 @@ fn run_on(mut engine: Engine, script: &str) -> Vec<String> {
     }
     engine.close_all().expect("close");
     poll(&subs, &mut lines);
-    lines
+    (lines, engine.worker_traffic())
 }
 
 fn poll(subs: &[weir::Subscription], lines: &mut Vec<String>) {
@@ -125,8 +126,14 @@ fn a_cluster_of_two_processes_gives_what_one_worker_gives() {
         assert!(one.iter().any(|l| l.starts_with(&format!("q{q} "))), "q{q} gives output");
     }
     assert!(one.iter().any(|l| l.contains("division by zero")), "the last query fails: {one:?}");
-    assert_eq!(run_on_cluster(&script, 1), one, "two processes of one worker");
-    assert_eq!(run_on_cluster(&script, 2), one, "two processes of two workers");
+    // Worker w sends what worker w of one process would: the same rows and bytes in all.
+    let mut two = Engine::new();
+    two.set_workers(2).expect("workers");
+    let (lines, sent) = run_on(two, &script);
+    assert_eq!(lines, one);
+    assert!(sent.0 > 0, "rows move between the workers");
+    assert_eq!(run_on_cluster(&script, 1), (one.clone(), sent), "two processes of one worker");
+    assert_eq!(run_on_cluster(&script, 2).0, one, "two processes of two workers");
 }
 
 #[test]
