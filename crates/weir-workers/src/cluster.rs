@@ -217,6 +217,7 @@ pub(crate) enum Control {
     },
     Install {
         id: u64,
+        parts: u32,
     },
     Feed {
         id: u64,

@@ -50,6 +50,11 @@ pub enum Runner {
 pub struct Hosted {
     workers: Arc<Workers>,
     id: u64,
+    /// The parts the query runs as (see [`Workers::install`]): the worker count it started
+    /// on, or the one of the checkpoint it was restored from.
+    parts: usize,
+    plan: Arc<LogicalPlan>,
+    recipe: Option<Vec<u8>>,
     schema: SchemaRef,
     kind: OutputKind,
     codec: RowCodec,
@@ -95,10 +100,14 @@ impl Runner {
         drop(graph);
         let schema = exec_schema(&plan.schema());
         let status = Arc::new(Status::default());
-        let id = workers.install(plan.clone(), status.clone(), recipe)?;
+        let parts = workers.peers();
+        let id = workers.install(plan.clone(), status.clone(), recipe, parts)?;
         Ok(Runner::Hosted(Hosted {
             workers: workers.clone(),
             id,
+            parts,
+            plan: plan.clone(),
+            recipe: recipe.map(<[u8]>::to_vec),
             codec: RowCodec::for_schema(&schema)?,
             schema,
             kind: plan.kind(),
@@ -251,16 +260,16 @@ impl Runner {
         }
     }
 
-    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan on the
-    /// same number of workers.
+    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan. State
+    /// saved on several workers restores on any number above one: the query then runs as the
+    /// parts it was saved as, hosted by the workers there are ([`Workers::install`]); state
+    /// saved on one worker restores on one.
     pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let saved = saved_workers(bytes)?;
-        let here = match self {
-            Runner::Local(_) => 1,
-            Runner::Hosted(h) => h.workers.peers(),
-        };
-        if saved != here {
-            return Err(other_worker_count(saved, here));
+        match (&*self, saved) {
+            (Runner::Local(_), 1) | (Runner::Hosted(_), 2..) => {}
+            (Runner::Local(_), _) => return Err(other_worker_count(saved, 1)),
+            (Runner::Hosted(h), _) => return Err(other_worker_count(saved, h.workers.peers())),
         }
         match self {
             Runner::Local(r) => r.restore_state(bytes),
@@ -269,12 +278,17 @@ impl Runner {
     }
 }
 
-/// The error for state saved on `saved` workers, restored on `here`.
+/// The error for state saved on `saved` workers, restored on `here`: one worker's state
+/// restores only on one, and several workers' only on several.
 pub fn other_worker_count(saved: usize, here: usize) -> WeirError {
+    let (s, give) = if saved == 1 {
+        ("", "--workers 1".to_string())
+    } else {
+        ("s", "--workers 2 or more".to_string())
+    };
     WeirError::plan(format!(
-        "the checkpoint was taken on {saved} worker{}; this engine runs {here}: restart with \
-         --workers {saved} (a checkpoint cannot move to another worker count yet)",
-        if saved == 1 { "" } else { "s" }
+        "the checkpoint was taken on {saved} worker{s}; this engine runs {here}: restart with \
+         {give} (a checkpoint moves between worker counts above one, not to or from one)"
     ))
 }
 
@@ -359,10 +373,10 @@ impl Hosted {
             instants = batch.times.clone();
             instants.dedup();
         }
-        let peers = self.workers.peers();
-        // Each row's worker by its instant; the batch reordered so that each worker's rows are
-        // one slice (a stable order: by time within a worker), which costs one copy of the
-        // rows and none when they all go to one worker.
+        let peers = self.parts;
+        // Each row's part by its instant; the batch reordered so that each part's rows are
+        // one slice (a stable order: by time within a part), which costs one copy of the
+        // rows and none when they all go to one part.
         let dest: Vec<usize> = batch.times.iter().map(|&t| instant_worker(t, peers)).collect();
         let mut counts = vec![0usize; peers];
         for &d in &dest {
@@ -398,16 +412,16 @@ impl Hosted {
                 continue;
             }
             let part = Part { dest: w as u32, from: 0, source, batch: rows, ticks };
-            self.workers.feed(w, self.id, part)?;
+            self.workers.feed(w % self.workers.peers(), self.id, part)?;
         }
         Ok(())
     }
 
     fn feed_heartbeat(&mut self, source: u32, t: Time) -> Result<()> {
-        for w in 0..self.workers.peers() {
+        for v in 0..self.parts {
             let part =
-                Part { dest: w as u32, from: 0, source, batch: None, ticks: vec![(t, true)] };
-            self.workers.feed(w, self.id, part)?;
+                Part { dest: v as u32, from: 0, source, batch: None, ticks: vec![(t, true)] };
+            self.workers.feed(v % self.workers.peers(), self.id, part)?;
         }
         Ok(())
     }
@@ -478,8 +492,7 @@ impl Hosted {
         self.check_alive_keep()?;
         let sig = self.signature();
         let mut w = StateWriter::new();
-        let peers = self.workers.peers();
-        w.put(HOSTED, HOSTED_SIG, 1, vec![("workers", i64_col([peers as i64]))])?;
+        w.put(HOSTED, HOSTED_SIG, 1, vec![("workers", i64_col([self.parts as i64]))])?;
         w.put("hosted.last", &sig, 1, vec![("last", opt_i64_col([self.last]))])?;
         let name = |s: u32| self.sources.get(s as usize).map(String::as_str).unwrap_or("");
         let (mut names, mut beats, mut rows) = (Vec::new(), Vec::new(), Vec::new());
@@ -512,10 +525,29 @@ impl Hosted {
                 w.put_changes("hosted.chunk", &sig, &b.schema(), std::slice::from_ref(b))?;
             }
         }
-        let states = self.workers.save(self.id, cut)?;
-        if states.iter().any(Vec::is_empty) {
-            return Ok(None);
+        let packed = self.workers.save(self.id, cut)?;
+        // Each worker's reply holds the parts it hosts (a worker beyond the parts, none), or
+        // nothing at all if a node could not say what changed.
+        let mut states: Vec<Option<Vec<u8>>> = vec![None; self.parts];
+        for (w, bytes) in packed.iter().enumerate() {
+            if bytes.is_empty() && w < self.parts {
+                return Ok(None);
+            }
+            for (v, state) in crate::runtime::unpack(bytes)? {
+                match states.get_mut(v as usize) {
+                    Some(slot @ None) => *slot = Some(state),
+                    _ => {
+                        return Err(WeirError::internal(
+                            "a part's state came twice or from nowhere",
+                        ))
+                    }
+                }
+            }
         }
+        let states: Vec<Vec<u8>> = states
+            .into_iter()
+            .map(|s| s.ok_or_else(|| WeirError::internal("a part's state is missing")))
+            .collect::<Result<_>>()?;
         w.put(
             "hosted.workers",
             &sig,
@@ -542,9 +574,22 @@ impl Hosted {
         }
         let sig = self.signature();
         let mut r = StateReader::from_bytes(bytes)?;
-        let peers = r.take(HOSTED, HOSTED_SIG)?.scalar_i64("workers")?;
-        if peers != self.workers.peers() as i64 {
-            return Err(other_worker_count(peers.max(1) as usize, self.workers.peers()));
+        let parts = r.take(HOSTED, HOSTED_SIG)?.scalar_i64("workers")?;
+        let parts = usize::try_from(parts)
+            .ok()
+            .filter(|&p| p > 1)
+            .ok_or_else(|| invalid("the number of workers of a checkpoint is not above 1"))?;
+        if parts != self.parts {
+            // Saved as other parts than it was installed as: installed again, as those (only
+            // a runner nothing was fed to gets here, see `restore_state`).
+            if changes {
+                return Err(WeirError::internal("changes of other parts than the state restored"));
+            }
+            self.workers.remove(self.id);
+            let recipe = self.recipe.as_deref();
+            self.id =
+                self.workers.install(self.plan.clone(), self.status.clone(), recipe, parts)?;
+            self.parts = parts;
         }
         let last = match r.take("hosted.last", &sig)?.opt_i64s("last")?.as_slice() {
             [last] => *last,
@@ -572,9 +617,19 @@ impl Hosted {
             }
         }
         let w = r.take("hosted.workers", &sig)?;
-        let states: Vec<Vec<u8>> = w.binary("state")?.into_iter().map(<[u8]>::to_vec).collect();
+        let states = w.binary("state")?;
         r.finish()?;
-        self.workers.restore(self.id, states, changes)?;
+        if states.len() != self.parts {
+            return Err(invalid("a checkpoint holds another number of parts than it says"));
+        }
+        // Each worker gets the states of the parts it hosts.
+        let peers = self.workers.peers();
+        let mut per_worker: Vec<Vec<(u32, Vec<u8>)>> = vec![Vec::new(); peers];
+        for (v, state) in states.into_iter().enumerate() {
+            per_worker[v % peers].push((v as u32, state.to_vec()));
+        }
+        let packed = per_worker.iter().map(|s| crate::runtime::pack(s)).collect();
+        self.workers.restore(self.id, packed, changes)?;
         self.check_alive()?;
         self.last = last;
         self.queued = queued;

@@ -113,6 +113,8 @@ pub(crate) enum Command {
         id: u64,
         plan: Arc<LogicalPlan>,
         status: Arc<Status>,
+        /// The query's parts (see [`Workers::install`]).
+        parts: u32,
     },
     Feed {
         id: u64,
@@ -201,10 +203,11 @@ impl Traffic {
         self.bytes.fetch_add(bytes, Relaxed);
     }
 
-    /// Counts `parts` that leave worker `me`.
-    pub(crate) fn count(&self, me: u32, parts: &[Part]) {
+    /// Counts `parts` that leave worker `me` of `peers` (a part goes to the worker its
+    /// destination part is hosted on: see [`Workers::install`]).
+    pub(crate) fn count(&self, me: u32, peers: u32, parts: &[Part]) {
         use std::sync::atomic::Ordering::Relaxed;
-        for p in parts.iter().filter(|p| p.dest != me) {
+        for p in parts.iter().filter(|p| p.dest % peers.max(1) != me) {
             if let Some(b) = &p.batch {
                 let data: usize = b
                     .data
@@ -397,14 +400,20 @@ impl Workers {
         self.inner.lock().map_err(|_| WeirError::internal("the worker runtime's lock is poisoned"))
     }
 
-    /// Installs `plan` on every worker. In a cluster, every other process first plans
-    /// `recipe` (see [`crate::cluster`]) and must get the same plan.
+    /// Installs `plan` on every worker, as `parts` parts: the query runs as it would on
+    /// `parts` workers, part v hosted by worker v mod the worker count (so a query restored
+    /// from a checkpoint of another worker count runs on these workers as the parts it was
+    /// saved as). In a cluster, every other process first plans `recipe` (see
+    /// [`crate::cluster`]) and must get the same plan.
     pub(crate) fn install(
         &self,
         plan: Arc<LogicalPlan>,
         status: Arc<Status>,
         recipe: Option<&[u8]>,
+        parts: usize,
     ) -> Result<u64> {
+        let parts = u32::try_from(parts.max(1))
+            .map_err(|_| WeirError::plan("a query's parts must number below 2^32"))?;
         let id = {
             let mut inner = self.lock()?;
             inner.next_id += 1;
@@ -415,7 +424,8 @@ impl Workers {
         }
         let mut inner = self.lock()?;
         for w in 0..self.peers {
-            inner.send(w, Command::Install { id, plan: plan.clone(), status: status.clone() })?;
+            let (plan, status) = (plan.clone(), status.clone());
+            inner.send(w, Command::Install { id, plan, status, parts })?;
         }
         Ok(id)
     }
@@ -595,7 +605,7 @@ impl Inner {
     fn send(&mut self, w: usize, cmd: Command) -> Result<()> {
         if w >= self.local {
             let control = match cmd {
-                Command::Install { id, .. } => Control::Install { id },
+                Command::Install { id, parts, .. } => Control::Install { id, parts },
                 Command::Feed { id, part } => Control::Feed { id, part },
                 Command::Advance { id, frontier } => Control::Advance { id, frontier },
                 Command::Save { id, cut, reply } => {
@@ -662,65 +672,120 @@ struct Installed {
     frontiers: Rc<RefCell<BTreeMap<u64, Watermark>>>,
     /// Each node's next round, to forget the frontiers of rounds every node is done with.
     progress: Vec<Rc<Cell<u64>>>,
-    /// The graph's nodes, in graph order (empty if the plan did not compile here).
-    hosts: Vec<Rc<RefCell<NodeHost>>>,
+    /// Per part this worker hosts, the graph's nodes in graph order (empty if the plan did
+    /// not compile here).
+    hosts: Vec<(u32, Vec<Rc<RefCell<NodeHost>>>)>,
+    /// Whether it compiled.
+    compiled: bool,
     status: Arc<Status>,
     dataflow: usize,
 }
 
 impl Installed {
-    /// This worker's part of a checkpoint: every node's state (or its changes, see [`Cut`]),
-    /// in graph order.
+    /// This worker's part of a checkpoint: per part it hosts, every node's state (or its
+    /// changes, see [`Cut`]), in graph order, packed with the part's index ([`pack`]); no
+    /// bytes at all if a node cannot say what changed.
     fn save(&self, cut: Cut) -> Result<Vec<u8>> {
-        if self.hosts.is_empty() {
+        if !self.compiled {
             return Err(WeirError::internal("a query that did not compile on a worker"));
         }
-        let mut w = StateWriter::new();
-        for (i, host) in self.hosts.iter().enumerate() {
-            let mut host = host.try_borrow_mut().map_err(|_| busy())?;
-            match cut {
-                Cut::Whole => host.save_state(i, &mut w)?,
-                Cut::Changes => {
-                    if !host.save_changes(i, &mut w)? {
-                        return Ok(Vec::new());
+        let mut states = Vec::with_capacity(self.hosts.len());
+        for (v, nodes) in &self.hosts {
+            let mut w = StateWriter::new();
+            for (i, host) in nodes.iter().enumerate() {
+                let mut host = host.try_borrow_mut().map_err(|_| busy())?;
+                match cut {
+                    Cut::Whole => host.save_state(i, &mut w)?,
+                    Cut::Changes => {
+                        if !host.save_changes(i, &mut w)? {
+                            return Ok(Vec::new());
+                        }
                     }
+                    Cut::Track => host.track_changes(),
                 }
-                Cut::Track => host.track_changes(),
+            }
+            if cut != Cut::Track {
+                states.push((*v, w.into_bytes()?));
             }
         }
         if cut == Cut::Track {
             return Ok(Vec::new());
         }
-        w.into_bytes()
+        Ok(pack(&states))
     }
 
-    /// This worker's share of [`Workers::measure`]: per node, its bytes as a little-endian
-    /// u64.
+    /// This worker's share of [`Workers::measure`]: per node, its bytes over the parts it
+    /// hosts, as a little-endian u64.
     fn measure(&self) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.hosts.len() * 8);
-        for host in &self.hosts {
-            let bytes = host.try_borrow().map_err(|_| busy())?.state_bytes();
+        let nodes = self.hosts.first().map_or(0, |(_, n)| n.len());
+        let mut out = Vec::with_capacity(nodes * 8);
+        for i in 0..nodes {
+            let mut bytes = 0;
+            for (_, hosts) in &self.hosts {
+                if let Some(h) = hosts.get(i) {
+                    bytes += h.try_borrow().map_err(|_| busy())?.state_bytes();
+                }
+            }
             out.extend_from_slice(&(bytes as u64).to_le_bytes());
         }
         Ok(out)
     }
 
+    /// Puts back what [`Installed::save`] wrote for the parts this worker hosts.
     fn restore(&self, bytes: &[u8], changes: bool) -> Result<()> {
-        if self.hosts.is_empty() {
+        if !self.compiled {
             return Err(WeirError::internal("a query that did not compile on a worker"));
         }
-        let mut r = StateReader::from_bytes(bytes)?;
-        for (i, host) in self.hosts.iter().enumerate() {
-            let mut host = host.try_borrow_mut().map_err(|_| busy())?;
-            if changes {
-                host.restore_changes(i, &mut r)?;
-            } else {
-                host.restore_state(i, &mut r)?;
-            }
-            self.status.evaluated(host.last());
+        let states = unpack(bytes)?;
+        if states.len() != self.hosts.len()
+            || states.iter().zip(&self.hosts).any(|((v, _), (h, _))| v != h)
+        {
+            return Err(WeirError::internal(
+                "a worker was given the state of parts it does not host",
+            ));
         }
-        r.finish()
+        for ((_, state), (_, nodes)) in states.iter().zip(&self.hosts) {
+            let mut r = StateReader::from_bytes(state)?;
+            for (i, host) in nodes.iter().enumerate() {
+                let mut host = host.try_borrow_mut().map_err(|_| busy())?;
+                if changes {
+                    host.restore_changes(i, &mut r)?;
+                } else {
+                    host.restore_state(i, &mut r)?;
+                }
+                self.status.evaluated(host.last());
+            }
+            r.finish()?;
+        }
+        Ok(())
     }
+}
+
+/// Parts' states as one byte string: per part, its index (u32), its state's length (u64) and
+/// the state, little-endian.
+pub(crate) fn pack(states: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(states.iter().map(|(_, s)| s.len() + 12).sum());
+    for (v, state) in states {
+        out.extend_from_slice(&v.to_le_bytes());
+        out.extend_from_slice(&(state.len() as u64).to_le_bytes());
+        out.extend_from_slice(state);
+    }
+    out
+}
+
+/// What [`pack`] wrote; an error, never a panic, on bytes that are not that.
+pub(crate) fn unpack(mut bytes: &[u8]) -> Result<Vec<(u32, Vec<u8>)>> {
+    let bad = || WeirError::exec("a worker's checkpoint state is cut short or malformed");
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (v, rest) = bytes.split_first_chunk::<4>().ok_or_else(bad)?;
+        let (len, rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+        let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|_| bad())?;
+        let state = rest.get(..len).ok_or_else(bad)?;
+        out.push((u32::from_le_bytes(*v), state.to_vec()));
+        bytes = &rest[len..];
+    }
+    Ok(out)
 }
 
 fn busy() -> WeirError {
@@ -878,7 +943,7 @@ fn take_control(
             });
             reply(ticket, r);
         }
-        Control::Install { id } => {
+        Control::Install { id, parts } => {
             let (plan, status) = {
                 let Ok(mut shared) = net.shared.lock() else { return };
                 let plan = match shared.plans.get_mut(&id) {
@@ -900,7 +965,7 @@ fn take_control(
                 return;
             };
             let (done, _) = channel();
-            let q = install(worker, id, &plan, status, done, traffic.clone(), Some(false));
+            let q = install(worker, id, &plan, status, done, traffic.clone(), Some(false), parts);
             queries.insert(id, q);
         }
         Control::Feed { id, part } => feed(queries, id, part),
@@ -985,9 +1050,10 @@ fn handle(
     cluster: bool,
 ) {
     match cmd {
-        Command::Install { id, plan, status } => {
+        Command::Install { id, plan, status, parts } => {
             let home = cluster.then_some(true);
-            let q = install(worker, id, &plan, status, replies.clone(), traffic.clone(), home);
+            let (replies, traffic) = (replies.clone(), traffic.clone());
+            let q = install(worker, id, &plan, status, replies, traffic, home, parts);
             queries.insert(id, q);
         }
         Command::Feed { id, part } => feed(queries, id, part),
@@ -1058,6 +1124,7 @@ fn install(
     replies: Sender<Done>,
     traffic: Arc<Traffic>,
     cluster: Option<bool>,
+    parts: u32,
 ) -> Installed {
     let me = worker.index() as u32;
     let peers = worker.peers() as u32;
@@ -1066,22 +1133,28 @@ fn install(
     let mut hosts = Vec::new();
     let sources = plan.sources();
     let graph = compile(plan);
+    let mut compiled = false;
+    // The parts this worker hosts: those whose index is this worker's modulo the workers.
+    let owned: Result<Vec<(u32, weir_exec::Graph)>> =
+        (0..parts).filter(|v| v % peers.max(1) == me).map(|v| Ok((v, compile(plan)?))).collect();
     let mut facts = Vec::new();
     node_facts(plan, &mut facts);
     let dataflow = worker.next_dataflow_index();
     let mut feed = InputHandle::new();
     worker.dataflow::<u64, _, _>(|scope| {
         let feed_stream = scope.input_from(&mut feed);
-        let root = match graph {
-            Ok(graph) => {
+        let root = match graph.and_then(|g| Ok((g, owned?))) {
+            Ok((graph, owned)) => {
+                compiled = true;
                 let span = runs_in_spans(plan, &graph);
                 build_nodes(
                     scope,
                     graph,
+                    owned,
                     &facts,
                     &sources,
                     span,
-                    (me, peers),
+                    (me, peers, parts),
                     &feed_stream,
                     &frontiers,
                     &status,
@@ -1104,38 +1177,53 @@ fn install(
             progress.push(build_sink(scope, root, id, me, &frontiers, replies));
         }
     });
-    Installed { feed, frontiers, progress, hosts, status, dataflow }
+    Installed { feed, frontiers, progress, hosts, status, dataflow, compiled }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn build_nodes<'s>(
     scope: Scope<'s, u64>,
-    graph: weir_exec::Graph,
+    shape: weir_exec::Graph,
+    graphs: Vec<(u32, weir_exec::Graph)>,
     facts: &[(arrow::datatypes::SchemaRef, Vec<String>)],
     sources: &[String],
     span: bool,
-    (me, peers): (u32, u32),
+    (me, peers, parts): (u32, u32, u32),
     feed: &Stream<'s, u64, Vec<Part>>,
     frontiers: &Rc<RefCell<BTreeMap<u64, Watermark>>>,
     status: &Arc<Status>,
     progress: &mut Vec<Rc<Cell<u64>>>,
-    hosts: &mut Vec<Rc<RefCell<NodeHost>>>,
+    hosts: &mut Vec<(u32, Vec<Rc<RefCell<NodeHost>>>)>,
     traffic: &Arc<Traffic>,
 ) -> Option<Stream<'s, u64, Vec<Part>>> {
-    let nodes = graph.into_nodes();
+    let nodes = shape.into_nodes();
     let n = nodes.len();
-    let (routes, everywhere) = match layout(&nodes) {
+    let (_, everywhere) = match layout(&nodes) {
         Ok(l) => l,
         Err(e) => {
             status.fail(e);
             return None;
         }
     };
+    // Per part this worker hosts, its graph's operators and their routes, node by node.
+    type Hosted = std::vec::IntoIter<(Box<dyn weir_exec::Operator>, Route)>;
+    let mut ops: Vec<(u32, Hosted)> = Vec::new();
+    for (v, g) in graphs {
+        let nodes = g.into_nodes();
+        let (routes, _) = match layout(&nodes) {
+            Ok(l) => l,
+            Err(e) => {
+                status.fail(e);
+                return None;
+            }
+        };
+        let hosted: Vec<_> = nodes.into_iter().map(|(op, _)| op).zip(routes).collect();
+        ops.push((v, hosted.into_iter()));
+    }
+    let base = hosts.len();
+    hosts.extend(ops.iter().map(|(v, _)| (*v, Vec::new())));
     let mut streams: Vec<Option<Stream<'s, u64, Vec<Part>>>> = (0..n).map(|_| None).collect();
-    for (i, (((op, inputs), route), everywhere)) in
-        nodes.into_iter().zip(routes).zip(everywhere).enumerate()
-    {
-        let active = me == 0 || everywhere;
+    for (i, ((_, inputs), everywhere)) in nodes.into_iter().zip(everywhere).enumerate() {
         let input_schemas: Vec<_> =
             inputs.iter().filter_map(|&j| facts.get(j).map(|f| f.0.clone())).collect();
         let leaf = inputs.is_empty().then(|| {
@@ -1148,17 +1236,23 @@ fn build_nodes<'s>(
                 .collect();
             (sources.to_vec(), own)
         });
-        let host = Rc::new(RefCell::new(NodeHost::new(
-            op,
-            input_schemas,
-            leaf,
-            span,
-            active,
-            route,
-            me,
-            peers,
-        )));
-        hosts.push(host.clone());
+        // One host per part: each is the node as worker `v` of `parts` runs it.
+        let mut node_hosts: Vec<(u32, Rc<RefCell<NodeHost>>)> = Vec::new();
+        for (k, (v, next_op)) in ops.iter_mut().enumerate() {
+            let (op, route) = next_op.next()?;
+            let host = Rc::new(RefCell::new(NodeHost::new(
+                op,
+                input_schemas.clone(),
+                leaf.clone(),
+                span,
+                *v == 0 || everywhere,
+                route,
+                *v,
+                parts,
+            )));
+            hosts[base + k].1.push(host.clone());
+            node_hosts.push((*v, host));
+        }
         let mut b = OperatorBuilder::new(format!("weir node {i}"), scope);
         let mut handles = Vec::new();
         // Every edge is an exchange on the part's destination; a local placement addresses
@@ -1181,14 +1275,18 @@ fn build_nodes<'s>(
         b.build(move |mut caps| {
             let mut cap = caps.pop();
             move |input_frontiers: &[MutableAntichain<u64>]| {
-                let Ok(mut host) = host.try_borrow_mut() else {
-                    status.fail(busy());
-                    return;
-                };
                 for (k, h) in handles.iter_mut().enumerate() {
                     h.for_each(|c, data| {
                         let round = c.least().copied().unwrap_or(0);
                         for part in data.drain(..) {
+                            let host = node_hosts.iter().find(|(v, _)| *v == part.dest);
+                            let Some(Ok(mut host)) = host.map(|(_, h)| h.try_borrow_mut()) else {
+                                status.fail(WeirError::internal(format!(
+                                    "a part for part {} reached worker {me}, which does not host it",
+                                    part.dest
+                                )));
+                                continue;
+                            };
                             if let Err(e) = host.receive(k, round, part) {
                                 status.fail(e);
                             }
@@ -1205,19 +1303,25 @@ fn build_nodes<'s>(
                     frontiers.borrow().range(next.get()..upto).map(|(r, f)| (*r, *f)).collect();
                 for (round, frontier) in rounds {
                     c.downgrade(&round);
-                    let (parts, failure) = host.process(status.cap(frontier));
-                    traffic.count(me, &parts);
-                    if !parts.is_empty() {
-                        let mut out = output.activate();
-                        let mut session = out.session(c);
-                        for p in parts {
-                            session.give(p);
+                    for (_, host) in &node_hosts {
+                        let Ok(mut host) = host.try_borrow_mut() else {
+                            status.fail(busy());
+                            return;
+                        };
+                        let (sent, failure) = host.process(status.cap(frontier));
+                        traffic.count(me, peers, &sent);
+                        if !sent.is_empty() {
+                            let mut out = output.activate();
+                            let mut session = out.session(c);
+                            for p in sent {
+                                session.give(p);
+                            }
                         }
+                        if let Some((e, at)) = failure {
+                            status.fail_at(e, at);
+                        }
+                        status.evaluated(host.last());
                     }
-                    if let Some((e, at)) = failure {
-                        status.fail_at(e, at);
-                    }
-                    status.evaluated(host.last());
                     next.set(round + 1);
                 }
                 if upto == u64::MAX {
@@ -1465,4 +1569,26 @@ fn build_cluster_sink<'s>(
         }
     });
     [sunk, gathered]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_states_pack_and_unpack_and_refuse_cut_bytes() {
+        let states = vec![(0, b"abc".to_vec()), (2, Vec::new()), (4, vec![7; 300])];
+        let bytes = pack(&states);
+        assert_eq!(unpack(&bytes).expect("unpacks"), states);
+        assert_eq!(unpack(&[]).expect("nothing"), Vec::<(u32, Vec<u8>)>::new());
+        for cut in 1..bytes.len() {
+            if let Ok(got) = unpack(&bytes[..cut]) {
+                // Only a cut between two parts reads as fewer parts.
+                assert!(got.len() < states.len() && states.starts_with(&got), "cut at {cut}");
+            }
+        }
+        let mut huge = pack(&[(1, vec![1])]);
+        huge[4..12].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(unpack(&huge).is_err());
+    }
 }

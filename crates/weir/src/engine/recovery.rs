@@ -838,8 +838,11 @@ impl Engine {
     fn restore(&mut self, loaded: Loaded) -> Result<Vec<String>> {
         let Loaded { manifest, mut whole, changes } = loaded;
         self.continue_generation(&manifest);
-        if manifest.workers.max(1) != self.workers() {
-            return Err(weir_workers::other_worker_count(manifest.workers.max(1), self.workers()));
+        // Several workers' state restores on any number of workers above one (each query
+        // then runs as the parts it was saved as); one worker's on one.
+        let (saved, here) = (manifest.workers.max(1), self.workers());
+        if (saved == 1) != (here == 1) {
+            return Err(weir_workers::other_worker_count(saved, here));
         }
         self.base_dir = manifest.base_dir.clone();
         self.checkpoints.notes = manifest.notes.clone();
