@@ -79,8 +79,8 @@ struct Common {
     )]
     checkpoint_interval: Option<Duration>,
     /// Run continuous queries on N timely workers, threads of this
-    /// process (1: the calling thread); a checkpoint of several
-    /// workers restores on any number above one
+    /// process (1: the calling thread); a checkpoint restores on
+    /// any worker count
     #[arg(
         long,
         global = true,

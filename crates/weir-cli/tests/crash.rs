@@ -8,8 +8,8 @@
 //! them while a checkpoint file is being written) and restarted until it finishes. Its sink
 //! files must be byte-identical to those of a run that was never interrupted.
 //!
-//! The same runs on two workers (`--workers 2`, every other start `--workers 3`, so checkpoints
-//! move between worker counts), and on a cluster of two processes
+//! The same runs on two workers (`--workers 2`, the starts cycling through `--workers 3` and
+//! `--workers 1`, so checkpoints move between worker counts), and on a cluster of two processes
 //! of one worker (`--hosts`, process 0 killed; process 1 then ends on its own and is started
 //! again with it; every other start is one process of two workers, so checkpoints move between
 //! the two), must write what one worker writes uninterrupted.
@@ -80,7 +80,7 @@ fn killed_and_restarted_runs_write_exactly_the_uninterrupted_output() {
 }
 
 #[test]
-fn killed_and_restarted_runs_on_two_and_three_workers_write_what_one_worker_writes() {
+fn killed_and_restarted_runs_on_one_two_and_three_workers_write_what_one_worker_writes() {
     crash_loop(1, 2, 4);
 }
 
@@ -135,9 +135,11 @@ fn crash_loop(processes: usize, workers: usize, default_kills: usize) {
         // On a cluster, process 1 (which only serves workers) starts first; it ends by itself
         // when process 0 does, killed or not. Every other start of a cluster's run is one
         // process with all the workers instead: a checkpoint moves between the two layouts.
-        // On several workers, every other start adds one: a checkpoint moves between 2 and 3.
+        // On several workers, starts cycle through one more worker and one worker: a
+        // checkpoint moves from 2 to 3, 3 to 1, 1 to 2, ...
         let (processes, workers) = match processes {
-            1 if workers > 1 && restarts % 2 == 1 => (1, workers + 1),
+            1 if workers > 1 && restarts % 3 == 1 => (1, workers + 1),
+            1 if workers > 1 && restarts % 3 == 2 => (1, 1),
             1 => (1, workers),
             p if restarts % 2 == 1 => (1, p * workers),
             p => (p, workers),

@@ -16,5 +16,5 @@ mod runner;
 mod runtime;
 
 pub use cluster::{fingerprint, Cluster, Resolver};
-pub use runner::{other_worker_count, Runner};
+pub use runner::{saved_workers, Runner};
 pub use runtime::{exchanges, Traffic, Workers};

@@ -93,6 +93,16 @@ impl Runner {
         let Some(workers) = workers.filter(|w| w.peers() > 1) else {
             return Ok(Runner::Local(QueryRunner::new(plan)?));
         };
+        Runner::hosted(plan, workers, recipe)
+    }
+
+    /// A runner for `plan` on `workers`, whatever their number (one worker too: a query
+    /// restored from a checkpoint of several workers runs as its parts on one).
+    pub fn hosted(
+        plan: &Arc<LogicalPlan>,
+        workers: &Arc<Workers>,
+        recipe: Option<&[u8]>,
+    ) -> Result<Runner> {
         // Compiled here first: a plan that does not compile fails before any worker sees it.
         let graph = compile(plan)?;
         let span = runs_in_spans(plan, &graph);
@@ -260,10 +270,10 @@ impl Runner {
         }
     }
 
-    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan. State
-    /// saved on several workers restores on any number above one: the query then runs as the
-    /// parts it was saved as, hosted by the workers there are ([`Workers::install`]); state
-    /// saved on one worker restores on one.
+    /// Restores [`Runner::save_state`] output into a fresh runner of the same plan: state
+    /// saved on one worker into a local runner, state saved on several into a hosted one,
+    /// which then runs as the parts it was saved as, hosted by the workers there are
+    /// ([`Workers::install`]). [`saved_workers`] says which to make.
     pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         let saved = saved_workers(bytes)?;
         match (&*self, saved) {
@@ -278,23 +288,18 @@ impl Runner {
     }
 }
 
-/// The error for state saved on `saved` workers, restored on `here`: one worker's state
-/// restores only on one, and several workers' only on several.
-pub fn other_worker_count(saved: usize, here: usize) -> WeirError {
-    let (s, give) = if saved == 1 {
-        ("", "--workers 1".to_string())
-    } else {
-        ("s", "--workers 2 or more".to_string())
-    };
-    WeirError::plan(format!(
-        "the checkpoint was taken on {saved} worker{s}; this engine runs {here}: restart with \
-         {give} (a checkpoint moves between worker counts above one, not to or from one)"
+/// The error for state saved on `saved` workers put into a runner that cannot take it (one
+/// worker's state into a hosted runner, several workers' into a local one): a bug, since
+/// [`saved_workers`] says which runner to make.
+fn other_worker_count(saved: usize, here: usize) -> WeirError {
+    WeirError::internal(format!(
+        "the state of a query saved on {saved} worker(s) was put into a runner of {here}"
     ))
 }
 
 /// The number of workers a runner's state was saved on: that of the `hosted` section that
 /// begins a hosted runner's state, else 1.
-fn saved_workers(bytes: &[u8]) -> Result<usize> {
+pub fn saved_workers(bytes: &[u8]) -> Result<usize> {
     let mut r = StateReader::from_bytes(bytes)?;
     if r.peek_name() != Some(HOSTED) {
         return Ok(1);

@@ -158,6 +158,9 @@ pub(crate) struct Dataflow {
     next_id: u64,
     /// The timely workers queries run on (None: one worker, the engine's thread).
     workers: Option<Arc<Workers>>,
+    /// With one worker: the timely worker that queries restored from a checkpoint of several
+    /// run on, as their parts (started when one is restored).
+    restored_on: Option<Arc<Workers>>,
 }
 
 impl Dataflow {
@@ -224,13 +227,34 @@ impl Dataflow {
         self.workers.as_ref().map_or(1, |w| w.peers())
     }
 
-    pub fn runner(&self, plan: &Arc<LogicalPlan>, recipe: Option<&[u8]>) -> Result<Runner> {
-        if plan.contains_apply() {
-            return Err(WeirError::plan(
-                "this correlated subquery cannot be turned into a join, which a continuous query \
-                 needs; it works in one-shot queries over tables",
-            ));
+    /// A fresh runner for `plan` to restore `state` into: one worker's state on this thread,
+    /// several workers' on the workers as the parts it was saved as (see
+    /// [`weir_workers::Runner::restore_state`]), whatever the engine's worker count.
+    pub fn runner_for(
+        &mut self,
+        plan: &Arc<LogicalPlan>,
+        recipe: Option<&[u8]>,
+        state: &[u8],
+    ) -> Result<Runner> {
+        if weir_workers::saved_workers(state)? == 1 {
+            runnable(plan)?;
+            return Ok(Runner::Local(weir_exec::QueryRunner::new(plan)?));
         }
+        match &self.workers {
+            Some(w) if w.peers() > 1 => self.runner(plan, recipe),
+            _ => {
+                let workers = match &self.restored_on {
+                    Some(w) => w.clone(),
+                    None => self.restored_on.insert(Workers::start(1)?).clone(),
+                };
+                runnable(plan)?;
+                Runner::hosted(plan, &workers, recipe)
+            }
+        }
+    }
+
+    pub fn runner(&self, plan: &Arc<LogicalPlan>, recipe: Option<&[u8]>) -> Result<Runner> {
+        runnable(plan)?;
         Runner::new(plan, self.workers.as_ref(), recipe)
     }
 
@@ -452,6 +476,22 @@ pub(crate) fn subscription(id: u64, plan: &LogicalPlan, rx: OutputReceiver) -> S
         closed: std::cell::Cell::new(false),
         failure: std::cell::RefCell::new(None),
     }
+}
+
+/// The error for a plan no continuous query can run.
+fn not_runnable() -> WeirError {
+    WeirError::plan(
+        "this correlated subquery cannot be turned into a join, which a continuous query \
+         needs; it works in one-shot queries over tables",
+    )
+}
+
+/// [`Dataflow::runner`]'s check of a plan, without making a runner.
+fn runnable(plan: &LogicalPlan) -> Result<()> {
+    if plan.contains_apply() {
+        return Err(not_runnable());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

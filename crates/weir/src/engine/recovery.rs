@@ -838,12 +838,8 @@ impl Engine {
     fn restore(&mut self, loaded: Loaded) -> Result<Vec<String>> {
         let Loaded { manifest, mut whole, changes } = loaded;
         self.continue_generation(&manifest);
-        // Several workers' state restores on any number of workers above one (each query
-        // then runs as the parts it was saved as); one worker's on one.
-        let (saved, here) = (manifest.workers.max(1), self.workers());
-        if (saved == 1) != (here == 1) {
-            return Err(weir_workers::other_worker_count(saved, here));
-        }
+        // Any worker count restores on any other: each query runs as it was saved (on this
+        // thread if on one worker, else as its parts; see `Dataflow::runner_for`).
         self.base_dir = manifest.base_dir.clone();
         self.checkpoints.notes = manifest.notes.clone();
         // Sinks reopen their files at the committed position rather than truncating them.
@@ -941,7 +937,7 @@ impl Engine {
             if let Some(sql) = key.strip_prefix("sub:") {
                 let plan = self.subscription_plan(sql)?;
                 let recipe = self.recipe(&self.subscription_text(sql))?;
-                let mut runner = self.dataflow.runner(&plan, recipe.as_deref())?;
+                let mut runner = self.dataflow.runner_for(&plan, recipe.as_deref(), &bytes)?;
                 restore(&mut runner)?;
                 let target = Target::Subscriber(Some(sql.to_string()));
                 self.dataflow.add(runner, &plan, recipe, target, None, Vec::new())?;
@@ -955,7 +951,7 @@ impl Engine {
                 .find(|q| q.target.key().as_deref() == Some(key.as_str()))
                 .map(|q| (q.plan.clone(), q.recipe.clone()))
                 .ok_or_else(|| bad(&format!("no query for '{key}'")))?;
-            let mut runner = self.dataflow.runner(&plan, recipe.as_deref())?;
+            let mut runner = self.dataflow.runner_for(&plan, recipe.as_deref(), &bytes)?;
             restore(&mut runner)?;
             self.dataflow.replace_runner(&key, runner)?;
         }
