@@ -412,8 +412,9 @@ impl Engine {
     }
 
     /// [`Engine::open`] with the continuous queries on `workers` timely workers (see
-    /// [`Engine::set_workers`]). A checkpoint taken on another number of workers is refused
-    /// with an error that names the number it needs.
+    /// [`Engine::set_workers`]). A checkpoint taken on another number of workers restores
+    /// too: each query runs as it was saved (docs/recovery.md), and queries started after the
+    /// restart run on `workers`.
     pub fn open_with_workers(
         dir: impl Into<PathBuf>,
         workers: usize,
@@ -422,9 +423,8 @@ impl Engine {
     }
 
     /// [`Engine::open`] with the continuous queries on the workers of a cluster of processes,
-    /// this one being process 0 (see [`Engine::join_cluster`]). A checkpoint restores on a
-    /// cluster with as many workers in all as it was taken on (one process of 4 workers, or
-    /// two of 2), since each worker's state goes back to the worker of the same index.
+    /// this one being process 0 (see [`Engine::join_cluster`]). Any checkpoint restores, as
+    /// with [`Engine::open_with_workers`].
     pub fn open_on_cluster(
         dir: impl Into<PathBuf>,
         cluster: &weir_workers::Cluster,
