@@ -1451,12 +1451,7 @@ fn build_sink<'s>(
             let rounds: Vec<u64> =
                 frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
             for round in rounds {
-                let mut batches = Vec::new();
-                while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
-                    if let Some((_, b)) = pending.pop_first() {
-                        batches.extend(b);
-                    }
-                }
+                let batches = drain_upto(&mut pending, round);
                 if me == 0 {
                     let _ = replies.send(Done { id, round, batches });
                 }
@@ -1509,12 +1504,7 @@ fn build_cluster_sink<'s>(
                 let rounds: Vec<u64> =
                     frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
                 for round in rounds {
-                    let mut parts = Vec::new();
-                    while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
-                        if let Some((_, p)) = pending.pop_first() {
-                            parts.extend(p);
-                        }
-                    }
+                    let parts = drain_upto(&mut pending, round);
                     let last = status.last.lock().ok().and_then(|l| *l);
                     let failure = status
                         .error
@@ -1552,15 +1542,13 @@ fn build_cluster_sink<'s>(
             frontiers.borrow().range(next.get()..upto).map(|(r, _)| *r).collect();
         for round in rounds {
             let mut batches = Vec::new();
-            while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
-                for report in pending.pop_first().map(|(_, r)| r).unwrap_or_default() {
-                    if let Some((e, at)) = report.failure {
-                        status.fail_at(e.into(), at);
-                    }
-                    status.evaluated(report.last);
-                    traffic.add(report.traffic);
-                    batches.extend(report.parts.into_iter().filter_map(|p| p.batch));
+            for report in drain_upto(&mut pending, round) {
+                if let Some((e, at)) = report.failure {
+                    status.fail_at(e.into(), at);
                 }
+                status.evaluated(report.last);
+                traffic.add(report.traffic);
+                batches.extend(report.parts.into_iter().filter_map(|p| p.batch));
             }
             if me == 0 {
                 let _ = replies.send(Done { id, round, batches });
@@ -1569,6 +1557,17 @@ fn build_cluster_sink<'s>(
         }
     });
     [sunk, gathered]
+}
+
+/// What arrived in rounds up to `round`, in round order, taken out of `pending`.
+fn drain_upto<T>(pending: &mut BTreeMap<u64, Vec<T>>, round: u64) -> Vec<T> {
+    let mut out = Vec::new();
+    while pending.first_key_value().is_some_and(|(r, _)| *r <= round) {
+        if let Some((_, items)) = pending.pop_first() {
+            out.extend(items);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
