@@ -56,7 +56,7 @@ enum ColumnText<'a> {
     Int(Ints<'a>),
     Str(&'a arrow::array::StringArray),
     Bool(&'a arrow::array::BooleanArray),
-    /// `DECIMAL` values, as arrow writes them ([`decimal`]).
+    /// `DECIMAL` values, as arrow writes them ([`super::decimal`]).
     Decimal {
         values: &'a arrow::array::Decimal128Array,
         precision: usize,
@@ -119,7 +119,7 @@ impl<'a> ColumnText<'a> {
             ColumnText::Decimal { values, precision, scale } => {
                 if values.is_valid(row) {
                     let mut digits = itoa::Buffer::new();
-                    decimal(digits.format(values.value(row)), *precision, *scale, out);
+                    super::decimal(digits.format(values.value(row)), *precision, *scale, out);
                 }
             }
             ColumnText::Time { values, text, other } => {
@@ -149,37 +149,6 @@ fn formatted(
         .map_err(|e| ArrowError::CsvError(format!("cannot write a value as CSV: {e}")))?;
     field(scratch.as_bytes(), out);
     Ok(())
-}
-
-/// Appends a decimal's text, from its unscaled value's digits (`value`, with its sign), as
-/// arrow's display of a decimal writes it: digits beyond `precision` dropped from the end (only
-/// a value out of its type's range has them), then the point placed `scale` digits from the
-/// end, with zeros before it as needed (`-0.005`), or `-scale` zeros appended.
-fn decimal(value: &str, precision: usize, scale: i8, out: &mut Vec<u8>) {
-    let (sign, all) = match value.strip_prefix('-') {
-        Some(rest) => ("-", rest),
-        None => ("", value),
-    };
-    let digits = &all[..precision.min(all.len())];
-    out.extend_from_slice(sign.as_bytes());
-    let scale_digits = scale.unsigned_abs() as usize;
-    if scale == 0 {
-        out.extend_from_slice(digits.as_bytes());
-    } else if scale < 0 {
-        out.extend_from_slice(digits.as_bytes());
-        out.resize(out.len() + scale_digits, b'0');
-    } else if all.len() > scale_digits {
-        // Arrow compares the digits before cutting them to the precision, so a cut value can
-        // start with its point (`.1`).
-        let (whole, fraction) = digits.split_at(digits.len().saturating_sub(scale_digits));
-        out.extend_from_slice(whole.as_bytes());
-        out.push(b'.');
-        out.extend_from_slice(fraction.as_bytes());
-    } else {
-        out.extend_from_slice(b"0.");
-        out.resize(out.len() + scale_digits - digits.len(), b'0');
-        out.extend_from_slice(digits.as_bytes());
-    }
 }
 
 /// Appends a field's bytes, in quotes (its own doubled) if it holds `,`, `"`, `\r` or `\n`.

@@ -2,7 +2,8 @@
 //!
 //! The same idea as [`super::csv_text`]: each value goes into the output once, with no
 //! intermediate text. Keys are encoded once per batch; integers are written with `itoa`,
-//! booleans as words, zoneless TIMESTAMP columns with [`super::IsoText`] in quotes, and strings
+//! booleans as words, decimals as arrow's display writes them ([`super::decimal`]), zoneless
+//! TIMESTAMP columns with [`super::IsoText`] in quotes, and strings
 //! copied between quotes when they hold nothing JSON escapes, else escaped by `serde_json`
 //! (which is what arrow's JSON writer uses for every string).
 //!
@@ -65,6 +66,8 @@ enum Value<'a> {
     Str(&'a arrow::array::StringArray),
     Bool(&'a arrow::array::BooleanArray),
     Time(&'a arrow::array::TimestampMicrosecondArray, IsoText),
+    /// A number, as arrow writes a decimal ([`super::decimal`]).
+    Decimal(&'a arrow::array::Decimal128Array, usize, i8),
 }
 
 impl<'a> Value<'a> {
@@ -75,6 +78,11 @@ impl<'a> Value<'a> {
         Some(match c.data_type() {
             DataType::Utf8 => Value::Str(c.as_string::<i32>()),
             DataType::Boolean => Value::Bool(c.as_boolean()),
+            DataType::Decimal128(precision, scale) => Value::Decimal(
+                c.as_primitive::<arrow::datatypes::Decimal128Type>(),
+                *precision as usize,
+                *scale,
+            ),
             DataType::Timestamp(TimeUnit::Microsecond, None) => {
                 Value::Time(c.as_primitive::<TimestampMicrosecondType>(), IsoText::default())
             }
@@ -98,6 +106,7 @@ impl<'a> Value<'a> {
             Value::Str(a) => a.is_null(row),
             Value::Bool(a) => a.is_null(row),
             Value::Time(a, _) => a.is_null(row),
+            Value::Decimal(a, ..) => a.is_null(row),
         }
     }
 
@@ -107,6 +116,9 @@ impl<'a> Value<'a> {
         let text = match self {
             Value::Int(a) => a.text(row, &mut digits),
             Value::Str(a) => return string(a.value(row), out),
+            Value::Decimal(a, precision, scale) => {
+                return super::decimal(digits.format(a.value(row)), *precision, *scale, out)
+            }
             Value::Bool(a) => {
                 if a.value(row) {
                     "true"
@@ -149,8 +161,8 @@ fn string(s: &str, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use arrow::array::{
-        BooleanArray, Float64Array, Int32Array, Int64Array, StringArray, TimestampMicrosecondArray,
-        UInt8Array,
+        BooleanArray, Decimal128Array, Float64Array, Int32Array, Int64Array, StringArray,
+        TimestampMicrosecondArray, UInt8Array,
     };
     use arrow::datatypes::{Field, Schema};
     use proptest::prelude::*;
@@ -190,6 +202,7 @@ mod tests {
             prop::option::of(text),
             prop::option::of(any::<bool>()),
             prop::option::of(time),
+            prop::option::of(any::<i128>()),
         );
         let floats = any::<bool>();
         proptest!(|(rows in prop::collection::vec(row, 0..20), with_float in floats)| {
@@ -201,6 +214,7 @@ mod tests {
                 Field::new("d", DataType::Utf8, true),
                 Field::new("e", DataType::Boolean, true),
                 Field::new("_time", ts, true),
+                Field::new("g", DataType::Decimal128(20, 3), true),
             ];
             let mut columns: Vec<ArrayRef> = vec![
                 Arc::new(rows.iter().map(|x| x.0).collect::<Int64Array>()),
@@ -209,6 +223,13 @@ mod tests {
                 Arc::new(rows.iter().map(|x| x.3.clone()).collect::<StringArray>()),
                 Arc::new(rows.iter().map(|x| x.4).collect::<BooleanArray>()),
                 Arc::new(rows.iter().map(|x| x.5).collect::<TimestampMicrosecondArray>()),
+                Arc::new(
+                    rows.iter()
+                        .map(|x| x.6.map(|v| if v % 2 == 0 { v % 100_000 } else { v }))
+                        .collect::<Decimal128Array>()
+                        .with_precision_and_scale(20, 3)
+                        .unwrap(),
+                ),
             ];
             if with_float {
                 fields.push(Field::new("f", DataType::Float64, true));

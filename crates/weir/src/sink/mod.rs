@@ -497,6 +497,37 @@ impl Drop for FileSink {
     }
 }
 
+/// Appends a decimal's text, from its unscaled value's digits (`value`, with its sign), as
+/// arrow's display of a decimal writes it: digits beyond `precision` dropped from the end (only
+/// a value out of its type's range has them), then the point placed `scale` digits from the
+/// end, with zeros before it as needed (`-0.005`), or `-scale` zeros appended.
+pub(crate) fn decimal(value: &str, precision: usize, scale: i8, out: &mut Vec<u8>) {
+    let (sign, all) = match value.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", value),
+    };
+    let digits = &all[..precision.min(all.len())];
+    out.extend_from_slice(sign.as_bytes());
+    let scale_digits = scale.unsigned_abs() as usize;
+    if scale == 0 {
+        out.extend_from_slice(digits.as_bytes());
+    } else if scale < 0 {
+        out.extend_from_slice(digits.as_bytes());
+        out.resize(out.len() + scale_digits, b'0');
+    } else if all.len() > scale_digits {
+        // Arrow compares the digits before cutting them to the precision, so a cut value can
+        // start with its point (`.1`).
+        let (whole, fraction) = digits.split_at(digits.len().saturating_sub(scale_digits));
+        out.extend_from_slice(whole.as_bytes());
+        out.push(b'.');
+        out.extend_from_slice(fraction.as_bytes());
+    } else {
+        out.extend_from_slice(b"0.");
+        out.resize(out.len() + scale_digits - digits.len(), b'0');
+        out.extend_from_slice(digits.as_bytes());
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests: a panic is a failed test
 mod tests {
