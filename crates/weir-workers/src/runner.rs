@@ -304,8 +304,13 @@ pub fn saved_workers(bytes: &[u8]) -> Result<usize> {
     if r.peek_name() != Some(HOSTED) {
         return Ok(1);
     }
-    let head = r.take(HOSTED, HOSTED_SIG)?;
-    usize::try_from(head.scalar_i64("workers")?)
+    hosted_parts(&mut r)
+}
+
+/// The part count the `hosted` section that begins a hosted runner's state holds (it is the
+/// number of workers it was saved on, or, restored, the parts it ran as).
+fn hosted_parts(r: &mut StateReader) -> Result<usize> {
+    usize::try_from(r.take(HOSTED, HOSTED_SIG)?.scalar_i64("workers")?)
         .ok()
         .filter(|&n| n > 1)
         .ok_or_else(|| invalid("the number of workers of a checkpoint is not above 1"))
@@ -579,11 +584,7 @@ impl Hosted {
         }
         let sig = self.signature();
         let mut r = StateReader::from_bytes(bytes)?;
-        let parts = r.take(HOSTED, HOSTED_SIG)?.scalar_i64("workers")?;
-        let parts = usize::try_from(parts)
-            .ok()
-            .filter(|&p| p > 1)
-            .ok_or_else(|| invalid("the number of workers of a checkpoint is not above 1"))?;
+        let parts = hosted_parts(&mut r)?;
         if parts != self.parts {
             // Saved as other parts than it was installed as: installed again, as those (only
             // a runner nothing was fed to gets here, see `restore_state`).

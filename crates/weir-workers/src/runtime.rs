@@ -1196,27 +1196,19 @@ fn build_nodes<'s>(
     hosts: &mut Vec<(u32, Vec<Rc<RefCell<NodeHost>>>)>,
     traffic: &Arc<Traffic>,
 ) -> Option<Stream<'s, u64, Vec<Part>>> {
+    // A layout that fails fails the query (and builds nothing more).
+    let laid_out = |nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]| {
+        layout(nodes).map_err(|e| status.fail(e)).ok()
+    };
     let nodes = shape.into_nodes();
     let n = nodes.len();
-    let (_, everywhere) = match layout(&nodes) {
-        Ok(l) => l,
-        Err(e) => {
-            status.fail(e);
-            return None;
-        }
-    };
+    let (_, everywhere) = laid_out(&nodes)?;
     // Per part this worker hosts, its graph's operators and their routes, node by node.
     type Hosted = std::vec::IntoIter<(Box<dyn weir_exec::Operator>, Route)>;
     let mut ops: Vec<(u32, Hosted)> = Vec::new();
     for (v, g) in graphs {
         let nodes = g.into_nodes();
-        let (routes, _) = match layout(&nodes) {
-            Ok(l) => l,
-            Err(e) => {
-                status.fail(e);
-                return None;
-            }
-        };
+        let (routes, _) = laid_out(&nodes)?;
         let hosted: Vec<_> = nodes.into_iter().map(|(op, _)| op).zip(routes).collect();
         ops.push((v, hosted.into_iter()));
     }

@@ -17,10 +17,7 @@ use arrow::datatypes::SchemaRef;
 use serde::{Deserialize, Serialize};
 use weir_common::{ipc, Result, Time, TimeDomain, WeirError};
 use weir_plan::LogicalPlan;
-use weir_sql::{
-    bind_query_with, parse_script, BindOptions, CatalogEntry, NullOrder, Statement, StreamDef,
-    TableDef, ViewDef,
-};
+use weir_sql::{BindOptions, CatalogEntry, NullOrder, StreamDef, TableDef, ViewDef};
 use weir_workers::{Cluster, Resolver, Workers};
 
 use super::Engine;
@@ -179,13 +176,9 @@ impl RecipeCatalog {
         self.bind(&self.query)
     }
 
-    /// Plans `sql`, one query, as the engine does (`Engine::plan_text`).
+    /// Plans `sql`, one query, as the engine does.
     fn bind(&self, sql: &str) -> Result<Arc<LogicalPlan>> {
-        let mut stmts = parse_script(sql)?;
-        match (stmts.len(), stmts.pop().map(|s| s.statement)) {
-            (1, Some(Statement::Query(q))) => bind_query_with(self, self.options, &q),
-            _ => Err(WeirError::internal("a recipe's text is not one query")),
-        }
+        super::plan_query_text(self, self.options, sql)
     }
 }
 

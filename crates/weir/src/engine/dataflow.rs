@@ -236,18 +236,17 @@ impl Dataflow {
         recipe: Option<&[u8]>,
         state: &[u8],
     ) -> Result<Runner> {
+        runnable(plan)?;
         if weir_workers::saved_workers(state)? == 1 {
-            runnable(plan)?;
             return Ok(Runner::Local(weir_exec::QueryRunner::new(plan)?));
         }
         match &self.workers {
-            Some(w) if w.peers() > 1 => self.runner(plan, recipe),
+            Some(w) if w.peers() > 1 => Runner::new(plan, Some(w), recipe),
             _ => {
                 let workers = match &self.restored_on {
                     Some(w) => w.clone(),
                     None => self.restored_on.insert(Workers::start(1)?).clone(),
                 };
-                runnable(plan)?;
                 Runner::hosted(plan, &workers, recipe)
             }
         }
@@ -478,18 +477,13 @@ pub(crate) fn subscription(id: u64, plan: &LogicalPlan, rx: OutputReceiver) -> S
     }
 }
 
-/// The error for a plan no continuous query can run.
-fn not_runnable() -> WeirError {
-    WeirError::plan(
-        "this correlated subquery cannot be turned into a join, which a continuous query \
-         needs; it works in one-shot queries over tables",
-    )
-}
-
-/// [`Dataflow::runner`]'s check of a plan, without making a runner.
+/// An error for a plan no continuous query can run ([`Dataflow::runner`]'s check).
 fn runnable(plan: &LogicalPlan) -> Result<()> {
     if plan.contains_apply() {
-        return Err(not_runnable());
+        return Err(WeirError::plan(
+            "this correlated subquery cannot be turned into a join, which a continuous query \
+             needs; it works in one-shot queries over tables",
+        ));
     }
     Ok(())
 }

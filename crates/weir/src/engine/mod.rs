@@ -382,7 +382,7 @@ impl Engine {
 
     /// The plan of a query, or of `SELECT * FROM name` for a view or stream's name.
     fn subscription_plan(&self, text: &str) -> Result<Arc<LogicalPlan>> {
-        if !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+        if is_bare_name(text) {
             let name = text.to_ascii_lowercase();
             return match self.catalog.view(&name) {
                 Some(v) => Ok(v.def.plan.clone()),
@@ -394,7 +394,7 @@ impl Engine {
 
     /// The query text [`Engine::subscription_plan`] plans `text` from.
     fn subscription_text(&self, text: &str) -> String {
-        if !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+        if is_bare_name(text) {
             return match self.catalog.view(&text.to_ascii_lowercase()) {
                 Some(v) => v.def.sql.clone(),
                 None => format!("SELECT * FROM {text}"),
@@ -404,11 +404,7 @@ impl Engine {
     }
 
     fn plan_text(&self, sql: &str) -> Result<Arc<LogicalPlan>> {
-        let mut stmts = parse_script(sql)?;
-        match (stmts.len(), stmts.pop().map(|s| s.statement)) {
-            (1, Some(Statement::Query(q))) => self.bind(&q).map_err(|e| e.with_source(sql)),
-            _ => Err(WeirError::plan("expected exactly one query")),
-        }
+        plan_query_text(&self.catalog.binder(false), self.settings.bind, sql)
     }
 
     fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
@@ -794,6 +790,27 @@ fn sink_details(k: &SinkFile) -> String {
         details += &format!(", failed: {e}");
     }
     details
+}
+
+/// Whether a subscription's text is a bare view or stream name rather than a query.
+fn is_bare_name(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$')
+}
+
+/// Plans `sql`, which must be exactly one query, against `catalog` under `options` (the
+/// engine's continuous queries, and a recipe on another process of a cluster).
+pub(super) fn plan_query_text(
+    catalog: &dyn weir_sql::Catalog,
+    options: weir_sql::BindOptions,
+    sql: &str,
+) -> Result<Arc<LogicalPlan>> {
+    let mut stmts = parse_script(sql)?;
+    match (stmts.len(), stmts.pop().map(|s| s.statement)) {
+        (1, Some(Statement::Query(q))) => {
+            bind_query_with(catalog, options, &q).map_err(|e| e.with_source(sql))
+        }
+        _ => Err(WeirError::plan("expected exactly one query")),
+    }
 }
 
 #[cfg(test)]
