@@ -193,6 +193,19 @@ mod tests {
         write_csv(batch, &mut out).ok().map(|_| String::from_utf8(out).unwrap())
     }
 
+    /// A one-column record whose field is empty (NULL or an empty string) is `""`, never an
+    /// empty line, which a CSV reader would skip as no record.
+    #[test]
+    fn an_empty_one_field_record_is_quoted() {
+        let batch = RecordBatch::try_from_iter([(
+            "s",
+            Arc::new(StringArray::from(vec![Some("a"), None, Some("")])) as ArrayRef,
+        )])
+        .unwrap();
+        assert_eq!(ours(&batch).unwrap(), "a\n\"\"\n\"\"\n");
+        assert_eq!(ours(&batch), arrows(&batch));
+    }
+
     /// Decimals of every precision and scale (negative too), with values beyond their
     /// precision, which arrow cuts short: the same bytes as arrow's writer.
     #[test]
