@@ -10,7 +10,7 @@ use arrow::array::{
     Array, ArrayRef, BooleanArray, Decimal128Array, Float64Array, Int64Array, UInt32Array,
 };
 use arrow::datatypes::DataType;
-use datafusion_common::{HashMap, ScalarValue};
+use datafusion_common::ScalarValue;
 use weir_common::{Result, WeirError};
 use weir_plan::AggFunc;
 
@@ -60,7 +60,7 @@ pub(super) enum Acc {
         sum: Sum,
         n: i64,
     },
-    /// MIN/MAX over values kept as their row encoding.
+    /// MIN/MAX over values kept as their row encoding (of an input that may retract).
     MinMax {
         values: BTreeMap<RowBytes, i64>,
         max: bool,
@@ -76,6 +76,12 @@ pub(super) enum Acc {
     /// allocation per group): a value that beats the extreme replaces it.
     Extreme {
         best: Option<(i64, i64)>,
+        max: bool,
+    },
+    /// MIN/MAX over row-encoded values of an append-only input: the extreme and its count,
+    /// as [`Acc::Extreme`] keeps them for order keys.
+    ExtremeBytes {
+        best: Option<(RowBytes, i64)>,
         max: bool,
     },
     /// BOOL_AND/BOOL_OR: how many true and how many false values the group holds.
@@ -107,15 +113,11 @@ pub(super) struct AccState {
     pub(super) acc: Acc,
 }
 
-/// The DISTINCT aggregates of one argument in a group (see [`super::Aggregate`]'s
-/// `distinct_sets`): each value present, with its multiplicity as seen by each of them (a
-/// FILTER makes them differ). An entry leaves when all its counts are 0.
-pub(super) type SeenMap = HashMap<SeenKey, SeenCounts>;
-
 impl HeapSize for Acc {
     fn heap_bytes(&self) -> usize {
         match self {
             Acc::MinMax { values, .. } => values.heap_bytes(),
+            Acc::ExtremeBytes { best, .. } => best.as_ref().map_or(0, |(v, _)| v.heap_bytes()),
             Acc::MinMaxKey { values, .. } => values.heap_bytes(),
             Acc::Ordered { elements } => elements.heap_bytes(),
             Acc::Count(_)
@@ -143,16 +145,24 @@ impl HeapSize for Out {
     }
 }
 
-/// A value's multiplicity per member of its DISTINCT set, inline up to 4 members.
-pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;
-
-/// The counts of value `v` in `map`, zeros for a set of `members` members if it is new.
-pub(super) fn seen_counts<'m>(
-    map: &'m mut SeenMap,
+/// Offers row-encoded value `v` with count `diff` to an append-only MIN/MAX whose extreme is
+/// `best`: it adds to the extreme's count if equal, replaces it if it beats it (greater for
+/// MAX), and is dropped otherwise (it can never be the extreme). True if `v` was the extreme.
+pub(super) fn bytes_contend(
+    best: &mut Option<(RowBytes, i64)>,
+    max: bool,
     v: &[u8],
-    members: usize,
-) -> &'m mut SeenCounts {
-    map.entry(SeenKey::from_slice(v)).or_insert_with(|| SeenCounts::from_elem(0, members))
+    diff: i64,
+) -> bool {
+    match best {
+        Some((e, c)) if &e[..] == v => {
+            *c += diff;
+            return true;
+        }
+        Some((e, _)) if (v > &e[..]) != max => {}
+        _ => *best = Some((v.into(), diff)),
+    }
+    false
 }
 
 /// The most extreme of MIN/MAX's row-encoded values (the greatest for MAX).
@@ -163,10 +173,6 @@ fn bytes_extreme(values: &BTreeMap<RowBytes, i64>, max: bool) -> Option<&RowByte
         values.keys().next()
     }
 }
-
-/// A DISTINCT value's row encoding, inline up to 16 bytes (any number, a short string): no
-/// allocation per value, and a probe compares without a trip to the heap.
-pub(super) type SeenKey = smallvec::SmallVec<[u8; 16]>;
 
 /// How an aggregate's values are kept and output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,6 +352,7 @@ impl Aggregate {
             Kind::KeyInt | Kind::KeyFloat => {
                 Acc::MinMaxKey { values: Box::new(KeySet::new()), max }
             }
+            Kind::Bytes if append_only => Acc::ExtremeBytes { best: None, max },
             Kind::Bytes => Acc::MinMax { values: BTreeMap::new(), max },
         };
         AccState { acc }
@@ -392,15 +399,14 @@ impl Aggregate {
         })
     }
 
-    /// Applies value i of `view` with multiplicity `diff` to an accumulator. With
-    /// `append_only` (`diff` is then positive), MIN and MAX keep only their extreme.
+    /// Applies value i of `view` with multiplicity `diff` to an accumulator (an append-only
+    /// MIN or MAX, [`Acc::Extreme`] or [`Acc::ExtremeBytes`], keeps only its extreme).
     pub(super) fn update(
         acc: &mut Acc,
         view: &ArgView,
         i: usize,
         value: Option<&[u8]>,
         diff: i64,
-        append_only: bool,
     ) -> Result<()> {
         match acc {
             Acc::Count(n) => *n += diff,
@@ -416,19 +422,9 @@ impl Aggregate {
                     _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
                 }
             }
-            Acc::MinMax { values, max } if append_only => {
+            Acc::ExtremeBytes { best, max } => {
                 let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
-                let beats = match bytes_extreme(values, *max) {
-                    None => true,
-                    Some(e) if *max => v > &e[..],
-                    Some(e) => v < &e[..],
-                };
-                if beats {
-                    values.clear();
-                    values.insert(v.into(), diff);
-                } else if let Some(c) = values.get_mut(v) {
-                    *c += diff;
-                }
+                bytes_contend(best, *max, v, diff);
             }
             Acc::MinMax { values, .. } => {
                 let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
@@ -517,6 +513,9 @@ impl Aggregate {
                 }
                 Acc::MinMax { values, max } => {
                     bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))
+                }
+                Acc::ExtremeBytes { best, .. } => {
+                    best.as_ref().map_or(Out::Null, |(v, _)| Out::Bytes(v.clone()))
                 }
                 Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
                 Acc::Extreme { best, .. } => best.map_or(Out::Null, |(v, _)| Out::Int(v)),

@@ -5,7 +5,7 @@ use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
-use super::accumulators::{f64_key, key_f64, seen_counts, Acc, AccState, Kind, Sum, Wide};
+use super::accumulators::{bytes_contend, f64_key, key_f64, Acc, AccState, Kind, Sum, Wide};
 use super::minmax::KeySet;
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
@@ -208,6 +208,9 @@ impl Aggregate {
                     Acc::MinMax { values: vs, .. } => {
                         values.extend(vs.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
                     }
+                    Acc::ExtremeBytes { best, .. } => {
+                        values.extend(best.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
+                    }
                     Acc::Ordered { elements } => values.extend(
                         elements.iter().map(|(e, (c, _))| (g as i64, a as i64, &e[..], *c)),
                     ),
@@ -223,11 +226,7 @@ impl Aggregate {
                     _ => {}
                 }
                 if let Some((s, m)) = self.distinct_of[a] {
-                    let mut s: Vec<(&[u8], i64)> = group.seen[s]
-                        .iter()
-                        .filter(|(_, c)| c[m] != 0)
-                        .map(|(v, c)| (&v[..], c[m]))
-                        .collect();
+                    let mut s = group.seen[s].member(m);
                     s.sort_unstable();
                     seen.extend(s.into_iter().map(|(v, c)| (g as i64, a as i64, v, c)));
                 }
@@ -336,6 +335,7 @@ impl Aggregate {
                     }
                     (
                         Acc::MinMax { .. }
+                        | Acc::ExtremeBytes { .. }
                         | Acc::MinMaxKey { .. }
                         | Acc::Extreme { .. }
                         | Acc::Ordered { .. },
@@ -385,11 +385,10 @@ impl Aggregate {
                         return Err(invalid(format!("section '{name}': row {i} does not fit")));
                     };
                     let members = self.distinct_sets[s].len();
-                    let mine = seen_counts(&mut group.seen[s], vals[i], members);
-                    if mine[m] != 0 {
+                    let count = nonzero(name, counts[i])?;
+                    if !group.seen[s].restore(vals[i], members, m, count) {
                         return Err(invalid(format!("section '{name}': a value appears twice")));
                     }
-                    mine[m] = nonzero(name, counts[i])?;
                     continue;
                 }
                 let st = group.and_then(|g| a.and_then(|a| g.accs.get_mut(a)));
@@ -427,6 +426,10 @@ impl Aggregate {
                             }
                         }
                     }
+                    (
+                        "aggregate.values",
+                        Some(AccState { acc: Acc::ExtremeBytes { best, max }, .. }),
+                    ) => bytes_contend(best, *max, vals[i], nonzero(name, counts[i])?),
                     ("aggregate.values", Some(AccState { acc: Acc::Ordered { elements }, .. })) => {
                         let v = a
                             .and_then(|a| ordered[a].next())

@@ -31,8 +31,10 @@
 //! projects or inner-joins such inputs; see [`Aggregate::with_append_only`]): a value that is
 //! not a group's MIN (MAX) when it arrives can never become it, since nothing leaves, so MIN
 //! and MAX keep only their current extreme and its count: constant state per group instead of
-//! every value, as Flink's accumulators without retraction do. A retraction reaching such an
-//! aggregate is an internal error, never a wrong answer.
+//! every value, as Flink's accumulators without retraction do. A DISTINCT set keeps one bit per
+//! member for each value instead of a count (whether the member has seen it: it can never
+//! stop seeing it). A retraction reaching such an aggregate is an internal error, never a
+//! wrong answer.
 //!
 //! `FILTER (WHERE p)`: a row whose `p` is not true (false or NULL) does not reach that aggregate,
 //! neither as an insertion nor as a retraction, so each aggregate is that of the group's rows
@@ -64,7 +66,8 @@
 //!
 //! The operator is split by job: this file holds the groups and the walk of a step;
 //! `accumulators.rs` how each aggregate function keeps, updates and outputs its values;
-//! `checkpoint.rs` the state's sections; `minmax.rs` the MIN/MAX multisets kept as order keys;
+//! `checkpoint.rs` the state's sections; `distinct.rs` the DISTINCT sets; `minmax.rs` the
+//! MIN/MAX multisets kept as order keys;
 //! `panes.rs` the pane aggregation under a time window's aggregate, which feeds the same groups
 //! without output and emits them all at once; `tests.rs` the tests.
 
@@ -91,11 +94,13 @@ use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
-use accumulators::{seen_counts, Acc, AccState, ArgView, Kind, Out, SeenMap};
+use accumulators::{Acc, AccState, ArgView, Kind, Out};
+use distinct::SeenMap;
 
 mod accumulators;
 pub(crate) use accumulators::{avg_scale, decimal_avg};
 mod checkpoint;
+mod distinct;
 mod minmax;
 pub mod panes;
 #[cfg(test)]
@@ -415,7 +420,8 @@ impl Aggregate {
             .zip(&self.kinds)
             .map(|(a, k)| Self::fresh_acc(a, *k, self.append_only))
             .collect();
-        let seen = self.distinct_sets.iter().map(|_| SeenMap::default()).collect();
+        let seen =
+            self.distinct_sets.iter().map(|m| SeenMap::new(self.append_only, m.len())).collect();
         Group { key: key.to_vec(), rows: 0, accs, seen, mark: 0 }
     }
 
@@ -447,7 +453,7 @@ impl Aggregate {
         for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
             *st = Self::fresh_acc(spec, *kind, self.append_only);
         }
-        g.seen.iter_mut().for_each(|m| *m = SeenMap::default());
+        g.seen.iter_mut().for_each(SeenMap::clear);
         self.free.push(id);
     }
 
@@ -617,7 +623,6 @@ impl Aggregate {
         }
         let key = p.keys.get(i);
         let scalar = self.keys.is_empty();
-        let append_only = self.append_only;
         let id = match self.index.get(key) {
             Some(&id) => id,
             None => self.alloc(key),
@@ -652,7 +657,7 @@ impl Aggregate {
                 continue;
             }
             let value = p.values[a].as_ref().map(|v| v.get(i));
-            Self::update(&mut st.acc, view, i, value, diff, append_only)?;
+            Self::update(&mut st.acc, view, i, value, diff)?;
         }
         // DISTINCT: one map lookup per set; a member's aggregate sees a value when its count
         // for it turns positive, and loses it when the count returns to 0.
@@ -668,24 +673,17 @@ impl Aggregate {
                 .as_ref()
                 .map(|v| v.get(i))
                 .ok_or_else(|| WeirError::internal("distinct value"))?;
-            let counts = seen_counts(&mut group.seen[s], v, members.len());
-            for (m, &a) in members.iter().enumerate() {
-                if !reaches(a) {
-                    continue;
-                }
-                let before = counts[m];
-                let after = before + diff;
-                counts[m] = after;
-                let change = match (before > 0, after > 0) {
-                    (false, true) => 1,
-                    (true, false) => -1,
-                    _ => continue,
-                };
-                Self::update(&mut group.accs[a].acc, &p.views[a], i, Some(v), change, append_only)?;
-            }
-            if counts.iter().all(|c| *c == 0) {
-                group.seen[s].remove(v);
-            }
+            let accs = &mut group.accs;
+            group.seen[s].change(
+                v,
+                members.len(),
+                diff,
+                |m| reaches(members[m]),
+                |m, change| {
+                    let a = members[m];
+                    Self::update(&mut accs[a].acc, &p.views[a], i, Some(v), change)
+                },
+            )?;
         }
         Ok(())
     }

@@ -1,0 +1,327 @@
+//! The DISTINCT sets of a group: for each argument of DISTINCT aggregates (q16's
+//! `COUNT(DISTINCT bidder)` with and without each `FILTER`), the values the group holds, and
+//! for each aggregate sharing the argument (a *member*) whether it sees the value.
+//!
+//! A member's aggregate is fed a value when the value becomes present for that member and
+//! loses it when it leaves, so what a set keeps per value depends on the input:
+//! - over an input that may retract, each member's multiplicity of the value
+//!   ([`SeenMap::Counts`]): the value leaves a member when its count returns to 0, and the
+//!   entry goes when every count is 0;
+//! - over an insert-only input, nothing ever leaves, so one bit per member says whether it has
+//!   seen the value ([`SeenMap::Marks`], up to 64 members): a word per value instead of a count
+//!   per member, a quarter of the memory for q16's sets of four.
+//!
+//! Values are keyed by their row encoding ([`SeenKey`]), held inline when it is at most 15
+//! bytes long (any number, a date, a short string), so that a probe compares two words and an
+//! entry needs no allocation of its own; longer encodings are boxed. Memory per value: 32
+//! bytes plus a control byte for a mark, 72 for the counts of up to four members.
+
+use std::hash::{Hash, Hasher};
+
+use datafusion_common::HashMap;
+use hashbrown::Equivalent;
+use weir_common::{Result, WeirError};
+
+use crate::heap::{allocation, hash_table, HeapSize};
+
+/// Bytes of an encoding held inline; the last byte of a [`SeenKey::Short`] is its length.
+const INLINE: usize = 15;
+
+/// A DISTINCT value's row encoding: inline up to [`INLINE`] bytes, boxed beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum SeenKey {
+    /// The encoding's bytes, zero-padded, with its length in the last byte.
+    Short([u8; INLINE + 1]),
+    Long(Box<[u8]>),
+}
+
+/// A probe for a value: a [`SeenKey`] that borrows a long encoding instead of boxing it.
+#[derive(Debug, Clone, Copy)]
+enum SeenRef<'a> {
+    Short([u8; INLINE + 1]),
+    Long(&'a [u8]),
+}
+
+impl<'a> SeenRef<'a> {
+    fn of(v: &'a [u8]) -> Self {
+        if v.len() <= INLINE {
+            let mut a = [0u8; INLINE + 1];
+            a[..v.len()].copy_from_slice(v);
+            a[INLINE] = v.len() as u8;
+            SeenRef::Short(a)
+        } else {
+            SeenRef::Long(v)
+        }
+    }
+
+    /// The value's entry in `map`, made with `fresh` if missing, in one probe (a long key is
+    /// boxed only when missing).
+    fn slot<V>(self, map: &mut HashMap<SeenKey, V>, fresh: impl FnOnce() -> V) -> &mut V {
+        match self {
+            SeenRef::Short(a) => map.entry(SeenKey::Short(a)).or_insert_with(fresh),
+            SeenRef::Long(v) => {
+                map.raw_entry_mut()
+                    .from_key(&self)
+                    .or_insert_with(|| (SeenKey::Long(v.into()), fresh()))
+                    .1
+            }
+        }
+    }
+
+    fn to_key(self) -> SeenKey {
+        match self {
+            SeenRef::Short(a) => SeenKey::Short(a),
+            SeenRef::Long(v) => SeenKey::Long(v.into()),
+        }
+    }
+}
+
+impl SeenKey {
+    /// The row encoding.
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            SeenKey::Short(a) => &a[..a[INLINE] as usize],
+            SeenKey::Long(v) => v,
+        }
+    }
+}
+
+// A key and its probe hash alike: a short one as one 128-bit word, a long one as its bytes
+// (which of the two a value is depends only on its length).
+impl Hash for SeenKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            SeenKey::Short(a) => state.write_u128(u128::from_ne_bytes(*a)),
+            SeenKey::Long(v) => state.write(v),
+        }
+    }
+}
+
+impl Hash for SeenRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            SeenRef::Short(a) => state.write_u128(u128::from_ne_bytes(*a)),
+            SeenRef::Long(v) => state.write(v),
+        }
+    }
+}
+
+impl Equivalent<SeenKey> for SeenRef<'_> {
+    fn equivalent(&self, key: &SeenKey) -> bool {
+        match (self, key) {
+            (SeenRef::Short(a), SeenKey::Short(b)) => a == b,
+            (SeenRef::Long(a), SeenKey::Long(b)) => *a == &b[..],
+            _ => false,
+        }
+    }
+}
+
+impl HeapSize for SeenKey {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            SeenKey::Short(_) => 0,
+            SeenKey::Long(v) => allocation(v.len()),
+        }
+    }
+}
+
+/// A value's multiplicity per member of its DISTINCT set, inline up to 4 members.
+pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;
+
+/// The most members a [`SeenMap::Marks`] set can have: one bit each in a word.
+const MARK_BITS: usize = 64;
+
+/// One DISTINCT set of a group (see the module docs).
+#[derive(Debug, Clone)]
+pub(super) enum SeenMap {
+    /// Each value present, with its multiplicity as each member sees it (a FILTER makes them
+    /// differ). An entry leaves when all its counts are 0.
+    Counts(HashMap<SeenKey, SeenCounts>),
+    /// Insert-only input: each value seen, with bit m set once member m has seen it.
+    Marks(HashMap<SeenKey, u64>),
+}
+
+impl SeenMap {
+    /// An empty set of `members` aggregates, over an insert-only input if `append_only`.
+    pub(super) fn new(append_only: bool, members: usize) -> Self {
+        if append_only && members <= MARK_BITS {
+            SeenMap::Marks(HashMap::default())
+        } else {
+            SeenMap::Counts(HashMap::default())
+        }
+    }
+
+    /// Changes value `v`'s multiplicity by `diff` for each member m of the `members` for which
+    /// `reaches(m)`, and calls `flip(m, 1)` for each whose count turns positive, `flip(m, -1)`
+    /// for each whose count returns to 0, in member order.
+    pub(super) fn change(
+        &mut self,
+        v: &[u8],
+        members: usize,
+        diff: i64,
+        reaches: impl Fn(usize) -> bool,
+        mut flip: impl FnMut(usize, i64) -> Result<()>,
+    ) -> Result<()> {
+        let probe = SeenRef::of(v);
+        match self {
+            SeenMap::Marks(map) => {
+                if diff < 0 {
+                    return Err(WeirError::internal(
+                        "a DISTINCT set over an insert-only input saw a retraction",
+                    ));
+                }
+                let marks = probe.slot(map, || 0);
+                for m in 0..members {
+                    if reaches(m) && *marks & (1 << m) == 0 {
+                        *marks |= 1 << m;
+                        flip(m, 1)?;
+                    }
+                }
+            }
+            SeenMap::Counts(map) => {
+                let counts = probe.slot(map, || SeenCounts::from_elem(0, members));
+                for (m, count) in counts.iter_mut().enumerate() {
+                    if !reaches(m) {
+                        continue;
+                    }
+                    let before = *count;
+                    *count += diff;
+                    match (before > 0, *count > 0) {
+                        (false, true) => flip(m, 1)?,
+                        (true, false) => flip(m, -1)?,
+                        _ => {}
+                    }
+                }
+                if counts.iter().all(|c| *c == 0) {
+                    map.remove(&probe);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Member m's values with their multiplicities (1 for a mark), in no particular order.
+    pub(super) fn member(&self, m: usize) -> Vec<(&[u8], i64)> {
+        match self {
+            SeenMap::Counts(map) => {
+                map.iter().filter(|(_, c)| c[m] != 0).map(|(v, c)| (v.bytes(), c[m])).collect()
+            }
+            SeenMap::Marks(map) => map
+                .iter()
+                .filter(|(_, marks)| *marks & (1 << m) != 0)
+                .map(|(v, _)| (v.bytes(), 1))
+                .collect(),
+        }
+    }
+
+    /// Restores member m's multiplicity `count` (non-zero) of value `v`, of a set of `members`;
+    /// false if the member already has the value.
+    pub(super) fn restore(&mut self, v: &[u8], members: usize, m: usize, count: i64) -> bool {
+        let key = SeenRef::of(v).to_key();
+        match self {
+            SeenMap::Counts(map) => {
+                let counts = map.entry(key).or_insert_with(|| SeenCounts::from_elem(0, members));
+                let fresh = counts[m] == 0;
+                counts[m] = count;
+                fresh
+            }
+            SeenMap::Marks(map) => {
+                let marks = map.entry(key).or_insert(0);
+                let fresh = *marks & (1 << m) == 0;
+                *marks |= 1 << m;
+                fresh
+            }
+        }
+    }
+
+    /// Empties the set, keeping its kind.
+    pub(super) fn clear(&mut self) {
+        match self {
+            SeenMap::Counts(map) => *map = HashMap::default(),
+            SeenMap::Marks(map) => *map = HashMap::default(),
+        }
+    }
+}
+
+impl HeapSize for SeenMap {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            SeenMap::Counts(map) => map.heap_bytes(),
+            SeenMap::Marks(map) => {
+                hash_table(map.capacity(), size_of::<(SeenKey, u64)>())
+                    + map.keys().map(HeapSize::heap_bytes).sum::<usize>()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_small_and_keep_their_bytes() {
+        assert_eq!(size_of::<SeenKey>(), 24);
+        assert_eq!(size_of::<(SeenKey, u64)>(), 32);
+        for len in [0, 1, 9, 15, 16, 40] {
+            let v: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37) | 1).collect();
+            let key = SeenRef::of(&v).to_key();
+            assert_eq!(matches!(key, SeenKey::Short(_)), len <= INLINE, "{len}");
+            assert_eq!(key.bytes(), &v[..]);
+        }
+        // A shorter encoding padded with zeros is not the longer one.
+        assert_ne!(SeenRef::of(&[1, 0]).to_key(), SeenRef::of(&[1]).to_key());
+    }
+
+    /// Every flip of a change, as (member, ±1).
+    fn flips(set: &mut SeenMap, v: &[u8], diff: i64, reach: &[usize]) -> Vec<(usize, i64)> {
+        let mut out = vec![];
+        let flip = |m, d| {
+            out.push((m, d));
+            Ok(())
+        };
+        set.change(v, 3, diff, |m| reach.contains(&m), flip).unwrap();
+        out
+    }
+
+    #[test]
+    fn marks_flip_once_per_member_as_counts_do_over_insertions() {
+        let long = [7u8; 20];
+        let inputs: [(&[u8], i64, &[usize]); 6] = [
+            (b"a", 1, &[0]),
+            (b"a", 2, &[0, 1]),
+            (&long, 1, &[2]),
+            (b"a", 1, &[0, 1, 2]),
+            (&long, 3, &[0, 2]),
+            (b"b", 1, &[]),
+        ];
+        let mut marks = SeenMap::new(true, 3);
+        let mut counts = SeenMap::new(false, 3);
+        assert!(matches!(marks, SeenMap::Marks(_)) && matches!(counts, SeenMap::Counts(_)));
+        for (v, diff, reach) in inputs {
+            assert_eq!(flips(&mut marks, v, diff, reach), flips(&mut counts, v, diff, reach));
+        }
+        for m in 0..3 {
+            let sorted = |set: &SeenMap| {
+                let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+                vs.sort();
+                vs
+            };
+            assert_eq!(sorted(&marks), sorted(&counts), "member {m}");
+        }
+        assert!(marks.change(b"a", 3, -1, |_| true, |_, _| Ok(())).is_err());
+    }
+
+    #[test]
+    fn counts_flip_back_and_leave_at_zero() {
+        let mut set = SeenMap::new(false, 3);
+        assert_eq!(flips(&mut set, b"x", 2, &[0, 1]), [(0, 1), (1, 1)]);
+        assert_eq!(flips(&mut set, b"x", -1, &[0]), []);
+        assert_eq!(flips(&mut set, b"x", -1, &[0, 1]), [(0, -1)]);
+        assert_eq!(flips(&mut set, b"x", -1, &[1]), [(1, -1)]);
+        let SeenMap::Counts(map) = &set else { unreachable!() };
+        assert!(map.is_empty());
+        // More members than a word has bits: counts, even over an insert-only input.
+        assert!(matches!(SeenMap::new(true, 65), SeenMap::Counts(_)));
+    }
+}
