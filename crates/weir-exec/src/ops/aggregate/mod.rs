@@ -445,8 +445,13 @@ impl Aggregate {
 
     /// Removes the group in slot `id`, leaving the slot empty for reuse.
     fn release(&mut self, id: u32) {
+        self.index.remove(&self.slots[id as usize].key[..]);
+        self.empty_slot(id);
+    }
+
+    /// Empties slot `id` (no longer indexed) for reuse.
+    fn empty_slot(&mut self, id: u32) {
         let g = &mut self.slots[id as usize];
-        self.index.remove(&g.key[..]);
         g.key.clear();
         g.rows = 0;
         g.mark = 0;
@@ -830,12 +835,16 @@ impl Aggregate {
     fn drain(&mut self, t: Time) -> Result<ChangeBatch> {
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(self.aggs.len());
+        // In key order: by the keys' prefixes, then (rarely) the whole keys.
+        let mut ids: Vec<(u128, u32)> =
+            self.index.iter().map(|(key, &id)| (sort_prefix(key), id)).collect();
         let slots = &self.slots;
-        let mut ids: Vec<u32> = self.index.values().copied().collect();
-        ids.sort_unstable_by(|&a, &b| slots[a as usize].key.cmp(&slots[b as usize].key));
+        ids.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
+        });
         let mut vals = std::mem::take(&mut self.new);
         let mut result = Ok(());
-        for &id in &ids {
+        for &(_, id) in &ids {
             let g = &self.slots[id as usize];
             if g.rows <= 0 {
                 continue;
@@ -849,8 +858,9 @@ impl Aggregate {
         }
         self.new = vals;
         // The slots stay allocated for the next pane's groups.
-        for id in ids {
-            self.release(id);
+        self.index.clear();
+        for (_, id) in ids {
+            self.empty_slot(id);
         }
         let batch = result.and_then(|()| self.build(&mut out));
         self.emitted = out;

@@ -347,6 +347,39 @@ mod tests {
     }
 
     #[test]
+    fn a_pane_is_emitted_in_key_order_past_the_keys_first_bytes() {
+        use arrow::array::StringArray;
+        // Keys sharing their first 20 bytes, so their order is decided past the 16 bytes of
+        // the prefix the sort compares first.
+        let fields =
+            vec![Field::new("k", DataType::Utf8, true), Field::new("v", DataType::Int64, true)];
+        let input = Arc::new(Schema::new(fields));
+        let df = DFSchema::try_from(input.as_ref().clone()).unwrap();
+        let column = |name: &str| ScalarExpr::compile(&col(name), &df).unwrap();
+        let aggs = vec![AggSpec::plain(AggFunc::CountStar, None, DataType::Null, false)];
+        let out = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let groups = Aggregate::new(vec![column("k")], vec![DataType::Utf8], aggs, out);
+        let mut op = PaneAggregate::new(5, 0, groups.unwrap()).unwrap();
+        let common = "channel-of-twenty-by";
+        let keys: Vec<String> =
+            ["zz", "b", "a", "zz", "ab", "", "b"].iter().map(|s| format!("{common}{s}")).collect();
+        let k: ArrayRef = Arc::new(StringArray::from_iter_values(&keys));
+        let v: ArrayRef = Arc::new(Int64Array::from_iter_values(0..keys.len() as i64));
+        let data = RecordBatch::try_new(input, vec![k, v]).unwrap();
+        let n = keys.len();
+        let d = ChangeBatch::new(data, (0..n as Time).map(|i| i / 2).collect(), vec![1; n]);
+        let out = eval(&mut op, 0, 4, d);
+        let k = out.data.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        let emitted: Vec<&str> = k.iter().map(|s| &s.unwrap()[common.len()..]).collect();
+        assert_eq!(emitted, ["", "a", "ab", "b", "zz"]);
+        let counts = out.data.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(counts.values().to_vec(), [1, 1, 1, 2, 2]);
+    }
+
+    #[test]
     fn panes_past_the_end_of_time_are_dropped() {
         let mut op = op();
         // The pane holding Time::MAX − 1 ends past Time::MAX (offset 1, panes of 5).
