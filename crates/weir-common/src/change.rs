@@ -14,6 +14,18 @@ use arrow::datatypes::SchemaRef;
 use crate::error::Result;
 use crate::time::Time;
 
+/// Slots of [`EMPTY`].
+const EMPTY_SLOTS: usize = 64;
+
+thread_local! {
+    /// Empty batches built on this thread, each in the slot its schema's address picks (a new
+    /// schema replaces the one there). A batch holds its schema, so an address found here is
+    /// that schema's, never a freed one's reused. At most [`EMPTY_SLOTS`] schemas and their
+    /// empty arrays are kept.
+    static EMPTY: std::cell::RefCell<[Option<RecordBatch>; EMPTY_SLOTS]> =
+        const { std::cell::RefCell::new([const { None }; EMPTY_SLOTS]) };
+}
+
 /// Rows with their instant and diff. See the module docs.
 #[derive(Debug, Clone)]
 pub struct ChangeBatch {
@@ -24,8 +36,25 @@ pub struct ChangeBatch {
 
 impl ChangeBatch {
     /// An empty batch of the given schema.
+    ///
+    /// Every operator returns one for each step in which it has nothing to say, and building
+    /// one allocates an empty array per column (about a microsecond for a few columns), so the
+    /// last ones built on this thread are kept by their schema's address and cloned (see
+    /// [`EMPTY`]).
     pub fn empty(schema: SchemaRef) -> Self {
-        ChangeBatch { data: RecordBatch::new_empty(schema), times: vec![], diffs: vec![] }
+        let data = EMPTY.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            let slot = (Arc::as_ptr(&schema) as *const u8 as usize >> 4) % EMPTY_SLOTS;
+            match &cache[slot] {
+                Some(batch) if Arc::ptr_eq(&batch.schema(), &schema) => batch.clone(),
+                _ => {
+                    let batch = RecordBatch::new_empty(schema);
+                    cache[slot] = Some(batch.clone());
+                    batch
+                }
+            }
+        });
+        ChangeBatch { data, times: vec![], diffs: vec![] }
     }
 
     /// All rows at one instant with one diff.
@@ -165,6 +194,31 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
+
+    #[test]
+    fn empty_batches_have_their_own_schema_whatever_was_cached() {
+        // More schemas than slots, each asked for twice (the second time from the cache, or
+        // rebuilt if another schema took its slot): every batch has the schema asked for.
+        let schemas: Vec<_> = (0..200)
+            .map(|i| {
+                let fields: Vec<Field> = (0..i % 4 + 1)
+                    .map(|c| Field::new(format!("c{c}"), DataType::Int64, true))
+                    .collect();
+                Arc::new(Schema::new(fields))
+            })
+            .collect();
+        for _ in 0..2 {
+            for schema in &schemas {
+                let b = ChangeBatch::empty(schema.clone());
+                assert!(Arc::ptr_eq(&b.data.schema(), schema));
+                assert_eq!(b.data.num_columns(), schema.fields().len());
+                assert!(b.is_empty() && b.times.is_empty() && b.diffs.is_empty());
+            }
+        }
+        // An equal schema at another address gets a batch of its own.
+        let twin = Arc::new(schemas[0].as_ref().clone());
+        assert!(Arc::ptr_eq(&ChangeBatch::empty(twin.clone()).data.schema(), &twin));
+    }
 
     #[test]
     fn before_keeps_the_rows_stamped_earlier_sorted_or_not() {
