@@ -13,8 +13,10 @@
 //!
 //! Values are keyed by their row encoding ([`SeenKey`]), held inline when it is at most 15
 //! bytes long (any number, a date, a short string), so that a probe compares two words and an
-//! entry needs no allocation of its own; longer encodings are boxed. Memory per value: 32
-//! bytes plus a control byte for a mark, 72 for the counts of up to four members.
+//! entry needs no allocation of its own; longer encodings are boxed. The marks of a 64-bit
+//! argument (BIGINT, DOUBLE, TIMESTAMP: 9-byte encodings) are keyed by the 9 bytes themselves
+//! ([`SeenMap::WordMarks`]). Memory per value, plus a control byte: 16 bytes for the marks of
+//! a 64-bit value, 32 for other marks, 72 for the counts of up to four members.
 
 use std::hash::{Hash, Hasher};
 
@@ -131,6 +133,12 @@ pub(super) type SeenCounts = smallvec::SmallVec<[i64; 4]>;
 /// The most members a [`SeenMap::Marks`] set can have: one bit each in a word.
 const MARK_BITS: usize = 64;
 
+/// The length of a 64-bit number's row encoding (a null byte, then the 8 bytes).
+pub(super) const WORD: usize = 9;
+
+/// The most members a [`SeenMap::WordMarks`] set can have.
+const WORD_MARK_BITS: usize = 32;
+
 /// One DISTINCT set of a group (see the module docs).
 #[derive(Debug, Clone)]
 pub(super) enum SeenMap {
@@ -139,15 +147,30 @@ pub(super) enum SeenMap {
     Counts(HashMap<SeenKey, SeenCounts>),
     /// Insert-only input: each value seen, with bit m set once member m has seen it.
     Marks(HashMap<SeenKey, u64>),
+    /// [`SeenMap::Marks`] of values encoded in [`WORD`] bytes (BIGINT, DOUBLE, TIMESTAMP...),
+    /// of at most 32 members: the encoding itself is the key, 16 bytes an entry with its marks.
+    /// A value of another length turns the set into [`SeenMap::Marks`].
+    WordMarks(HashMap<[u8; WORD], u32>),
 }
 
 impl SeenMap {
-    /// An empty set of `members` aggregates, over an insert-only input if `append_only`.
-    pub(super) fn new(append_only: bool, members: usize) -> Self {
-        if append_only && members <= MARK_BITS {
+    /// An empty set of `members` aggregates, over an insert-only input if `append_only`, of
+    /// values encoded in [`WORD`] bytes if `words`.
+    pub(super) fn new(append_only: bool, members: usize, words: bool) -> Self {
+        if append_only && words && members <= WORD_MARK_BITS {
+            SeenMap::WordMarks(HashMap::default())
+        } else if append_only && members <= MARK_BITS {
             SeenMap::Marks(HashMap::default())
         } else {
             SeenMap::Counts(HashMap::default())
+        }
+    }
+
+    /// A [`SeenMap::WordMarks`] set as the same [`SeenMap::Marks`] (anything else as it is).
+    fn widen(&mut self) {
+        if let SeenMap::WordMarks(map) = self {
+            let wide = map.drain().map(|(k, marks)| (SeenRef::of(&k).to_key(), u64::from(marks)));
+            *self = SeenMap::Marks(wide.collect());
         }
     }
 
@@ -162,21 +185,39 @@ impl SeenMap {
         reaches: impl Fn(usize) -> bool,
         mut flip: impl FnMut(usize, i64) -> Result<()>,
     ) -> Result<()> {
+        if diff < 0 && !matches!(self, SeenMap::Counts(_)) {
+            return Err(WeirError::internal(
+                "a DISTINCT set over an insert-only input saw a retraction",
+            ));
+        }
+        // Bit m of `marks` set for each member m that reaches it, flipping those it was not.
+        let mut mark = |marks: &mut u64| {
+            for m in 0..members {
+                if reaches(m) && *marks & (1 << m) == 0 {
+                    *marks |= 1 << m;
+                    flip(m, 1)?;
+                }
+            }
+            Ok(())
+        };
+        if let SeenMap::WordMarks(map) = self {
+            match <[u8; WORD]>::try_from(v) {
+                Ok(key) => {
+                    let marks = map.entry(key).or_insert(0);
+                    let mut wide = u64::from(*marks);
+                    let result = mark(&mut wide);
+                    // At most 32 members: the marks fit.
+                    *marks = wide as u32;
+                    return result;
+                }
+                Err(_) => self.widen(),
+            }
+        }
         let probe = SeenRef::of(v);
         match self {
-            SeenMap::Marks(map) => {
-                if diff < 0 {
-                    return Err(WeirError::internal(
-                        "a DISTINCT set over an insert-only input saw a retraction",
-                    ));
-                }
-                let marks = probe.slot(map, || 0);
-                for m in 0..members {
-                    if reaches(m) && *marks & (1 << m) == 0 {
-                        *marks |= 1 << m;
-                        flip(m, 1)?;
-                    }
-                }
+            SeenMap::Marks(map) => mark(probe.slot(map, || 0))?,
+            SeenMap::WordMarks(_) => {
+                return Err(WeirError::internal("a DISTINCT set of words not widened"))
             }
             SeenMap::Counts(map) => {
                 let counts = probe.slot(map, || SeenCounts::from_elem(0, members));
@@ -211,12 +252,28 @@ impl SeenMap {
                 .filter(|(_, marks)| *marks & (1 << m) != 0)
                 .map(|(v, _)| (v.bytes(), 1))
                 .collect(),
+            SeenMap::WordMarks(map) => map
+                .iter()
+                .filter(|(_, marks)| *marks & (1 << m) != 0)
+                .map(|(v, _)| (&v[..], 1))
+                .collect(),
         }
     }
 
     /// Restores member m's multiplicity `count` (non-zero) of value `v`, of a set of `members`;
     /// false if the member already has the value.
     pub(super) fn restore(&mut self, v: &[u8], members: usize, m: usize, count: i64) -> bool {
+        if let SeenMap::WordMarks(map) = self {
+            match <[u8; WORD]>::try_from(v) {
+                Ok(key) => {
+                    let marks = map.entry(key).or_insert(0);
+                    let fresh = *marks & (1 << m) == 0;
+                    *marks |= 1 << m;
+                    return fresh;
+                }
+                Err(_) => self.widen(),
+            }
+        }
         let key = SeenRef::of(v).to_key();
         match self {
             SeenMap::Counts(map) => {
@@ -231,6 +288,8 @@ impl SeenMap {
                 *marks |= 1 << m;
                 fresh
             }
+            // Widened above.
+            SeenMap::WordMarks(_) => false,
         }
     }
 
@@ -239,6 +298,7 @@ impl SeenMap {
         match self {
             SeenMap::Counts(map) => *map = HashMap::default(),
             SeenMap::Marks(map) => *map = HashMap::default(),
+            SeenMap::WordMarks(map) => *map = HashMap::default(),
         }
     }
 }
@@ -251,6 +311,7 @@ impl HeapSize for SeenMap {
                 hash_table(map.capacity(), size_of::<(SeenKey, u64)>())
                     + map.keys().map(HeapSize::heap_bytes).sum::<usize>()
             }
+            SeenMap::WordMarks(map) => hash_table(map.capacity(), size_of::<([u8; WORD], u32)>()),
         }
     }
 }
@@ -287,34 +348,69 @@ mod tests {
     #[test]
     fn marks_flip_once_per_member_as_counts_do_over_insertions() {
         let long = [7u8; 20];
-        let inputs: [(&[u8], i64, &[usize]); 6] = [
+        let (w1, w2) = ([1u8, 0, 0, 0, 0, 0, 0, 0, 5], [1u8, 0, 0, 0, 0, 0, 0, 0, 9]);
+        // Words, then other lengths: a set of words widens at the first of those.
+        let inputs: [(&[u8], i64, &[usize]); 9] = [
+            (&w1, 1, &[0]),
+            (&w2, 2, &[0, 1]),
+            (&w1, 1, &[0, 1, 2]),
             (b"a", 1, &[0]),
+            (&w2, 1, &[2]),
             (b"a", 2, &[0, 1]),
             (&long, 1, &[2]),
-            (b"a", 1, &[0, 1, 2]),
             (&long, 3, &[0, 2]),
             (b"b", 1, &[]),
         ];
-        let mut marks = SeenMap::new(true, 3);
-        let mut counts = SeenMap::new(false, 3);
+        let mut words = SeenMap::new(true, 3, true);
+        let mut marks = SeenMap::new(true, 3, false);
+        let mut counts = SeenMap::new(false, 3, true);
+        assert!(matches!(words, SeenMap::WordMarks(_)));
         assert!(matches!(marks, SeenMap::Marks(_)) && matches!(counts, SeenMap::Counts(_)));
-        for (v, diff, reach) in inputs {
-            assert_eq!(flips(&mut marks, v, diff, reach), flips(&mut counts, v, diff, reach));
-        }
-        for m in 0..3 {
-            let sorted = |set: &SeenMap| {
-                let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
-                vs.sort();
-                vs
-            };
-            assert_eq!(sorted(&marks), sorted(&counts), "member {m}");
+        let sorted = |set: &SeenMap, m: usize| {
+            let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+            vs.sort();
+            vs
+        };
+        for (i, (v, diff, reach)) in inputs.into_iter().enumerate() {
+            let want = flips(&mut counts, v, diff, reach);
+            assert_eq!(flips(&mut marks, v, diff, reach), want, "input {i}");
+            assert_eq!(flips(&mut words, v, diff, reach), want, "input {i}");
+            assert_eq!(matches!(words, SeenMap::WordMarks(_)), i < 3, "input {i}");
+            for m in 0..3 {
+                assert_eq!(sorted(&words, m), sorted(&counts, m), "input {i}, member {m}");
+            }
         }
         assert!(marks.change(b"a", 3, -1, |_| true, |_, _| Ok(())).is_err());
+        let mut words = SeenMap::new(true, 3, true);
+        assert!(words.change(&w1, 3, -1, |_| true, |_, _| Ok(())).is_err());
+    }
+
+    #[test]
+    fn word_marks_restore_and_widen_as_marks_do() {
+        let w = [1u8, 0, 0, 0, 0, 0, 0, 0, 5];
+        let mut words = SeenMap::new(true, 2, true);
+        assert!(words.restore(&w, 2, 1, 3));
+        assert!(!words.restore(&w, 2, 1, 1), "a value restored twice for a member");
+        assert!(words.restore(&w, 2, 0, 1));
+        assert!(matches!(words, SeenMap::WordMarks(_)));
+        assert!(words.restore(b"xy", 2, 0, 1));
+        assert!(matches!(words, SeenMap::Marks(_)));
+        assert!(!words.restore(&w, 2, 0, 1));
+        let members = |m| {
+            let mut vs: Vec<Vec<u8>> = words.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+            vs.sort();
+            vs
+        };
+        assert_eq!(members(0), [w.to_vec(), b"xy".to_vec()]);
+        assert_eq!(members(1), [w.to_vec()]);
+        // More members than the words' marks hold: marks of 64.
+        assert!(matches!(SeenMap::new(true, 33, true), SeenMap::Marks(_)));
+        assert_eq!(size_of::<([u8; WORD], u32)>(), 16);
     }
 
     #[test]
     fn counts_flip_back_and_leave_at_zero() {
-        let mut set = SeenMap::new(false, 3);
+        let mut set = SeenMap::new(false, 3, false);
         assert_eq!(flips(&mut set, b"x", 2, &[0, 1]), [(0, 1), (1, 1)]);
         assert_eq!(flips(&mut set, b"x", -1, &[0]), []);
         assert_eq!(flips(&mut set, b"x", -1, &[0, 1]), [(0, -1)]);
@@ -322,6 +418,6 @@ mod tests {
         let SeenMap::Counts(map) = &set else { unreachable!() };
         assert!(map.is_empty());
         // More members than a word has bits: counts, even over an insert-only input.
-        assert!(matches!(SeenMap::new(true, 65), SeenMap::Counts(_)));
+        assert!(matches!(SeenMap::new(true, 65, false), SeenMap::Counts(_)));
     }
 }

@@ -420,8 +420,11 @@ impl Aggregate {
             .zip(&self.kinds)
             .map(|(a, k)| Self::fresh_acc(a, *k, self.append_only))
             .collect();
-        let seen =
-            self.distinct_sets.iter().map(|m| SeenMap::new(self.append_only, m.len())).collect();
+        // A 64-bit argument's row encoding is a null byte and its 8 bytes.
+        let words = |m: &[usize]| self.aggs[m[0]].arg_type.primitive_width() == Some(8);
+        let seen = (self.distinct_sets.iter())
+            .map(|m| SeenMap::new(self.append_only, m.len(), words(m)))
+            .collect();
         Group { key: key.to_vec(), rows: 0, accs, seen, mark: 0 }
     }
 
