@@ -174,8 +174,8 @@ impl SeenMap {
         }
     }
 
-    /// Changes value `v`'s multiplicity by `diff` for each member m of the `members` for which
-    /// `reaches(m)`, and calls `flip(m, 1)` for each whose count turns positive, `flip(m, -1)`
+    /// Changes value `v`'s multiplicity by `diff` (a zero changes nothing) for each member m of
+    /// the `members` for which `reaches(m)`, and calls `flip(m, 1)` for each whose count turns positive, `flip(m, -1)`
     /// for each whose count returns to 0, in member order.
     pub(super) fn change(
         &mut self,
@@ -185,6 +185,9 @@ impl SeenMap {
         reaches: impl Fn(usize) -> bool,
         mut flip: impl FnMut(usize, i64) -> Result<()>,
     ) -> Result<()> {
+        if diff == 0 {
+            return Ok(());
+        }
         if diff < 0 && !matches!(self, SeenMap::Counts(_)) {
             return Err(WeirError::internal(
                 "a DISTINCT set over an insert-only input saw a retraction",
@@ -381,6 +384,11 @@ mod tests {
             }
         }
         assert!(marks.change(b"a", 3, -1, |_| true, |_, _| Ok(())).is_err());
+        // A zero multiplicity is no value: nothing is marked.
+        for set in [&mut marks, &mut words, &mut counts] {
+            assert_eq!(flips(set, b"new", 0, &[0, 1, 2]), []);
+            assert!((0..3).all(|m| set.member(m).iter().all(|(v, _)| *v != b"new")));
+        }
         let mut words = SeenMap::new(true, 3, true);
         assert!(words.change(&w1, 3, -1, |_| true, |_, _| Ok(())).is_err());
     }
