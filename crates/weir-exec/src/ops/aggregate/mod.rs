@@ -624,6 +624,10 @@ impl Aggregate {
         touched: &mut Vec<Touched>,
         old: &mut Vec<Out>,
     ) -> Result<()> {
+        if diff == 0 {
+            // No change: an insert-only MIN/MAX or DISTINCT set would take it for a value.
+            return Ok(());
+        }
         if diff < 0 && self.append_only {
             return Err(WeirError::internal(
                 "an aggregate planned over an insert-only input saw a retraction",

@@ -611,6 +611,19 @@ fn insert_only_distinct_sets_mark_values_and_give_the_same_answers() {
 }
 
 #[test]
+fn a_change_of_multiplicity_zero_changes_no_group() {
+    // A zero is no value: an insert-only MAX keeping its extreme must not take 9, and a
+    // DISTINCT set must not mark it.
+    let input = || vec![kv(1, "+1 a 5, +0 a 9, +0 b 3"), kv(2, "+1 a 4")];
+    for ty in [DataType::Int64, DataType::Utf8] {
+        let op = aggregate(true, &INSERT_ONLY_AGGS, ty.clone()).with_append_only(true);
+        let out = eval_at(&mut fed(op, [input()]), &[1, 2]);
+        assert_eq!(out, run(&mut agg_op_as(true, &INSERT_ONLY_AGGS, ty.clone(), input())), "{ty}");
+        assert!(out.iter().all(|l| !l.contains(" b ") && !l.contains('9')), "{ty}: {out:?}");
+    }
+}
+
+#[test]
 fn insert_only_aggregate_refuses_a_retraction() {
     let aggs = [(AggFunc::Max, false)];
     let op = aggregate(true, &aggs, DataType::Int64).with_append_only(true);
