@@ -46,7 +46,7 @@ impl ChangeBatch {
             let mut cache = cache.borrow_mut();
             let slot = (Arc::as_ptr(&schema) as *const u8 as usize >> 4) % EMPTY_SLOTS;
             match &cache[slot] {
-                Some(batch) if Arc::ptr_eq(&batch.schema(), &schema) => batch.clone(),
+                Some(batch) if Arc::ptr_eq(batch.schema_ref(), &schema) => batch.clone(),
                 _ => {
                     let batch = RecordBatch::new_empty(schema);
                     cache[slot] = Some(batch.clone());

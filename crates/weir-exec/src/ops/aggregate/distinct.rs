@@ -38,7 +38,7 @@ pub(super) enum SeenKey {
 }
 
 /// A probe for a value: a [`SeenKey`] that borrows a long encoding instead of boxing it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum SeenRef<'a> {
     Short([u8; INLINE + 1]),
     Long(&'a [u8]),
@@ -59,15 +59,7 @@ impl<'a> SeenRef<'a> {
     /// The value's entry in `map`, made with `fresh` if missing, in one probe (a long key is
     /// boxed only when missing).
     fn slot<V>(self, map: &mut HashMap<SeenKey, V>, fresh: impl FnOnce() -> V) -> &mut V {
-        match self {
-            SeenRef::Short(a) => map.entry(SeenKey::Short(a)).or_insert_with(fresh),
-            SeenRef::Long(v) => {
-                map.raw_entry_mut()
-                    .from_key(&self)
-                    .or_insert_with(|| (SeenKey::Long(v.into()), fresh()))
-                    .1
-            }
-        }
+        map.raw_entry_mut().from_key(&self).or_insert_with(|| (self.to_key(), fresh())).1
     }
 
     fn to_key(self) -> SeenKey {
@@ -79,6 +71,14 @@ impl<'a> SeenRef<'a> {
 }
 
 impl SeenKey {
+    /// The key as a probe (a long key borrowed).
+    fn probe(&self) -> SeenRef<'_> {
+        match self {
+            SeenKey::Short(a) => SeenRef::Short(*a),
+            SeenKey::Long(v) => SeenRef::Long(v),
+        }
+    }
+
     /// The row encoding.
     pub(super) fn bytes(&self) -> &[u8] {
         match self {
@@ -88,17 +88,15 @@ impl SeenKey {
     }
 }
 
-// A key and its probe hash alike: a short one as one 128-bit word, a long one as its bytes
-// (which of the two a value is depends only on its length).
+// A key hashes as its probe does.
 impl Hash for SeenKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        match self {
-            SeenKey::Short(a) => state.write_u128(u128::from_ne_bytes(*a)),
-            SeenKey::Long(v) => state.write(v),
-        }
+        self.probe().hash(state)
     }
 }
 
+// A short value as one 128-bit word, a long one as its bytes (which of the two a value is
+// depends only on its length).
 impl Hash for SeenRef<'_> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match self {
@@ -110,11 +108,7 @@ impl Hash for SeenRef<'_> {
 
 impl Equivalent<SeenKey> for SeenRef<'_> {
     fn equivalent(&self, key: &SeenKey) -> bool {
-        match (self, key) {
-            (SeenRef::Short(a), SeenKey::Short(b)) => a == b,
-            (SeenRef::Long(a), SeenKey::Long(b)) => *a == &b[..],
-            _ => false,
-        }
+        *self == key.probe()
     }
 }
 
@@ -166,17 +160,23 @@ impl SeenMap {
         }
     }
 
-    /// A [`SeenMap::WordMarks`] set as the same [`SeenMap::Marks`] (anything else as it is).
-    fn widen(&mut self) {
-        if let SeenMap::WordMarks(map) = self {
-            let wide = map.drain().map(|(k, marks)| (SeenRef::of(&k).to_key(), u64::from(marks)));
-            *self = SeenMap::Marks(wide.collect());
+    /// The marks of value `v` in a [`SeenMap::WordMarks`] set (inserted as none if missing);
+    /// `None` for any other set, which is what a set of words becomes when `v` is not a word.
+    fn word_marks(&mut self, v: &[u8]) -> Option<&mut u32> {
+        if v.len() != WORD {
+            if let SeenMap::WordMarks(map) = self {
+                let wide =
+                    map.drain().map(|(k, marks)| (SeenRef::of(&k).to_key(), u64::from(marks)));
+                *self = SeenMap::Marks(wide.collect());
+            }
         }
+        let SeenMap::WordMarks(map) = self else { return None };
+        Some(map.entry(<[u8; WORD]>::try_from(v).ok()?).or_insert(0))
     }
 
     /// Changes value `v`'s multiplicity by `diff` (a zero changes nothing) for each member m of
-    /// the `members` for which `reaches(m)`, and calls `flip(m, 1)` for each whose count turns positive, `flip(m, -1)`
-    /// for each whose count returns to 0, in member order.
+    /// the `members` for which `reaches(m)`, and calls `flip(m, 1)` for each whose count turns
+    /// positive, `flip(m, -1)` for each whose count returns to 0, in member order.
     pub(super) fn change(
         &mut self,
         v: &[u8],
@@ -196,25 +196,18 @@ impl SeenMap {
         // Bit m of `marks` set for each member m that reaches it, flipping those it was not.
         let mut mark = |marks: &mut u64| {
             for m in 0..members {
-                if reaches(m) && *marks & (1 << m) == 0 {
-                    *marks |= 1 << m;
+                if reaches(m) && set_mark(marks, m) {
                     flip(m, 1)?;
                 }
             }
             Ok(())
         };
-        if let SeenMap::WordMarks(map) = self {
-            match <[u8; WORD]>::try_from(v) {
-                Ok(key) => {
-                    let marks = map.entry(key).or_insert(0);
-                    let mut wide = u64::from(*marks);
-                    let result = mark(&mut wide);
-                    // At most 32 members: the marks fit.
-                    *marks = wide as u32;
-                    return result;
-                }
-                Err(_) => self.widen(),
-            }
+        if let Some(marks) = self.word_marks(v) {
+            let mut wide = u64::from(*marks);
+            let result = mark(&mut wide);
+            // At most 32 members: the marks fit.
+            *marks = wide as u32;
+            return result;
         }
         let probe = SeenRef::of(v);
         match self {
@@ -266,32 +259,22 @@ impl SeenMap {
     /// Restores member m's multiplicity `count` (non-zero) of value `v`, of a set of `members`;
     /// false if the member already has the value.
     pub(super) fn restore(&mut self, v: &[u8], members: usize, m: usize, count: i64) -> bool {
-        if let SeenMap::WordMarks(map) = self {
-            match <[u8; WORD]>::try_from(v) {
-                Ok(key) => {
-                    let marks = map.entry(key).or_insert(0);
-                    let fresh = *marks & (1 << m) == 0;
-                    *marks |= 1 << m;
-                    return fresh;
-                }
-                Err(_) => self.widen(),
-            }
+        if let Some(marks) = self.word_marks(v) {
+            let mut wide = u64::from(*marks);
+            let fresh = set_mark(&mut wide, m);
+            *marks = wide as u32;
+            return fresh;
         }
-        let key = SeenRef::of(v).to_key();
+        let probe = SeenRef::of(v);
         match self {
             SeenMap::Counts(map) => {
-                let counts = map.entry(key).or_insert_with(|| SeenCounts::from_elem(0, members));
+                let counts = probe.slot(map, || SeenCounts::from_elem(0, members));
                 let fresh = counts[m] == 0;
                 counts[m] = count;
                 fresh
             }
-            SeenMap::Marks(map) => {
-                let marks = map.entry(key).or_insert(0);
-                let fresh = *marks & (1 << m) == 0;
-                *marks |= 1 << m;
-                fresh
-            }
-            // Widened above.
+            SeenMap::Marks(map) => set_mark(probe.slot(map, || 0), m),
+            // `word_marks` answered for a set of words.
             SeenMap::WordMarks(_) => false,
         }
     }
@@ -304,6 +287,13 @@ impl SeenMap {
             SeenMap::WordMarks(map) => *map = HashMap::default(),
         }
     }
+}
+
+/// Sets bit m of `marks`; true if it was not set.
+fn set_mark(marks: &mut u64, m: usize) -> bool {
+    let fresh = *marks & (1 << m) == 0;
+    *marks |= 1 << m;
+    fresh
 }
 
 impl HeapSize for SeenMap {

@@ -282,6 +282,12 @@ fn sort_prefix(b: &[u8]) -> u128 {
     u128::from_be_bytes(p)
 }
 
+/// The order of two groups, each as its key's [`sort_prefix`] and its slot in `slots`: by the
+/// prefixes, then (when equal) by the whole keys.
+fn key_order(slots: &[Group], a: (u128, u32), b: (u128, u32)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
+}
+
 /// Casts as `ScalarValue::cast_to` does (an error, not NULL, for a value that does not fit).
 fn cast_to(a: ArrayRef, ty: &DataType) -> Result<ArrayRef> {
     if a.data_type() == ty {
@@ -736,9 +742,7 @@ impl Aggregate {
             }
         }
         let slots = &self.slots;
-        touched.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
-        });
+        touched.sort_unstable_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
         let n = self.aggs.len();
         for &(_, id, old_at) in &touched {
             let g = &self.slots[id as usize];
@@ -846,9 +850,7 @@ impl Aggregate {
         let mut ids: Vec<(u128, u32)> =
             self.index.iter().map(|(key, &id)| (sort_prefix(key), id)).collect();
         let slots = &self.slots;
-        ids.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0).then_with(|| slots[a.1 as usize].key.cmp(&slots[b.1 as usize].key))
-        });
+        ids.sort_unstable_by(|a, b| key_order(slots, *a, *b));
         let mut vals = std::mem::take(&mut self.new);
         let mut result = Ok(());
         for &(_, id) in &ids {
