@@ -515,6 +515,23 @@ const INSERT_ONLY_AGGS: [(AggFunc, bool); 5] = [
     (AggFunc::CountStar, false),
 ];
 
+/// The (group, agg, count) of each row of the aggregate's saved section `section`
+/// (`aggregate.values` or `aggregate.seen`), the aggregate being node 1 of `flow`.
+fn saved_counts(flow: &mut Graph, sig: &str, section: &str) -> Vec<(i64, i64, i64)> {
+    let mut w = StateWriter::new();
+    flow.operator(1).unwrap().save_state(&mut w).unwrap();
+    let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
+    for before in ["aggregate", "aggregate.groups", "aggregate.values", "aggregate.seen"] {
+        let rows = r.take(before, sig).unwrap();
+        if before == section {
+            let (g, a, c) = (rows.i64s("group"), rows.i64s("agg"), rows.i64s("count"));
+            let (g, a, c) = (g.unwrap(), a.unwrap(), c.unwrap());
+            return (0..g.len()).map(|i| (g[i], a[i], c[i])).collect();
+        }
+    }
+    panic!("no section {section}")
+}
+
 #[test]
 fn insert_only_min_max_keep_one_value_and_give_the_same_answers() {
     let times: Vec<Time> = (1..=5).collect();
@@ -526,18 +543,8 @@ fn insert_only_min_max_keep_one_value_and_give_the_same_answers() {
         assert_eq!(eval_at(&mut flow, &times), general, "{ty}");
         // The saved MIN/MAX values: one per group and aggregate (3 groups; the NULL-only
         // group `c` at first, then its values), where the general form keeps every value.
-        let mut w = StateWriter::new();
-        flow.operator(1).unwrap().save_state(&mut w).unwrap();
         let sig = aggregate(true, aggs, ty.clone()).signature();
-        let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
-        r.take("aggregate", &sig).unwrap();
-        r.take("aggregate.groups", &sig).unwrap();
-        let values = r.take("aggregate.values", &sig).unwrap();
-        let mut kept: Vec<(i64, i64, i64)> = {
-            let (g, a, c) = (values.i64s("group"), values.i64s("agg"), values.i64s("count"));
-            let (g, a, c) = (g.unwrap(), a.unwrap(), c.unwrap());
-            (0..g.len()).map(|i| (g[i], a[i], c[i])).collect()
-        };
+        let mut kept = saved_counts(&mut flow, &sig, "aggregate.values");
         kept.sort_unstable();
         // Groups a, b, c by key; MIN, MAX, MAX(DISTINCT) are aggregates 0-2: `a`'s MIN 0
         // once, MAX 9 twice; `b`'s MIN 2 once, MAX 9 once; `c`'s MIN 1 once, MAX 3 twice.
@@ -589,17 +596,7 @@ fn insert_only_distinct_sets_mark_values_and_give_the_same_answers() {
     let seen = |agg: Aggregate| {
         let mut flow = fed(agg, [insert_only_input()]);
         eval_at(&mut flow, &times);
-        let mut w = StateWriter::new();
-        flow.operator(1).unwrap().save_state(&mut w).unwrap();
-        let sig = distinct_aggregate(true).signature();
-        let mut r = StateReader::from_bytes(&w.into_bytes().unwrap()).unwrap();
-        for section in ["aggregate", "aggregate.groups", "aggregate.values"] {
-            r.take(section, &sig).unwrap();
-        }
-        let rows = r.take("aggregate.seen", &sig).unwrap();
-        let (g, a, c) = (rows.i64s("group"), rows.i64s("agg"), rows.i64s("count"));
-        let (g, a, c) = (g.unwrap(), a.unwrap(), c.unwrap());
-        (0..g.len()).map(|i| (g[i], a[i], c[i])).collect::<Vec<_>>()
+        saved_counts(&mut flow, &distinct_aggregate(true).signature(), "aggregate.seen")
     };
     let (marks, counts) = (seen(marked()), seen(distinct_aggregate(true)));
     assert_eq!(marks.len(), counts.len());
