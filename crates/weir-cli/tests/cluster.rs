@@ -5,13 +5,11 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 #![cfg(target_os = "linux")] // a full disk is /dev/full
 
-mod workload;
-
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use workload::{outputs, workload};
+use crate::workload::{outputs, workload};
 
 /// Two free ports on localhost (bound, then released for the processes to take).
 fn hosts(n: usize) -> String {

@@ -21,13 +21,11 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 #![cfg(target_os = "linux")] // a full disk is /dev/full
 
-mod workload;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use workload::{outputs, workload, Rng};
+use crate::workload::{outputs, workload, Rng};
 
 fn weir(dir: &Path, data: Option<&Path>, workers: usize, cluster: Option<(&str, usize)>) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));

@@ -48,7 +48,7 @@
 //! Two properties move the inputs to the ends of the i64 tick domain; regressions for the bugs
 //! they found are near the end of the file. After them come minimal repros of open engine bugs,
 //! ignored (like the properties that found them) until the engine is fixed: run them with
-//! `cargo test -p weir --test differential -- --ignored`.
+//! `cargo test -p weir --test integration differential -- --ignored`.
 //!
 //! Set `DIFF_CASES` to change the number of cases per property. The default, 8, keeps the
 //! whole CI run short on two cores; a deep run before a release uses `DIFF_CASES=512`.

@@ -13,7 +13,7 @@
 //!
 //! `FUZZ_SCRIPTS` sets how many scripts run (100 by default, for CI; thousands for a deep run)
 //! and `FUZZ_SEED` the first seed. A failure prints the seed and the script, which replays it:
-//! `FUZZ_SEED=<seed> FUZZ_SCRIPTS=1 cargo test --workspace --test script_fuzz`.
+//! `FUZZ_SEED=<seed> FUZZ_SCRIPTS=1 cargo test -p weir --test integration script_fuzz`.
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 
 use std::sync::mpsc;
@@ -308,7 +308,7 @@ fn random_scripts_never_panic_hang_or_report_internal_errors() {
         };
         panic!(
             "seed {seed} ({workers} workers): {failure}\nreplay: FUZZ_SEED={seed} FUZZ_SCRIPTS=1 cargo test \
-             --workspace --test script_fuzz\nscript:\n{};",
+             -p weir --test integration script_fuzz\nscript:\n{};",
             stmts.join(";\n")
         );
     }
