@@ -1,13 +1,16 @@
 //! Weir as a cluster of processes (`--hosts`, `--process`): the crash test's workload (many
 //! queries over CSV files into file sinks, two of which fail) run by two `weir` processes on
 //! localhost must write what one process writes, byte for byte, fail the same sinks with the
-//! same errors, and leave both processes with the same exit status.
+//! same errors, and leave both processes with the same exit status. A process lost mid-session
+//! fails what process 0 runs next with an error that names it.
 #![allow(clippy::unwrap_used)] // tests: a panic is a failed test
 #![cfg(target_os = "linux")] // a full disk is /dev/full
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::workload::{outputs, workload};
 
@@ -105,4 +108,69 @@ fn a_process_started_with_another_worker_count_is_refused() {
         "{said}"
     );
     assert_ne!(other.status.code(), Some(0), "{}", text(&other.stderr));
+}
+
+/// Process 1 killed while process 0 runs statements from its input: process 0 says once which
+/// connection it lost, fails the statement that next needs the workers with an error that says
+/// what happened (not an internal error, which would be a bug), and exits 1.
+#[test]
+fn a_process_lost_mid_session_fails_the_next_statement_by_name() {
+    let root = tempfile::tempdir().unwrap();
+    let hosts = hosts(2);
+    let start = |process: usize| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["--hosts", &hosts, "--process", &process.to_string()])
+            .current_dir(root.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut other = start(1);
+    let mut first = start(0);
+    let mut input = first.stdin.take().unwrap();
+    let mut output = BufReader::new(first.stdout.take().unwrap());
+    input
+        .write_all(
+            b"CREATE STREAM s (k BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+              CREATE VIEW v AS SELECT k, COUNT(*) AS n FROM s GROUP BY k;\n\
+              INSERT INTO s VALUES (7, 1);\n\
+              SELECT * FROM v;\n",
+        )
+        .unwrap();
+    input.flush().unwrap();
+    // The view's first answer: the cluster runs the session's queries.
+    let mut line = String::new();
+    while !line.contains("rows)") {
+        line.clear();
+        assert!(output.read_line(&mut line).unwrap() > 0, "process 0 ended early");
+    }
+    other.kill().unwrap();
+    other.wait().unwrap();
+    input.write_all(b"INSERT INTO s VALUES (8, 2);\nSELECT * FROM v;\n").unwrap();
+    drop(input);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = first.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            first.kill().unwrap();
+            panic!("process 0 did not end after losing process 1");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    first.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    let lost = "error: process 0 of the cluster lost a connection to another process: ";
+    assert_eq!(said.matches(lost).count(), 1, "{said}");
+    assert!(
+        said.contains(
+            "failed: the workers stopped: a process of the cluster ended or lost its connection"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("internal error"), "{said}");
 }

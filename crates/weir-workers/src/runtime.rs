@@ -233,6 +233,8 @@ struct Inner {
     /// The workers of this process (0..local); the others are reached through the control
     /// dataflow (see [`crate::cluster`]).
     local: usize,
+    /// Whether some workers run in other processes (see [`Workers::spans_processes`]).
+    spans_processes: bool,
     /// Reply channels waiting for other processes.
     tickets: SharedTickets,
 }
@@ -374,6 +376,7 @@ impl Workers {
                 next_id: 0,
                 guards: Some(guards),
                 local,
+                spans_processes: local < peers,
                 tickets,
             }),
         }))
@@ -540,9 +543,13 @@ impl Workers {
         drop(tx);
         let mut out: Vec<Option<Vec<u8>>> = vec![None; self.peers];
         for _ in 0..self.peers {
-            let (w, r) = rx
-                .recv_timeout(Duration::from_secs(120))
-                .map_err(|_| WeirError::internal("a worker did not answer"))?;
+            let (w, r) = rx.recv_timeout(Duration::from_secs(120)).map_err(|e| match e {
+                RecvTimeoutError::Disconnected => self.stopped(),
+                RecvTimeoutError::Timeout if self.spans_processes() => {
+                    WeirError::exec("a process of the cluster did not answer")
+                }
+                RecvTimeoutError::Timeout => WeirError::internal("a worker did not answer"),
+            })?;
             if let Some(slot) = out.get_mut(w) {
                 *slot = Some(r?);
             }
@@ -580,13 +587,16 @@ impl Workers {
     /// The error for workers that stopped answering: in a cluster, a process or a connection
     /// between processes failed; in one process, a worker thread ended, which is a bug.
     fn stopped(&self) -> WeirError {
-        if self.spans_processes() {
-            WeirError::exec(
-                "the workers stopped: a process of the cluster ended or lost its connection",
-            )
-        } else {
-            WeirError::internal("the workers stopped (a worker thread ended)")
-        }
+        workers_stopped(self.spans_processes())
+    }
+}
+
+/// See [`Workers::stopped`].
+fn workers_stopped(spans_processes: bool) -> WeirError {
+    if spans_processes {
+        WeirError::exec("the workers stopped: a process of the cluster ended or lost its connection")
+    } else {
+        WeirError::internal("the workers stopped (a worker thread ended)")
     }
 }
 
@@ -623,7 +633,7 @@ impl Inner {
             return self.forward(w, control);
         }
         let to = self.to.get(w).ok_or_else(|| WeirError::internal(format!("no worker {w}")))?;
-        to.send(cmd).map_err(|_| WeirError::internal("the workers stopped"))?;
+        to.send(cmd).map_err(|_| workers_stopped(self.spans_processes))?;
         if let Some(a) = self.wake.get(w) {
             let _ = a.activate();
         }
