@@ -198,3 +198,62 @@ impl weir_sql::Catalog for RecipeCatalog {
         Some(CatalogEntry::View(ViewDef { name: name.to_string(), sql: sql.clone(), plan, schema }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two free ports on localhost (bound, then released for the cluster to take).
+    fn addresses() -> Vec<String> {
+        let listeners: Vec<std::net::TcpListener> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+            .collect();
+        listeners.iter().map(|l| l.local_addr().expect("its address").to_string()).collect()
+    }
+
+    /// Process 1 runs a "build" that plans some queries otherwise than process 0 does, or
+    /// cannot plan them at all: each such query is refused on process 0 with an error naming
+    /// process 1, before any worker installs it, and the cluster goes on running the queries
+    /// both processes plan alike.
+    #[test]
+    fn a_query_another_process_plans_otherwise_is_refused_by_name() {
+        let addresses = addresses();
+        let other = Cluster::new(1, addresses.clone(), 1).expect("cluster");
+        let otherwise: Resolver = Arc::new(|bytes: &[u8]| {
+            let mut recipe: Recipe = serde_json::from_slice(bytes).expect("a recipe");
+            if recipe.query.contains("v + 1") {
+                recipe.query = recipe.query.replace("v + 1", "v + 2");
+            } else if recipe.query.contains("v + 3") {
+                return Err(WeirError::plan("no such thing in this build"));
+            }
+            RecipeCatalog::new(recipe)?.plan()
+        });
+        let serving = std::thread::spawn(move || Workers::serve(&other, otherwise));
+        let mut engine = Engine::new();
+        engine.join_cluster(&Cluster::new(0, addresses, 1).expect("cluster")).expect("joins");
+        engine
+            .execute("CREATE STREAM s (k BIGINT, v BIGINT, t BIGINT, WATERMARK FOR t AS t)")
+            .expect("ddl");
+        let e = engine.subscribe("SELECT k, v + 1 FROM s").expect_err("planned otherwise");
+        assert_eq!(
+            e.to_string(),
+            "process 1 of the cluster cannot run this query: it plans the query differently \
+             from process 0 (are they the same build of weir?)"
+        );
+        let e = engine.subscribe("SELECT k, v + 3 FROM s").expect_err("not planned");
+        assert_eq!(
+            e.to_string(),
+            "process 1 of the cluster cannot run this query: no such thing in this build"
+        );
+        let sub = engine.subscribe("SELECT k, v * 2 FROM s WHERE k > 1").expect("planned alike");
+        // The last row moves the watermark past instant 1, whose rows then appear.
+        engine
+            .execute("INSERT INTO s VALUES (1, 10, 1), (2, 20, 1), (3, 30, 1), (1, 0, 5)")
+            .expect("rows");
+        let rows: usize = sub.poll().expect("output").iter().map(|b| b.len()).sum();
+        assert_eq!(rows, 2);
+        drop(sub);
+        drop(engine);
+        serving.join().expect("process 1's thread").expect("process 1 ends cleanly");
+    }
+}
