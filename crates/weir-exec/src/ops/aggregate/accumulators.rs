@@ -19,13 +19,6 @@ use super::{cast_to, AggSpec, Aggregate, Group};
 use crate::heap::HeapSize;
 use crate::row::RowBytes;
 
-#[derive(Debug, Clone)]
-pub(super) enum Sum {
-    Int(Wide),
-    Float(f64),
-    Dec(Wide),
-}
-
 /// An `i128` kept as two 64-bit halves: 8-byte aligned, so that an accumulator holding one is
 /// not padded to 16 bytes (every group keeps one accumulator per aggregate).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -51,13 +44,27 @@ impl Wide {
 #[derive(Debug, Clone)]
 pub(super) enum Acc {
     Count(i64),
+    /// SUM over integers or decimals: the exact sum (of the integers, or of the decimals'
+    /// unscaled values: the argument's type says which) and the count of values summed.
+    /// The sums are variants of their own rather than one variant over a sum enum: that
+    /// enum's tag made every accumulator 40 bytes instead of 32.
     Sum {
-        sum: Sum,
+        sum: Wide,
         n: i64,
     },
-    /// AVG: the sum (exact over integer arguments, a float otherwise) and the count.
+    /// SUM over floats: the sum and the count.
+    SumFloat {
+        sum: f64,
+        n: i64,
+    },
+    /// AVG over integers or decimals: the exact sum, as [`Acc::Sum`], and the count.
     Avg {
-        sum: Sum,
+        sum: Wide,
+        n: i64,
+    },
+    /// AVG over floats: the sum and the count.
+    AvgFloat {
+        sum: f64,
         n: i64,
     },
     /// MIN/MAX over values kept as their row encoding (of an input that may retract).
@@ -122,7 +129,9 @@ impl HeapSize for Acc {
             Acc::Ordered { elements } => elements.heap_bytes(),
             Acc::Count(_)
             | Acc::Sum { .. }
+            | Acc::SumFloat { .. }
             | Acc::Avg { .. }
+            | Acc::AvgFloat { .. }
             | Acc::Bool { .. }
             | Acc::Extreme { .. } => 0,
         }
@@ -335,19 +344,17 @@ impl Aggregate {
         let max = spec.func == AggFunc::Max;
         let acc = match kind {
             _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
-            _ if spec.func == AggFunc::Avg => Acc::Avg {
-                sum: match spec.arg_type {
-                    DataType::Decimal128(..) => Sum::Dec(Wide::default()),
-                    ref t if int_arg(t) => Sum::Int(Wide::default()),
-                    _ => Sum::Float(0.0),
-                },
-                n: 0,
-            },
+            _ if spec.func == AggFunc::Avg => {
+                if matches!(spec.arg_type, DataType::Decimal128(..)) || int_arg(&spec.arg_type) {
+                    Acc::Avg { sum: Wide::default(), n: 0 }
+                } else {
+                    Acc::AvgFloat { sum: 0.0, n: 0 }
+                }
+            }
             Kind::Bool => Acc::Bool { trues: 0, falses: 0 },
             Kind::Scalar => Acc::Ordered { elements: BTreeMap::new() },
-            Kind::Int => Acc::Sum { sum: Sum::Int(Wide::default()), n: 0 },
-            Kind::Float => Acc::Sum { sum: Sum::Float(0.0), n: 0 },
-            Kind::Dec(..) => Acc::Sum { sum: Sum::Dec(Wide::default()), n: 0 },
+            Kind::Int | Kind::Dec(..) => Acc::Sum { sum: Wide::default(), n: 0 },
+            Kind::Float => Acc::SumFloat { sum: 0.0, n: 0 },
             Kind::KeyInt | Kind::KeyFloat if append_only => Acc::Extreme { best: None, max },
             Kind::KeyInt | Kind::KeyFloat => {
                 Acc::MinMaxKey { values: Box::new(KeySet::new()), max }
@@ -412,15 +419,21 @@ impl Aggregate {
             Acc::Count(n) => *n += diff,
             Acc::Sum { sum, n } | Acc::Avg { sum, n } => {
                 *n += diff;
-                match (sum, view) {
-                    (Sum::Int(s), ArgView::Int(a)) => s.add(a.value(i) as i128 * diff as i128)?,
-                    (Sum::Float(s), ArgView::Float(a)) => *s += a.value(i) * diff as f64,
-                    (Sum::Dec(s), ArgView::Dec(a)) => {
+                match view {
+                    ArgView::Int(a) => sum.add(a.value(i) as i128 * diff as i128)?,
+                    ArgView::Dec(a) => {
                         let v = a.value(i).checked_mul(diff as i128);
-                        s.add(v.ok_or_else(|| WeirError::exec("overflow in SUM"))?)?
+                        sum.add(v.ok_or_else(|| WeirError::exec("overflow in SUM"))?)?
                     }
                     _ => return Err(WeirError::internal("sum accumulator/view mismatch")),
                 }
+            }
+            Acc::SumFloat { sum, n } | Acc::AvgFloat { sum, n } => {
+                *n += diff;
+                let ArgView::Float(a) = view else {
+                    return Err(WeirError::internal("sum accumulator/view mismatch"));
+                };
+                *sum += a.value(i) * diff as f64;
             }
             Acc::ExtremeBytes { best, max } => {
                 let v = value.ok_or_else(|| WeirError::internal("min/max without value"))?;
@@ -492,25 +505,27 @@ impl Aggregate {
                     Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })
                 }
                 Acc::Ordered { elements } => ordered_output(spec, elements)?,
-                Acc::Sum { n, .. } | Acc::Avg { n, .. } if *n <= 0 => Out::Null,
-                Acc::Sum { sum, .. } => match sum {
-                    Sum::Int(s) => Out::Int(
-                        i64::try_from(s.get())
+                Acc::Sum { n, .. }
+                | Acc::SumFloat { n, .. }
+                | Acc::Avg { n, .. }
+                | Acc::AvgFloat { n, .. }
+                    if *n <= 0 =>
+                {
+                    Out::Null
+                }
+                Acc::Sum { sum, .. } => match spec.arg_type {
+                    DataType::Decimal128(..) => Out::dec(sum.get()),
+                    _ => Out::Int(
+                        i64::try_from(sum.get())
                             .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
                     ),
-                    Sum::Float(s) => Out::Float(s.to_bits()),
-                    Sum::Dec(s) => Out::dec(s.get()),
                 },
-                Acc::Avg { sum: Sum::Int(s), n } => {
-                    Out::Float((s.get() as f64 / *n as f64).to_bits())
-                }
-                Acc::Avg { sum: Sum::Float(s), n } => Out::Float((*s / *n as f64).to_bits()),
-                Acc::Avg { sum: Sum::Dec(s), n } => {
-                    let DataType::Decimal128(_, scale) = spec.arg_type else {
-                        return Err(WeirError::internal("decimal AVG of a non-decimal"));
-                    };
-                    Out::dec(decimal_avg(s.get(), *n, scale)?)
-                }
+                Acc::SumFloat { sum, .. } => Out::Float(sum.to_bits()),
+                Acc::Avg { sum, n } => match spec.arg_type {
+                    DataType::Decimal128(_, scale) => Out::dec(decimal_avg(sum.get(), *n, scale)?),
+                    _ => Out::Float((sum.get() as f64 / *n as f64).to_bits()),
+                },
+                Acc::AvgFloat { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
                 Acc::MinMax { values, max } => {
                     bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))
                 }

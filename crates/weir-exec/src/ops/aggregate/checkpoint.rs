@@ -5,7 +5,7 @@ use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
-use super::accumulators::{bytes_contend, f64_key, key_f64, Acc, AccState, Kind, Sum, Wide};
+use super::accumulators::{bytes_contend, f64_key, key_f64, Acc, AccState, Kind, Wide};
 use super::minmax::KeySet;
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
@@ -180,7 +180,9 @@ impl Aggregate {
                 opt_i64_col(accs().map(|acc| match acc {
                     Some(Acc::Count(n))
                     | Some(Acc::Sum { n, .. })
+                    | Some(Acc::SumFloat { n, .. })
                     | Some(Acc::Avg { n, .. })
+                    | Some(Acc::AvgFloat { n, .. })
                     | Some(Acc::Bool { trues: n, .. }) => Some(*n),
                     _ => None,
                 })),
@@ -188,8 +190,7 @@ impl Aggregate {
             cols.push((
                 isum,
                 opt_i128_col(accs().map(|acc| match acc {
-                    Some(Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), .. })
-                    | Some(Acc::Avg { sum: Sum::Int(s) | Sum::Dec(s), .. }) => Some(s.get()),
+                    Some(Acc::Sum { sum, .. } | Acc::Avg { sum, .. }) => Some(sum.get()),
                     Some(Acc::Bool { falses, .. }) => Some(i128::from(*falses)),
                     _ => None,
                 })),
@@ -197,8 +198,7 @@ impl Aggregate {
             cols.push((
                 fsum,
                 opt_f64_col(accs().map(|acc| match acc {
-                    Some(Acc::Sum { sum: Sum::Float(s), .. })
-                    | Some(Acc::Avg { sum: Sum::Float(s), .. }) => Some(*s),
+                    Some(Acc::SumFloat { sum, .. } | Acc::AvgFloat { sum, .. }) => Some(*sum),
                     _ => None,
                 })),
             ));
@@ -297,29 +297,22 @@ impl Aggregate {
                 match (&mut st.acc, n, isum, fsum) {
                     (Acc::Count(c), Some(n), None, None) => *c = n,
                     (
-                        Acc::Sum { sum: Sum::Int(s) | Sum::Dec(s), n: c }
-                        | Acc::Avg { sum: Sum::Int(s) | Sum::Dec(s), n: c },
+                        Acc::Sum { sum: s, n: c } | Acc::Avg { sum: s, n: c },
                         Some(n),
                         Some(v),
                         None,
                     ) => (*s, *c) = (Wide::new(v), n),
                     (
-                        Acc::Sum { sum: Sum::Float(s), n: c }
-                        | Acc::Avg { sum: Sum::Float(s), n: c },
+                        Acc::SumFloat { sum: s, n: c } | Acc::AvgFloat { sum: s, n: c },
                         Some(n),
                         None,
                         Some(v),
                     ) => (*s, *c) = (v, n),
-                    // Written before AVG over integers kept an exact sum: its float sum, which
-                    // holds an integer (exactly, up to 2^53).
-                    (Acc::Avg { sum: Sum::Int(s), n: c }, Some(n), None, Some(v))
-                        if v.fract() == 0.0 && v.abs() < 2f64.powi(63) =>
-                    {
-                        (*s, *c) = (Wide::new(v as i128), n)
-                    }
                     // Written before AVG over decimals kept an exact sum: its float sum of
                     // values of the argument's scale, exact up to 2^53 units of that scale.
-                    (Acc::Avg { sum: Sum::Dec(s), n: c }, Some(n), None, Some(v)) => {
+                    (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v))
+                        if matches!(self.aggs[a].arg_type, DataType::Decimal128(..)) =>
+                    {
                         let DataType::Decimal128(_, scale) = self.aggs[a].arg_type else {
                             return Err(bad(a));
                         };
@@ -328,6 +321,13 @@ impl Aggregate {
                             return Err(bad(a));
                         }
                         (*s, *c) = (Wide::new(units as i128), n)
+                    }
+                    // Written before AVG over integers kept an exact sum: its float sum, which
+                    // holds an integer (exactly, up to 2^53).
+                    (Acc::Avg { sum: s, n: c }, Some(n), None, Some(v))
+                        if v.fract() == 0.0 && v.abs() < 2f64.powi(63) =>
+                    {
+                        (*s, *c) = (Wide::new(v as i128), n)
                     }
                     (Acc::Bool { trues, falses }, Some(n), Some(v), None) => {
                         *trues = n;

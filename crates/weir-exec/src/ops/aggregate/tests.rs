@@ -786,3 +786,10 @@ fn changes_since_a_checkpoint_restore_the_same_state() {
     let make = || Box::new(distinct_aggregate(true)) as Box<dyn Operator>;
     changes_round_trip(make, vec![rich_input()], vec![vec![kv(9, "+1 a 5, +1 c 2")]], &[2, 4, 5]);
 }
+
+#[test]
+fn an_accumulator_takes_32_bytes() {
+    // Every group keeps one per aggregate (q16's groups keep 17): a variant that outgrows
+    // this makes every group larger.
+    assert_eq!(std::mem::size_of::<super::accumulators::Acc>(), 32);
+}
