@@ -594,7 +594,9 @@ impl Workers {
 /// See [`Workers::stopped`].
 fn workers_stopped(spans_processes: bool) -> WeirError {
     if spans_processes {
-        WeirError::exec("the workers stopped: a process of the cluster ended or lost its connection")
+        WeirError::exec(
+            "the workers stopped: a process of the cluster ended or lost its connection",
+        )
     } else {
         WeirError::internal("the workers stopped (a worker thread ended)")
     }
