@@ -1,7 +1,8 @@
 //! Cost probes for window functions (issue #12): the per-event cost of a top-N per partition at
 //! two partition sizes, and the state per key of keep-first deduplication.
 //!
-//! `cargo run --release -p weir --example window_fns -- QUERY PARTITION_SIZE [MEASURED_EVENTS]`
+//! `cargo run --release -p weir --example window_fns -- QUERY PARTITION_SIZE [MEASURED_EVENTS]
+//! [PARTITIONS]`
 //!
 //! QUERY: `topn` (top 10 by price per auction over `[PARTITION BY auction ROWS P]`), `rows`
 //! (the same window without the ranking: the baseline to subtract), `full` (the full
@@ -12,10 +13,11 @@
 //! partitions have PARTITION_SIZE rows seen when the timing starts) and `streamrows` (its
 //! baseline: `SELECT ISTREAM` of the same events).
 //!
-//! For `topn`, `rows` and `full`: 10 auctions; the windows are first filled (P events per
-//! auction, untimed), then MEASURED_EVENTS more are timed, each entering its auction's window
+//! For `topn`, `rows` and `full`: PARTITIONS auctions (10 by default); the windows are first
+//! filled (P events per auction, untimed), then MEASURED_EVENTS more are timed, each entering its auction's window
 //! and pushing the oldest out, with a random price (so it rarely enters the top 10). Prints
-//! ns/event. For `dedup` and `passthrough`: prints the peak RSS after the run; the difference
+//! ns/event. The same total state (P x PARTITIONS rows) at two partition sizes separates the
+//! cost of a partition's size from that of the state's size (cache misses). For `dedup` and `passthrough`: prints the peak RSS after the run; the difference
 //! divided by the number of keys is the state per key.
 
 use std::sync::Arc;
@@ -35,7 +37,6 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-const AUCTIONS: u64 = 10;
 const BATCH: usize = 1000;
 
 fn main() -> anyhow::Result<()> {
@@ -43,6 +44,7 @@ fn main() -> anyhow::Result<()> {
     let query = args.get(1).map(String::as_str).unwrap_or("topn");
     let p: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let measured: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let auctions: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(10).max(1);
     let window = format!("bids [PARTITION BY auction ROWS {p}]");
     let sql = match query {
         "topn" => format!(
@@ -84,7 +86,7 @@ fn main() -> anyhow::Result<()> {
     // Event i: auction i mod 10 (i itself for dedup), t = i.
     let mut batch_at = |from: u64, n: u64| -> anyhow::Result<RecordBatch> {
         let auction: Vec<i64> =
-            (from..from + n).map(|i| if dedup { i } else { i % AUCTIONS } as i64).collect();
+            (from..from + n).map(|i| if dedup { i } else { i % auctions } as i64).collect();
         let price: Vec<i64> = (0..n).map(|_| (rand() % 1_000_000_000) as i64).collect();
         let t: Vec<i64> = (from..from + n).map(|i| i as i64).collect();
         Ok(RecordBatch::try_new(
@@ -122,13 +124,14 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let fill = p * AUCTIONS;
+    let fill = p * auctions;
     run(&mut engine, 0, fill)?;
     let start = Instant::now();
     let out = run(&mut engine, fill, measured)?;
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "{query}: partition size {p}, {measured} events timed, {out} output changes, {:.0} ns/event",
+        "{query}: {auctions} partitions of {p} rows, {measured} events timed, {out} output \
+         changes, {:.0} ns/event",
         secs * 1e9 / measured as f64
     );
     Ok(())
