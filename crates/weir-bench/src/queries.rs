@@ -306,16 +306,11 @@ impl Query {
                  GROUP BY category",
                 r = us(p.q4_range)
             ),
-            // The counts are written twice: the binder does not yet see a WITH name inside a
-            // subquery in FROM.
             Query::Q5 => format!(
-                "SELECT ISTREAM c.auction, c.num \
-                 FROM (SELECT auction, COUNT(*) AS num FROM bid [RANGE {r} SLIDE {s}] \
-                       GROUP BY auction) AS c \
-                 JOIN (SELECT MAX(num) AS top FROM \
-                         (SELECT auction, COUNT(*) AS num FROM bid [RANGE {r} SLIDE {s}] \
-                          GROUP BY auction) AS c2) AS m \
-                 ON c.num = m.top",
+                "WITH c AS (SELECT auction, COUNT(*) AS num FROM bid [RANGE {r} SLIDE {s}] \
+                            GROUP BY auction) \
+                 SELECT ISTREAM c.auction, c.num \
+                 FROM c JOIN (SELECT MAX(num) AS top FROM c) AS m ON c.num = m.top",
                 r = us(p.q5_range),
                 s = us(p.q5_slide)
             ),

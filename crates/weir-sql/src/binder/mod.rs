@@ -606,7 +606,7 @@ impl<'a> Binder<'a> {
     /// Binds one query. See the module docs.
     pub fn bind(&self, q: &CqlQuery) -> Result<Arc<LogicalPlan>> {
         self.check_windows(&q.windows)?;
-        self.check_relations(&q.query)?;
+        self.check_relations(&q.query, &[])?;
         check_sketch_args(&q.query)?;
         let (df, probes) = self.plan_sql(&q.query, &q.windows).map_err(|e| {
             let e = place_operator_error(place_function_error(e, &q.query), &q.query);
@@ -810,13 +810,26 @@ impl<'a> Binder<'a> {
         Err(WeirError::plan_at(why, w.span))
     }
 
-    /// Every name in a FROM clause exists, reported with its position.
-    fn check_relations(&self, q: &sql::Query) -> Result<()> {
-        let mut ctes: Vec<String> = vec![];
+    /// Every name in a FROM clause exists, reported with its position. `ctes` are the WITH
+    /// names in scope: those of the enclosing queries, which a subquery in FROM sees as SQL
+    /// says, and then each of this query's, seen by the ones after it and by its body.
+    fn check_relations(&self, q: &sql::Query, ctes: &[String]) -> Result<()> {
+        let mut ctes: Vec<String> = ctes.to_vec();
         if let Some(with) = &q.with {
             for cte in &with.cte_tables {
-                ctes.push(cte.alias.name.value.to_ascii_lowercase());
-                self.check_relations(&cte.query)?;
+                let name = cte.alias.name.value.to_ascii_lowercase();
+                if let Err(e) = self.check_relations(&cte.query, &ctes) {
+                    // A query that reads itself is recursive: say so, not that it is unknown.
+                    ctes.push(name.clone());
+                    if with.recursive && self.check_relations(&cte.query, &ctes).is_ok() {
+                        return Err(WeirError::plan_at(
+                            format!("WITH RECURSIVE is not supported: '{name}' reads itself"),
+                            Span::from_sql(cte.alias.name.span),
+                        ));
+                    }
+                    return Err(e);
+                }
+                ctes.push(name);
             }
         }
         self.check_set_expr(&q.body, &ctes)
@@ -833,7 +846,7 @@ impl<'a> Binder<'a> {
                 }
                 Ok(())
             }
-            sql::SetExpr::Query(q) => self.check_relations(q),
+            sql::SetExpr::Query(q) => self.check_relations(q, ctes),
             sql::SetExpr::SetOperation { left, right, .. } => {
                 self.check_set_expr(left, ctes)?;
                 self.check_set_expr(right, ctes)
@@ -858,7 +871,7 @@ impl<'a> Binder<'a> {
                 }
                 Ok(())
             }
-            sql::TableFactor::Derived { subquery, .. } => self.check_relations(subquery),
+            sql::TableFactor::Derived { subquery, .. } => self.check_relations(subquery, ctes),
             sql::TableFactor::NestedJoin { table_with_joins, .. } => {
                 self.check_factor(&table_with_joins.relation, ctes)?;
                 for j in &table_with_joins.joins {
