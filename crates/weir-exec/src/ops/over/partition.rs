@@ -180,6 +180,53 @@ impl Partition {
         }
     }
 
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        match self {
+            Partition::Small(v) => v.len(),
+            Partition::Large(m) => m.len(),
+        }
+    }
+
+    /// Applies `changes` (sorted by entry, no entry twice, none zero) by merging them with the
+    /// entries in one ordered pass and building the partition again, where [`Partition::add`]
+    /// would search for each change (in a large partition, a descent of the B-tree each). For
+    /// a step that changes a large share of a partition, such as a window's close that
+    /// retracts every row and inserts the next window's. Entries are moved, not copied; a new
+    /// entry is allocated as `add` allocates it. Returns false if a multiplicity went below
+    /// zero (the partition then holds what the merge made of it).
+    pub fn merge_sorted<'k>(&mut self, changes: impl IntoIterator<Item = (Key<'k>, i64)>) -> bool {
+        let large = matches!(self, Partition::Large(_));
+        let entries: Vec<(Entry, i64)> = match std::mem::take(self) {
+            Partition::Small(v) => v,
+            Partition::Large(m) => m.into_iter().collect(),
+        };
+        let mut merged = Vec::with_capacity(entries.len());
+        let mut entries = entries.into_iter().peekable();
+        let mut ok = true;
+        for (key, n) in changes {
+            while let Some(e) = entries.next_if(|(e, _)| e.key() < key) {
+                merged.push(e);
+            }
+            let (entry, c) = match entries.next_if(|(e, _)| e.key() == key) {
+                Some((e, c)) => (e, c + n),
+                None => (Entry::new(key), n),
+            };
+            ok &= c >= 0;
+            if c != 0 {
+                merged.push((entry, c));
+            }
+        }
+        merged.extend(entries);
+        *self = if large || merged.len() > SMALL {
+            // Collected from entries in order: the B-tree is built leaf by leaf.
+            Partition::Large(merged.into_iter().collect())
+        } else {
+            Partition::Small(merged)
+        };
+        ok
+    }
+
     /// Adds `n` (not zero) to `key`'s multiplicity, removing it at zero; returns the new
     /// multiplicity. An entry is allocated only when it is new.
     pub fn add(&mut self, key: Key<'_>, n: i64) -> i64 {
@@ -273,6 +320,44 @@ mod tests {
             assert_eq!(entries(&p), want, "step {step}");
         }
         assert!(matches!(p, Partition::Large(_)), "the partition grew past the small form");
+    }
+
+    /// Batches of sorted changes merged in give what adding them one by one gives, in either
+    /// form and through the growth past the small form, and a retraction of more than is
+    /// there is reported.
+    #[test]
+    fn merging_sorted_changes_equals_adding_them() {
+        let mut merged = Partition::default();
+        let mut added = Partition::default();
+        let mut x: u32 = 3;
+        for step in 0..300 {
+            let mut batch: BTreeMap<Key<'static>, i64> = BTreeMap::new();
+            let size = if step % 10 < 5 { 3 } else { 60 };
+            for _ in 0..size {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                let e = key((x >> 8) as u8 % 90, (x >> 16) as u8 % 2);
+                let have = added.iter().find(|(k, _)| *k == e).map_or(0, |(_, c)| c);
+                let n = if (x >> 24).is_multiple_of(3) && have > 0 { -1 } else { 1 };
+                if have + batch.get(&e).copied().unwrap_or(0) + n >= 0 {
+                    *batch.entry(e).or_insert(0) += n;
+                }
+            }
+            batch.retain(|_, n| *n != 0);
+            for (&e, &n) in &batch {
+                added.add(e, n);
+            }
+            assert!(merged.merge_sorted(batch.iter().map(|(&e, &n)| (e, n))), "step {step}");
+            assert_eq!(entries(&merged), entries(&added), "step {step}");
+            assert_eq!(merged.len(), added.len());
+            assert_eq!(
+                matches!(merged, Partition::Large(_)),
+                matches!(added, Partition::Large(_)),
+                "step {step}"
+            );
+        }
+        assert!(matches!(merged, Partition::Large(_)));
+        let (k, r, _) = entries(&merged)[0];
+        assert!(!merged.merge_sorted([(key(k, r), -1000)]), "a count below zero is reported");
     }
 
     /// Entries whose order keys tie in their first 8 bytes, or begin one another (zero bytes

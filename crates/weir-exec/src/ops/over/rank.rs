@@ -19,7 +19,9 @@
 //! larger o, only if o is new). Work per touched partition: O(n) to walk it in full mode, but
 //! O(hi + log n) in top-N mode, where the walk stops at the first row ranked past hi; rows
 //! below the top are kept in state (not output), so when a top row leaves, the next one is
-//! refilled from there. Other partitions cost nothing.
+//! refilled from there. Applying the changes to the state costs a search per change, except
+//! that a step changing a quarter of a large partition or more (a window's close) is merged
+//! into it in one ordered pass, O(n + changes). Other partitions cost nothing.
 //!
 //! State: every input row, per partition, ordered by (o, row), with its multiplicity; in
 //! top-N mode over an insert-only input (a monotonic plan: ranks only grow as rows enter, so
@@ -308,6 +310,13 @@ impl Ranking {
                     if part.add_at(at, e, n) < 0 {
                         return Err(retracted());
                     }
+                }
+            }
+            // Changes to a quarter of the partition or more (a window's close): merged in one
+            // ordered pass, which costs O(n) where a descent per change costs more.
+            None if changes.len() * 4 >= part.len() => {
+                if !part.merge_sorted(changes.iter().map(|&(e, n, _)| (e, n))) {
+                    return Err(retracted());
                 }
             }
             // Entry by entry (never a pass over the partition: that would cost O(n)).
