@@ -2789,6 +2789,17 @@ fn table_ops() -> impl Strategy<Value = Vec<(i64, TableOp)>> {
     })
 }
 
+/// Elements crowded into few keys and ticks, so that a partition holds more than the 32 rows
+/// of a ranking's small form and a window's close changes most of it at once.
+fn crowded_elements() -> impl Strategy<Value = Vec<El>> {
+    prop::collection::vec((0i64..2, prop::option::weighted(0.9, -2i64..30), 0i64..5), 80..160)
+        .prop_map(|v| {
+            let mut els: Vec<El> = v.into_iter().map(|(k, v, t)| el(k, v, t)).collect();
+            els.sort_by_key(|e| e.t);
+            els
+        })
+}
+
 fn window() -> impl Strategy<Value = Win> {
     prop::sample::select(WINDOWS)
 }
@@ -3419,6 +3430,20 @@ proptest! {
         let input = Input::single(s);
         check(&q_rank(w, f, desc), &input)?;
         check(&q_rank(w, f, desc).with_mode(Mode::Istream), &input)?;
+    }
+
+    /// Partitions past the ranking's small form, whose window closes change most of their
+    /// rows in one step (a large partition's changes are then merged in, not searched).
+    #[test]
+    fn ranking_of_large_partitions_matches_oracle(
+        s in crowded_elements(),
+        w in prop::sample::select(vec![Win::Unbounded, Win::Slide(4, 4), Win::Slide(3, 1), Win::Range(3)]),
+        f in prop::sample::select(&RANK_FS[..]),
+        desc in any::<bool>(),
+    ) {
+        let input = Input::single(s);
+        check(&q_rank(w, f, desc), &input)?;
+        check(&q_rank_top(w, f, desc, 3, 2, 4, 1), &input)?;
     }
 
     #[test]
