@@ -1,5 +1,7 @@
 //! Checkpointing an [`Aggregate`]'s state, in the sections laid out in [`super`]'s docs.
 
+use std::borrow::Cow;
+
 use arrow::array::{Array, ArrayRef, Float64Array, Int64Array};
 use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
@@ -171,7 +173,8 @@ impl Aggregate {
         }
         // (group, agg, value, count) of the MIN/MAX multisets and of the DISTINCT maps.
         let mut values: Vec<(i64, i64, &[u8], i64)> = Vec::new();
-        let mut seen: Vec<(i64, i64, &[u8], i64)> = Vec::new();
+        // DISTINCT values, owned where a set does not keep their encodings (dense marks).
+        let mut seen: Vec<(i64, i64, Cow<'_, [u8]>, i64)> = Vec::new();
         let mut cursors: Vec<usize> = vec![0; self.aggs.len()];
         for (a, [n, isum, fsum]) in names.iter().enumerate() {
             let accs = || groups.iter().map(move |g| g.accs.get(a).map(|s| &s.acc));
@@ -233,6 +236,7 @@ impl Aggregate {
             }
         }
         w.put("aggregate.groups", &sig, groups.len(), cols)?;
+        let seen = seen.iter().map(|(g, a, v, c)| (*g, *a, &v[..], *c)).collect();
         for (name, rows) in [("aggregate.values", values), ("aggregate.seen", seen)] {
             w.put(
                 name,

@@ -9,21 +9,27 @@
 //!   entry goes when every count is 0;
 //! - over an insert-only input, nothing ever leaves, so one bit per member says whether it has
 //!   seen the value ([`SeenMap::Marks`], up to 64 members): a word per value instead of a count
-//!   per member, a quarter of the memory for q16's sets of four.
+//!   per member, a quarter of the memory for q16's sets of four; and 64-bit values lying close
+//!   together (ids handed out in sequence) are first kept as a bit array over their range
+//!   ([`SeenMap::Dense`], see [`super::dense`]), which becomes a hash map when the values
+//!   spread.
 //!
 //! Values are keyed by their row encoding ([`SeenKey`]), held inline when it is at most 15
 //! bytes long (any number, a date, a short string), so that a probe compares two words and an
 //! entry needs no allocation of its own; longer encodings are boxed. The marks of a 64-bit
 //! argument (BIGINT, DOUBLE, TIMESTAMP: 9-byte encodings) are keyed by the 9 bytes themselves
 //! ([`SeenMap::WordMarks`]). Memory per value, plus a control byte: 16 bytes for the marks of
-//! a 64-bit value, 32 for other marks, 72 for the counts of up to four members.
+//! a 64-bit value, 32 for other marks, 72 for the counts of up to four members; dense marks
+//! take at most 16 bytes per value, and half a byte for the four members of q16's sets of ids.
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 use datafusion_common::HashMap;
 use hashbrown::Equivalent;
 use weir_common::{Result, WeirError};
 
+use super::dense::DenseMarks;
 use crate::heap::{allocation, hash_table, HeapSize};
 
 /// Bytes of an encoding held inline; the last byte of a [`SeenKey::Short`] is its length.
@@ -145,13 +151,19 @@ pub(super) enum SeenMap {
     /// of at most 32 members: the encoding itself is the key, 16 bytes an entry with its marks.
     /// A value of another length turns the set into [`SeenMap::Marks`].
     WordMarks(HashMap<[u8; WORD], u32>),
+    /// Insert-only input, values encoded in [`WORD`] bytes, at most
+    /// [`DenseMarks::MAX_MEMBERS`] members: the marks as a bit array over the range of the
+    /// values, while it stays small for what it holds; then a [`SeenMap::WordMarks`] set.
+    Dense(DenseMarks),
 }
 
 impl SeenMap {
     /// An empty set of `members` aggregates, over an insert-only input if `append_only`, of
     /// values encoded in [`WORD`] bytes if `words`.
     pub(super) fn new(append_only: bool, members: usize, words: bool) -> Self {
-        if append_only && words && members <= WORD_MARK_BITS {
+        if append_only && words && members <= DenseMarks::MAX_MEMBERS {
+            SeenMap::Dense(DenseMarks::new(members))
+        } else if append_only && words && members <= WORD_MARK_BITS {
             SeenMap::WordMarks(HashMap::default())
         } else if append_only && members <= MARK_BITS {
             SeenMap::Marks(HashMap::default())
@@ -162,7 +174,13 @@ impl SeenMap {
 
     /// The marks of value `v` in a [`SeenMap::WordMarks`] set (inserted as none if missing);
     /// `None` for any other set, which is what a set of words becomes when `v` is not a word.
+    /// A [`SeenMap::Dense`] set is made a set of words first (its caller found `v` did not fit
+    /// it).
     fn word_marks(&mut self, v: &[u8]) -> Option<&mut u32> {
+        if let SeenMap::Dense(dense) = self {
+            let words = dense.entries().map(|(k, marks)| (k, marks as u32)).collect();
+            *self = SeenMap::WordMarks(words);
+        }
         if v.len() != WORD {
             if let SeenMap::WordMarks(map) = self {
                 let wide =
@@ -202,6 +220,14 @@ impl SeenMap {
             }
             Ok(())
         };
+        if let SeenMap::Dense(dense) = self {
+            if let Some(slot) = dense.slot(v) {
+                let mut marks = dense.get(slot);
+                let result = mark(&mut marks);
+                dense.set(slot, marks);
+                return result;
+            }
+        }
         if let Some(marks) = self.word_marks(v) {
             let mut wide = u64::from(*marks);
             let result = mark(&mut wide);
@@ -212,7 +238,7 @@ impl SeenMap {
         let probe = SeenRef::of(v);
         match self {
             SeenMap::Marks(map) => mark(probe.slot(map, || 0))?,
-            SeenMap::WordMarks(_) => {
+            SeenMap::WordMarks(_) | SeenMap::Dense(_) => {
                 return Err(WeirError::internal("a DISTINCT set of words not widened"))
             }
             SeenMap::Counts(map) => {
@@ -238,20 +264,27 @@ impl SeenMap {
     }
 
     /// Member m's values with their multiplicities (1 for a mark), in no particular order.
-    pub(super) fn member(&self, m: usize) -> Vec<(&[u8], i64)> {
+    pub(super) fn member(&self, m: usize) -> Vec<(Cow<'_, [u8]>, i64)> {
         match self {
-            SeenMap::Counts(map) => {
-                map.iter().filter(|(_, c)| c[m] != 0).map(|(v, c)| (v.bytes(), c[m])).collect()
-            }
+            SeenMap::Counts(map) => map
+                .iter()
+                .filter(|(_, c)| c[m] != 0)
+                .map(|(v, c)| (Cow::Borrowed(v.bytes()), c[m]))
+                .collect(),
             SeenMap::Marks(map) => map
                 .iter()
                 .filter(|(_, marks)| *marks & (1 << m) != 0)
-                .map(|(v, _)| (v.bytes(), 1))
+                .map(|(v, _)| (Cow::Borrowed(v.bytes()), 1))
                 .collect(),
             SeenMap::WordMarks(map) => map
                 .iter()
                 .filter(|(_, marks)| *marks & (1 << m) != 0)
-                .map(|(v, _)| (&v[..], 1))
+                .map(|(v, _)| (Cow::Borrowed(&v[..]), 1))
+                .collect(),
+            SeenMap::Dense(dense) => dense
+                .entries()
+                .filter(|(_, marks)| *marks & (1 << m) != 0)
+                .map(|(v, _)| (Cow::Owned(v.to_vec()), 1))
                 .collect(),
         }
     }
@@ -259,6 +292,14 @@ impl SeenMap {
     /// Restores member m's multiplicity `count` (non-zero) of value `v`, of a set of `members`;
     /// false if the member already has the value.
     pub(super) fn restore(&mut self, v: &[u8], members: usize, m: usize, count: i64) -> bool {
+        if let SeenMap::Dense(dense) = self {
+            if let Some(slot) = dense.slot(v) {
+                let mut marks = dense.get(slot);
+                let fresh = set_mark(&mut marks, m);
+                dense.set(slot, marks);
+                return fresh;
+            }
+        }
         if let Some(marks) = self.word_marks(v) {
             let mut wide = u64::from(*marks);
             let fresh = set_mark(&mut wide, m);
@@ -274,8 +315,8 @@ impl SeenMap {
                 fresh
             }
             SeenMap::Marks(map) => set_mark(probe.slot(map, || 0), m),
-            // `word_marks` answered for a set of words.
-            SeenMap::WordMarks(_) => false,
+            // `word_marks` answered for a set of words, dense ones included.
+            SeenMap::WordMarks(_) | SeenMap::Dense(_) => false,
         }
     }
 
@@ -285,6 +326,7 @@ impl SeenMap {
             SeenMap::Counts(map) => *map = HashMap::default(),
             SeenMap::Marks(map) => *map = HashMap::default(),
             SeenMap::WordMarks(map) => *map = HashMap::default(),
+            SeenMap::Dense(dense) => dense.clear(),
         }
     }
 }
@@ -305,6 +347,7 @@ impl HeapSize for SeenMap {
                     + map.keys().map(HeapSize::heap_bytes).sum::<usize>()
             }
             SeenMap::WordMarks(map) => hash_table(map.capacity(), size_of::<([u8; WORD], u32)>()),
+            SeenMap::Dense(dense) => dense.heap_bytes(),
         }
     }
 }
@@ -354,10 +397,11 @@ mod tests {
             (&long, 3, &[0, 2]),
             (b"b", 1, &[]),
         ];
-        let mut words = SeenMap::new(true, 3, true);
+        let mut dense = SeenMap::new(true, 3, true);
+        let mut words = SeenMap::WordMarks(HashMap::default());
         let mut marks = SeenMap::new(true, 3, false);
         let mut counts = SeenMap::new(false, 3, true);
-        assert!(matches!(words, SeenMap::WordMarks(_)));
+        assert!(matches!(dense, SeenMap::Dense(_)));
         assert!(matches!(marks, SeenMap::Marks(_)) && matches!(counts, SeenMap::Counts(_)));
         let sorted = |set: &SeenMap, m: usize| {
             let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
@@ -368,25 +412,93 @@ mod tests {
             let want = flips(&mut counts, v, diff, reach);
             assert_eq!(flips(&mut marks, v, diff, reach), want, "input {i}");
             assert_eq!(flips(&mut words, v, diff, reach), want, "input {i}");
+            assert_eq!(flips(&mut dense, v, diff, reach), want, "input {i}");
             assert_eq!(matches!(words, SeenMap::WordMarks(_)), i < 3, "input {i}");
+            // Two near words stay dense; a value of another length makes the set a hash map.
+            assert_eq!(matches!(dense, SeenMap::Dense(_)), i < 3, "input {i}");
             for m in 0..3 {
                 assert_eq!(sorted(&words, m), sorted(&counts, m), "input {i}, member {m}");
+                assert_eq!(sorted(&dense, m), sorted(&counts, m), "input {i}, member {m}");
             }
         }
         assert!(marks.change(b"a", 3, -1, |_| true, |_, _| Ok(())).is_err());
         // A zero multiplicity is no value: nothing is marked.
         for set in [&mut marks, &mut words, &mut counts] {
             assert_eq!(flips(set, b"new", 0, &[0, 1, 2]), []);
-            assert!((0..3).all(|m| set.member(m).iter().all(|(v, _)| *v != b"new")));
+            assert!((0..3).all(|m| set.member(m).iter().all(|(v, _)| **v != *b"new")));
         }
-        let mut words = SeenMap::new(true, 3, true);
-        assert!(words.change(&w1, 3, -1, |_| true, |_, _| Ok(())).is_err());
+        let mut dense = SeenMap::new(true, 3, true);
+        assert!(dense.change(&w1, 3, -1, |_| true, |_, _| Ok(())).is_err());
+        assert!(matches!(dense, SeenMap::Dense(_)));
+    }
+
+    /// The encoding of a 64-bit value: a byte, then the value's 8 bytes.
+    fn word(n: u64) -> [u8; WORD] {
+        let mut w = [1u8; WORD];
+        w[1..].copy_from_slice(&n.to_be_bytes());
+        w
+    }
+
+    #[test]
+    fn dense_marks_flip_as_counts_do_and_turn_into_a_hash_map_when_values_spread() {
+        // Ids close together (each among the 50 newest, as NEXMark's bids pick recent
+        // auctions), then ever wider apart: the set leaves its dense form once, and flips and
+        // members are those of counts throughout.
+        let mut values: Vec<u64> = (0..3000u64).map(|i| 1_000 + i / 2 + (i * 7919) % 50).collect();
+        values.extend((0..200u64).map(|i| 1 << (i % 60)));
+        let mut dense = SeenMap::new(true, 4, true);
+        let mut counts = SeenMap::new(false, 4, true);
+        let mut was_dense = vec![];
+        let flips = |set: &mut SeenMap, v: &[u8], i: usize| {
+            let mut out = vec![];
+            let reach = |m: usize| !(i + m).is_multiple_of(3);
+            set.change(v, 4, 1, reach, |m, d| {
+                out.push((m, d));
+                Ok(())
+            })
+            .unwrap();
+            out
+        };
+        for (i, n) in values.iter().enumerate() {
+            let v = word(*n);
+            assert_eq!(flips(&mut dense, &v, i), flips(&mut counts, &v, i), "value {i}");
+            was_dense.push(matches!(dense, SeenMap::Dense(_)));
+        }
+        assert!(was_dense[..3000].iter().all(|d| *d), "ids among the newest stay dense");
+        assert!(!was_dense.last().unwrap(), "values spread over 2^60 are hashed");
+        assert_eq!(was_dense.windows(2).filter(|w| w[0] != w[1]).count(), 1);
+        let sorted = |set: &SeenMap, m: usize| {
+            let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+            vs.sort();
+            vs
+        };
+        for m in 0..4 {
+            assert_eq!(sorted(&dense, m), sorted(&counts, m), "member {m}");
+        }
+        // Dense, the 4 marks of 1500 ids take 750 bytes, where a hash map takes 16 each.
+        let mut dense = SeenMap::new(true, 4, true);
+        for i in 0..1500u64 {
+            dense.change(&word(1_000 + i), 4, 1, |_| true, |_, _| Ok(())).unwrap();
+        }
+        assert!(matches!(dense, SeenMap::Dense(_)));
+        assert!(dense.heap_bytes() <= 1024, "{}", dense.heap_bytes());
+        // Restored as it was saved: the same members, dense.
+        let mut restored = SeenMap::new(true, 4, true);
+        for m in 0..4 {
+            for (v, count) in dense.member(m) {
+                assert!(restored.restore(&v, 4, m, count));
+            }
+        }
+        assert!(matches!(restored, SeenMap::Dense(_)));
+        for m in 0..4 {
+            assert_eq!(sorted(&restored, m), sorted(&dense, m), "member {m}");
+        }
     }
 
     #[test]
     fn word_marks_restore_and_widen_as_marks_do() {
         let w = [1u8, 0, 0, 0, 0, 0, 0, 0, 5];
-        let mut words = SeenMap::new(true, 2, true);
+        let mut words = SeenMap::WordMarks(HashMap::default());
         assert!(words.restore(&w, 2, 1, 3));
         assert!(!words.restore(&w, 2, 1, 1), "a value restored twice for a member");
         assert!(words.restore(&w, 2, 0, 1));
@@ -401,7 +513,9 @@ mod tests {
         };
         assert_eq!(members(0), [w.to_vec(), b"xy".to_vec()]);
         assert_eq!(members(1), [w.to_vec()]);
-        // More members than the words' marks hold: marks of 64.
+        // More members than dense marks hold: words; more than the words' marks hold: marks
+        // of 64.
+        assert!(matches!(SeenMap::new(true, 9, true), SeenMap::WordMarks(_)));
         assert!(matches!(SeenMap::new(true, 33, true), SeenMap::Marks(_)));
         assert_eq!(size_of::<([u8; WORD], u32)>(), 16);
     }

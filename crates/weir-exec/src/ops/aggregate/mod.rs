@@ -66,7 +66,8 @@
 //!
 //! The operator is split by job: this file holds the groups and the walk of a step;
 //! `accumulators.rs` how each aggregate function keeps, updates and outputs its values;
-//! `checkpoint.rs` the state's sections; `distinct.rs` the DISTINCT sets; `minmax.rs` the
+//! `checkpoint.rs` the state's sections; `distinct.rs` the DISTINCT sets, `dense.rs` those of
+//! ids kept as bit arrays; `minmax.rs` the
 //! MIN/MAX multisets kept as order keys;
 //! `panes.rs` the pane aggregation under a time window's aggregate, which feeds the same groups
 //! without output and emits them all at once; `tests.rs` the tests.
@@ -100,6 +101,7 @@ use distinct::SeenMap;
 mod accumulators;
 pub(crate) use accumulators::{avg_scale, decimal_avg};
 mod checkpoint;
+mod dense;
 mod distinct;
 mod minmax;
 pub mod panes;
