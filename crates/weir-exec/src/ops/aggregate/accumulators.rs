@@ -149,7 +149,12 @@ impl HeapSize for Out {
         match self {
             Out::Bytes(b) => b.heap_bytes(),
             Out::Scalar(s) => s.heap_bytes(),
-            Out::Null | Out::Int(_) | Out::Float(_) | Out::Dec(..) | Out::Bool(_) => 0,
+            Out::Null
+            | Out::Int(_)
+            | Out::Float(_)
+            | Out::Dec(..)
+            | Out::Short { .. }
+            | Out::Bool(_) => 0,
         }
     }
 }
@@ -284,22 +289,52 @@ pub(super) fn key_f64(k: i64) -> f64 {
 }
 
 /// One output value of an aggregate, typed (floats by their bits, so equality is bitwise as
-/// for `ScalarValue`; decimals as two halves, which keeps the enum at 24 bytes).
+/// for `ScalarValue`; decimals as two halves, which keeps the enum at 24 bytes). A row
+/// encoding (MIN/MAX over strings and other types kept as bytes) is held inline up to
+/// [`SHORT_BYTES`] bytes, without an allocation per output (q16's `MAX(to_char(...))` takes
+/// two for every bid otherwise); [`Out::bytes`] picks the form, so equal values are equal.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Out {
     Null,
     Int(i64),
     Float(u64),
     Dec(u64, u64),
+    Short {
+        len: u8,
+        bytes: [u8; SHORT_BYTES],
+    },
     Bytes(RowBytes),
     Bool(bool),
     /// An ordered aggregate's value, boxed (it is rare, and keeps the enum small).
     Scalar(Box<ScalarValue>),
 }
 
+/// The longest row encoding an [`Out`] holds inline.
+pub(super) const SHORT_BYTES: usize = 22;
+
 impl Out {
     pub(super) fn dec(v: i128) -> Out {
         Out::Dec(v as u64, (v >> 64) as u64)
+    }
+
+    /// A row-encoded value: inline up to [`SHORT_BYTES`] bytes, boxed beyond.
+    pub(super) fn bytes(v: &[u8]) -> Out {
+        if v.len() <= SHORT_BYTES {
+            let mut bytes = [0u8; SHORT_BYTES];
+            bytes[..v.len()].copy_from_slice(v);
+            Out::Short { len: v.len() as u8, bytes }
+        } else {
+            Out::Bytes(v.into())
+        }
+    }
+
+    /// The row encoding of a value made by [`Out::bytes`] (None for any other value).
+    pub(super) fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Out::Short { len, bytes } => Some(&bytes[..*len as usize]),
+            Out::Bytes(b) => Some(b),
+            _ => None,
+        }
     }
 }
 
@@ -527,10 +562,10 @@ impl Aggregate {
                 },
                 Acc::AvgFloat { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
                 Acc::MinMax { values, max } => {
-                    bytes_extreme(values, *max).map_or(Out::Null, |v| Out::Bytes(v.clone()))
+                    bytes_extreme(values, *max).map_or(Out::Null, |v| Out::bytes(v))
                 }
                 Acc::ExtremeBytes { best, .. } => {
-                    best.as_ref().map_or(Out::Null, |(v, _)| Out::Bytes(v.clone()))
+                    best.as_ref().map_or(Out::Null, |(v, _)| Out::bytes(v))
                 }
                 Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
                 Acc::Extreme { best, .. } => best.map_or(Out::Null, |(v, _)| Out::Int(v)),
@@ -594,12 +629,12 @@ impl Aggregate {
                 let mut present: Vec<&[u8]> = Vec::new();
                 let mut idx: Vec<Option<u32>> = Vec::with_capacity(vals.len());
                 for v in vals {
-                    match v {
-                        Out::Bytes(b) => {
+                    match v.as_bytes() {
+                        Some(b) => {
                             idx.push(Some(present.len() as u32));
                             present.push(b);
                         }
-                        _ => idx.push(None),
+                        None => idx.push(None),
                     }
                 }
                 if present.is_empty() {

@@ -722,6 +722,17 @@ fn shared_distinct_checkpoint_round_trips_at_every_instant() {
 fn accumulators_stay_small() {
     // Every group keeps one per aggregate: q16 keeps 17 for each of its 10 000 groups a day.
     assert!(std::mem::size_of::<AccState>() <= 40, "{}", std::mem::size_of::<AccState>());
+    // Two output values per aggregate for each change of a group, short encodings inline.
+    assert_eq!(std::mem::size_of::<accumulators::Out>(), 24);
+    for len in [0, 1, accumulators::SHORT_BYTES, accumulators::SHORT_BYTES + 1, 40] {
+        let v: Vec<u8> = (0..len as u8).collect();
+        let out = accumulators::Out::bytes(&v);
+        assert_eq!(out.as_bytes(), Some(&v[..]));
+        assert_eq!(
+            matches!(out, accumulators::Out::Short { .. }),
+            len <= accumulators::SHORT_BYTES
+        );
+    }
     let big = i128::MAX - 3;
     for v in [0, 1, -1, i64::MIN as i128, big, -big, i128::MIN] {
         assert_eq!(accumulators::Wide::new(v).get(), v);
