@@ -14,10 +14,11 @@
 //! baseline: `SELECT ISTREAM` of the same events).
 //!
 //! For `topn`, `rows` and `full`: PARTITIONS auctions (10 by default); the windows are first
-//! filled (P events per auction, untimed), then MEASURED_EVENTS more are timed, each entering its auction's window
-//! and pushing the oldest out, with a random price (so it rarely enters the top 10). Prints
-//! ns/event. The same total state (P x PARTITIONS rows) at two partition sizes separates the
-//! cost of a partition's size from that of the state's size (cache misses). For `dedup` and `passthrough`: prints the peak RSS after the run; the difference
+//! filled (P events per auction, untimed), then MEASURED_EVENTS more are timed, each entering
+//! its auction's window and pushing the oldest out, with a random price (so it rarely enters
+//! the top 10). Prints ns/event. The same total state (P x PARTITIONS rows) at two partition
+//! sizes separates the cost of a partition's size from that of the state's size (cache
+//! misses). For `dedup` and `passthrough`: prints the peak RSS after the run; the difference
 //! divided by the number of keys is the state per key.
 
 use std::sync::Arc;

@@ -172,12 +172,18 @@ impl SeenMap {
         }
     }
 
-    /// The marks of value `v` in a [`SeenMap::WordMarks`] set (inserted as none if missing);
-    /// `None` for any other set, which is what a set of words becomes when `v` is not a word.
-    /// A [`SeenMap::Dense`] set is made a set of words first (its caller found `v` did not fit
-    /// it).
-    fn word_marks(&mut self, v: &[u8]) -> Option<&mut u32> {
+    /// Applies `f` to the marks of value `v` (none if it is new) in a set of 64-bit values,
+    /// [`SeenMap::Dense`] or [`SeenMap::WordMarks`], and returns its result; `None` for any
+    /// other set. A dense set that cannot hold `v` becomes a set of words first, and a set of
+    /// words becomes [`SeenMap::Marks`] when `v` is not a word.
+    fn mark_word<R>(&mut self, v: &[u8], f: impl FnOnce(&mut u64) -> R) -> Option<R> {
         if let SeenMap::Dense(dense) = self {
+            if let Some(slot) = dense.slot(v) {
+                let mut marks = dense.get(slot);
+                let result = f(&mut marks);
+                dense.set(slot, marks);
+                return Some(result);
+            }
             let words = dense.entries().map(|(k, marks)| (k, marks as u32)).collect();
             *self = SeenMap::WordMarks(words);
         }
@@ -189,7 +195,12 @@ impl SeenMap {
             }
         }
         let SeenMap::WordMarks(map) = self else { return None };
-        Some(map.entry(<[u8; WORD]>::try_from(v).ok()?).or_insert(0))
+        let marks = map.entry(<[u8; WORD]>::try_from(v).ok()?).or_insert(0);
+        let mut wide = u64::from(*marks);
+        let result = f(&mut wide);
+        // At most 32 members: the marks fit.
+        *marks = wide as u32;
+        Some(result)
     }
 
     /// Changes value `v`'s multiplicity by `diff` (a zero changes nothing) for each member m of
@@ -220,19 +231,7 @@ impl SeenMap {
             }
             Ok(())
         };
-        if let SeenMap::Dense(dense) = self {
-            if let Some(slot) = dense.slot(v) {
-                let mut marks = dense.get(slot);
-                let result = mark(&mut marks);
-                dense.set(slot, marks);
-                return result;
-            }
-        }
-        if let Some(marks) = self.word_marks(v) {
-            let mut wide = u64::from(*marks);
-            let result = mark(&mut wide);
-            // At most 32 members: the marks fit.
-            *marks = wide as u32;
+        if let Some(result) = self.mark_word(v, &mut mark) {
             return result;
         }
         let probe = SeenRef::of(v);
@@ -292,18 +291,7 @@ impl SeenMap {
     /// Restores member m's multiplicity `count` (non-zero) of value `v`, of a set of `members`;
     /// false if the member already has the value.
     pub(super) fn restore(&mut self, v: &[u8], members: usize, m: usize, count: i64) -> bool {
-        if let SeenMap::Dense(dense) = self {
-            if let Some(slot) = dense.slot(v) {
-                let mut marks = dense.get(slot);
-                let fresh = set_mark(&mut marks, m);
-                dense.set(slot, marks);
-                return fresh;
-            }
-        }
-        if let Some(marks) = self.word_marks(v) {
-            let mut wide = u64::from(*marks);
-            let fresh = set_mark(&mut wide, m);
-            *marks = wide as u32;
+        if let Some(fresh) = self.mark_word(v, |marks| set_mark(marks, m)) {
             return fresh;
         }
         let probe = SeenRef::of(v);
@@ -315,7 +303,7 @@ impl SeenMap {
                 fresh
             }
             SeenMap::Marks(map) => set_mark(probe.slot(map, || 0), m),
-            // `word_marks` answered for a set of words, dense ones included.
+            // `mark_word` answered for a set of words, dense ones included.
             SeenMap::WordMarks(_) | SeenMap::Dense(_) => false,
         }
     }
