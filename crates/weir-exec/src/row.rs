@@ -86,30 +86,80 @@ impl RowCodec {
     }
 }
 
-/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
-/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
-/// integer comparison for most pairs.
-fn sort_prefix(b: &[u8]) -> u128 {
-    let mut p = [0u8; 16];
-    let n = b.len().min(16);
-    p[..n].copy_from_slice(&b[..n]);
-    u128::from_be_bytes(p)
+/// A row's place in a sort of encodings: its first 24 bytes, zero-padded, as two big-endian
+/// numbers, and its index. Comparing the prefixes, then (when equal) the whole byte strings,
+/// orders byte strings as comparing them does, with integer comparisons for most pairs: the
+/// 24 bytes cover two or three encoded numbers, so a group's row before and after its
+/// aggregate changed (the same key, another value) rarely needs the bytes. The second number
+/// costs no room: a `(u128, u32)` is padded to 32 bytes anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortKey {
+    prefix: (u128, u64),
+    /// The row's index in the encoded rows.
+    pub index: u32,
 }
 
-/// The rows `range` of `rows` into `order` (cleared first) as (prefix, index), sorted as
-/// their encodings sort, equal rows side by side in index order: prefixes compared first
-/// (see [`sort_prefix`]), whole encodings only where those are equal.
+impl SortKey {
+    fn of(b: &[u8], index: u32) -> Self {
+        let mut p = [0u8; 24];
+        let n = b.len().min(24);
+        p[..n].copy_from_slice(&b[..n]);
+        let (hi, lo) = p.split_at(16);
+        let hi = u128::from_be_bytes(hi.try_into().unwrap_or_default());
+        let lo = u64::from_be_bytes(lo.try_into().unwrap_or_default());
+        SortKey { prefix: (hi, lo), index }
+    }
+
+    /// Whether the two rows' prefixes are equal (the rows may be).
+    pub fn same_prefix(&self, other: &SortKey) -> bool {
+        self.prefix == other.prefix
+    }
+}
+
+/// The rows `range` of `rows` into `order` (cleared first), sorted as their encodings sort,
+/// equal rows side by side in index order: prefixes compared first (see [`SortKey`]), whole
+/// encodings only where those are equal. Input that is nearly sorted already (an aggregate's
+/// changes come in key order, a group's old and new row perhaps swapped) is sorted by
+/// insertion, in time linear in the rows and the places they move; other input by a
+/// quicksort.
 pub fn sort_by_encoding(
     rows: &EncodedRows,
     range: std::ops::Range<usize>,
-    order: &mut Vec<(u128, u32)>,
+    order: &mut Vec<SortKey>,
 ) {
     let row = |i: u32| rows.get(i as usize);
     order.clear();
-    order.extend(range.map(|i| (sort_prefix(rows.get(i)), i as u32)));
-    order.sort_unstable_by(|a, b| {
-        a.0.cmp(&b.0).then_with(|| row(a.1).cmp(row(b.1))).then(a.1.cmp(&b.1))
-    });
+    order.extend(range.map(|i| SortKey::of(rows.get(i), i as u32)));
+    let cmp = |a: &SortKey, b: &SortKey| {
+        a.prefix
+            .cmp(&b.prefix)
+            .then_with(|| row(a.index).cmp(row(b.index)))
+            .then(a.index.cmp(&b.index))
+    };
+    let budget = 2 * order.len() + 64;
+    if !insertion_sort(order, budget, |a, b| cmp(a, b).is_lt()) {
+        order.sort_unstable_by(cmp);
+    }
+}
+
+/// Sorts `v` by insertion while it takes at most `budget` moves of one place; returns whether
+/// it is sorted (else `v` holds the same elements, partly sorted).
+fn insertion_sort<T: Copy>(v: &mut [T], budget: usize, less: impl Fn(&T, &T) -> bool) -> bool {
+    let mut moves = 0;
+    for i in 1..v.len() {
+        let x = v[i];
+        let mut j = i;
+        while j > 0 && less(&x, &v[j - 1]) {
+            v[j] = v[j - 1];
+            j -= 1;
+            moves += 1;
+        }
+        v[j] = x;
+        if moves > budget {
+            return false;
+        }
+    }
+    true
 }
 
 /// The result of [`RowCodec::encode`].
@@ -151,5 +201,77 @@ impl EncodedRows {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, BinaryArray};
+    use arrow::datatypes::DataType;
+    use proptest::prelude::*;
+
+    use super::{sort_by_encoding, RowCodec};
+
+    /// `values` encoded as one Binary column; the indices in the order a plain sort of the
+    /// encodings (then the indices) gives, and in the order `sort_by_encoding` gives.
+    fn both_orders(values: &[Vec<u8>]) -> (Vec<u32>, Vec<u32>) {
+        let codec = RowCodec::new(vec![DataType::Binary]).unwrap();
+        let col: ArrayRef =
+            Arc::new(BinaryArray::from_iter_values(values.iter().map(|v| v.as_slice())));
+        let rows = codec.encode(&[col], values.len()).unwrap();
+        let mut want: Vec<u32> = (0..values.len() as u32).collect();
+        want.sort_by(|&a, &b| rows.get(a as usize).cmp(rows.get(b as usize)).then(a.cmp(&b)));
+        let mut order = Vec::new();
+        sort_by_encoding(&rows, 0..values.len(), &mut order);
+        (want, order.iter().map(|k| k.index).collect())
+    }
+
+    /// Values sharing long prefixes (so that the 24-byte prefixes tie), of every length up to
+    /// 40 bytes, duplicates included.
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        (0usize..40, 0u8..3).prop_map(|(n, last)| {
+            let mut v = vec![7u8; n];
+            if let Some(l) = v.last_mut() {
+                *l = last;
+            }
+            v
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_order_sorts_as_the_encodings(values in proptest::collection::vec(value(), 0..300)) {
+            let (want, got) = both_orders(&values);
+            prop_assert_eq!(got, want);
+        }
+
+        /// Sorted input with neighbours swapped here and there: the insertion path.
+        #[test]
+        fn nearly_sorted_input_sorts_as_the_encodings(
+            mut values in proptest::collection::vec(value(), 0..300),
+            swaps in proptest::collection::vec(any::<prop::sample::Index>(), 0..40),
+        ) {
+            values.sort();
+            for s in swaps {
+                if values.len() > 1 {
+                    let i = s.index(values.len() - 1);
+                    values.swap(i, i + 1);
+                }
+            }
+            let (want, got) = both_orders(&values);
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn insertion_gives_up_past_its_budget() {
+        let mut v: Vec<u32> = (0..100).rev().collect();
+        assert!(!super::insertion_sort(&mut v, 50, |a, b| a < b));
+        let mut w: Vec<u32> = (0..100).collect();
+        w.swap(10, 11);
+        assert!(super::insertion_sort(&mut w, 50, |a, b| a < b));
+        assert!(w.windows(2).all(|p| p[0] < p[1]));
     }
 }

@@ -31,7 +31,7 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
-use crate::row::{sort_by_encoding, RowBytes, RowCodec};
+use crate::row::{sort_by_encoding, RowBytes, RowCodec, SortKey};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
@@ -131,7 +131,7 @@ impl ToStream {
         let mut idx: Vec<u32> = Vec::with_capacity(d.len());
         let mut times = Vec::with_capacity(d.len());
         let mut diffs = Vec::with_capacity(d.len());
-        let mut run: Vec<(u128, u32)> = Vec::new();
+        let mut run: Vec<SortKey> = Vec::new();
         let mut start = 0;
         for end in ends {
             let t = d.times[start];
@@ -143,10 +143,13 @@ impl ToStream {
                     sort_by_encoding(rows, start..end, &mut run);
                     let mut k = 0;
                     while k < run.len() {
-                        let (prefix, first) = run[k];
+                        let (head, first) = (run[k], run[k].index);
                         let mut net = 0;
-                        while k < run.len() && run[k].0 == prefix && row(run[k].1) == row(first) {
-                            net += d.diffs[run[k].1 as usize];
+                        while k < run.len()
+                            && run[k].same_prefix(&head)
+                            && row(run[k].index) == row(first)
+                        {
+                            net += d.diffs[run[k].index as usize];
                             k += 1;
                         }
                         if net * sign > 0 {

@@ -168,15 +168,15 @@ impl WindowBounds {
         let rows = self.codec.encode(d.data.columns(), d.len())?;
         let mut order = Vec::with_capacity(d.len());
         sort_by_encoding(&rows, 0..d.len(), &mut order);
-        let row = |k: usize| rows.get(order[k].1 as usize);
+        let row = |k: usize| rows.get(order[k].index as usize);
         let old = std::mem::take(&mut self.rows);
         let mut merged = Vec::with_capacity(old.len() + order.len());
         let mut old = old.into_iter().peekable();
         let mut i = 0;
         while i < order.len() {
             let (first, mut diff) = (i, 0);
-            while i < order.len() && order[i].0 == order[first].0 && row(i) == row(first) {
-                diff += d.diffs[order[i].1 as usize];
+            while i < order.len() && order[i].same_prefix(&order[first]) && row(i) == row(first) {
+                diff += d.diffs[order[i].index as usize];
                 i += 1;
             }
             let row = row(first);
