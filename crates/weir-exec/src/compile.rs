@@ -21,6 +21,7 @@ use crate::expr::ScalarExpr;
 use crate::graph::Graph;
 use crate::operator::{EvalCtx, Operator};
 use crate::ops::aggregate::panes::PaneAggregate;
+use crate::ops::aggregate::windows::WindowAggregate;
 use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
@@ -320,6 +321,7 @@ fn build(plan: &LogicalPlan) -> Result<Box<dyn Operator>> {
             Box::new(grouped(group, aggs, input, schema)?.with_append_only(input.is_monotonic()))
         }
         LogicalPlan::PaneAggregate { .. } => pane_aggregate(plan, schema)?,
+        LogicalPlan::WindowAggregate { .. } => window_aggregate(plan, schema)?,
         LogicalPlan::Distinct { .. } => Box::new(Distinct::new(schema)?),
         LogicalPlan::UnionAll { .. } => Box::new(UnionAll::new(schema)),
         LogicalPlan::Values { rows, schema: df } => {
@@ -406,6 +408,29 @@ fn pane_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Opera
     let groups = grouped(group, aggs, input, schema)?;
     let op = PaneAggregate::new(*pane, *offset, groups)?.merged(*merged);
     Ok(Box::new(op.under(time_bounds(window)?)))
+}
+
+/// The operator of a [`LogicalPlan::WindowAggregate`] (its own function, as [`grouped`]).
+#[inline(never)]
+fn window_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
+    let LogicalPlan::WindowAggregate { spec, merge, input, .. } = plan else {
+        return Err(WeirError::internal("window aggregate expected"));
+    };
+    let TimeBounds::Slide { range, slide, offset } = time_bounds(spec)? else {
+        return Err(WeirError::internal("a window aggregate over a window that does not slide"));
+    };
+    let n = schema
+        .fields()
+        .len()
+        .checked_sub(2)
+        .ok_or_else(|| WeirError::internal("a window aggregate without its bounds columns"))?;
+    let rows = Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()));
+    let groups = match merge {
+        Some((group, aggs)) => Some(grouped(group, aggs, input, rows)?),
+        None => None,
+    };
+    let data_schema = exec_schema(&input.schema());
+    Ok(Box::new(WindowAggregate::new(range, slide, offset, groups, data_schema, schema)?))
 }
 
 /// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame

@@ -109,6 +109,22 @@ pub fn label(plan: &LogicalPlan) -> String {
                 )
             }
         }
+        LogicalPlan::WindowAggregate { spec, merge, input, .. } => {
+            let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
+            let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
+            let merged = match merge {
+                Some((group, aggs)) => format!(
+                    " group=[{}] aggs=[{}]",
+                    list(group.iter().map(|e| e.to_string())),
+                    list(aggs.iter().map(|a| a.to_string()))
+                ),
+                None => String::new(),
+            };
+            format!(
+                "WindowAggregate: [{label}]{merged}, each window once when it closes, with \
+                 window_start, window_end"
+            )
+        }
         LogicalPlan::Filter { predicate, .. } => format!("Filter: {predicate}"),
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))

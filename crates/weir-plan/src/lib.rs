@@ -16,7 +16,9 @@
 //! each join input to the columns used above it; [`lift_window_bounds`] computes an aggregate
 //! per TUMBLE/HOP window over the plain window and adds the window's bounds after;
 //! [`pre_aggregate_panes`] aggregates a sliding, tumbling or cumulating window's elements pane
-//! by pane as they arrive, so that a slide merges panes instead of applying every element.
+//! by pane as they arrive, so that a slide merges panes instead of applying every element;
+//! [`fuse_window_aggregates`] turns an `ISTREAM` of such an aggregate into one operator that
+//! emits each window's groups once, when it closes.
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
@@ -25,6 +27,7 @@ pub mod interval;
 pub mod panes;
 pub mod plan;
 pub mod prune;
+pub mod window_aggregate;
 pub mod window_bounds;
 
 pub use explain::explain;
@@ -38,4 +41,5 @@ pub use plan::{
     MAX_FILTER_BYTES, R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
+pub use window_aggregate::fuse_window_aggregates;
 pub use window_bounds::{lift_window_bounds, mark_istream_bounds};

@@ -709,6 +709,18 @@ pub enum LogicalPlan {
         schema: DFSchemaRef,
         istream_sees: [bool; 2],
     },
+    /// Each `[RANGE range SLIDE slide]` window's groups once, when it closes, with its bounds:
+    /// what `ISTREAM` gives over `WindowBounds` of an aggregate over that window of pane rows,
+    /// when it sees `window_end` (see [`crate::window_aggregate`]). The input is the pane rows
+    /// (a stream); `merge` the aggregate that merges them per group (none: the pane rows are
+    /// the groups); the output its columns (or the pane rows'), then `window_start` and
+    /// `window_end`, as `schema`. A stream: each window's rows stamped at its last tick.
+    WindowAggregate {
+        spec: WindowSpec,
+        merge: Option<(Vec<Expr>, Vec<AggCall>)>,
+        input: Arc<LogicalPlan>,
+        schema: DFSchemaRef,
+    },
     /// Rows of the input for which `predicate` is true (NULL counts as false).
     Filter { predicate: Expr, input: Arc<LogicalPlan> },
     /// One output column per expression.
@@ -821,6 +833,7 @@ impl LogicalPlan {
             | LogicalPlan::Window { schema, .. }
             | LogicalPlan::TimeWindows { schema, .. }
             | LogicalPlan::WindowBounds { schema, .. }
+            | LogicalPlan::WindowAggregate { schema, .. }
             | LogicalPlan::Project { schema, .. }
             | LogicalPlan::Join { schema, .. }
             | LogicalPlan::Aggregate { schema, .. }
@@ -844,8 +857,16 @@ impl LogicalPlan {
         match self {
             LogicalPlan::StreamScan { .. }
             | LogicalPlan::ToStream { .. }
-            | LogicalPlan::PaneAggregate { .. } => PlanKind::Stream,
+            | LogicalPlan::PaneAggregate { .. }
+            | LogicalPlan::WindowAggregate { .. } => PlanKind::Stream,
             LogicalPlan::Rename { input, .. } => input.kind(),
+            // The rows of window aggregates filtered and projected (what was an ISTREAM's
+            // input: see [`crate::window_aggregate`]).
+            LogicalPlan::Project { input, .. } | LogicalPlan::Filter { input, .. }
+                if input.over_window_aggregate() =>
+            {
+                PlanKind::Stream
+            }
             // A base stream narrowed to some of its columns (column pruning under a session
             // window) is still that stream, element for element.
             LogicalPlan::Project { input, .. }
@@ -854,6 +875,18 @@ impl LogicalPlan {
                 PlanKind::Stream
             }
             _ => PlanKind::Relation,
+        }
+    }
+
+    /// Whether this node is a [`LogicalPlan::WindowAggregate`], or filters, projections and
+    /// renames of one.
+    pub fn over_window_aggregate(&self) -> bool {
+        match self {
+            LogicalPlan::WindowAggregate { .. } => true,
+            LogicalPlan::Project { input, .. }
+            | LogicalPlan::Filter { input, .. }
+            | LogicalPlan::Rename { input, .. } => input.over_window_aggregate(),
+            _ => false,
         }
     }
 
@@ -866,6 +899,7 @@ impl LogicalPlan {
             LogicalPlan::Window { input, .. }
             | LogicalPlan::TimeWindows { input, .. }
             | LogicalPlan::WindowBounds { input, .. }
+            | LogicalPlan::WindowAggregate { input, .. }
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }
@@ -912,6 +946,8 @@ impl LogicalPlan {
             // The first row of each key never leaves, and rows only enter.
             LogicalPlan::Ranking { mode: RankMode::KeepFirst, input, .. } => input.is_monotonic(),
             LogicalPlan::OverAggregate { input, .. } => input.is_monotonic(),
+            // Each window's rows once, never retracted.
+            LogicalPlan::WindowAggregate { .. } => true,
             _ => false,
         }
     }
@@ -997,6 +1033,19 @@ impl LogicalPlan {
                     input: m(input),
                     schema: schema.clone(),
                     istream_sees: *istream_sees,
+                }
+            }
+            LogicalPlan::WindowAggregate { spec, merge, input, schema } => {
+                LogicalPlan::WindowAggregate {
+                    spec: spec.clone(),
+                    merge: merge.as_ref().map(|(group, aggs)| {
+                        (
+                            group.iter().map(f).collect(),
+                            aggs.iter().map(|a| a.map_exprs(f)).collect(),
+                        )
+                    }),
+                    input: m(input),
+                    schema: schema.clone(),
                 }
             }
             LogicalPlan::Filter { predicate, input } => {
@@ -1166,6 +1215,7 @@ impl LogicalPlan {
             LogicalPlan::Window { input, .. }
             | LogicalPlan::TimeWindows { input, .. }
             | LogicalPlan::WindowBounds { input, .. }
+            | LogicalPlan::WindowAggregate { input, .. }
             | LogicalPlan::Filter { input, .. }
             | LogicalPlan::Project { input, .. }
             | LogicalPlan::Aggregate { input, .. }

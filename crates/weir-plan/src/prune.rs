@@ -122,6 +122,14 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 istream_sees: *istream_sees,
             })
         }
+        LogicalPlan::WindowAggregate { spec, merge, input, schema: s } => {
+            unchanged(LogicalPlan::WindowAggregate {
+                spec: spec.clone(),
+                merge: merge.clone(),
+                input: whole(input)?,
+                schema: s.clone(),
+            })
+        }
         LogicalPlan::Distinct { input } => {
             unchanged(LogicalPlan::Distinct { input: whole(input)? })
         }

@@ -651,7 +651,9 @@ impl<'a> Binder<'a> {
             None => plan,
         };
         // An ISTREAM of window bounds needs no retractions of the old bounds.
-        weir_plan::mark_istream_bounds(&plan)
+        let plan = weir_plan::mark_istream_bounds(&plan)?;
+        // ... and then, per TUMBLE/HOP window, each window's groups once when it closes.
+        weir_plan::fuse_window_aggregates(&plan)
     }
 
     /// DataFusion's plan of `query`, and the filters of its `MIGHT_CONTAIN` calls (which the

@@ -107,6 +107,7 @@ mod minmax;
 pub mod panes;
 #[cfg(test)]
 mod tests;
+pub mod windows;
 
 /// An encoded group key, inline up to 24 bytes (a few numbers): a probe that finds a
 /// candidate compares keys without a trip to the heap.
