@@ -660,6 +660,14 @@ impl Aggregate {
             };
             touched.push((sort_prefix(key), id, at));
         }
+        self.accumulate(id, p, i, diff)
+    }
+
+    /// Adds input row i of `p` with multiplicity `diff` to the group in slot `id`: its row
+    /// count and its accumulators.
+    #[inline]
+    fn accumulate(&mut self, id: u32, p: &Prepared, i: usize, diff: i64) -> Result<()> {
+        let group = &mut self.slots[id as usize];
         group.rows += diff;
         for (a, st) in group.accs.iter_mut().enumerate() {
             if self.distinct_of[a].is_some() || p.filters[a].as_ref().is_some_and(|f| !f.value(i)) {
@@ -843,6 +851,67 @@ impl Aggregate {
         self.touched = touched;
         self.old = old;
         result
+    }
+
+    /// Merging windows of partial rows (see [`windows`]): the groups stay between windows,
+    /// each row's group is found once, and a window resets its groups as it first touches
+    /// them. The slot of each row of `p`, its group created (empty) if new.
+    fn slots_of(&mut self, p: &Prepared, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|i| {
+                let key = p.keys.get(i);
+                match self.index.get(key) {
+                    Some(&id) => id,
+                    None => self.alloc(key),
+                }
+            })
+            .collect()
+    }
+
+    /// Starts a window: the groups it touches start empty.
+    fn begin_window(&mut self) {
+        self.epoch += 1;
+        self.touched.clear();
+    }
+
+    /// Adds row i of `p` (an insertion) to the current window's group in slot `id`.
+    fn add_in_window(&mut self, id: u32, p: &Prepared, i: usize) -> Result<()> {
+        let g = &mut self.slots[id as usize];
+        if g.mark != self.epoch {
+            g.mark = self.epoch;
+            g.rows = 0;
+            for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
+                *st = Self::fresh_acc(spec, *kind, self.append_only);
+            }
+            g.seen.iter_mut().for_each(SeenMap::clear);
+            self.touched.push((sort_prefix(&g.key), id, None));
+        }
+        self.accumulate(id, p, i, 1)
+    }
+
+    /// The current window's groups, inserted at `t` in key order.
+    fn window_rows(&mut self, t: Time) -> Result<ChangeBatch> {
+        let mut out = std::mem::take(&mut self.emitted);
+        out.clear(self.aggs.len());
+        let mut touched = std::mem::take(&mut self.touched);
+        let slots = &self.slots;
+        touched.sort_unstable_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
+        let mut vals = std::mem::take(&mut self.new);
+        let mut result = Ok(());
+        for &(_, id, _) in &touched {
+            let g = &self.slots[id as usize];
+            vals.clear();
+            result = Self::output_into(&self.aggs, g, &mut vals);
+            if result.is_err() {
+                break;
+            }
+            out.push(&g.key, &mut vals, t, 1);
+        }
+        self.new = vals;
+        self.touched = touched;
+        let batch = result.and_then(|()| self.build(&mut out));
+        self.emitted = out;
+        batch
     }
 
     /// Every group with rows, inserted at `t` in key order; the aggregate is left empty.

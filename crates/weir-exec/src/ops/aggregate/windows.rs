@@ -22,10 +22,13 @@
 //! by 2 s merges five pane rows per auction and window).
 //!
 //! State: the first instant not yet evaluated, and the pane rows that a window still to come
-//! may hold, in time order, each batch as it arrived with its rows prepared for the
-//! aggregate. Checkpointed as sections `window_aggregate` (column `next`, NULL before the
-//! first step) and `window_aggregate.rows` (the rows, with their times and diffs); the
-//! aggregate is empty between steps.
+//! may hold, in time order, each batch as it arrived with each row's group in the merge
+//! aggregate, found once when the row arrives. The aggregate keeps a group while a held row
+//! is in it (a count per group), and each window resets the groups it touches as it first
+//! touches them, so a window costs its rows' accumulator updates and its groups' output, with
+//! no lookup. Checkpointed as sections `window_aggregate` (column `next`, NULL before the
+//! first step) and `window_aggregate.rows` (the rows, with their times and diffs); the groups
+//! are found again on restore.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -46,16 +49,33 @@ fn clamp(v: i128) -> i64 {
     v.clamp(Time::MIN as i128, Time::MAX as i128) as i64
 }
 
-/// Pane rows as they arrived, prepared for the merge aggregate once (a row is merged into
-/// every window that holds it).
+/// Pane rows as they arrived, from `start` on (the rows before it left every window), with
+/// the merge aggregate's preparation of them and each row's group slot, found once (a row is
+/// merged into every window that holds it).
 struct Held {
     rows: ChangeBatch,
-    prepared: Option<Prepared>,
+    start: usize,
+    merge: Option<(Prepared, Vec<u32>)>,
+}
+
+impl Held {
+    /// The live rows' times.
+    fn times(&self) -> &[Time] {
+        &self.rows.times[self.start..]
+    }
+
+    /// The live rows stamped in [lo, hi), as indices into `rows`.
+    fn within(&self, lo: i128, hi: i128) -> std::ops::Range<usize> {
+        let times = self.times();
+        let a = times.partition_point(|&x| (x as i128) < lo);
+        let b = times.partition_point(|&x| (x as i128) < hi);
+        self.start + a..self.start + b
+    }
 }
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held").field("rows", &self.rows.len()).finish()
+        f.debug_struct("Held").field("rows", &(self.rows.len() - self.start)).finish()
     }
 }
 
@@ -73,6 +93,8 @@ pub struct WindowAggregate {
     schema: SchemaRef,
     /// Pane rows that a window to come may hold, in time order.
     held: VecDeque<Held>,
+    /// Per group slot of the merge aggregate: how many held rows are its (released at 0).
+    refs: Vec<u32>,
     /// The first instant not yet evaluated.
     next: Option<Time>,
 }
@@ -99,6 +121,7 @@ impl WindowAggregate {
             data_schema,
             schema,
             held: VecDeque::new(),
+            refs: Vec::new(),
             next: None,
         })
     }
@@ -112,22 +135,49 @@ impl WindowAggregate {
 
     /// The earliest held row's time.
     fn first_time(&self) -> Option<Time> {
-        self.held.front().and_then(|h| h.rows.times.first().copied())
+        self.held.front().and_then(|h| h.times().first().copied())
     }
 
-    /// Drops the held rows stamped before `t`.
+    /// Holds `rows` (pane rows, in time order), each found its group.
+    fn hold(&mut self, rows: ChangeBatch) -> Result<()> {
+        let merge = match self.groups.as_mut() {
+            Some(groups) => {
+                let prepared = groups.prepare(&rows)?;
+                let slots = groups.slots_of(&prepared, rows.len());
+                for &id in &slots {
+                    let id = id as usize;
+                    if id >= self.refs.len() {
+                        self.refs.resize(id + 1, 0);
+                    }
+                    self.refs[id] += 1;
+                }
+                Some((prepared, slots))
+            }
+            None => None,
+        };
+        self.held.push_back(Held { rows, start: 0, merge });
+        Ok(())
+    }
+
+    /// Drops the held rows stamped before `t`, and the groups no held row is in.
     fn drop_before(&mut self, t: i128) {
         while let Some(front) = self.held.front_mut() {
-            let gone = front.rows.times.partition_point(|&x| (x as i128) < t);
+            let gone = front.times().partition_point(|&x| (x as i128) < t);
             if gone == 0 {
                 break;
             }
-            if gone == front.rows.len() {
+            if let (Some(groups), Some((_, slots))) = (self.groups.as_mut(), &front.merge) {
+                for &id in &slots[front.start..front.start + gone] {
+                    let refs = &mut self.refs[id as usize];
+                    *refs -= 1;
+                    if *refs == 0 {
+                        groups.release(id);
+                    }
+                }
+            }
+            front.start += gone;
+            if front.start == front.rows.len() {
                 self.held.pop_front();
-            } else {
-                // Sliced rows keep their preparation's numbering: prepare them again.
-                front.rows = front.rows.slice(gone, front.rows.len() - gone);
-                front.prepared = None;
             }
         }
     }
@@ -152,34 +202,31 @@ impl WindowAggregate {
         let t = Time::try_from(b - 1).map_err(|_| WeirError::internal("a window past time"))?;
         let mut out = match self.groups.as_mut() {
             Some(groups) => {
-                for h in self.held.iter_mut() {
-                    let times = &h.rows.times;
-                    let start = times.partition_point(|&x| (x as i128) < lo);
-                    let end = times.partition_point(|&x| (x as i128) < b);
-                    if start == end {
-                        if start == times.len() {
+                groups.begin_window();
+                for h in &self.held {
+                    let range = h.within(lo, b);
+                    if range.is_empty() {
+                        if range.start == h.rows.len() {
                             continue;
                         }
                         break;
                     }
-                    if h.prepared.is_none() {
-                        h.prepared = Some(groups.prepare(&h.rows)?);
-                    }
-                    if let Some(p) = &h.prepared {
-                        groups.absorb(&h.rows, p, start..end)?;
+                    let Some((p, slots)) = &h.merge else {
+                        return Err(WeirError::internal("held rows without their groups"));
+                    };
+                    for i in range {
+                        groups.add_in_window(slots[i], p, i)?;
                     }
                 }
-                groups.drain(t)?
+                groups.window_rows(t)?
             }
             None => {
                 let mut parts = Vec::new();
                 for h in &self.held {
-                    let times = &h.rows.times;
-                    let start = times.partition_point(|&x| (x as i128) < lo);
-                    let end = times.partition_point(|&x| (x as i128) < b);
-                    if start < end {
-                        let rows = h.rows.slice(start, end - start);
-                        parts.push(ChangeBatch::new(rows.data, vec![t; end - start], rows.diffs));
+                    let range = h.within(lo, b);
+                    if !range.is_empty() {
+                        let rows = h.rows.slice(range.start, range.len());
+                        parts.push(ChangeBatch::new(rows.data, vec![t; range.len()], rows.diffs));
                     }
                 }
                 ChangeBatch::concat(&self.data_schema, &parts)?
@@ -213,8 +260,7 @@ impl Operator for WindowAggregate {
             return Err(WeirError::internal("a window aggregate's input retracted a row"));
         }
         if !d.is_empty() {
-            let d = d.with_schema(self.data_schema.clone())?;
-            self.held.push_back(Held { rows: d, prepared: None });
+            self.hold(d.with_schema(self.data_schema.clone())?)?;
         }
         let mut parts = Vec::new();
         // Windows closing at b − 1 ≥ lo, then each after the last.
@@ -261,16 +307,19 @@ impl Operator for WindowAggregate {
         }
     }
 
-    /// The held pane rows.
+    /// The held pane rows, and the merge aggregate's groups.
     fn state_bytes(&self) -> usize {
-        self.held.iter().map(|h| h.rows.heap_bytes()).sum()
+        self.held.iter().map(|h| h.rows.heap_bytes()).sum::<usize>()
+            + self.refs.heap_bytes()
+            + self.groups.as_ref().map_or(0, Operator::state_bytes)
     }
 
     /// State: see the module docs.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
         let sig = self.signature();
         w.put("window_aggregate", &sig, 1, vec![("next", opt_i64_col([self.next]))])?;
-        let batches: Vec<ChangeBatch> = self.held.iter().map(|h| h.rows.clone()).collect();
+        let batches: Vec<ChangeBatch> =
+            self.held.iter().map(|h| h.rows.slice(h.start, h.rows.len() - h.start)).collect();
         w.put_changes("window_aggregate.rows", &sig, &self.data_schema, &batches)
     }
 
@@ -282,9 +331,12 @@ impl Operator for WindowAggregate {
         };
         self.next = *next;
         let rows = r.take("window_aggregate.rows", &sig)?.changes(Some(&self.data_schema))?;
-        self.held.clear();
+        // (A restore goes into a fresh operator; this keeps the group counts right anyway.)
+        if let Some(&last) = self.held.back().and_then(|h| h.rows.times.last()) {
+            self.drop_before(last as i128 + 1);
+        }
         if !rows.is_empty() {
-            self.held.push_back(Held { rows, prepared: None });
+            self.hold(rows)?;
         }
         Ok(())
     }
@@ -409,6 +461,26 @@ mod tests {
             got.extend(drive(&mut restored, &mut feed, None));
             assert_eq!(got, whole, "stop {stop}");
         }
+    }
+
+    #[test]
+    fn a_group_lives_while_a_held_row_is_in_it() {
+        let mut op = op(4, 2, 0, true);
+        let groups = |op: &WindowAggregate| op.groups.as_ref().map_or(0, |g| g.index.len());
+        let mut feed = panes().into_iter().peekable();
+        // After 5 (the window [2, 6)), no window to come holds the rows at 1 and 3: a goes,
+        // b stays for its row at 5, c comes.
+        drive(&mut op, &mut feed, Some(6));
+        assert_eq!(groups(&op), 2);
+        // After 7 ([4, 8)), none holds the rows at 5 either.
+        drive(&mut op, &mut feed, Some(8));
+        assert_eq!(groups(&op), 0);
+        // a comes back at 9; by the end nothing is held.
+        drive(&mut op, &mut feed, Some(10));
+        assert_eq!(groups(&op), 1);
+        drive(&mut op, &mut feed, None);
+        assert_eq!(groups(&op), 0);
+        assert!(op.held.is_empty());
     }
 
     #[test]
