@@ -891,41 +891,21 @@ impl Aggregate {
 
     /// The current window's groups, inserted at `t` in key order.
     fn window_rows(&mut self, t: Time) -> Result<ChangeBatch> {
-        let mut out = std::mem::take(&mut self.emitted);
-        out.clear(self.aggs.len());
         let mut touched = std::mem::take(&mut self.touched);
         let slots = &self.slots;
         touched.sort_unstable_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
-        let mut vals = std::mem::take(&mut self.new);
-        let mut result = Ok(());
-        for &(_, id, _) in &touched {
-            let g = &self.slots[id as usize];
-            vals.clear();
-            result = Self::output_into(&self.aggs, g, &mut vals);
-            if result.is_err() {
-                break;
-            }
-            out.push(&g.key, &mut vals, t, 1);
-        }
-        self.new = vals;
+        let batch = self.output_groups(touched.iter().map(|g| g.1), t);
         self.touched = touched;
-        let batch = result.and_then(|()| self.build(&mut out));
-        self.emitted = out;
         batch
     }
 
-    /// Every group with rows, inserted at `t` in key order; the aggregate is left empty.
-    fn drain(&mut self, t: Time) -> Result<ChangeBatch> {
+    /// The groups in slots `ids` that have rows, in that order, inserted at `t`.
+    fn output_groups(&mut self, ids: impl Iterator<Item = u32>, t: Time) -> Result<ChangeBatch> {
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(self.aggs.len());
-        // In key order: by the keys' prefixes, then (rarely) the whole keys.
-        let mut ids: Vec<(u128, u32)> =
-            self.index.iter().map(|(key, &id)| (sort_prefix(key), id)).collect();
-        let slots = &self.slots;
-        ids.sort_unstable_by(|a, b| key_order(slots, *a, *b));
         let mut vals = std::mem::take(&mut self.new);
         let mut result = Ok(());
-        for &(_, id) in &ids {
+        for id in ids {
             let g = &self.slots[id as usize];
             if g.rows <= 0 {
                 continue;
@@ -938,13 +918,24 @@ impl Aggregate {
             out.push(&g.key, &mut vals, t, 1);
         }
         self.new = vals;
+        let batch = result.and_then(|()| self.build(&mut out));
+        self.emitted = out;
+        batch
+    }
+
+    /// Every group with rows, inserted at `t` in key order; the aggregate is left empty.
+    fn drain(&mut self, t: Time) -> Result<ChangeBatch> {
+        // In key order: by the keys' prefixes, then (rarely) the whole keys.
+        let mut ids: Vec<(u128, u32)> =
+            self.index.iter().map(|(key, &id)| (sort_prefix(key), id)).collect();
+        let slots = &self.slots;
+        ids.sort_unstable_by(|a, b| key_order(slots, *a, *b));
+        let batch = self.output_groups(ids.iter().map(|g| g.1), t);
         // The slots stay allocated for the next pane's groups.
         self.index.clear();
         for (_, id) in ids {
             self.empty_slot(id);
         }
-        let batch = result.and_then(|()| self.build(&mut out));
-        self.emitted = out;
         batch
     }
 }

@@ -85,7 +85,8 @@ pub struct WindowAggregate {
     slide: Time,
     /// The window ends' remainder modulo the slide, in [0, slide).
     offset: Time,
-    /// The merge aggregate (emptied after each window), or none: the pane rows are the groups.
+    /// The merge aggregate (its groups stay while a held row is in them), or none: the pane
+    /// rows are the groups.
     groups: Option<Aggregate>,
     /// The pane rows' columns.
     data_schema: SchemaRef,
