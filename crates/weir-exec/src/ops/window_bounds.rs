@@ -53,7 +53,7 @@ use crate::state::{
 };
 
 /// A bound as emitted: clamped to the 64-bit range of the columns.
-fn clamp(v: i128) -> i64 {
+pub(crate) fn clamp(v: i128) -> i64 {
     v.clamp(Time::MIN as i128, Time::MAX as i128) as i64
 }
 

@@ -41,13 +41,9 @@ use super::{Aggregate, Prepared};
 use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
+use crate::ops::window_bounds::clamp;
 use crate::route::Placement;
 use crate::state::{invalid, opt_i64_col, signature, StateReader, StateWriter};
-
-/// A bound as emitted: clamped to the 64-bit range of the columns.
-fn clamp(v: i128) -> i64 {
-    v.clamp(Time::MIN as i128, Time::MAX as i128) as i64
-}
 
 /// Pane rows as they arrived, from `start` on (the rows before it left every window), with
 /// the merge aggregate's preparation of them and each row's group slot, found once (a row is
