@@ -416,9 +416,7 @@ fn window_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Ope
     let LogicalPlan::WindowAggregate { spec, merge, input, .. } = plan else {
         return Err(WeirError::internal("window aggregate expected"));
     };
-    let TimeBounds::Slide { range, slide, offset } = time_bounds(spec)? else {
-        return Err(WeirError::internal("a window aggregate over a window that does not slide"));
-    };
+    let bounds = time_bounds(spec)?;
     let n = schema
         .fields()
         .len()
@@ -430,7 +428,7 @@ fn window_aggregate(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Ope
         None => None,
     };
     let data_schema = exec_schema(&input.schema());
-    Ok(Box::new(WindowAggregate::new(range, slide, offset, groups, data_schema, schema)?))
+    Ok(Box::new(WindowAggregate::new(bounds, groups, data_schema, schema)?))
 }
 
 /// The operator of a [`LogicalPlan::OverAggregate`] (its own function: `build`'s stack frame

@@ -709,7 +709,8 @@ pub enum LogicalPlan {
         schema: DFSchemaRef,
         istream_sees: [bool; 2],
     },
-    /// Each `[RANGE range SLIDE slide]` window's groups once, when it closes, with its bounds:
+    /// Each `[RANGE range SLIDE slide]` or cumulating window's groups once, when it closes,
+    /// with its bounds:
     /// what `ISTREAM` gives over `WindowBounds` of an aggregate over that window of pane rows,
     /// when it sees `window_end` (see [`crate::window_aggregate`]). The input is the pane rows
     /// (a stream); `merge` the aggregate that merges them per group (none: the pane rows are

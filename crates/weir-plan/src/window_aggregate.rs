@@ -1,4 +1,4 @@
-//! `ISTREAM` of an aggregate per TUMBLE/HOP window, as one operator that emits each window's
+//! `ISTREAM` of an aggregate per TUMBLE/HOP/CUMULATE window, as one operator that emits each window's
 //! groups once, when it closes.
 //!
 //! After [`crate::lift_window_bounds`], [`crate::pre_aggregate_panes`] and
@@ -35,8 +35,10 @@
 //!
 //! The window aggregate merges a window's pane rows afresh at each move (up to T/P per
 //! group), where the plan it replaces adds the entering pane and removes the leaving one; so
-//! the rewrite is made only while a window holds at most [`MAX_PANES`] panes. Cumulating
-//! windows, and an ISTREAM that sees `window_start` alone, keep the general plan.
+//! the rewrite is made only while a window holds at most [`MAX_PANES`] panes (a cumulating
+//! window: while its period does). An ISTREAM that sees `window_start` alone keeps the
+//! general plan. The same holds for `CUMULATE`, whose windows [w, b) end on the step's grid
+//! and start at their period's start w: at each step `window_end` takes a new value.
 
 use std::sync::Arc;
 
@@ -70,7 +72,7 @@ pub fn fuse_window_aggregates(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan
 fn fuse_chain(plan: &Arc<LogicalPlan>) -> Result<Option<Arc<LogicalPlan>>> {
     match plan.as_ref() {
         LogicalPlan::WindowBounds {
-            spec: spec @ WindowSpec::RangeSlide { .. },
+            spec: spec @ (WindowSpec::RangeSlide { .. } | WindowSpec::Cumulate { .. }),
             input,
             schema,
             istream_sees: [_, true],
@@ -91,12 +93,14 @@ fn panes_under<'a>(window: &'a LogicalPlan, spec: &WindowSpec) -> Option<&'a Arc
     let LogicalPlan::Window { spec: w, input, bounds_columns: false, .. } = window else {
         return None;
     };
-    let (LogicalPlan::PaneAggregate { pane, .. }, WindowSpec::RangeSlide { range, .. }) =
-        (input.as_ref(), spec)
-    else {
-        return None;
+    let LogicalPlan::PaneAggregate { pane, .. } = input.as_ref() else { return None };
+    // The longest window: a sliding window's range, a cumulating window's period.
+    let longest = match spec {
+        WindowSpec::RangeSlide { range, .. } => *range,
+        WindowSpec::Cumulate { size, .. } => *size,
+        _ => return None,
     };
-    let few = i128::from(*range) <= i128::from(MAX_PANES) * i128::from(*pane);
+    let few = i128::from(longest) <= i128::from(MAX_PANES) * i128::from(*pane);
     (w == spec && *pane > 0 && few).then_some(input)
 }
 

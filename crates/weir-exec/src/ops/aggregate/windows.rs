@@ -1,13 +1,15 @@
-//! Window aggregation read by an `ISTREAM`: each `[RANGE T SLIDE S]` window's groups once,
-//! with the window's bounds, when the window closes (the plan's `WindowAggregate`; when the
-//! planner uses it: `weir_plan::window_aggregate`).
+//! Window aggregation read by an `ISTREAM`: each `[RANGE T SLIDE S]` or cumulating window's
+//! groups once, with the window's bounds, when the window closes (the plan's
+//! `WindowAggregate`; when the planner uses it: `weir_plan::window_aggregate`).
 //!
 //! Input: a stream of pane rows (a [`super::panes::PaneAggregate`]'s output: a pane's rows
-//! stamped at its last tick). Windows are [b − T, b) for the window ends b = kS + O. Delta
-//! semantics: the output is a stream; at the instant b − 1 at which window [b − T, b) becomes
-//! current, it inserts, for each group (equal keys, NULLs equal) with a pane row stamped in
-//! the window, one element: the keys, the merge aggregates over the group's pane rows in the
-//! window, then `window_start` = b − T and `window_end` = b (clamped to the 64-bit range); at
+//! stamped at its last tick). Windows are [w, b) for the window ends b = kS + O, with
+//! w = b − T (a cumulating window of step S and size Z: w the start of b − 1's period,
+//! Z·⌊(b − 1 − O)/Z⌋ + O). Delta semantics: the output is a stream; at the instant b − 1 at
+//! which window [w, b) becomes current, it inserts, for each group (equal keys, NULLs equal)
+//! with a pane row stamped in the window, one element: the keys, the merge aggregates over the
+//! group's pane rows in the window, then `window_start` = w and `window_end` = b (clamped to
+//! the 64-bit range); at
 //! every other instant nothing. Without a merge aggregate (a tumbling window, whose pane rows
 //! are the groups already), the window's pane rows themselves, each with the bounds.
 //!
@@ -42,6 +44,7 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::window_bounds::clamp;
+use crate::ops::window_time::TimeBounds;
 use crate::route::Placement;
 use crate::state::{invalid, opt_i64_col, signature, StateReader, StateWriter};
 
@@ -77,9 +80,11 @@ impl std::fmt::Debug for Held {
 
 #[derive(Debug)]
 pub struct WindowAggregate {
-    range: Time,
-    slide: Time,
-    /// The window ends' remainder modulo the slide, in [0, slide).
+    /// The windows: `[RANGE T SLIDE S OFFSET O]` or cumulating.
+    bounds: TimeBounds,
+    /// How far a window's end moves at each move (the slide, or the cumulating step), and
+    /// the ends' remainder modulo it, in [0, step).
+    step: Time,
     offset: Time,
     /// The merge aggregate (its groups stay while a held row is in them), or none: the pane
     /// rows are the groups.
@@ -97,23 +102,27 @@ pub struct WindowAggregate {
 }
 
 impl WindowAggregate {
-    /// Windows `[RANGE range SLIDE slide OFFSET offset]` over rows of `data_schema`, merged by
+    /// The windows of `bounds` (sliding or cumulating) over rows of `data_schema`, merged by
     /// `groups` if given; `schema` is the output's.
     pub fn new(
-        range: Time,
-        slide: Time,
-        offset: Time,
+        bounds: TimeBounds,
         groups: Option<Aggregate>,
         data_schema: SchemaRef,
         schema: SchemaRef,
     ) -> Result<Self> {
-        if range <= 0 || slide <= 0 {
-            return Err(WeirError::internal("a window aggregate over a window not positive"));
-        }
+        let (step, offset) = match bounds {
+            TimeBounds::Slide { range, slide, offset } if range > 0 && slide > 0 => (slide, offset),
+            TimeBounds::Cumulate { step, size, offset } if step > 0 && size > 0 => (step, offset),
+            _ => {
+                return Err(WeirError::internal(
+                    "a window aggregate over a window that does not move",
+                ))
+            }
+        };
         Ok(WindowAggregate {
-            range,
-            slide,
-            offset: offset.rem_euclid(slide),
+            bounds,
+            step,
+            offset: offset.rem_euclid(step),
             groups: groups.map(|g| g.with_append_only(true)),
             data_schema,
             schema,
@@ -124,10 +133,23 @@ impl WindowAggregate {
     }
 
     /// The first window end b > t: the earliest window that can hold an element at t ends
-    /// there (it holds it if b − T ≤ t).
+    /// there (it holds it if its start is at most t).
     fn end_after(&self, t: i128) -> i128 {
-        let (s, o) = (self.slide as i128, self.offset as i128);
+        let (s, o) = (self.step as i128, self.offset as i128);
         s * (t - o).div_euclid(s) + o + s
+    }
+
+    /// The start of the window that ends at b: b − T, or the start of b − 1's cumulating
+    /// period.
+    fn start_of(&self, b: i128) -> i128 {
+        match self.bounds {
+            TimeBounds::Cumulate { size, offset, .. } => {
+                let (z, o) = (size as i128, offset as i128);
+                z * (b - 1 - o).div_euclid(z) + o
+            }
+            TimeBounds::Slide { range, .. } => b - range as i128,
+            TimeBounds::Unbounded | TimeBounds::Range(_) => i128::MIN,
+        }
     }
 
     /// The earliest held row's time.
@@ -185,17 +207,18 @@ impl WindowAggregate {
         loop {
             let t0 = self.first_time()? as i128;
             let b = self.end_after(t0).max(after.map_or(i128::MIN, |a| self.end_after(a)));
-            if b - self.range as i128 <= t0 {
+            let start = self.start_of(b);
+            if start <= t0 {
                 return Some(b);
             }
-            // No window from b on holds t0 (or anything before b − T).
-            self.drop_before(b - self.range as i128);
+            // No window from b on holds t0 (or anything before b's window starts).
+            self.drop_before(start);
         }
     }
 
     /// The window [b − T, b), emitted at b − 1.
     fn emit(&mut self, b: i128) -> Result<ChangeBatch> {
-        let lo = b - self.range as i128;
+        let lo = self.start_of(b);
         let t = Time::try_from(b - 1).map_err(|_| WeirError::internal("a window past time"))?;
         let mut out = match self.groups.as_mut() {
             Some(groups) => {
@@ -240,11 +263,7 @@ impl WindowAggregate {
 
     fn signature(&self) -> String {
         let merged = self.groups.as_ref().map(|g| g.schema.clone());
-        signature(
-            "window_aggregate",
-            &self.schema,
-            (self.range, self.slide, self.offset, merged.map(|s| s.fields().len())),
-        )
+        signature("window_aggregate", &self.schema, (self.bounds, merged.map(|s| s.fields().len())))
     }
 }
 
@@ -357,6 +376,7 @@ mod tests {
     use crate::expr::ScalarExpr;
     use crate::operator::{EvalCtx, Operator, Step};
     use crate::ops::aggregate::{AggSpec, Aggregate};
+    use crate::ops::window_time::TimeBounds;
     use crate::testing::{checkpoint_into, drive, fed, kv, kv_schema, run_spans, Tick};
 
     /// (k, v or SUM(v), window_start, window_end).
@@ -380,7 +400,8 @@ mod tests {
             let schema = Arc::new(Schema::new(out_schema().fields()[..2].to_vec()));
             Aggregate::new(vec![column("k")], vec![DataType::Utf8], aggs, schema).unwrap()
         });
-        WindowAggregate::new(range, slide, offset, groups, kv_schema(), out_schema()).unwrap()
+        let bounds = TimeBounds::Slide { range, slide, offset: offset.rem_euclid(slide) };
+        WindowAggregate::new(bounds, groups, kv_schema(), out_schema()).unwrap()
     }
 
     /// Pane rows at 1, 3, 5, 9 and 10 (a pane of 2 ends at each odd tick; 10 is a row of its
