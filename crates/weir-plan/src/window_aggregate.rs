@@ -1,5 +1,5 @@
-//! `ISTREAM` of an aggregate per TUMBLE/HOP/CUMULATE window, as one operator that emits each window's
-//! groups once, when it closes.
+//! `ISTREAM` of an aggregate per TUMBLE/HOP/CUMULATE window, as one operator that emits each
+//! window's groups once, when it closes.
 //!
 //! After [`crate::lift_window_bounds`], [`crate::pre_aggregate_panes`] and
 //! [`crate::mark_istream_bounds`], the usual windowed aggregate read as a stream,
@@ -37,8 +37,9 @@
 //! group), where the plan it replaces adds the entering pane and removes the leaving one; so
 //! the rewrite is made only while a window holds at most [`MAX_PANES`] panes (a cumulating
 //! window: while its period does). An ISTREAM that sees `window_start` alone keeps the
-//! general plan. The same holds for `CUMULATE`, whose windows [w, b) end on the step's grid
-//! and start at their period's start w: at each step `window_end` takes a new value.
+//! general plan. The argument above holds for `CUMULATE` too: its windows [w, b) end on the
+//! step's grid and start at their period's start w, so at each step `window_end` takes a new
+//! value.
 
 use std::sync::Arc;
 

@@ -652,7 +652,7 @@ impl<'a> Binder<'a> {
         };
         // An ISTREAM of window bounds needs no retractions of the old bounds.
         let plan = weir_plan::mark_istream_bounds(&plan)?;
-        // ... and then, per TUMBLE/HOP window, each window's groups once when it closes.
+        // ... and then, per TUMBLE/HOP/CUMULATE window, each window's groups once when it closes.
         weir_plan::fuse_window_aggregates(&plan)
     }
 

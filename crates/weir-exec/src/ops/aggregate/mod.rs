@@ -455,6 +455,14 @@ impl Aggregate {
         id
     }
 
+    /// The slot of the group with `key`, created (empty) if there is none.
+    fn slot_of(&mut self, key: &[u8]) -> u32 {
+        match self.index.get(key) {
+            Some(&id) => id,
+            None => self.alloc(key),
+        }
+    }
+
     /// Removes the group in slot `id`, leaving the slot empty for reuse.
     fn release(&mut self, id: u32) {
         self.index.remove(&self.slots[id as usize].key[..]);
@@ -463,15 +471,20 @@ impl Aggregate {
 
     /// Empties slot `id` (no longer indexed) for reuse.
     fn empty_slot(&mut self, id: u32) {
+        self.slots[id as usize].key.clear();
+        self.reset_group(id);
+        self.slots[id as usize].mark = 0;
+        self.free.push(id);
+    }
+
+    /// Empties the rows and accumulators of the group in slot `id` (its key and mark stay).
+    fn reset_group(&mut self, id: u32) {
         let g = &mut self.slots[id as usize];
-        g.key.clear();
         g.rows = 0;
-        g.mark = 0;
         for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
             *st = Self::fresh_acc(spec, *kind, self.append_only);
         }
         g.seen.iter_mut().for_each(SeenMap::clear);
-        self.free.push(id);
     }
 
     fn exists(&self, g: &Group) -> bool {
@@ -644,10 +657,7 @@ impl Aggregate {
         }
         let key = p.keys.get(i);
         let scalar = self.keys.is_empty();
-        let id = match self.index.get(key) {
-            Some(&id) => id,
-            None => self.alloc(key),
-        };
+        let id = self.slot_of(key);
         let group = &mut self.slots[id as usize];
         if group.mark != self.epoch {
             group.mark = self.epoch;
@@ -857,15 +867,7 @@ impl Aggregate {
     /// each row's group is found once, and a window resets its groups as it first touches
     /// them. The slot of each row of `p`, its group created (empty) if new.
     fn slots_of(&mut self, p: &Prepared, n: usize) -> Vec<u32> {
-        (0..n)
-            .map(|i| {
-                let key = p.keys.get(i);
-                match self.index.get(key) {
-                    Some(&id) => id,
-                    None => self.alloc(key),
-                }
-            })
-            .collect()
+        (0..n).map(|i| self.slot_of(p.keys.get(i))).collect()
     }
 
     /// Starts a window: the groups it touches start empty.
@@ -876,14 +878,10 @@ impl Aggregate {
 
     /// Adds row i of `p` (an insertion) to the current window's group in slot `id`.
     fn add_in_window(&mut self, id: u32, p: &Prepared, i: usize) -> Result<()> {
-        let g = &mut self.slots[id as usize];
-        if g.mark != self.epoch {
+        if self.slots[id as usize].mark != self.epoch {
+            self.reset_group(id);
+            let g = &mut self.slots[id as usize];
             g.mark = self.epoch;
-            g.rows = 0;
-            for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
-                *st = Self::fresh_acc(spec, *kind, self.append_only);
-            }
-            g.seen.iter_mut().for_each(SeenMap::clear);
             self.touched.push((sort_prefix(&g.key), id, None));
         }
         self.accumulate(id, p, i, 1)

@@ -201,12 +201,19 @@ impl WindowAggregate {
         }
     }
 
+    /// The first window end after `after` (if any) whose window can hold the earliest held
+    /// row: it holds it unless the row is before the window's start.
+    fn candidate_end(&self, after: Option<i128>) -> Option<i128> {
+        let b = self.end_after(self.first_time()? as i128);
+        Some(after.map_or(b, |a| b.max(self.end_after(a))))
+    }
+
     /// The next window end b > `after` whose window holds a held row (it closes at b − 1),
     /// dropping the rows that no such window holds.
-    fn next_end(&mut self, after: Option<i128>) -> Option<i128> {
+    fn next_end(&mut self, after: i128) -> Option<i128> {
         loop {
             let t0 = self.first_time()? as i128;
-            let b = self.end_after(t0).max(after.map_or(i128::MIN, |a| self.end_after(a)));
+            let b = self.candidate_end(Some(after))?;
             let start = self.start_of(b);
             if start <= t0 {
                 return Some(b);
@@ -216,7 +223,7 @@ impl WindowAggregate {
         }
     }
 
-    /// The window [b − T, b), emitted at b − 1.
+    /// The window that ends at b, [`Self::start_of`] b to b, emitted at b − 1.
     fn emit(&mut self, b: i128) -> Result<ChangeBatch> {
         let lo = self.start_of(b);
         let t = Time::try_from(b - 1).map_err(|_| WeirError::internal("a window past time"))?;
@@ -262,8 +269,8 @@ impl WindowAggregate {
     }
 
     fn signature(&self) -> String {
-        let merged = self.groups.as_ref().map(|g| g.schema.clone());
-        signature("window_aggregate", &self.schema, (self.bounds, merged.map(|s| s.fields().len())))
+        let merged = self.groups.as_ref().map(|g| g.schema.fields().len());
+        signature("window_aggregate", &self.schema, (self.bounds, merged))
     }
 }
 
@@ -281,7 +288,7 @@ impl Operator for WindowAggregate {
         let mut parts = Vec::new();
         // Windows closing at b − 1 ≥ lo, then each after the last.
         let mut after = step.lo as i128;
-        while let Some(b) = self.next_end(Some(after)) {
+        while let Some(b) = self.next_end(after) {
             if b - 1 > step.hi as i128 {
                 break;
             }
@@ -302,11 +309,7 @@ impl Operator for WindowAggregate {
     /// The last tick of the next window that holds a pane row (rows that no window holds, in
     /// a gap where T < S, are dropped at the next step).
     fn next_wakeup(&self) -> Option<Time> {
-        let t0 = self.first_time()? as i128;
-        let mut b = self.end_after(t0);
-        if let Some(next) = self.next {
-            b = b.max(self.end_after(next as i128));
-        }
+        let b = self.candidate_end(self.next.map(i128::from))?;
         Time::try_from(b - 1).ok()
     }
 
@@ -347,10 +350,6 @@ impl Operator for WindowAggregate {
         };
         self.next = *next;
         let rows = r.take("window_aggregate.rows", &sig)?.changes(Some(&self.data_schema))?;
-        // (A restore goes into a fresh operator; this keeps the group counts right anyway.)
-        if let Some(&last) = self.held.back().and_then(|h| h.rows.times.last()) {
-            self.drop_before(last as i128 + 1);
-        }
         if !rows.is_empty() {
             self.hold(rows)?;
         }

@@ -57,6 +57,12 @@ impl HeapSize for Rows {
     }
 }
 
+/// The entry at place `p` of `entries` (whose first entry has place `popped`), unless the
+/// place is stale (its row left the front).
+fn at(entries: &VecDeque<(RowBytes, i64)>, popped: u64, p: u64) -> Option<&(RowBytes, i64)> {
+    entries.get(usize::try_from(p.checked_sub(popped)?).ok()?)
+}
+
 impl Rows {
     /// The rows `a` then `b` (distinct), in that order.
     fn two(a: (RowBytes, i64), b: (RowBytes, i64)) -> Self {
@@ -95,9 +101,8 @@ impl Rows {
         let hash = hasher.hash_one(&row[..]);
         // A rehash moves a stale place anywhere: no lookup looks for it again, and
         // `drop_stale` finds it wherever it is.
-        places.insert_unique(hash, place, |&p| match p.checked_sub(*popped) {
-            Some(i) => hasher.hash_one(&entries[i as usize].0[..]),
-            None => 0,
+        places.insert_unique(hash, place, |&p| {
+            at(entries, *popped, p).map_or(0, |e| hasher.hash_one(&e.0[..]))
         });
         entries.push_back((row, count));
     }
@@ -118,8 +123,8 @@ impl Rows {
         }
         let hash = self.hasher.hash_one(row);
         let Rows { entries, popped, places, .. } = self;
-        let found = places
-            .find_entry(hash, |&p| p >= *popped && &entries[(p - *popped) as usize].0[..] == row);
+        let found =
+            places.find_entry(hash, |&p| at(entries, *popped, p).is_some_and(|e| &e.0[..] == row));
         let Ok(found) = found else {
             self.push(RowBytes::from(row), diff);
             return;
@@ -155,7 +160,9 @@ impl Rows {
         let Rows { entries, places, hasher, .. } = self;
         for (i, (row, _)) in entries.iter().enumerate() {
             let hash = hasher.hash_one(&row[..]);
-            places.insert_unique(hash, i as u64, |&p| hasher.hash_one(&entries[p as usize].0[..]));
+            places.insert_unique(hash, i as u64, |&p| {
+                at(entries, 0, p).map_or(0, |e| hasher.hash_one(&e.0[..]))
+            });
         }
     }
 
@@ -167,8 +174,9 @@ impl Rows {
         let hash = self.hasher.hash_one(row);
         let Rows { entries, popped, places, .. } = self;
         places
-            .find(hash, |&p| p >= *popped && &entries[(p - *popped) as usize].0[..] == row)
-            .map_or(0, |&p| entries[(p - *popped) as usize].1)
+            .find(hash, |&p| at(entries, *popped, p).is_some_and(|e| &e.0[..] == row))
+            .and_then(|&p| at(entries, *popped, p))
+            .map_or(0, |e| e.1)
     }
 
     /// The one row left, taken out.
