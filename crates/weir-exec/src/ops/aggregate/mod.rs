@@ -456,6 +456,7 @@ impl Aggregate {
     }
 
     /// The slot of the group with `key`, created (empty) if there is none.
+    #[inline]
     fn slot_of(&mut self, key: &[u8]) -> u32 {
         match self.index.get(key) {
             Some(&id) => id,
@@ -478,6 +479,7 @@ impl Aggregate {
     }
 
     /// Empties the rows and accumulators of the group in slot `id` (its key and mark stay).
+    #[inline]
     fn reset_group(&mut self, id: u32) {
         let g = &mut self.slots[id as usize];
         g.rows = 0;
