@@ -32,6 +32,7 @@ pub mod dirty;
 pub mod expr;
 pub mod graph;
 pub mod heap;
+pub mod numeric_row;
 pub mod operator;
 pub mod ops;
 pub mod query;

@@ -2244,8 +2244,11 @@ struct FrameCase {
     end: FB,
 }
 
-const FRAME_CASES: [FrameCase; 12] = [
+const FRAME_CASES: [FrameCase; 14] = [
     FrameCase { func: "SUM(v)", order: Ord3::T, range: false, start: Some(-1), end: Some(1) },
+    // NEXMark q6's shape: an AVG over the last rows (a DOUBLE argument, cast from BIGINT).
+    FrameCase { func: "AVG(v)", order: Ord3::T, range: false, start: Some(-3), end: Some(0) },
+    FrameCase { func: "AVG(v)", order: Ord3::VDesc, range: true, start: None, end: Some(1) },
     FrameCase { func: "COUNT(*)", order: Ord3::V, range: true, start: Some(-1), end: Some(2) },
     FrameCase { func: "MAX(v)", order: Ord3::VDesc, range: true, start: Some(0), end: None },
     FrameCase { func: "MIN(v)", order: Ord3::T, range: false, start: Some(2), end: None },
@@ -2379,6 +2382,7 @@ impl FrameCase {
                     "COUNT(v)" => count(&frame),
                     "MAX(v)" => max(&frame),
                     "MIN(v)" => min(&frame),
+                    "AVG(v)" => avg(&frame),
                     "FIRST_VALUE(v)" => txt(frame.first().copied().flatten()),
                     "LAST_VALUE(v)" => txt(frame.last().copied().flatten()),
                     other => panic!("no oracle for {other}"),

@@ -126,12 +126,41 @@ pub(super) enum NumOut {
     Null,
 }
 
-/// The argument of a [`NumRunning`].
-enum NumArg<'a> {
+/// The argument of a [`NumRunning`]: an array, or values read from rows (see
+/// `crate::numeric_row`).
+pub(super) enum NumArg<'a> {
     /// `COUNT(*)`.
     None,
     Int(&'a Int64Array),
     Float(&'a Float64Array),
+    Ints(&'a [Option<i64>]),
+    Floats(&'a [Option<f64>]),
+}
+
+impl NumArg<'_> {
+    fn is_float(&self) -> bool {
+        matches!(self, NumArg::Float(_) | NumArg::Floats(_))
+    }
+
+    /// The DOUBLE at `i` (None: NULL, or not a DOUBLE argument).
+    #[inline]
+    fn float(&self, i: usize) -> Option<f64> {
+        match self {
+            NumArg::Float(v) => v.is_valid(i).then(|| v.value(i)),
+            NumArg::Floats(v) => v[i],
+            _ => None,
+        }
+    }
+
+    /// The BIGINT at `i` (None: NULL, or not a BIGINT argument).
+    #[inline]
+    fn int(&self, i: usize) -> Option<i64> {
+        match self {
+            NumArg::Int(v) => v.is_valid(i).then(|| v.value(i)),
+            NumArg::Ints(v) => v[i],
+            _ => None,
+        }
+    }
 }
 
 /// COUNT(*), and COUNT, SUM, AVG, MIN or MAX over a BIGINT argument, or COUNT, SUM or AVG over
@@ -159,22 +188,42 @@ impl<'a> NumRunning<'a> {
         arg_type: &DataType,
         out_type: &DataType,
     ) -> Option<Self> {
-        let (int, float) = (&DataType::Int64, &DataType::Float64);
         let vals = match arg {
             None if func == AggFunc::CountStar => NumArg::None,
             None => return None,
-            Some(a) if arg_type == int => NumArg::Int(a.as_any().downcast_ref()?),
-            Some(a) if arg_type == float => NumArg::Float(a.as_any().downcast_ref()?),
+            Some(a) if arg_type == &DataType::Int64 => NumArg::Int(a.as_any().downcast_ref()?),
+            Some(a) if arg_type == &DataType::Float64 => NumArg::Float(a.as_any().downcast_ref()?),
             Some(_) => return None,
         };
-        let out_ok = match (func, &vals) {
-            (AggFunc::CountStar | AggFunc::Count, _) => out_type == int,
-            (AggFunc::Avg, NumArg::Int(_) | NumArg::Float(_)) => out_type == float,
-            (AggFunc::Sum | AggFunc::Min | AggFunc::Max, NumArg::Int(_)) => out_type == int,
-            (AggFunc::Sum, NumArg::Float(_)) => out_type == float,
+        Self::over(func, vals, out_type)
+    }
+
+    /// Whether `func` over an argument of `arg_type` (None: `COUNT(*)`) giving `out_type` is
+    /// one [`NumRunning`] computes.
+    pub fn computes(func: AggFunc, arg_type: Option<&DataType>, out_type: &DataType) -> bool {
+        let (int, float) = (&DataType::Int64, &DataType::Float64);
+        match (func, arg_type) {
+            (AggFunc::CountStar, None) => out_type == int,
+            (_, None) => false,
+            (AggFunc::CountStar | AggFunc::Count, Some(t)) => {
+                (t == int || t == float) && out_type == int
+            }
+            (AggFunc::Avg, Some(t)) => (t == int || t == float) && out_type == float,
+            (AggFunc::Sum | AggFunc::Min | AggFunc::Max, Some(t)) if t == int => out_type == int,
+            (AggFunc::Sum, Some(t)) if t == float => out_type == float,
             _ => false,
+        }
+    }
+
+    /// The accumulator for `func` over `vals` giving `out_type`, if [`NumRunning::computes`]
+    /// it.
+    pub fn over(func: AggFunc, vals: NumArg<'a>, out_type: &DataType) -> Option<Self> {
+        let arg_type = match vals {
+            NumArg::None => None,
+            NumArg::Int(_) | NumArg::Ints(_) => Some(&DataType::Int64),
+            NumArg::Float(_) | NumArg::Floats(_) => Some(&DataType::Float64),
         };
-        out_ok.then_some(NumRunning {
+        Self::computes(func, arg_type, out_type).then_some(NumRunning {
             vals,
             func,
             rows: 0,
@@ -215,23 +264,19 @@ impl Running for NumRunning<'_> {
 
     fn add(&mut self, i: usize) -> Result<()> {
         self.rows += 1;
-        let vals = match self.vals {
-            NumArg::None => return Ok(()),
-            NumArg::Float(v) => {
-                if v.is_valid(i) {
-                    // SUM's first value is taken as it is (as `Acc` does: -0.0 stays -0.0).
-                    let first = self.count == 0 && self.func == AggFunc::Sum;
-                    self.fsum = if first { v.value(i) } else { self.fsum + v.value(i) };
-                    self.count += 1;
-                }
-                return Ok(());
-            }
-            NumArg::Int(v) => v,
-        };
-        if vals.is_null(i) {
+        if matches!(self.vals, NumArg::None) {
             return Ok(());
         }
-        let x = vals.value(i);
+        if self.vals.is_float() {
+            if let Some(x) = self.vals.float(i) {
+                // SUM's first value is taken as it is (as `Acc` does: -0.0 stays -0.0).
+                let first = self.count == 0 && self.func == AggFunc::Sum;
+                self.fsum = if first { x } else { self.fsum + x };
+                self.count += 1;
+            }
+            return Ok(());
+        }
+        let Some(x) = self.vals.int(i) else { return Ok(()) };
         if self.count == 0 {
             (self.min, self.max) = (x, x);
         } else {
@@ -251,7 +296,7 @@ impl Running for NumRunning<'_> {
 
     fn value(&self) -> Result<NumOut> {
         let some = self.count > 0;
-        let float = matches!(self.vals, NumArg::Float(_));
+        let float = self.vals.is_float();
         Ok(match self.func {
             AggFunc::CountStar => NumOut::Int(self.rows),
             AggFunc::Count => NumOut::Int(self.count),

@@ -56,11 +56,12 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
-use super::frame_agg::{frame_values, NumRunning, ScalarRunning};
+use super::frame_agg::{frame_values, NumArg, NumOut, NumRunning, ScalarRunning};
 use super::partition::Key as KeyRef;
 use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
+use crate::numeric_row::{Num, NumType, NumericRow};
 use crate::operator::{take_inputs, Operator, Step};
 use crate::row::{EncodedRows, RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
@@ -131,11 +132,122 @@ impl Kept {
         Ok(Kept { exprs, codec, arg, default, ord })
     }
 
-    /// The kept values of every row of `batch`, encoded.
-    fn encode(&self, batch: &arrow::record_batch::RecordBatch) -> Result<EncodedRows> {
+    /// The kept values of every row of `batch`, encoded (by `numeric` when given, straight
+    /// from the columns).
+    fn encode(
+        &self,
+        batch: &arrow::record_batch::RecordBatch,
+        numeric: Option<&Numeric>,
+    ) -> Result<Values> {
         let cols: Vec<ArrayRef> =
             self.exprs.iter().map(|(e, t)| e.eval_as(batch, t)).collect::<Result<_>>()?;
-        self.codec.encode(&cols, batch.num_rows())
+        let n = batch.num_rows();
+        match numeric {
+            Some(num) => Values::write(num.kept.types().len(), n, |r, out| {
+                for (c, t) in cols.iter().zip(num.kept.types()) {
+                    NumericRow::push(num_at(c, *t, r), out);
+                }
+            }),
+            None => Ok(Values::Rows(self.codec.encode(&cols, n)?)),
+        }
+    }
+}
+
+/// Value `r` of a BIGINT or DOUBLE column.
+fn num_at(c: &ArrayRef, t: NumType, r: usize) -> Num {
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Float64Type, Int64Type};
+    if c.is_null(r) {
+        return Num::Null;
+    }
+    match t {
+        NumType::Int => Num::Int(c.as_primitive::<Int64Type>().value(r)),
+        NumType::Float => Num::Float(c.as_primitive::<Float64Type>().value(r)),
+    }
+}
+
+/// Encoded rows: the codec's, or written by [`Numeric`] (the same bytes, see
+/// `crate::numeric_row`) into one buffer, `width` bytes each.
+enum Values {
+    Rows(EncodedRows),
+    Flat { bytes: Vec<u8>, width: usize, n: usize },
+}
+
+impl Values {
+    /// `n` rows of `cols` BIGINT or DOUBLE columns, each written by `row(r, out)`.
+    fn write(cols: usize, n: usize, mut row: impl FnMut(usize, &mut Vec<u8>)) -> Result<Values> {
+        let width = cols * crate::numeric_row::WIDTH;
+        let mut bytes = Vec::with_capacity(width * n);
+        for r in 0..n {
+            row(r, &mut bytes);
+            if bytes.len() != width * (r + 1) {
+                return Err(WeirError::internal("a numeric row of another width"));
+            }
+        }
+        Ok(Values::Flat { bytes, width, n })
+    }
+
+    fn get(&self, i: usize) -> &[u8] {
+        match self {
+            Values::Rows(r) => r.get(i),
+            Values::Flat { bytes, width, .. } => &bytes[i * width..(i + 1) * width],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Values::Rows(r) => r.len(),
+            Values::Flat { n, .. } => *n,
+        }
+    }
+}
+
+/// The shortcut of [`Funcs::evaluate`] when the kept arguments and the functions' values are
+/// all BIGINT or DOUBLE, and each function is a navigation or one [`NumRunning`] computes: a
+/// region is evaluated from values read out of the kept rows and its values are written as
+/// rows, without Arrow arrays, which cost more than the few rows of a small frame's region
+/// (a change under `AVG(x) OVER (... ROWS BETWEEN 9 PRECEDING AND CURRENT ROW)` evaluates
+/// about 20). The bytes are the codec's, so either path reads what the other wrote.
+#[derive(Debug)]
+struct Numeric {
+    kept: NumericRow,
+    vals: NumericRow,
+}
+
+impl Numeric {
+    fn new(calls: &[OverRelSpec], kept: &Kept, vals: &RowCodec) -> Option<Numeric> {
+        let computes = calls.iter().enumerate().all(|(i, c)| match c.func {
+            OverFunc::Agg(f) => {
+                NumRunning::computes(f, kept.arg[i].map(|_| &c.arg_type), &c.out_type)
+            }
+            _ => kept.arg[i].is_some() && c.arg_type == c.out_type,
+        });
+        if !computes {
+            return None;
+        }
+        Some(Numeric { kept: NumericRow::of(&kept.codec)?, vals: NumericRow::of(vals)? })
+    }
+}
+
+/// One kept column's values, read from the rows.
+enum NumCol {
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+}
+
+impl NumCol {
+    fn get(&self, i: usize) -> Num {
+        match self {
+            NumCol::Int(v) => v[i].map_or(Num::Null, Num::Int),
+            NumCol::Float(v) => v[i].map_or(Num::Null, Num::Float),
+        }
+    }
+
+    fn arg(&self) -> NumArg<'_> {
+        match self {
+            NumCol::Int(v) => NumArg::Ints(v),
+            NumCol::Float(v) => NumArg::Floats(v),
+        }
     }
 }
 
@@ -301,6 +413,8 @@ struct Funcs {
     /// The functions' values of one row.
     vals_codec: RowCodec,
     kept: Kept,
+    /// The shortcut without arrays, when the types allow it.
+    numeric: Option<Numeric>,
 }
 
 impl OverRel {
@@ -331,12 +445,10 @@ impl OverRel {
             Some((e, d)) if needs_value => (Some(e), d),
             _ => (None, false),
         };
-        let funcs = Funcs {
-            kept: Kept::new(&calls, order_val.as_ref())?,
-            descending,
-            vals_codec: RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?,
-            calls,
-        };
+        let kept = Kept::new(&calls, order_val.as_ref())?;
+        let vals_codec = RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?;
+        let numeric = Numeric::new(&calls, &kept, &vals_codec);
+        let funcs = Funcs { kept, descending, vals_codec, calls, numeric };
         Ok(OverRel {
             funcs,
             keys,
@@ -362,6 +474,39 @@ impl OverRel {
 }
 
 impl Funcs {
+    /// The functions' values of `rows` (encoded), one column per call.
+    fn decode_values<'a>(
+        &self,
+        rows: impl Iterator<Item = &'a [u8]> + Clone,
+    ) -> Result<Vec<ArrayRef>> {
+        let Some(num) = &self.numeric else { return self.vals_codec.decode(rows) };
+        Ok(num
+            .vals
+            .types()
+            .iter()
+            .enumerate()
+            .map(|(c, t)| -> ArrayRef {
+                let vals = rows.clone().map(|r| num.vals.get(r, c));
+                match t {
+                    NumType::Int => {
+                        std::sync::Arc::new(Int64Array::from_iter(vals.map(|v| match v {
+                            Num::Int(x) => Some(x),
+                            _ => None,
+                        })))
+                    }
+                    NumType::Float => {
+                        std::sync::Arc::new(arrow::array::Float64Array::from_iter(vals.map(|v| {
+                            match v {
+                                Num::Float(x) => Some(x),
+                                _ => None,
+                            }
+                        })))
+                    }
+                }
+            })
+            .collect())
+    }
+
     /// The frame [s, e) of the row at `j` of a context of `n` rows (see the module docs).
     fn frame_of(&self, f: &WindowFrame, j: usize, cx: &Context) -> (usize, usize) {
         let n = cx.peers.len();
@@ -413,9 +558,26 @@ impl Funcs {
         (s, e.max(s))
     }
 
+    /// The row whose argument a navigation function `c` gives at row `j` of `cx` (None: its
+    /// default).
+    fn nav_index(&self, c: &OverRelSpec, j: usize, cx: &Context) -> Option<u64> {
+        let n = cx.peers.len() as u64;
+        match c.func {
+            OverFunc::Lag(k) => (j as u64).checked_sub(k),
+            OverFunc::Lead(k) => (j as u64).checked_add(k).filter(|&i| i < n),
+            OverFunc::FirstValue => {
+                let (s, e) = self.frame_of(&c.frame, j, cx);
+                (s < e).then_some(s as u64)
+            }
+            _ => {
+                let (s, e) = self.frame_of(&c.frame, j, cx);
+                (s < e).then(|| e as u64 - 1)
+            }
+        }
+    }
+
     /// The values of the rows of `cx` at `region` (indices, ascending), one array per call.
     fn values(&self, cx: &Context, region: &[usize]) -> Result<Vec<ArrayRef>> {
-        let n = cx.peers.len();
         let mut out = Vec::with_capacity(self.calls.len());
         for (i, c) in self.calls.iter().enumerate() {
             let arg = self.kept.arg[i].map(|a| cx.cols[a].clone());
@@ -426,23 +588,8 @@ impl Funcs {
                 | OverFunc::LastValue => {
                     let arg =
                         arg.ok_or_else(|| WeirError::internal("navigation without argument"))?;
-                    let idx: UInt64Array = region
-                        .iter()
-                        .map(|&j| match c.func {
-                            OverFunc::Lag(k) => (j as u64).checked_sub(k),
-                            OverFunc::Lead(k) => {
-                                (j as u64).checked_add(k).filter(|&i| i < n as u64)
-                            }
-                            OverFunc::FirstValue => {
-                                let (s, e) = self.frame_of(&c.frame, j, cx);
-                                (s < e).then_some(s as u64)
-                            }
-                            _ => {
-                                let (s, e) = self.frame_of(&c.frame, j, cx);
-                                (s < e).then(|| e as u64 - 1)
-                            }
-                        })
-                        .collect();
+                    let idx: UInt64Array =
+                        region.iter().map(|&j| self.nav_index(c, j, cx)).collect();
                     let taken = arrow::compute::take(&arg, &idx, None)?;
                     match self.kept.default[i] {
                         Some(d) => {
@@ -503,7 +650,7 @@ impl Funcs {
         &self,
         entries: &[(&Key, &mut Slot)],
         region: std::ops::Range<usize>,
-    ) -> Result<Option<EncodedRows>> {
+    ) -> Result<Option<Values>> {
         // Each copy's order key (for peers) and kept arguments, in order.
         let mut rows: Vec<(&[u8], &[u8])> = Vec::new();
         let mut in_region: Vec<usize> = Vec::new();
@@ -520,7 +667,6 @@ impl Funcs {
             return Ok(None);
         }
         let n = rows.len();
-        let cols = self.kept.codec.decode(rows.iter().map(|r| r.1))?;
         let mut peers = vec![(0, 0); n];
         let mut s = 0;
         for j in 1..=n {
@@ -529,22 +675,128 @@ impl Funcs {
                 s = j;
             }
         }
-        let (ord, non_null) = match self.kept.ord {
-            Some(o) => {
-                let a = cols[o]
+        if let Some(num) = &self.numeric {
+            let cols: Vec<NumCol> = num
+                .kept
+                .types()
+                .iter()
+                .enumerate()
+                .map(|(c, t)| {
+                    let read = |r: &(&[u8], &[u8])| num.kept.get(r.1, c);
+                    match t {
+                        NumType::Int => NumCol::Int(
+                            rows.iter()
+                                .map(|r| match read(r) {
+                                    Num::Int(x) => Some(x),
+                                    _ => None,
+                                })
+                                .collect(),
+                        ),
+                        NumType::Float => NumCol::Float(
+                            rows.iter()
+                                .map(|r| match read(r) {
+                                    Num::Float(x) => Some(x),
+                                    _ => None,
+                                })
+                                .collect(),
+                        ),
+                    }
+                })
+                .collect();
+            let ord = match self.kept.ord.map(|o| &cols[o]) {
+                Some(NumCol::Int(v)) => Some(Int64Array::from(v.clone())),
+                Some(NumCol::Float(_)) => {
+                    return Err(WeirError::internal("an Int64 ORDER BY value expected"))
+                }
+                None => None,
+            };
+            let cx = Context::new(Vec::new(), peers, ord);
+            if let Some(v) = self.numeric_values(num, &cx, &cols, &in_region)? {
+                return Ok(Some(v));
+            }
+            // A BIGINT SUM overflowed: the general path says so.
+            return self.array_values(rows, cx.peers, &in_region).map(Some);
+        }
+        self.array_values(rows, peers, &in_region).map(Some)
+    }
+
+    /// [`Funcs::evaluate`] through Arrow arrays: the kept arguments of `rows` decoded, then
+    /// [`Funcs::values`] at `region`, encoded.
+    fn array_values(
+        &self,
+        rows: Vec<(&[u8], &[u8])>,
+        peers: Vec<(usize, usize)>,
+        region: &[usize],
+    ) -> Result<Values> {
+        let cols = self.kept.codec.decode(rows.iter().map(|r| r.1))?;
+        let ord = match self.kept.ord {
+            Some(o) => Some(
+                cols[o]
                     .as_any()
                     .downcast_ref::<Int64Array>()
                     .ok_or_else(|| WeirError::internal("an Int64 ORDER BY value expected"))?
-                    .clone();
-                let lo = (0..n).find(|&i| a.is_valid(i)).unwrap_or(n);
-                let hi = (0..n).rev().find(|&i| a.is_valid(i)).map_or(lo, |i| i + 1);
-                (Some(a), (lo, hi))
-            }
-            None => (None, (0, 0)),
+                    .clone(),
+            ),
+            None => None,
         };
-        let cx = Context { cols, peers, ord, non_null };
-        let arrays = self.values(&cx, &in_region)?;
-        Ok(Some(self.vals_codec.encode(&arrays, in_region.len())?))
+        let cx = Context::new(cols, peers, ord);
+        let arrays = self.values(&cx, region)?;
+        Ok(Values::Rows(self.vals_codec.encode(&arrays, region.len())?))
+    }
+
+    /// The values at `region` from the columns `cols` read from the kept rows (see
+    /// [`Numeric`]), written as rows; None if a BIGINT SUM overflowed.
+    fn numeric_values(
+        &self,
+        num: &Numeric,
+        cx: &Context,
+        cols: &[NumCol],
+        region: &[usize],
+    ) -> Result<Option<Values>> {
+        let n = cx.peers.len();
+        let mut per_call: Vec<Vec<Num>> = Vec::with_capacity(self.calls.len());
+        for (i, c) in self.calls.iter().enumerate() {
+            let arg = self.kept.arg[i].map(|a| &cols[a]);
+            let vals = match c.func {
+                OverFunc::Agg(func) => {
+                    let frames: Vec<(usize, usize)> =
+                        region.iter().map(|&j| self.frame_of(&c.frame, j, cx)).collect();
+                    let arg = arg.map_or(NumArg::None, NumCol::arg);
+                    let mut r = NumRunning::over(func, arg, &c.out_type)
+                        .ok_or_else(|| WeirError::internal("a numeric frame it cannot compute"))?;
+                    let vals = frame_values(&mut r, &c.frame, &frames, n)?;
+                    if r.overflow {
+                        return Ok(None);
+                    }
+                    vals.into_iter()
+                        .map(|v| match v {
+                            NumOut::Int(x) => Num::Int(x),
+                            NumOut::Float(x) => Num::Float(x),
+                            NumOut::Null => Num::Null,
+                        })
+                        .collect()
+                }
+                _ => {
+                    let arg =
+                        arg.ok_or_else(|| WeirError::internal("navigation without argument"))?;
+                    let default = self.kept.default[i].map(|d| &cols[d]);
+                    region
+                        .iter()
+                        .map(|&j| match self.nav_index(c, j, cx) {
+                            Some(k) => arg.get(k as usize),
+                            None => default.map_or(Num::Null, |d| d.get(j)),
+                        })
+                        .collect()
+                }
+            };
+            per_call.push(vals);
+        }
+        Values::write(num.vals.types().len(), region.len(), |r, out| {
+            for vals in &per_call {
+                NumericRow::push(vals[r], out);
+            }
+        })
+        .map(Some)
     }
 }
 
@@ -554,7 +806,7 @@ impl OverRel {
     fn eval_run<'e>(
         &mut self,
         enc: &'e EncodedBatch,
-        kept: &EncodedRows,
+        kept: &Values,
         rows: std::ops::Range<usize>,
         bufs: &mut RunBufs<'e>,
         out: &mut OutRows,
@@ -575,7 +827,7 @@ impl OverRel {
         &mut self,
         p: &[u8],
         changes: &[NetChange<'_>],
-        kept: &EncodedRows,
+        kept: &Values,
         start: &mut (Vec<u8>, Vec<u8>),
         out: &mut OutRows,
     ) -> Result<()> {
@@ -704,7 +956,7 @@ impl OverRel {
 /// slot's) and after: nothing for a row whose values did not change.
 fn update_values(
     region: &mut [(&Key, &mut Slot)],
-    vals: Option<&EncodedRows>,
+    vals: Option<&Values>,
     out: &mut OutRows,
 ) -> Result<()> {
     let missing = || WeirError::internal("window function: values missing");
@@ -814,14 +1066,29 @@ impl OutRows {
     }
 }
 
-/// The rows around a region: their kept arguments decoded (see [`Kept`]), peer groups
-/// ([start, end) of each row's), ORDER BY values (RANGE offsets) and where those are not
-/// NULL.
+/// The rows around a region: their kept arguments decoded (see [`Kept`]; none on the
+/// [`Numeric`] path, which reads them itself), peer groups ([start, end) of each row's),
+/// ORDER BY values (RANGE offsets) and where those are not NULL.
 struct Context {
     cols: Vec<ArrayRef>,
     peers: Vec<(usize, usize)>,
     ord: Option<Int64Array>,
     non_null: (usize, usize),
+}
+
+impl Context {
+    fn new(cols: Vec<ArrayRef>, peers: Vec<(usize, usize)>, ord: Option<Int64Array>) -> Self {
+        let non_null = match &ord {
+            Some(a) => {
+                let n = a.len();
+                let lo = (0..n).find(|&i| a.is_valid(i)).unwrap_or(n);
+                let hi = (0..n).rev().find(|&i| a.is_valid(i)).map_or(lo, |i| i + 1);
+                (lo, hi)
+            }
+            None => (0, 0),
+        };
+        Context { cols, peers, ord, non_null }
+    }
 }
 
 impl Operator for OverRel {
@@ -831,7 +1098,7 @@ impl Operator for OverRel {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let enc = self.keys.encode_batch(&d)?;
-        let kept = self.funcs.kept.encode(&d.data)?;
+        let kept = self.funcs.kept.encode(&d.data, self.funcs.numeric.as_ref())?;
         let mut out = OutRows::default();
         let mut bufs = RunBufs::default();
         let times = by_instant(&d.times, |rows| {
@@ -844,9 +1111,7 @@ impl Operator for OverRel {
         }
         let bytes = &out.bytes;
         let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
-        cols.extend(
-            self.funcs.vals_codec.decode(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?,
-        );
+        cols.extend(self.funcs.decode_values(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
         let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
         Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
     }
@@ -915,11 +1180,8 @@ impl Operator for OverRel {
         for part in parts.values_mut() {
             // Nor are the kept arguments: they are the rows', evaluated again.
             let cols = self.keys.decode_rows(part.keys().map(|k| &k.1[..]))?;
-            let kept = self.funcs.kept.encode(&crate::ops::batch_of(
-                &self.in_schema,
-                cols,
-                part.len(),
-            )?)?;
+            let batch = crate::ops::batch_of(&self.in_schema, cols, part.len())?;
+            let kept = self.funcs.kept.encode(&batch, self.funcs.numeric.as_ref())?;
             for (i, slot) in part.values_mut().enumerate() {
                 slot.args = RowBytes::from(kept.get(i));
             }
@@ -1045,6 +1307,40 @@ mod tests {
             }
             assert_eq!(op.last_entries, want);
         }
+    }
+
+    /// A BIGINT SUM is read without arrays (the shortcut is on for it), and one that
+    /// overflows still fails with the error naming it, which the array path gives; a VARCHAR
+    /// navigation takes the array path.
+    #[test]
+    fn the_numeric_shortcut_hands_an_overflow_to_the_array_path() {
+        let spec = |func: OverFunc, arg: &str, ty: DataType| OverRelSpec {
+            func,
+            arg: Some(kv_col(arg)),
+            arg_type: ty.clone(),
+            default: None,
+            out_type: ty,
+            frame: WindowFrame {
+                range: false,
+                start: FrameBound::Preceding(1),
+                end: FrameBound::CurrentRow,
+            },
+        };
+        let sum = spec(OverFunc::Agg(AggFunc::Sum), "v", DataType::Int64);
+        let mut op =
+            OverRel::new(k_by_v(false), kv_schema(), None, vec![sum], out_schema(1)).unwrap();
+        assert!(op.funcs.numeric.is_some());
+        let ctx = crate::operator::EvalCtx::default();
+        let step = |t| Step { lo: t, hi: t, ctx: &ctx, input_wakeup: None };
+        let out = op.eval(&step(1), vec![kv(1, "+1 a 1, +1 a 2").1]).unwrap();
+        let sums = out.data.column(2).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(sums.values().to_vec(), [1, 3]);
+        let big = format!("+1 a {}", i64::MAX);
+        let err = op.eval(&step(2), vec![kv(2, &big).1]).unwrap_err();
+        assert!(err.to_string().contains("overflow"), "{err}");
+        let lag = spec(OverFunc::Lag(1), "k", DataType::Utf8);
+        let op = OverRel::new(k_by_v(false), kv_schema(), None, vec![lag], out_schema(1));
+        assert!(op.unwrap().funcs.numeric.is_none());
     }
 
     /// The figure grows with the rows (and their values kept) and falls back when they are
