@@ -9,6 +9,11 @@
 //! `NaiveDateTime::format` (arrow's display). Every other case, and a format or value the fast
 //! path cannot take (an invalid format, a timestamp out of chrono's range), goes to
 //! DataFusion's implementation, so results and errors are DataFusion's.
+//!
+//! A format without fields finer than the second (`%Y-%m-%d`, `%H:%M`) gives the same text for
+//! every value in one of its periods (a day, a minute), and a stream's values come in time
+//! order: a value in the same period as the one before it takes that one's text again instead
+//! of being formatted ([`period_seconds`]).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -19,7 +24,7 @@ use arrow::datatypes::{
     TimestampNanosecondType, TimestampSecondType,
 };
 use arrow::temporal_conversions::as_datetime;
-use chrono::format::{Item, StrftimeItems};
+use chrono::format::{Fixed, Item, Numeric, StrftimeItems};
 use datafusion_common::{Result, ScalarValue};
 use datafusion_expr::{
     ColumnarValue, Documentation, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
@@ -87,20 +92,89 @@ fn format_naive_timestamps(values: &ArrayRef, format: &str) -> Option<ArrayRef> 
     }
 }
 
+/// How many seconds, counted from the epoch in whole periods, share the text of `items`: a
+/// day when the finest field is the date's, an hour, a minute or a second; None when a field
+/// reads a fraction of a second, a zone or anything else.
+fn period_seconds(items: &[Item<'_>]) -> Option<i64> {
+    let mut period = 86_400;
+    for item in items {
+        let finest = match item {
+            Item::Literal(_) | Item::OwnedLiteral(_) | Item::Space(_) | Item::OwnedSpace(_) => {
+                continue
+            }
+            Item::Numeric(n, _) => match n {
+                Numeric::Year
+                | Numeric::YearDiv100
+                | Numeric::YearMod100
+                | Numeric::IsoYear
+                | Numeric::IsoYearDiv100
+                | Numeric::IsoYearMod100
+                | Numeric::Quarter
+                | Numeric::Month
+                | Numeric::Day
+                | Numeric::WeekFromSun
+                | Numeric::WeekFromMon
+                | Numeric::IsoWeek
+                | Numeric::NumDaysFromSun
+                | Numeric::WeekdayFromMon
+                | Numeric::Ordinal => 86_400,
+                Numeric::Hour | Numeric::Hour12 => 3_600,
+                Numeric::Minute => 60,
+                Numeric::Second | Numeric::Timestamp => 1,
+                _ => return None,
+            },
+            Item::Fixed(f) => match f {
+                Fixed::ShortMonthName
+                | Fixed::LongMonthName
+                | Fixed::ShortWeekdayName
+                | Fixed::LongWeekdayName => 86_400,
+                Fixed::LowerAmPm | Fixed::UpperAmPm => 3_600,
+                _ => return None,
+            },
+            Item::Error => return None,
+        };
+        period = period.min(finest);
+    }
+    Some(period)
+}
+
 fn format_as<T: ArrowTimestampType>(
     values: &PrimitiveArray<T>,
     items: &[Item<'static>],
 ) -> Option<ArrayRef> {
+    let per_second: i64 = match T::UNIT {
+        TimeUnit::Second => 1,
+        TimeUnit::Millisecond => 1_000,
+        TimeUnit::Microsecond => 1_000_000,
+        TimeUnit::Nanosecond => 1_000_000_000,
+    };
+    // Values per period of equal text (None: every value is formatted).
+    let period = period_seconds(items).map(|p| p * per_second);
+    let mut last: Option<(i64, String)> = None;
     let mut out = StringBuilder::with_capacity(values.len(), values.len() * 16);
     for (i, v) in values.values().iter().enumerate() {
         if values.is_null(i) {
             out.append_null();
             continue;
         }
-        let naive = as_datetime::<T>(*v)?;
-        // Written straight into the builder's value buffer, then committed.
-        write!(out, "{}", naive.format_with_items(items.iter())).ok()?;
-        out.append_value("");
+        let Some(p) = period else {
+            let naive = as_datetime::<T>(*v)?;
+            // Written straight into the builder's value buffer, then committed.
+            write!(out, "{}", naive.format_with_items(items.iter())).ok()?;
+            out.append_value("");
+            continue;
+        };
+        let at = v.div_euclid(p);
+        match &mut last {
+            Some((k, text)) if *k == at => out.append_value(&*text),
+            _ => {
+                let naive = as_datetime::<T>(*v)?;
+                let mut text = String::new();
+                write!(text, "{}", naive.format_with_items(items.iter())).ok()?;
+                out.append_value(&text);
+                last = Some((at, text));
+            }
+        }
     }
     Some(Arc::new(out.finish()))
 }
@@ -148,6 +222,35 @@ mod tests {
                 assert_eq!(ours.as_string::<i32>(), theirs.as_string::<i32>(), "{format}");
             }
         }
+    }
+
+    /// Values in time order, close together and across days, minutes and seconds, before
+    /// and after the epoch: each format's text is DataFusion's, whether a value takes the text
+    /// of the one before it or is formatted.
+    #[test]
+    fn repeated_periods_give_datafusions_answers() {
+        use arrow::array::TimestampMicrosecondArray;
+        let mut t = -86_400_000_000i64 - 7;
+        let mut values = Vec::new();
+        for step in [1, 999_999, 1, 59_000_000, 1, 3_600_000_000, 13, 86_399_999_999, 1] {
+            for _ in 0..3 {
+                values.push(Some(t));
+                t += step;
+            }
+            values.push(None);
+        }
+        let values: ArrayRef = Arc::new(TimestampMicrosecondArray::from(values));
+        let formats =
+            ["%Y-%m-%d", "%H:%M", "%H:%M:%S", "%I %p", "%A %B %j", "%s", "%H:%M:%S%.6f", "%f", "x"];
+        for format in formats {
+            let ours = call(&ToChar::default(), values.clone(), format).unwrap();
+            let theirs = call(&ToCharFunc::new(), values.clone(), format).unwrap();
+            assert_eq!(ours.as_string::<i32>(), theirs.as_string::<i32>(), "{format}");
+        }
+        let items = |f: &str| StrftimeItems::new(f).parse_to_owned().unwrap();
+        assert_eq!(period_seconds(&items("%Y-%m-%d")), Some(86_400));
+        assert_eq!(period_seconds(&items("%H:%M")), Some(60));
+        assert_eq!(period_seconds(&items("%H:%M:%S%.3f")), None);
     }
 
     #[test]
