@@ -124,8 +124,8 @@ impl<'a> ColumnText<'a> {
             }
             ColumnText::Time { values, text, other } => {
                 if values.is_valid(row) {
-                    match text.write(values.value(row)) {
-                        Some(t) => out.extend_from_slice(t.as_bytes()),
+                    match text.write_bytes(values.value(row)) {
+                        Some(t) => out.extend_from_slice(t),
                         None => formatted(other, row, out, scratch)?,
                     }
                 }

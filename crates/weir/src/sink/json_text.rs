@@ -128,9 +128,9 @@ impl<'a> Value<'a> {
             }
             Value::Time(a, iso) => {
                 // in_range checked every value first.
-                let t = iso.write(a.value(row)).unwrap_or_default();
+                let t = iso.write_bytes(a.value(row)).unwrap_or_default();
                 out.push(b'"');
-                out.extend_from_slice(t.as_bytes());
+                out.extend_from_slice(t);
                 out.push(b'"');
                 return;
             }

@@ -435,22 +435,43 @@ const ISO_LAST_MICROS: i64 = 253_402_300_799_999_999;
 /// Writes instants of the years 0-9999 as ISO-8601 text, as
 /// chrono's `NaiveDateTime` debug form: a fraction only if there is one, in 3 digits when it
 /// is whole milliseconds, else 6. The date and time of day are kept from one value to the next
-/// and written again only when the second changes (a sink's rows mostly come in time order).
+/// and written again only when the second changes, and the whole text is reused when the value
+/// repeats (a sink's rows mostly come in time order, and a window's bounds repeat on each of
+/// its rows).
 struct IsoText {
     buf: [u8; 26],
     /// The second since the epoch whose date and time `buf[..19]` holds.
     second: i64,
+    /// The value whose text is `buf[..len]` (`len` 0: none yet).
+    micros: i64,
+    len: usize,
 }
 
 impl Default for IsoText {
     fn default() -> Self {
-        IsoText { buf: *b"0000-00-00T00:00:00.000000", second: i64::MIN }
+        IsoText { buf: *b"0000-00-00T00:00:00.000000", second: i64::MIN, micros: 0, len: 0 }
     }
 }
 
 impl IsoText {
     /// The text of `micros`; None outside the years 0-9999.
     fn write(&mut self, micros: i64) -> Option<&str> {
+        // Only ASCII digits and separators are ever in the buffer.
+        std::str::from_utf8(self.write_bytes(micros)?).ok()
+    }
+
+    /// [`IsoText::write`]'s text as bytes.
+    fn write_bytes(&mut self, micros: i64) -> Option<&[u8]> {
+        if self.len == 0 || micros != self.micros {
+            self.len = self.compose(micros)?;
+            self.micros = micros;
+        }
+        Some(&self.buf[..self.len])
+    }
+
+    /// Writes the text of `micros` into the buffer and returns its length; None outside the
+    /// years 0-9999.
+    fn compose(&mut self, micros: i64) -> Option<usize> {
         use chrono::{Datelike, Timelike};
         let second = micros.div_euclid(1_000_000);
         let fraction = micros.rem_euclid(1_000_000) as u32;
@@ -466,7 +487,7 @@ impl IsoText {
             self.digits(14, t.minute(), 2);
             self.digits(17, t.second(), 2);
         }
-        let len = match fraction {
+        Some(match fraction {
             0 => 19,
             f if f % 1000 == 0 => {
                 self.digits(20, f / 1000, 3);
@@ -476,9 +497,7 @@ impl IsoText {
                 self.digits(20, f, 6);
                 26
             }
-        };
-        // Only ASCII digits and separators are ever in the buffer.
-        std::str::from_utf8(&self.buf[..len]).ok()
+        })
     }
 
     /// Writes the last `width` decimal digits of `value` at `buf[at..]`.
@@ -566,12 +585,14 @@ mod tests {
             (ISO_FIRST_MICROS / 1_000_000..=ISO_LAST_MICROS / 1_000_000)
                 .prop_map(|s| s * 1_000_000),
         ];
-        // Runs of values, some within one second (the date and time kept from the last).
+        // Runs of values, some within one second (the date and time kept from the last),
+        // some repeated (the whole text kept).
         let runs = prop::collection::vec((micros, 0i64..3_000_000), 1..20);
         proptest!(|(run in runs)| {
             let mut text = IsoText::default();
             for (v, step) in run {
-                for w in [v, (v + step).min(ISO_LAST_MICROS)] {
+                let w = (v + step).min(ISO_LAST_MICROS);
+                for w in [v, w, w, v] {
                     let expected = arrows_text(w);
                     prop_assert_eq!(text.write(w), Some(expected.as_str()));
                 }
