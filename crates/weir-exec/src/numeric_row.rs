@@ -27,6 +27,24 @@ pub enum Num {
     Null,
 }
 
+impl Num {
+    /// The BIGINT value (None: NULL or a DOUBLE).
+    pub fn as_int(self) -> Option<i64> {
+        match self {
+            Num::Int(x) => Some(x),
+            _ => None,
+        }
+    }
+
+    /// The DOUBLE value (None: NULL or a BIGINT).
+    pub fn as_float(self) -> Option<f64> {
+        match self {
+            Num::Float(x) => Some(x),
+            _ => None,
+        }
+    }
+}
+
 /// Whether a column is BIGINT or DOUBLE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NumType {

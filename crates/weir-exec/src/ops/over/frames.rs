@@ -236,6 +236,14 @@ enum NumCol {
 }
 
 impl NumCol {
+    /// Column `c` of `rows` (rows of `layout`).
+    fn read<'r>(layout: &NumericRow, c: usize, rows: impl Iterator<Item = &'r [u8]>) -> NumCol {
+        match layout.types()[c] {
+            NumType::Int => NumCol::Int(rows.map(|r| layout.get(r, c).as_int()).collect()),
+            NumType::Float => NumCol::Float(rows.map(|r| layout.get(r, c).as_float()).collect()),
+        }
+    }
+
     fn get(&self, i: usize) -> Num {
         match self {
             NumCol::Int(v) => v[i].map_or(Num::Null, Num::Int),
@@ -480,28 +488,11 @@ impl Funcs {
         rows: impl Iterator<Item = &'a [u8]> + Clone,
     ) -> Result<Vec<ArrayRef>> {
         let Some(num) = &self.numeric else { return self.vals_codec.decode(rows) };
-        Ok(num
-            .vals
-            .types()
-            .iter()
-            .enumerate()
-            .map(|(c, t)| -> ArrayRef {
-                let vals = rows.clone().map(|r| num.vals.get(r, c));
-                match t {
-                    NumType::Int => {
-                        std::sync::Arc::new(Int64Array::from_iter(vals.map(|v| match v {
-                            Num::Int(x) => Some(x),
-                            _ => None,
-                        })))
-                    }
-                    NumType::Float => {
-                        std::sync::Arc::new(arrow::array::Float64Array::from_iter(vals.map(|v| {
-                            match v {
-                                Num::Float(x) => Some(x),
-                                _ => None,
-                            }
-                        })))
-                    }
+        Ok((0..num.vals.types().len())
+            .map(|c| -> ArrayRef {
+                match NumCol::read(&num.vals, c, rows.clone()) {
+                    NumCol::Int(v) => std::sync::Arc::new(Int64Array::from(v)),
+                    NumCol::Float(v) => std::sync::Arc::new(arrow::array::Float64Array::from(v)),
                 }
             })
             .collect())
@@ -676,32 +667,8 @@ impl Funcs {
             }
         }
         if let Some(num) = &self.numeric {
-            let cols: Vec<NumCol> = num
-                .kept
-                .types()
-                .iter()
-                .enumerate()
-                .map(|(c, t)| {
-                    let read = |r: &(&[u8], &[u8])| num.kept.get(r.1, c);
-                    match t {
-                        NumType::Int => NumCol::Int(
-                            rows.iter()
-                                .map(|r| match read(r) {
-                                    Num::Int(x) => Some(x),
-                                    _ => None,
-                                })
-                                .collect(),
-                        ),
-                        NumType::Float => NumCol::Float(
-                            rows.iter()
-                                .map(|r| match read(r) {
-                                    Num::Float(x) => Some(x),
-                                    _ => None,
-                                })
-                                .collect(),
-                        ),
-                    }
-                })
+            let cols: Vec<NumCol> = (0..num.kept.types().len())
+                .map(|c| NumCol::read(&num.kept, c, rows.iter().map(|r| r.1)))
                 .collect();
             let ord = match self.kept.ord.map(|o| &cols[o]) {
                 Some(NumCol::Int(v)) => Some(Int64Array::from(v.clone())),
