@@ -50,7 +50,7 @@ use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
     check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
-    float_literals_as_double, name_duplicate_columns, timestamps_in_micros,
+    float_literals_as_double, inherit_named_windows, name_duplicate_columns, timestamps_in_micros,
     typed_null_aggregate_args, window_null_order,
 };
 
@@ -695,6 +695,7 @@ impl<'a> Binder<'a> {
         fetch_as_limit(&mut query)?;
         timestamps_in_micros(&mut query);
         float_literals_as_double(&mut query);
+        inherit_named_windows(&mut query)?;
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
         // Output columns are named as written (`1 + 1`, `sum(v)`), repeated names told apart.

@@ -206,6 +206,128 @@ pub(super) fn window_null_order(q: &mut sql::Query) {
     let _ = q.visit(&mut V);
 }
 
+/// A window written as a named window plus more, `OVER (w ROWS BETWEEN ...)` or
+/// `WINDOW w2 AS (w ORDER BY ...)`, copies the named window's `PARTITION BY` and `ORDER BY`
+/// (SQL's rule, as in PostgreSQL): it may add an `ORDER BY` if `w` has none, and a frame, but
+/// not a `PARTITION BY`, and `w` must not have a frame of its own. Each such window is
+/// rewritten to the whole specification before planning (DataFusion's planner reads only the
+/// window's own clauses, so `w`'s partitioning and order were silently lost). `OVER w` itself
+/// is resolved the same way, through any chain of named windows. A window that names no
+/// window of its `SELECT`, or breaks those rules, is an error at the name.
+pub(super) fn inherit_named_windows(q: &mut sql::Query) -> weir_common::Result<()> {
+    use sqlparser::ast::{
+        visit_expressions_mut, NamedWindowExpr, VisitMut, VisitorMut, WindowSpec, WindowType,
+    };
+    use weir_common::{Span, WeirError};
+
+    fn error(message: String, name: &sql::Ident) -> WeirError {
+        WeirError::plan_at(message, Span::from_sql(name.span))
+    }
+
+    /// `spec` with the named window it starts from (if any) written out, from the windows
+    /// `defined` in its `SELECT`, resolved in turn (`depth` guards against a cycle).
+    fn resolve(
+        spec: &WindowSpec,
+        defined: &[sql::NamedWindowDefinition],
+        depth: usize,
+    ) -> weir_common::Result<WindowSpec> {
+        let Some(name) = &spec.window_name else { return Ok(spec.clone()) };
+        let base = named(name, defined, depth)?;
+        let n = &name.value;
+        if !spec.partition_by.is_empty() {
+            return Err(error(format!("cannot override the PARTITION BY of window {n}"), name));
+        }
+        if !base.order_by.is_empty() && !spec.order_by.is_empty() {
+            return Err(error(format!("cannot override the ORDER BY of window {n}"), name));
+        }
+        if base.window_frame.is_some() {
+            return Err(error(
+                format!("cannot copy window {n}: it has a frame clause (ROWS, RANGE)"),
+                name,
+            ));
+        }
+        Ok(WindowSpec {
+            window_name: None,
+            partition_by: base.partition_by,
+            order_by: if spec.order_by.is_empty() { base.order_by } else { spec.order_by.clone() },
+            window_frame: spec.window_frame.clone(),
+        })
+    }
+
+    /// The whole specification of the window `name` of `defined`.
+    fn named(
+        name: &sql::Ident,
+        defined: &[sql::NamedWindowDefinition],
+        depth: usize,
+    ) -> weir_common::Result<WindowSpec> {
+        let found = defined.iter().find(|d| d.0.value.eq_ignore_ascii_case(&name.value));
+        let (Some(def), true) = (found, depth < 64) else {
+            return Err(error(
+                format!("window {} is not defined in this SELECT's WINDOW clause", name.value),
+                name,
+            ));
+        };
+        match &def.1 {
+            NamedWindowExpr::WindowSpec(spec) => resolve(spec, defined, depth + 1),
+            NamedWindowExpr::NamedWindow(other) => named(other, defined, depth + 1),
+        }
+    }
+
+    struct V(Option<WeirError>);
+    impl VisitorMut for V {
+        type Break = ();
+        // Inner SELECTs first: each resolves against its own WINDOW clause, so an outer one
+        // sees only its own windows' references.
+        fn post_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
+            let defined = s.named_window.clone();
+            let mut failed = None;
+            for item in &mut s.projection {
+                let _ = visit_expressions_mut(item, |e| {
+                    let sql::Expr::Function(f) = e else {
+                        return std::ops::ControlFlow::Continue(());
+                    };
+                    let resolved = match &f.over {
+                        Some(WindowType::WindowSpec(spec)) if spec.window_name.is_some() => {
+                            resolve(spec, &defined, 0)
+                        }
+                        Some(WindowType::NamedWindow(name))
+                            if defined
+                                .iter()
+                                .any(|d| d.0.value.eq_ignore_ascii_case(&name.value)) =>
+                        {
+                            named(name, &defined, 0)
+                        }
+                        _ => return std::ops::ControlFlow::Continue(()),
+                    };
+                    match resolved {
+                        Ok(spec) => {
+                            f.over = Some(WindowType::WindowSpec(spec));
+                            std::ops::ControlFlow::Continue(())
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            std::ops::ControlFlow::Break(())
+                        }
+                    }
+                });
+                if failed.is_some() {
+                    break;
+                }
+            }
+            match failed {
+                Some(e) => {
+                    self.0 = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+                None => std::ops::ControlFlow::Continue(()),
+            }
+        }
+    }
+    let mut v = V(None);
+    let _ = q.visit(&mut v);
+    v.0.map_or(Ok(()), Err)
+}
+
 /// A window function called without `OVER` is an error that says so (DataFusion would call
 /// it an invalid function, as it looks for it among scalar functions).
 pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
