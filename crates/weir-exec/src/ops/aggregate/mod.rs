@@ -893,7 +893,9 @@ impl Aggregate {
     fn window_rows(&mut self, t: Time) -> Result<ChangeBatch> {
         let mut touched = std::mem::take(&mut self.touched);
         let slots = &self.slots;
-        touched.sort_unstable_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
+        // Each pane's rows come in key order, so the groups are a few sorted runs (a group's
+        // first pane, then the new groups of each later one): a stable sort merges the runs.
+        touched.sort_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
         let batch = self.output_groups(touched.iter().map(|g| g.1), t);
         self.touched = touched;
         batch
