@@ -290,13 +290,7 @@ pub(super) fn inherit_named_windows(q: &mut sql::Query) -> weir_common::Result<(
                         Some(WindowType::WindowSpec(spec)) if spec.window_name.is_some() => {
                             resolve(spec, &defined, 0)
                         }
-                        Some(WindowType::NamedWindow(name))
-                            if defined
-                                .iter()
-                                .any(|d| d.0.value.eq_ignore_ascii_case(&name.value)) =>
-                        {
-                            named(name, &defined, 0)
-                        }
+                        Some(WindowType::NamedWindow(name)) => named(name, &defined, 0),
                         _ => return std::ops::ControlFlow::Continue(()),
                     };
                     match resolved {
