@@ -2281,7 +2281,15 @@ const FRAME_CASES: [FrameCase; 14] = [
 ];
 
 impl FrameCase {
+    /// The call with its window written inline: `F OVER (PARTITION BY k ORDER BY o frame)`.
     fn sql(self) -> String {
+        self.sql_in(false)
+    }
+
+    /// The call, its window written inline, or (`named`) as `F OVER (w frame)` over the named
+    /// window `w AS (PARTITION BY k ORDER BY o)`, which [`FrameCase::window_clause`] gives:
+    /// the same window by SQL's rules.
+    fn sql_in(self, named: bool) -> String {
         let order = match self.order {
             Ord3::T => "t",
             Ord3::V => "v",
@@ -2295,12 +2303,24 @@ impl FrameCase {
             Some(n) => format!("{n} FOLLOWING"),
         };
         let units = if self.range { "RANGE" } else { "ROWS" };
+        let window =
+            if named { "w".to_string() } else { format!("PARTITION BY k ORDER BY {order}") };
         format!(
-            "{} OVER (PARTITION BY k ORDER BY {order} {units} BETWEEN {} AND {})",
+            "{} OVER ({window} {units} BETWEEN {} AND {})",
             self.func,
             bound(self.start, true),
             bound(self.end, false)
         )
+    }
+
+    /// The `WINDOW` clause the named form reads.
+    fn window_clause(self) -> String {
+        let order = match self.order {
+            Ord3::T => "t",
+            Ord3::V => "v",
+            Ord3::VDesc => "v DESC",
+        };
+        format!("WINDOW w AS (PARTITION BY k ORDER BY {order})")
     }
 
     /// The value of the function at each row of the bag, by SQL's (PostgreSQL's) definitions.
@@ -2394,9 +2414,14 @@ impl FrameCase {
     }
 }
 
-/// `SELECT k, v, t, F OVER (PARTITION BY k ORDER BY o frame) FROM s [w]`.
-fn q_frame(w: Win, f: FrameCase) -> Case {
-    let sql = format!("SELECT k, v, t, {} AS x FROM s {}", f.sql(), w.sql());
+/// `SELECT k, v, t, F OVER (PARTITION BY k ORDER BY o frame) FROM s [w]`, or (`named`) the
+/// same window as `F OVER (w frame) ... WINDOW w AS (PARTITION BY k ORDER BY o)`.
+fn q_frame(w: Win, f: FrameCase, named: bool) -> Case {
+    let sql = if named {
+        format!("SELECT k, v, t, {} AS x FROM s {} {}", f.sql_in(true), w.sql(), f.window_clause())
+    } else {
+        format!("SELECT k, v, t, {} AS x FROM s {}", f.sql(), w.sql())
+    };
     // Flink's OVER shape on the stream read whole is evaluated on the stream: a stream result.
     let on_stream = w == Win::Unbounded
         && matches!(f.order, Ord3::T)
@@ -3510,8 +3535,9 @@ proptest! {
         s in elements(),
         w in window(),
         f in prop::sample::select(&FRAME_CASES[..]),
+        named in any::<bool>(),
     ) {
-        check(&q_frame(w, f), &Input::single(s))?;
+        check(&q_frame(w, f, named), &Input::single(s))?;
     }
 
     #[test]
@@ -3537,7 +3563,7 @@ proptest! {
         input in out_of_order(),
         f in prop::sample::select(&FRAME_CASES[..]),
     ) {
-        check(&q_frame(Win::Range(3), f), &input)?;
+        check(&q_frame(Win::Range(3), f, false), &input)?;
         check(&q_nav(Win::Range(3)), &input)?;
     }
 }
