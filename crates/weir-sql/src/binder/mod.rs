@@ -50,8 +50,8 @@ use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
     check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
-    float_literals_as_double, inherit_named_windows, name_duplicate_columns, timestamps_in_micros,
-    typed_null_aggregate_args, window_null_order,
+    float_literals_as_double, inherit_named_windows, name_duplicate_columns, quantified_subqueries,
+    timestamps_in_micros, typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -696,6 +696,7 @@ impl<'a> Binder<'a> {
         timestamps_in_micros(&mut query);
         float_literals_as_double(&mut query);
         inherit_named_windows(&mut query)?;
+        quantified_subqueries(&mut query)?;
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
         // Output columns are named as written (`1 + 1`, `sum(v)`), repeated names told apart.

@@ -514,6 +514,43 @@ fn one_fetch(q: &mut sql::Query) -> weir_common::Result<bool> {
     Ok(fetch.with_ties)
 }
 
+/// `x = ANY (SELECT ...)` (or `SOME`) is `x IN (SELECT ...)` and `x <> ALL (SELECT ...)` is
+/// `x NOT IN (SELECT ...)`, by SQL's definitions of IN, NULLs included; both are written so
+/// before planning (DataFusion plans a quantified comparison but cannot evaluate it). Any
+/// other comparison quantified over a subquery is refused at its left operand, by name.
+pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<()> {
+    use sql::BinaryOperator as Op;
+    let mut refused = None;
+    let _ = sql::visit_expressions_mut(q, |e| {
+        let (left, op, right, all) = match e {
+            sql::Expr::AnyOp { left, compare_op, right, .. } => (left, compare_op, right, false),
+            sql::Expr::AllOp { left, compare_op, right } => (left, compare_op, right, true),
+            _ => return std::ops::ControlFlow::Continue(()),
+        };
+        let sql::Expr::Subquery(subquery) = right.as_ref() else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let negated = match (op.clone(), all) {
+            (Op::Eq, false) => false,
+            (Op::NotEq, true) => true,
+            (op, all) => {
+                let quantifier = if all { "ALL" } else { "ANY" };
+                refused = Some(weir_common::WeirError::plan_at(
+                    format!(
+                        "a comparison {op} {quantifier} (SELECT ...) is not supported yet (= ANY \
+                         and <> ALL are: they are IN and NOT IN)"
+                    ),
+                    weir_common::Span::from_sql(sql::Spanned::span(left.as_ref())),
+                ));
+                return std::ops::ControlFlow::Break(());
+            }
+        };
+        *e = sql::Expr::InSubquery { expr: left.clone(), subquery: subquery.clone(), negated };
+        std::ops::ControlFlow::Continue(())
+    });
+    refused.map_or(Ok(()), Err)
+}
+
 /// `(a, b) [NOT] IN (SELECT x, y ...)`: a row compared with a subquery's rows, which
 /// DataFusion reports without a position (or as a one-column subquery's error). Refused,
 /// pointing at the row, with the rewrite that works.
