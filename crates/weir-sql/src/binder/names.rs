@@ -517,7 +517,8 @@ fn one_fetch(q: &mut sql::Query) -> weir_common::Result<bool> {
 /// `x = ANY (SELECT ...)` (or `SOME`) is `x IN (SELECT ...)` and `x <> ALL (SELECT ...)` is
 /// `x NOT IN (SELECT ...)`, by SQL's definitions of IN, NULLs included; both are written so
 /// before planning (DataFusion plans a quantified comparison but cannot evaluate it). Any
-/// other comparison quantified over a subquery is refused at its left operand, by name.
+/// other comparison quantified over a subquery, and a row (`(a, b) = ANY (...)`), is refused
+/// at its left operand, by name.
 pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<()> {
     use sql::BinaryOperator as Op;
     let mut refused = None;
@@ -530,6 +531,14 @@ pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<(
         let sql::Expr::Subquery(subquery) = right.as_ref() else {
             return std::ops::ControlFlow::Continue(());
         };
+        if matches!(left.as_ref(), sql::Expr::Tuple(_)) {
+            refused = Some(weir_common::WeirError::plan_at(
+                "a row compared with a subquery's rows, (a, b) = ANY (SELECT x, y ...), is not \
+                 supported yet: write EXISTS (SELECT 1 ... WHERE x = a AND y = b)",
+                weir_common::Span::from_sql(sql::Spanned::span(left.as_ref())),
+            ));
+            return std::ops::ControlFlow::Break(());
+        }
         let negated = match (op.clone(), all) {
             (Op::Eq, false) => false,
             (Op::NotEq, true) => true,
