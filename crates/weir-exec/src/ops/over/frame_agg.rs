@@ -19,6 +19,7 @@ use weir_common::Result;
 use weir_plan::{AggFunc, FrameBound, WindowFrame};
 
 use super::agg::{df, Acc};
+use crate::numeric_row::Num;
 
 /// An accumulator over rows given by position.
 pub(super) trait Running {
@@ -116,14 +117,6 @@ impl Running for ScalarRunning<'_> {
     fn value(&self) -> Result<ScalarValue> {
         self.acc.value(self.func, self.out_type)
     }
-}
-
-/// One aggregate value of [`NumRunning`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) enum NumOut {
-    Int(i64),
-    Float(f64),
-    Null,
 }
 
 /// The argument of a [`NumRunning`]: an array, or values read from rows (see
@@ -237,25 +230,17 @@ impl<'a> NumRunning<'a> {
     }
 
     /// `vals` as an array of `out_type` (the type [`NumRunning::new`] accepted).
-    pub fn array(vals: Vec<NumOut>, out_type: &DataType) -> ArrayRef {
-        let float = |v: &NumOut| match *v {
-            NumOut::Float(x) => Some(x),
-            _ => None,
-        };
+    pub fn array(vals: Vec<Num>, out_type: &DataType) -> ArrayRef {
         if out_type == &DataType::Float64 {
-            std::sync::Arc::new(vals.iter().map(float).collect::<Float64Array>())
+            std::sync::Arc::new(vals.into_iter().map(Num::as_float).collect::<Float64Array>())
         } else {
-            let int = |v: &NumOut| match *v {
-                NumOut::Int(x) => Some(x),
-                _ => None,
-            };
-            std::sync::Arc::new(vals.iter().map(int).collect::<Int64Array>())
+            std::sync::Arc::new(vals.into_iter().map(Num::as_int).collect::<Int64Array>())
         }
     }
 }
 
 impl Running for NumRunning<'_> {
-    type Out = NumOut;
+    type Out = Num;
 
     fn reset(&mut self) -> Result<()> {
         (self.rows, self.count, self.sum, self.fsum) = (0, 0, 0, 0.0);
@@ -294,18 +279,18 @@ impl Running for NumRunning<'_> {
         Ok(())
     }
 
-    fn value(&self) -> Result<NumOut> {
+    fn value(&self) -> Result<Num> {
         let some = self.count > 0;
         let float = self.vals.is_float();
         Ok(match self.func {
-            AggFunc::CountStar => NumOut::Int(self.rows),
-            AggFunc::Count => NumOut::Int(self.count),
-            AggFunc::Sum if some && float => NumOut::Float(self.fsum),
-            AggFunc::Sum if some => NumOut::Int(self.sum),
-            AggFunc::Avg if some => NumOut::Float(self.fsum / self.count as f64),
-            AggFunc::Min if some => NumOut::Int(self.min),
-            AggFunc::Max if some => NumOut::Int(self.max),
-            _ => NumOut::Null,
+            AggFunc::CountStar => Num::Int(self.rows),
+            AggFunc::Count => Num::Int(self.count),
+            AggFunc::Sum if some && float => Num::Float(self.fsum),
+            AggFunc::Sum if some => Num::Int(self.sum),
+            AggFunc::Avg if some => Num::Float(self.fsum / self.count as f64),
+            AggFunc::Min if some => Num::Int(self.min),
+            AggFunc::Max if some => Num::Int(self.max),
+            _ => Num::Null,
         })
     }
 }

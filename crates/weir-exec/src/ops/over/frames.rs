@@ -56,7 +56,7 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
-use super::frame_agg::{frame_values, NumArg, NumOut, NumRunning, ScalarRunning};
+use super::frame_agg::{frame_values, NumArg, NumRunning, ScalarRunning};
 use super::partition::Key as KeyRef;
 use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
 use crate::expr::ScalarExpr;
@@ -735,13 +735,7 @@ impl Funcs {
                     if r.overflow {
                         return Ok(None);
                     }
-                    vals.into_iter()
-                        .map(|v| match v {
-                            NumOut::Int(x) => Num::Int(x),
-                            NumOut::Float(x) => Num::Float(x),
-                            NumOut::Null => Num::Null,
-                        })
-                        .collect()
+                    vals
                 }
                 _ => {
                     let arg =
