@@ -132,6 +132,24 @@ impl DenseMarks {
         self.words[s.word] = (self.words[s.word] & !(mask << s.shift)) | (after << s.shift);
     }
 
+    /// The number of values with a mark.
+    pub(super) fn len(&self) -> usize {
+        self.present
+    }
+
+    /// The word holding value `v`'s marks, read without changing anything (0 if the range
+    /// does not hold it): see [`super::distinct::SeenMap::peek`].
+    pub(super) fn peek(&self, v: &[u8]) -> u64 {
+        let Some((&tag, rest)) = v.split_first() else { return 0 };
+        let Ok(bytes) = <[u8; 8]>::try_from(rest) else { return 0 };
+        let n = u64::from_be_bytes(bytes);
+        if tag != self.tag || n < self.base {
+            return 0;
+        }
+        let word = (n - self.base) / self.per_word();
+        usize::try_from(word).ok().and_then(|w| self.words.get(w)).copied().unwrap_or(0)
+    }
+
     /// Every value with a mark, as its row encoding, with its marks, in value order.
     pub(super) fn entries(&self) -> impl Iterator<Item = ([u8; 9], u64)> + '_ {
         let (bits, mask, per_word) = (self.bits, self.mask(), self.per_word());
@@ -176,6 +194,24 @@ mod tests {
         let marks = set.get(s);
         set.set(s, marks | 1 << m);
         Some(marks & 1 << m == 0)
+    }
+
+    #[test]
+    fn a_peek_reads_the_word_of_a_value_in_the_range_and_nothing_else() {
+        let mut set = DenseMarks::new(4);
+        assert_eq!(set.peek(&enc(100)), 0, "an empty set");
+        assert_eq!(mark(&mut set, 100, 2), Some(true));
+        let word = set.peek(&enc(100));
+        assert_ne!(word, 0);
+        // 4 bits a slot, 16 slots a word: 101 shares 100's word, 1000 lies past the range.
+        assert_eq!(set.peek(&enc(101)), word);
+        assert_eq!(set.peek(&enc(1000)), 0);
+        assert_eq!(set.peek(&enc(0)), 0, "below the range");
+        let mut other_tag = enc(100);
+        other_tag[0] = 0;
+        assert_eq!(set.peek(&other_tag), 0, "another first byte");
+        assert_eq!(set.peek(&[1, 2, 3]), 0, "not a word");
+        assert_eq!(set.len(), 1);
     }
 
     #[test]

@@ -172,6 +172,31 @@ impl SeenMap {
         }
     }
 
+    /// The number of values the set holds (read from its header alone).
+    pub(super) fn len(&self) -> usize {
+        match self {
+            SeenMap::Dense(dense) => dense.len(),
+            SeenMap::WordMarks(map) => map.len(),
+            SeenMap::Marks(map) => map.len(),
+            SeenMap::Counts(map) => map.len(),
+        }
+    }
+
+    /// Reads where value `v` is kept, changing nothing, and returns a word of what it read:
+    /// a read ahead of [`SeenMap::change`] that brings the set's memory for `v` into the cache
+    /// (see `Aggregate::warm`).
+    pub(super) fn peek(&self, v: &[u8]) -> u64 {
+        match self {
+            SeenMap::Dense(dense) => dense.peek(v),
+            SeenMap::WordMarks(map) => <[u8; WORD]>::try_from(v)
+                .ok()
+                .and_then(|k| map.get(&k))
+                .map_or(0, |m| u64::from(*m)),
+            SeenMap::Marks(map) => map.get(&SeenRef::of(v)).copied().unwrap_or(0),
+            SeenMap::Counts(map) => map.get(&SeenRef::of(v)).map_or(0, |c| c.len() as u64),
+        }
+    }
+
     /// Applies `f` to the marks of value `v` (none if it is new) in a set of 64-bit values,
     /// [`SeenMap::Dense`] or [`SeenMap::WordMarks`], and returns its result; `None` for any
     /// other set. A dense set that cannot hold `v` becomes a set of words first, and a set of
@@ -367,6 +392,41 @@ mod tests {
         };
         set.change(v, 3, diff, |m| reach.contains(&m), flip).unwrap();
         out
+    }
+
+    #[test]
+    fn a_peek_reads_a_value_where_it_is_kept_and_changes_nothing() {
+        let (w1, w2) = ([1u8, 0, 0, 0, 0, 0, 0, 0, 5], [1u8, 0, 0, 0, 0, 0, 0, 0, 9]);
+        let far = [1u8, 0, 0, 0, 0, 0, 1, 0, 0];
+        for (kind, mut set) in [
+            ("dense", SeenMap::new(true, 3, true)),
+            ("words", SeenMap::WordMarks(HashMap::default())),
+            ("marks", SeenMap::new(true, 3, false)),
+            ("counts", SeenMap::new(false, 3, true)),
+        ] {
+            assert_eq!(set.peek(&w1), 0, "{kind}: an empty set");
+            flips(&mut set, &w1, 1, &[1]);
+            let before = (set.len(), sorted_members(&set));
+            assert_ne!(set.peek(&w1), 0, "{kind}: a value present");
+            // A value beside it shares a dense set's word; elsewhere it is absent.
+            if !matches!(set, SeenMap::Dense(_)) {
+                assert_eq!(set.peek(&w2), 0, "{kind}: a value absent");
+            }
+            assert_eq!(set.peek(&far), 0, "{kind}: a value far from the others");
+            assert_eq!(set.peek(b"a"), 0, "{kind}: a value of another length");
+            assert_eq!((set.len(), sorted_members(&set)), before, "{kind}: peeks change nothing");
+            assert_eq!(set.len(), 1, "{kind}");
+        }
+    }
+
+    fn sorted_members(set: &SeenMap) -> Vec<Vec<Vec<u8>>> {
+        (0..3)
+            .map(|m| {
+                let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+                vs.sort();
+                vs
+            })
+            .collect()
     }
 
     #[test]
