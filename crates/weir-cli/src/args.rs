@@ -276,13 +276,6 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Args, clap::Er
              standard input",
         ));
     }
-    if cluster.is_some() && matches!(command_of, Command::Serve(_)) {
-        return Err(command.error(
-            ErrorKind::ArgumentConflict,
-            "--hosts runs scripts and the REPL on a cluster of processes; weir serve runs on \
-             one process (give --workers for its threads)",
-        ));
-    }
     if stats && matches!(command_of, Command::Demo | Command::Serve(_)) {
         return Err(command.error(
             ErrorKind::ArgumentConflict,
@@ -580,11 +573,14 @@ mod tests {
         let a = p(&["--hosts", file.to_str().unwrap(), "--workers", "3"]).unwrap();
         let c = a.cluster.expect("a cluster");
         assert_eq!((c.process, c.threads, c.addresses.len()), (0, 3, 3));
+        // The server too runs on a cluster, as process 0.
+        let a = p(&["--hosts", "h0:1,h1:2", "serve", "--listen", "127.0.0.1:7000"]).unwrap();
+        assert!(matches!(a.command, Command::Serve(_)));
+        assert_eq!(a.cluster.expect("a cluster").process, 0);
         for (argv, says) in [
             (&["--hosts", "h0:1,h1"][..], "'h1' is not host:port"),
             (&["--hosts", "h0:1,h1:2", "--process", "2"], "process index 2 is not below"),
             (&["--process", "1"], "--hosts"),
-            (&["--hosts", "h0:1", "serve"], "weir serve runs on one process"),
         ] {
             let e = p(argv).unwrap_err();
             assert!(e.contains(says), "{argv:?}: {e}");

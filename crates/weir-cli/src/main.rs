@@ -151,6 +151,7 @@ fn serve(args: &Args, s: &args::ServeArgs) -> Result<(), Failure> {
         file_dir: s.file_dir.clone(),
         tls: s.tls_cert.clone().zip(s.tls_key.clone()),
         workers: args.workers,
+        cluster: args.cluster.clone(),
         memory_limit: args.memory_limit,
         wal: args.wal,
         ..Default::default()

@@ -174,3 +174,109 @@ fn a_process_lost_mid_session_fails_the_next_statement_by_name() {
     );
     assert!(!said.contains("internal error"), "{said}");
 }
+
+/// `weir serve` on two processes answers psql as one process does: a view grouped by key (its
+/// rows exchanged between the processes), a snapshot of it, and a continuous query over a file
+/// stream subscribed with `COPY (SUBSCRIBE ...) TO STDOUT`, with the instants and diffs of
+/// every change.
+#[test]
+fn the_server_on_two_processes_answers_what_one_process_answers() {
+    if Command::new("psql").arg("--version").output().is_err() {
+        assert!(
+            std::env::var_os("WEIR_SKIP_PSQL").is_some(),
+            "psql is not installed (Debian: apt-get install postgresql-client); \
+             set WEIR_SKIP_PSQL=1 to skip this test"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let mut csv = String::from("k,t\n");
+    for t in 1..=40 {
+        csv.push_str(&format!("k{},{t}\n", (t * t) % 7 % 3));
+    }
+    std::fs::write(root.path().join("more.csv"), csv).unwrap();
+    std::fs::write(
+        root.path().join("script.sql"),
+        "CREATE STREAM bids (item VARCHAR, price BIGINT, t BIGINT, WATERMARK FOR t AS t);\n\
+         CREATE VIEW totals AS SELECT item, SUM(price) AS total, COUNT(*) AS n \
+           FROM bids [UNBOUNDED] GROUP BY item;\n\
+         COPY bids FROM STDIN (FORMAT csv);\n\
+         a,10,1\nb,5,2\na,7,3\nc,1,3\nb,2,4\nd,9,6\n\\.\n\
+         CLOSE bids;\n\
+         SELECT * FROM totals ORDER BY item;\n\
+         CREATE STREAM more (k VARCHAR, t BIGINT, WATERMARK FOR t AS t) \
+           WITH (source = 'file', path = 'more.csv');\n\
+         COPY (SUBSCRIBE (SELECT ISTREAM k, COUNT(*) AS n FROM more [RANGE 5] GROUP BY k)) \
+           TO STDOUT;\n\
+         SELECT 'still here' AS status;\n",
+    )
+    .unwrap();
+    // A server: its process, and the address it said it listens on.
+    let serve = |cluster: Option<(&str, usize)>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        if let Some((hosts, process)) = cluster {
+            cmd.args(["--hosts", hosts, "--process", &process.to_string()]);
+        }
+        let mut child = cmd
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .current_dir(root.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        if cluster.is_some_and(|(_, p)| p != 0) {
+            return (child, None);
+        }
+        let mut said = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let addr = loop {
+            line.clear();
+            assert!(said.read_line(&mut line).unwrap() > 0, "the server ended: {line}");
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split(' ').next().unwrap().to_string();
+            }
+        };
+        (child, Some(addr))
+    };
+    let psql = |addr: &str| {
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        let out = Command::new("psql")
+            .args(["-X", "-A", "-F", ",", "-h", host, "-p", port, "-U", "weir", "-d", "weir"])
+            .args(["-f", "script.sql"])
+            .current_dir(root.path())
+            .env("PGCONNECT_TIMEOUT", "20")
+            .output()
+            .unwrap();
+        (text(&out.stdout), text(&out.stderr))
+    };
+
+    let (mut one, addr) = serve(None);
+    let (want, want_err) = psql(&addr.unwrap());
+    one.kill().unwrap();
+    one.wait().unwrap();
+    assert!(want.contains("a,17,2\nb,7,2\nc,1,1\nd,9,1\n(4 rows)\n"), "{want}\n{want_err}");
+    assert!(want.ends_with("status\nstill here\n(1 row)\n"), "{want}\n{want_err}");
+    // Counts over the last 5 instants go up and down.
+    for n in 1..=3 {
+        assert!(want.lines().any(|l| l.ends_with(&format!("\t{n}"))), "{n}: {want}");
+    }
+
+    let hosts = hosts(2);
+    let (mut other, _) = serve(Some((&hosts, 1)));
+    let (mut first, addr) = serve(Some((&hosts, 0)));
+    let (got, got_err) = psql(&addr.unwrap());
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Process 1 ends once process 0 is gone.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while other.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            other.kill().unwrap();
+            panic!("process 1 did not end after process 0");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(got, want, "psql's errors: {got_err}");
+    assert_eq!(got_err, want_err);
+}

@@ -67,6 +67,10 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Timely workers the continuous queries run on (1: the engine's thread).
     pub workers: usize,
+    /// Run the continuous queries on a cluster of processes, this one process 0 (`weir
+    /// --hosts ... serve`; `workers` is then ignored: the cluster says how many each process
+    /// runs).
+    pub cluster: Option<weir::Cluster>,
     /// The limit on the continuous queries' state, in bytes (`SET memory_limit`).
     pub memory_limit: Option<usize>,
     /// With `data_dir`: log pushed input (INSERT, COPY FROM STDIN...) before taking it in,
@@ -84,6 +88,7 @@ impl Default for Config {
             password: None,
             data_dir: None,
             checkpoint_interval: None,
+            cluster: None,
             base_dir: None,
             file_dir: None,
             subscriber_buffer: DEFAULT_SUBSCRIBER_BUFFER,
@@ -145,7 +150,10 @@ impl Server {
         let mut notes = Vec::new();
         let mut engine = match &config.data_dir {
             Some(dir) => {
-                let (mut engine, recovery) = weir::Engine::open_with_workers(dir, config.workers)?;
+                let (mut engine, recovery) = match &config.cluster {
+                    Some(c) => weir::Engine::open_on_cluster(dir, c)?,
+                    None => weir::Engine::open_with_workers(dir, config.workers)?,
+                };
                 notes.extend(recovery.warnings.iter().map(|w| format!("warning: {w}")));
                 if let Some(n) = recovery.checkpoint {
                     notes.push(format!("resumed from checkpoint {n} in {}", dir.display()));
@@ -167,7 +175,10 @@ impl Server {
             }
             None => weir::Engine::new(),
         };
-        engine.set_workers(config.workers)?;
+        match &config.cluster {
+            Some(c) => engine.join_cluster(c)?,
+            None => engine.set_workers(config.workers)?,
+        }
         engine.set_memory_limit(config.memory_limit);
         if let Some(dir) = &config.base_dir {
             engine.set_base_dir(dir);
