@@ -13,6 +13,10 @@
 //!   with the position of the outer reference.
 //!
 //! Everything else is left as it is.
+//!
+//! A quantified comparison's subquery read as a derived table (`x > ALL (SELECT ...)`, see
+//! `binder::names::quantified_conditions`) must not refer to the outer query either: a
+//! derived table is not decorrelated, and such a subquery is refused with the form that works.
 
 use std::sync::Arc;
 
@@ -62,6 +66,37 @@ fn move_outer_conjuncts(j: Join) -> DfResult<LogicalPlan> {
     )?;
     let Some(outer) = conjunction(outer) else { return Ok(LogicalPlan::Join(join)) };
     Ok(LogicalPlan::Filter(Filter::try_new(outer, Arc::new(LogicalPlan::Join(join)))?))
+}
+
+/// Refuses a quantified comparison whose subquery, read as the derived table named in
+/// `derived` (with where the comparison's left operand is written), refers to the outer query.
+pub fn check_quantified_derived(
+    plan: &LogicalPlan,
+    derived: &[(String, Option<Span>)],
+) -> Result<()> {
+    if derived.is_empty() {
+        return Ok(());
+    }
+    let mut found: Option<WeirError> = None;
+    plan.apply_with_subqueries(|node| {
+        let LogicalPlan::SubqueryAlias(a) = node else { return Ok(TreeNodeRecursion::Continue) };
+        let Some((_, at)) = derived.iter().find(|(name, _)| a.alias.table() == name) else {
+            return Ok(TreeNodeRecursion::Continue);
+        };
+        if a.input.exists(|n| Ok(n.contains_outer_reference()))? {
+            found = Some(WeirError::plan_at(
+                "a subquery compared with ALL or ANY that refers to the outer query is supported \
+                 when the compared value names its table, as in t.x > ALL (SELECT y FROM u WHERE \
+                 u.k = t.k), and the subquery is one SELECT without aggregates, DISTINCT or \
+                 LIMIT",
+                *at,
+            ));
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(df_error)?;
+    found.map_or(Ok(()), Err)
 }
 
 /// The refusal of an outer reference in the `ON` of a LEFT, RIGHT or FULL join.

@@ -50,8 +50,8 @@ use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
     check_number_literals, check_row_in_subquery, check_window_calls, fetch_as_limit,
-    float_literals_as_double, inherit_named_windows, name_duplicate_columns, quantified_subqueries,
-    timestamps_in_micros, typed_null_aggregate_args, window_null_order,
+    float_literals_as_double, inherit_named_windows, name_duplicate_columns, quantified_conditions,
+    quantified_subqueries, timestamps_in_micros, typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -696,6 +696,7 @@ impl<'a> Binder<'a> {
         timestamps_in_micros(&mut query);
         float_literals_as_double(&mut query);
         inherit_named_windows(&mut query)?;
+        let quantified = quantified_conditions(&mut query)?;
         quantified_subqueries(&mut query)?;
         window_null_order(&mut query);
         typed_null_aggregate_args(&mut query);
@@ -704,6 +705,7 @@ impl<'a> Binder<'a> {
         let plan = planner
             .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
             .map_err(df_error)?;
+        crate::correlated_on::check_quantified_derived(&plan, &quantified)?;
         let plan = mark_bag_set_operations(plan).map_err(df_error)?;
         // Before type coercion: a text or binary literal tested for membership in numbers.
         let plan = crate::mixed_types::rewrite(plan).map_err(df_error)?;

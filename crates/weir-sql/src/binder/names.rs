@@ -546,8 +546,9 @@ pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<(
                 let quantifier = if all { "ALL" } else { "ANY" };
                 refused = Some(weir_common::WeirError::plan_at(
                     format!(
-                        "a comparison {op} {quantifier} (SELECT ...) is not supported yet (= ANY \
-                         and <> ALL are: they are IN and NOT IN)"
+                        "a comparison {op} {quantifier} (SELECT ...) is supported only as a \
+                         condition of WHERE (the WHERE or one of its AND-ed terms), not here \
+                         (= ANY and <> ALL are supported anywhere: they are IN and NOT IN)"
                     ),
                     weir_common::Span::from_sql(sql::Spanned::span(left.as_ref())),
                 ));
@@ -558,6 +559,248 @@ pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<(
         std::ops::ControlFlow::Continue(())
     });
     refused.map_or(Ok(()), Err)
+}
+
+/// `x op ALL (subquery)` and `x op ANY (subquery)` (`SOME`), for `<`, `<=`, `>`, `>=`, `= ALL`
+/// and `<> ANY`, as a condition of a WHERE (the WHERE itself or one of its AND-ed terms): a
+/// filter keeps a row only where the condition is TRUE, so each is written as an EXISTS over
+/// the subquery's values, exactly:
+/// - `x op ANY (S)` is TRUE when some value v of S makes `x op v` TRUE:
+///   `EXISTS (SELECT 1 FROM (S) AS q (v) WHERE x op q.v)`;
+/// - `x op ALL (S)` is TRUE when no value makes `x op v` FALSE or NULL (so always over an
+///   empty S, even for a NULL x): `NOT EXISTS (SELECT 1 FROM (S) AS q (v) WHERE (x op q.v)
+///   IS NOT TRUE)`.
+///
+/// Anywhere else (in the SELECT list, under NOT or OR) the comparison's NULL has to be told
+/// from FALSE, which EXISTS cannot; [`quantified_subqueries`] refuses those by name. `= ANY`
+/// and `<> ALL` anywhere are IN and NOT IN there.
+///
+/// Returns, for each subquery read as a derived table, its alias and where the comparison's
+/// left operand is written (see `correlated_on::check_quantified_derived`).
+pub(super) fn quantified_conditions(
+    q: &mut sql::Query,
+) -> weir_common::Result<Vec<(String, Option<weir_common::Span>)>> {
+    use sqlparser::ast::{VisitMut, VisitorMut};
+    struct V {
+        made: usize,
+        derived: Vec<(String, Option<weir_common::Span>)>,
+        error: Option<weir_common::WeirError>,
+    }
+    impl VisitorMut for V {
+        type Break = ();
+        fn pre_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
+            let quantified = |e: &sql::Expr| {
+                matches!(e, sql::Expr::AnyOp { right, .. } | sql::Expr::AllOp { right, .. }
+                    if matches!(right.as_ref(), sql::Expr::Subquery(_)))
+            };
+            let Some(selection) = s.selection.take_if(|w| {
+                let mut terms = Vec::new();
+                conjuncts(w.clone(), &mut terms);
+                terms.iter().any(quantified)
+            }) else {
+                // No such condition: the WHERE stays as written.
+                return std::ops::ControlFlow::Continue(());
+            };
+            let mut terms = Vec::new();
+            conjuncts(selection, &mut terms);
+            let mut rewritten = Vec::with_capacity(terms.len());
+            for term in terms {
+                match self.rewrite(term) {
+                    Ok(t) => rewritten.push(t),
+                    Err(e) => {
+                        self.error = Some(e);
+                        return std::ops::ControlFlow::Break(());
+                    }
+                }
+            }
+            s.selection = rewritten.into_iter().reduce(|a, b| sql::Expr::BinaryOp {
+                left: Box::new(a),
+                op: sql::BinaryOperator::And,
+                right: Box::new(b),
+            });
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    impl V {
+        fn rewrite(&mut self, term: sql::Expr) -> weir_common::Result<sql::Expr> {
+            use sql::BinaryOperator as Op;
+            let (left, op, right, all) = match &term {
+                sql::Expr::AnyOp { left, compare_op, right, .. } => {
+                    (left, compare_op, right, false)
+                }
+                sql::Expr::AllOp { left, compare_op, right } => (left, compare_op, right, true),
+                _ => return Ok(term),
+            };
+            let sql::Expr::Subquery(subquery) = right.as_ref() else { return Ok(term) };
+            let ordered = matches!(op, Op::Lt | Op::LtEq | Op::Gt | Op::GtEq);
+            let equality = matches!((op, all), (Op::Eq, true) | (Op::NotEq, false));
+            if matches!(left.as_ref(), sql::Expr::Tuple(_)) || !(ordered || equality) {
+                return Ok(term);
+            }
+            // `left op value`, or for ALL whether it fails to be TRUE.
+            let condition = |value: sql::Expr| {
+                let compared = sql::Expr::BinaryOp {
+                    left: left.clone(),
+                    op: op.clone(),
+                    right: Box::new(value),
+                };
+                if all {
+                    sql::Expr::IsNotTrue(Box::new(sql::Expr::Nested(Box::new(compared))))
+                } else {
+                    compared
+                }
+            };
+            let inline = simple_value(subquery).filter(|_| outer_only(left, subquery));
+            let exists = match inline {
+                Some(value) => {
+                    // The comparison joins the subquery's own WHERE (which may refer to the
+                    // outer row: a correlated subquery).
+                    let mut q = subquery.as_ref().clone();
+                    let sql::SetExpr::Select(select) = q.body.as_mut() else {
+                        return Err(weir_common::WeirError::internal("a simple subquery"));
+                    };
+                    let condition = condition(value);
+                    select.selection = Some(match select.selection.take() {
+                        Some(w) => sql::Expr::BinaryOp {
+                            left: Box::new(sql::Expr::Nested(Box::new(w))),
+                            op: Op::And,
+                            right: Box::new(condition),
+                        },
+                        None => condition,
+                    });
+                    q
+                }
+                None => {
+                    self.made += 1;
+                    let alias = sql::Ident::new(format!("weir_quantified_{}", self.made));
+                    let value = sql::Expr::CompoundIdentifier(vec![
+                        alias.clone(),
+                        sql::Ident::new(QUANTIFIED_VALUE),
+                    ]);
+                    let at = weir_common::Span::from_sql(sql::Spanned::span(left.as_ref()));
+                    self.derived.push((alias.value.clone(), at));
+                    values_where(subquery.clone(), alias, condition(value))?
+                }
+            };
+            Ok(sql::Expr::Exists { subquery: Box::new(exists), negated: all })
+        }
+    }
+    let mut v = V { made: 0, derived: Vec::new(), error: None };
+    let _ = q.visit(&mut v);
+    v.error.map_or(Ok(v.derived), Err)
+}
+
+/// The column a quantified comparison's subquery is renamed to (see [`quantified_conditions`]).
+const QUANTIFIED_VALUE: &str = "weir_value";
+
+/// The AND-ed terms of `e`, in order.
+fn conjuncts(e: sql::Expr, out: &mut Vec<sql::Expr>) {
+    match e {
+        sql::Expr::BinaryOp { left, op: sql::BinaryOperator::And, right } => {
+            conjuncts(*left, out);
+            conjuncts(*right, out);
+        }
+        sql::Expr::Nested(inner)
+            if matches!(
+                inner.as_ref(),
+                sql::Expr::BinaryOp { op: sql::BinaryOperator::And, .. }
+            ) =>
+        {
+            conjuncts(*inner, out)
+        }
+        e => out.push(e),
+    }
+}
+
+/// The value of a subquery that is one SELECT of one plain expression over its FROM and WHERE
+/// (no aggregate or other call, grouping, DISTINCT, order or limit): a row of the FROM
+/// satisfying the WHERE gives one value, so a comparison with it can join the WHERE itself.
+/// None for any other subquery, which is then read as a derived table.
+fn simple_value(q: &sql::Query) -> Option<sql::Expr> {
+    let plain_query =
+        q.with.is_none() && q.order_by.is_none() && q.limit_clause.is_none() && q.fetch.is_none();
+    let sql::SetExpr::Select(s) = q.body.as_ref() else { return None };
+    let plain_select = s.distinct.is_none()
+        && s.top.is_none()
+        && s.having.is_none()
+        && s.qualify.is_none()
+        && s.named_window.is_empty()
+        && matches!(&s.group_by, sql::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+    let [item] = s.projection.as_slice() else { return None };
+    let value = match item {
+        sql::SelectItem::UnnamedExpr(e) | sql::SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return None,
+    };
+    let calls = sql::visit_expressions(value, |e| match e {
+        sql::Expr::Function(_) | sql::Expr::Subquery(_) => std::ops::ControlFlow::Break(()),
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    (plain_query && plain_select && calls.is_continue()).then(|| value.clone())
+}
+
+/// Whether `left` still means what it meant when moved into `subquery`'s WHERE: each column it
+/// names is qualified by a name that is not one of the subquery's FROM items (an unqualified
+/// `v` would be taken as the subquery's own `v` if it has one, and which columns it has is not
+/// known here).
+fn outer_only(left: &sql::Expr, subquery: &sql::Query) -> bool {
+    let sql::SetExpr::Select(s) = subquery.body.as_ref() else { return false };
+    let mut inner: Vec<String> = Vec::new();
+    for twj in &s.from {
+        for factor in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            match factor {
+                sql::TableFactor::Table { name, alias, .. } => {
+                    inner.extend(alias.as_ref().map(|a| a.name.value.to_lowercase()));
+                    inner.extend(
+                        name.0.last().and_then(|p| p.as_ident()).map(|i| i.value.to_lowercase()),
+                    );
+                }
+                sql::TableFactor::Derived { alias: Some(a), .. } => {
+                    inner.push(a.name.value.to_lowercase())
+                }
+                _ => return false,
+            }
+        }
+    }
+    let captured = sql::visit_expressions(left, |e| match e {
+        sql::Expr::Identifier(_) => std::ops::ControlFlow::Break(()),
+        sql::Expr::CompoundIdentifier(parts) => match parts.first() {
+            Some(q) if parts.len() > 1 && !inner.contains(&q.value.to_lowercase()) => {
+                std::ops::ControlFlow::Continue(())
+            }
+            _ => std::ops::ControlFlow::Break(()),
+        },
+        sql::Expr::Subquery(_) | sql::Expr::Exists { .. } | sql::Expr::InSubquery { .. } => {
+            std::ops::ControlFlow::Break(())
+        }
+        _ => std::ops::ControlFlow::Continue(()),
+    });
+    captured.is_continue()
+}
+
+/// `SELECT 1 FROM (subquery) AS alias (weir_value) WHERE condition`.
+fn values_where(
+    subquery: Box<sql::Query>,
+    alias: sql::Ident,
+    condition: sql::Expr,
+) -> weir_common::Result<sql::Query> {
+    let template = "SELECT 1 FROM (SELECT 1) AS q (weir_value) WHERE TRUE";
+    let internal = || weir_common::WeirError::internal("the EXISTS of a quantified comparison");
+    let parsed =
+        sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::GenericDialect {}, template)
+            .map_err(|_| internal())?;
+    let Some(sql::Statement::Query(mut query)) = parsed.into_iter().next() else {
+        return Err(internal());
+    };
+    let sql::SetExpr::Select(select) = query.body.as_mut() else { return Err(internal()) };
+    let from = select.from.first_mut().ok_or_else(internal)?;
+    let sql::TableFactor::Derived { subquery: inner, alias: Some(a), .. } = &mut from.relation
+    else {
+        return Err(internal());
+    };
+    *inner = subquery;
+    a.name = alias;
+    select.selection = Some(condition);
+    Ok(*query)
 }
 
 /// `(a, b) [NOT] IN (SELECT x, y ...)`: a row compared with a subquery's rows, which
