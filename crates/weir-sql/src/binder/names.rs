@@ -273,6 +273,34 @@ pub(super) fn inherit_named_windows(q: &mut sql::Query) -> weir_common::Result<(
         }
     }
 
+    /// Writes out every window of a window function in `e` from the windows `defined`.
+    fn resolve_in(e: &mut sql::Expr, defined: &[sql::NamedWindowDefinition]) -> Option<WeirError> {
+        let mut failed = None;
+        let _ = visit_expressions_mut(e, |e| {
+            let sql::Expr::Function(f) = e else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let resolved = match &f.over {
+                Some(WindowType::WindowSpec(spec)) if spec.window_name.is_some() => {
+                    resolve(spec, defined, 0)
+                }
+                Some(WindowType::NamedWindow(name)) => named(name, defined, 0),
+                _ => return std::ops::ControlFlow::Continue(()),
+            };
+            match resolved {
+                Ok(spec) => {
+                    f.over = Some(WindowType::WindowSpec(spec));
+                    std::ops::ControlFlow::Continue(())
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    std::ops::ControlFlow::Break(())
+                }
+            }
+        });
+        failed
+    }
+
     struct V(Option<WeirError>);
     impl VisitorMut for V {
         type Break = ();
@@ -280,41 +308,37 @@ pub(super) fn inherit_named_windows(q: &mut sql::Query) -> weir_common::Result<(
         // sees only its own windows' references.
         fn post_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
             let defined = s.named_window.clone();
-            let mut failed = None;
             for item in &mut s.projection {
-                let _ = visit_expressions_mut(item, |e| {
-                    let sql::Expr::Function(f) = e else {
-                        return std::ops::ControlFlow::Continue(());
-                    };
-                    let resolved = match &f.over {
-                        Some(WindowType::WindowSpec(spec)) if spec.window_name.is_some() => {
-                            resolve(spec, &defined, 0)
-                        }
-                        Some(WindowType::NamedWindow(name)) => named(name, &defined, 0),
-                        _ => return std::ops::ControlFlow::Continue(()),
-                    };
-                    match resolved {
-                        Ok(spec) => {
-                            f.over = Some(WindowType::WindowSpec(spec));
-                            std::ops::ControlFlow::Continue(())
-                        }
-                        Err(e) => {
-                            failed = Some(e);
-                            std::ops::ControlFlow::Break(())
-                        }
-                    }
-                });
-                if failed.is_some() {
-                    break;
-                }
-            }
-            match failed {
-                Some(e) => {
+                let failed = match item {
+                    sql::SelectItem::UnnamedExpr(e)
+                    | sql::SelectItem::ExprWithAlias { expr: e, .. } => resolve_in(e, &defined),
+                    _ => None,
+                };
+                if let Some(e) = failed {
                     self.0 = Some(e);
-                    std::ops::ControlFlow::Break(())
+                    return std::ops::ControlFlow::Break(());
                 }
-                None => std::ops::ControlFlow::Continue(()),
             }
+            std::ops::ControlFlow::Continue(())
+        }
+
+        // A query's ORDER BY sees the windows of its SELECT: `ORDER BY RANK() OVER w`.
+        fn post_visit_query(&mut self, q: &mut sql::Query) -> std::ops::ControlFlow<()> {
+            let sql::SetExpr::Select(s) = q.body.as_ref() else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let Some(sql::OrderBy { kind: sql::OrderByKind::Expressions(terms), .. }) =
+                &mut q.order_by
+            else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            for term in terms {
+                if let Some(e) = resolve_in(&mut term.expr, &s.named_window) {
+                    self.0 = Some(e);
+                    return std::ops::ControlFlow::Break(());
+                }
+            }
+            std::ops::ControlFlow::Continue(())
         }
     }
     let mut v = V(None);
