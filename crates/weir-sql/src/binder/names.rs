@@ -387,6 +387,83 @@ pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
     }
 }
 
+/// A window function in a WHERE, GROUP BY, HAVING or JOIN ... ON of its own SELECT is an
+/// error at the function, as in SQL: windows are computed after those clauses (DataFusion
+/// would fail at run time with a dump of its plan). A window function in a subquery there is
+/// that subquery's, and fine.
+pub(super) fn check_window_placement(q: &sql::Query) -> weir_common::Result<()> {
+    use sqlparser::ast::{Visit, Visitor};
+    use std::ops::ControlFlow;
+    /// The first window function of an expression outside its subqueries.
+    struct Find {
+        depth: usize,
+    }
+    impl Visitor for Find {
+        type Break = (String, sqlparser::tokenizer::Span);
+        fn pre_visit_query(&mut self, _: &sql::Query) -> ControlFlow<Self::Break> {
+            self.depth += 1;
+            ControlFlow::Continue(())
+        }
+        fn post_visit_query(&mut self, _: &sql::Query) -> ControlFlow<Self::Break> {
+            self.depth -= 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, e: &sql::Expr) -> ControlFlow<Self::Break> {
+            match e {
+                sql::Expr::Function(f) if f.over.is_some() && self.depth == 0 => {
+                    ControlFlow::Break((f.name.to_string(), sql::Spanned::span(&f.name)))
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    struct Selects(Option<weir_common::WeirError>);
+    impl Visitor for Selects {
+        type Break = ();
+        fn pre_visit_select(&mut self, s: &sql::Select) -> ControlFlow<()> {
+            let mut clauses: Vec<(&str, &sql::Expr)> = Vec::new();
+            clauses.extend(s.selection.iter().map(|e| ("WHERE", e)));
+            clauses.extend(s.having.iter().map(|e| ("HAVING", e)));
+            if let sql::GroupByExpr::Expressions(exprs, _) = &s.group_by {
+                clauses.extend(exprs.iter().map(|e| ("GROUP BY", e)));
+            }
+            for join in s.from.iter().flat_map(|t| &t.joins) {
+                use sql::{JoinConstraint as C, JoinOperator as J};
+                let on = match &join.join_operator {
+                    J::Join(C::On(e))
+                    | J::Inner(C::On(e))
+                    | J::Left(C::On(e))
+                    | J::LeftOuter(C::On(e))
+                    | J::Right(C::On(e))
+                    | J::RightOuter(C::On(e))
+                    | J::FullOuter(C::On(e)) => Some(e),
+                    _ => None,
+                };
+                clauses.extend(on.map(|e| ("JOIN ... ON", e)));
+            }
+            for (clause, e) in clauses {
+                if let ControlFlow::Break((name, span)) = e.visit(&mut Find { depth: 0 }) {
+                    let name = name.to_ascii_uppercase();
+                    self.0 = Some(weir_common::WeirError::plan_at(
+                        format!(
+                            "window function {name} is not allowed in {clause}: window \
+                             functions are computed after WHERE, GROUP BY and HAVING; compute \
+                             it in a subquery and filter on it outside (SELECT * FROM (SELECT \
+                             ..., {name}() OVER (...) AS r FROM ...) WHERE r ...)"
+                        ),
+                        weir_common::Span::from_sql(span),
+                    ));
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut v = Selects(None);
+    let _ = q.visit(&mut v);
+    v.0.map_or(Ok(()), Err)
+}
+
 /// A number literal too large for a DOUBLE (`1e400`) is an error where it is written, not an
 /// infinity.
 pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
