@@ -347,7 +347,8 @@ pub(super) fn inherit_named_windows(q: &mut sql::Query) -> weir_common::Result<(
 }
 
 /// A window function called without `OVER` is an error that says so (DataFusion would call
-/// it an invalid function, as it looks for it among scalar functions).
+/// it an invalid function, as it looks for it among scalar functions), and so is `IGNORE
+/// NULLS` on a window function, which Weir's window operators would otherwise ignore.
 pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
     use sqlparser::ast::visit_expressions;
     // FIRST_VALUE and LAST_VALUE are aggregates too (`FIRST_VALUE(x ORDER BY t)`).
@@ -362,11 +363,40 @@ pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
         "lead",
         "nth_value",
     ];
+    // IGNORE NULLS, after the call or among its arguments: Weir's window operators do not
+    // evaluate it, so it is refused rather than ignored.
+    let ignores_nulls = |f: &sql::Function| {
+        let ignore = sql::NullTreatment::IgnoreNulls;
+        let among_args = match &f.args {
+            sql::FunctionArguments::List(l) => l.clauses.iter().any(|c| {
+                matches!(c, sql::FunctionArgumentClause::IgnoreOrRespectNulls(n) if *n == ignore)
+            }),
+            _ => false,
+        };
+        f.null_treatment == Some(ignore) || among_args
+    };
     let found = visit_expressions(q, |e| match e {
+        sql::Expr::Function(f) if f.over.is_some() && ignores_nulls(f) => {
+            let name = f.name.to_string().to_ascii_uppercase();
+            std::ops::ControlFlow::Break(weir_common::WeirError::plan_at(
+                format!(
+                    "IGNORE NULLS in window function {name} is not supported yet (RESPECT NULLS, \
+                     the default, is)"
+                ),
+                weir_common::Span::from_sql(sql::Spanned::span(&f.name)),
+            ))
+        }
         sql::Expr::Function(f) if f.over.is_none() => {
             let name = f.name.to_string().to_ascii_lowercase();
             if WINDOW_ONLY.contains(&name.as_str()) {
-                std::ops::ControlFlow::Break((name, sql::Spanned::span(&f.name)))
+                let upper = name.to_ascii_uppercase();
+                std::ops::ControlFlow::Break(weir_common::WeirError::plan_at(
+                    format!(
+                        "{upper} is a window function: it needs an OVER clause, e.g. {upper}() \
+                         OVER (PARTITION BY ... ORDER BY ...)"
+                    ),
+                    weir_common::Span::from_sql(sql::Spanned::span(&f.name)),
+                ))
             } else {
                 std::ops::ControlFlow::Continue(())
             }
@@ -374,15 +404,7 @@ pub(super) fn check_window_calls(q: &sql::Query) -> weir_common::Result<()> {
         _ => std::ops::ControlFlow::Continue(()),
     });
     match found {
-        std::ops::ControlFlow::Break((name, span)) => Err(weir_common::WeirError::plan_at(
-            format!(
-                "{} is a window function: it needs an OVER clause, e.g. {}() OVER (PARTITION BY \
-                 ... ORDER BY ...)",
-                name.to_ascii_uppercase(),
-                name.to_ascii_uppercase()
-            ),
-            weir_common::Span::from_sql(span),
-        )),
+        std::ops::ControlFlow::Break(e) => Err(e),
         std::ops::ControlFlow::Continue(()) => Ok(()),
     }
 }
