@@ -154,7 +154,8 @@ impl TopK {
             n -= skipped;
             let taken = n.min(left);
             if taken > 0 {
-                out.push((k.clone(), taken));
+                // With ties, the copies of a row past the k-th are tied with it: in too.
+                out.push((k.clone(), if self.with_ties { n } else { taken }));
                 left -= taken;
             }
         }
@@ -281,6 +282,27 @@ mod tests {
             vec![kv(1, "+1 a 5, +1 b 9, +1 c 7"), kv(2, "-1 b 9"), kv(3, "+1 d 1")],
         );
         assert_eq!(out, ["@1 +1 b 9", "@1 +1 c 7", "@2 +1 a 5", "@2 -1 b 9"]);
+    }
+
+    #[test]
+    fn with_ties_keeps_every_copy_of_a_row_tied_with_the_last() {
+        let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+        let top = |fetch, ties| {
+            let key = SortKey {
+                expr: ScalarExpr::compile(&col("v"), &df).unwrap(),
+                data_type: DataType::Int64,
+                descending: true,
+                nulls_first: false,
+            };
+            TopK::new(vec![key], 0, Some(fetch), kv_schema()).unwrap().with_ties(ties)
+        };
+        // b 7 is there three times: the second row of the top 2 is a copy of it, and so are
+        // the two after it, tied with it.
+        let input = || vec![kv(1, "+1 a 9, +3 b 7, +1 d 5"), kv(2, "-1 b 7")];
+        assert_eq!(run(&mut fed(top(2, true), [input()])), ["@1 +1 a 9", "@1 +3 b 7", "@2 -1 b 7"]);
+        // Without ties, one copy; and a top 1 with ties does not reach them.
+        assert_eq!(run(&mut fed(top(2, false), [input()])), ["@1 +1 a 9", "@1 +1 b 7"]);
+        assert_eq!(run(&mut fed(top(1, true), [input()])), ["@1 +1 a 9"]);
     }
 
     #[test]
