@@ -49,10 +49,10 @@ mod window_udf;
 use convert::{window_schema, Converter};
 pub use names::collect_relation_names;
 use names::{
-    check_number_literals, check_row_in_subquery, check_window_calls, check_window_placement,
-    fetch_as_limit, float_literals_as_double, inherit_named_windows, name_duplicate_columns,
-    quantified_conditions, quantified_subqueries, timestamps_in_micros, typed_null_aggregate_args,
-    window_null_order,
+    check_number_literals, check_row_in_subquery, check_table_factors, check_window_calls,
+    check_window_placement, fetch_as_limit, float_literals_as_double, inherit_named_windows,
+    name_duplicate_columns, quantified_conditions, quantified_subqueries, timestamps_in_micros,
+    typed_null_aggregate_args, window_null_order,
 };
 
 /// Binds queries against a catalog.
@@ -690,6 +690,7 @@ impl<'a> Binder<'a> {
         check_number_literals(query)?;
         check_window_calls(query)?;
         check_window_placement(query)?;
+        check_table_factors(query)?;
         check_row_in_subquery(query)?;
         let mut query = query.clone();
         // MIGHT_CONTAIN becomes an IN subquery whose join the converter recognises.

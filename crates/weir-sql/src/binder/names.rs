@@ -486,6 +486,43 @@ pub(super) fn check_window_placement(q: &sql::Query) -> weir_common::Result<()> 
     v.0.map_or(Ok(()), Err)
 }
 
+/// `TABLESAMPLE` and `LATERAL` subqueries in `FROM` are refused at the table or subquery
+/// (DataFusion's planner ignored `TABLESAMPLE`, returning every row, and refused `LATERAL`
+/// with a message naming its own plan node).
+pub(super) fn check_table_factors(q: &sql::Query) -> weir_common::Result<()> {
+    use sqlparser::ast::{Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct V;
+    impl Visitor for V {
+        type Break = weir_common::WeirError;
+        fn pre_visit_table_factor(&mut self, f: &sql::TableFactor) -> ControlFlow<Self::Break> {
+            let at = weir_common::Span::from_sql(sql::Spanned::span(f));
+            match f {
+                sql::TableFactor::Table { sample: Some(_), .. }
+                | sql::TableFactor::Derived { sample: Some(_), .. } => {
+                    ControlFlow::Break(weir_common::WeirError::plan_at(
+                        "TABLESAMPLE is not supported: a stream is sampled by its window, \
+                         s [SAMPLE 1000 ROWS] (see docs/sql.md, De-duplication and sampling)",
+                        at,
+                    ))
+                }
+                sql::TableFactor::Derived { lateral: true, .. } => {
+                    ControlFlow::Break(weir_common::WeirError::plan_at(
+                        "LATERAL subqueries are not supported yet: join the subquery's tables, \
+                         or use a correlated subquery in WHERE or the SELECT list",
+                        at,
+                    ))
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        }
+    }
+    match q.visit(&mut V) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
 /// A number literal too large for a DOUBLE (`1e400`) is an error where it is written, not an
 /// infinity.
 pub(super) fn check_number_literals(q: &sql::Query) -> weir_common::Result<()> {
