@@ -243,6 +243,49 @@ impl ContextProvider for Provider<'_> {
     }
 }
 
+/// The planner's refusal of an SQL expression it has no plan for, which it words as a dump of
+/// the syntax tree ("Unsupported ast node in sqltorel: Collate { expr: ... }"): named in SQL's
+/// words instead, at the first such expression of `query`. Any other error as [`df_error`].
+fn unsupported_expression(e: DataFusionError, query: &sql::Query) -> WeirError {
+    const MARK: &str = "Unsupported ast node in sqltorel: ";
+    let text = e.strip_backtrace();
+    let Some(node) = text.split(MARK).nth(1) else { return df_error(e) };
+    let variant: String = node.chars().take_while(char::is_ascii_alphanumeric).collect();
+    if variant.is_empty() {
+        return df_error(e);
+    }
+    let found = sql::visit_expressions(query, |x| {
+        let debug = format!("{x:?}");
+        match debug.strip_prefix(variant.as_str()) {
+            Some(rest) if !rest.starts_with(|c: char| c.is_ascii_alphanumeric()) => {
+                std::ops::ControlFlow::Break(sql::Spanned::span(x))
+            }
+            _ => std::ops::ControlFlow::Continue(()),
+        }
+    });
+    let at = match found {
+        std::ops::ControlFlow::Break(span) => Span::from_sql(span),
+        std::ops::ControlFlow::Continue(()) => None,
+    };
+    let message = match variant.as_str() {
+        "Collate" => "COLLATE is not supported: strings compare by their bytes (the order of \
+                      PostgreSQL's \"C\" collation)"
+            .to_string(),
+        _ => {
+            // `IsNormalized` -> `IS NORMALIZED`.
+            let mut words = String::new();
+            for (i, c) in variant.char_indices() {
+                if i > 0 && c.is_ascii_uppercase() {
+                    words.push(' ');
+                }
+                words.push(c.to_ascii_uppercase());
+            }
+            format!("the SQL expression {words} is not supported in Weir yet")
+        }
+    };
+    WeirError::plan_at(message, at)
+}
+
 /// Converts a DataFusion error into a plan error, keeping its source span when it has one.
 pub fn df_error(e: DataFusionError) -> WeirError {
     if let Some(message) = incompatible_operands(&e) {
@@ -707,7 +750,7 @@ impl<'a> Binder<'a> {
         name_duplicate_columns(&mut query);
         let plan = planner
             .sql_statement_to_plan(sql::Statement::Query(Box::new(query.clone())))
-            .map_err(df_error)?;
+            .map_err(|e| unsupported_expression(e, &query))?;
         crate::correlated_on::check_quantified_derived(&plan, &quantified)?;
         let plan = mark_bag_set_operations(plan).map_err(df_error)?;
         // Before type coercion: a text or binary literal tested for membership in numbers.
