@@ -2443,10 +2443,14 @@ fn q_frame(w: Win, f: FrameCase, named: bool) -> Case {
 /// `LAG(v)`, `LEAD(v, 2, -1)`, `LAG(v, 0)` and `FIRST_VALUE`/`LAST_VALUE` over SQL's default
 /// frame, through a named window `(PARTITION BY k ORDER BY t)`: positions in the (t, row)
 /// order, LAST_VALUE the row's last peer.
-fn q_nav(w: Win) -> Case {
+/// Navigation functions over one window, and with `ranked` its ROW_NUMBER too (a ranking
+/// and other functions over one window are evaluated one after the other: the oracle numbers
+/// each partition's rows in the order it navigates them, ties broken by the whole row).
+fn q_nav(w: Win, ranked_too: bool) -> Case {
+    let rank = if ranked_too { ", ROW_NUMBER() OVER w" } else { "" };
     let sql = format!(
         "SELECT k, v, t, LAG(v) OVER w, LEAD(v, 2, -1) OVER w, LAG(v, 0) OVER w, \
-         FIRST_VALUE(v) OVER w, LAST_VALUE(v) OVER w FROM s {} \
+         FIRST_VALUE(v) OVER w, LAST_VALUE(v) OVER w{rank} FROM s {} \
          WINDOW w AS (PARTITION BY k ORDER BY t)",
         w.sql()
     );
@@ -2465,7 +2469,7 @@ fn q_nav(w: Win) -> Case {
                     let lag = if j >= 1 { txt(part[j - 1].v) } else { txt(None) };
                     let lead = part.get(j + 2).map_or(int(-1), |x| txt(x.v));
                     let last_peer = part.iter().rposition(|x| x.t == e.t).unwrap_or(j);
-                    rows.push(vec![
+                    let mut row = vec![
                         int(e.k),
                         txt(e.v),
                         int(e.t),
@@ -2474,7 +2478,11 @@ fn q_nav(w: Win) -> Case {
                         txt(e.v),
                         txt(part[0].v),
                         txt(part[last_peer].v),
-                    ]);
+                    ];
+                    if ranked_too {
+                        row.push(int(j as i64 + 1));
+                    }
+                    rows.push(row);
                 }
             }
             bag(rows)
@@ -3554,8 +3562,8 @@ proptest! {
     }
 
     #[test]
-    fn navigation_functions_match_oracle(s in elements(), w in window()) {
-        check(&q_nav(w), &Input::single(s))?;
+    fn navigation_functions_match_oracle(s in elements(), w in window(), ranked in any::<bool>()) {
+        check(&q_nav(w, ranked), &Input::single(s))?;
     }
 
     #[test]
@@ -3564,6 +3572,7 @@ proptest! {
         f in prop::sample::select(&FRAME_CASES[..]),
     ) {
         check(&q_frame(Win::Range(3), f, false), &input)?;
-        check(&q_nav(Win::Range(3)), &input)?;
+        check(&q_nav(Win::Range(3), false), &input)?;
+        check(&q_nav(Win::Range(3), true), &input)?;
     }
 }

@@ -782,6 +782,20 @@ fn column_indices(
     Ok(by)
 }
 
+/// Whether `e` (maybe aliased) is ROW_NUMBER, RANK or DENSE_RANK over a window.
+fn is_rank(e: &Expr) -> bool {
+    let e = match e {
+        Expr::Alias(a) => a.expr.as_ref(),
+        e => e,
+    };
+    matches!(e, Expr::WindowFunction(wf)
+    if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::WindowUDF(_))
+        && matches!(
+            wf.fun.name().to_ascii_uppercase().as_str(),
+            "ROW_NUMBER" | "RANK" | "DENSE_RANK"
+        ))
+}
+
 impl Converter<'_> {
     /// `f() OVER (...)`: Flink's OVER aggregation on a stream becomes a
     /// [`LogicalPlan::OverAggregate`], the ranking functions a [`LogicalPlan::Ranking`], the
@@ -789,23 +803,14 @@ impl Converter<'_> {
     /// function is refused by name and shape.
     fn window(&self, w: &datafusion_expr::logical_plan::Window) -> Result<Arc<LogicalPlan>> {
         let input = self.convert(&w.input)?;
-        let is_rank = |e: &Expr| {
-            let e = match e {
-                Expr::Alias(a) => a.expr.as_ref(),
-                e => e,
-            };
-            matches!(e, Expr::WindowFunction(wf)
-            if matches!(wf.fun, datafusion_expr::WindowFunctionDefinition::WindowUDF(_))
-                && matches!(
-                    wf.fun.name().to_ascii_uppercase().as_str(),
-                    "ROW_NUMBER" | "RANK" | "DENSE_RANK"
-                ))
-        };
         if on_stream(w, &input) {
             return over_aggregate(w, input);
         }
         if !w.window_expr.iter().any(is_rank) {
             return over_relation(w, input);
+        }
+        if !w.window_expr.iter().all(is_rank) {
+            return self.rank_then_others(w);
         }
         let shape = match input.kind() {
             PlanKind::Stream => "a stream",
@@ -870,6 +875,27 @@ impl Converter<'_> {
             input,
             schema: w.schema.clone(),
         }))
+    }
+
+    /// Ranking functions and other window functions over one window (`ROW_NUMBER() OVER w,
+    /// LAG(v) OVER w`): the ranking first, the other functions over its output, then the
+    /// columns in the query's order. The other functions read only the input's columns, so
+    /// the rank columns beside them change no value; they order copies of one row, which the
+    /// ranking numbers in the order it breaks ties in, so each copy's value follows its rank
+    /// (Weir breaks ties by the whole row).
+    fn rank_then_others(
+        &self,
+        w: &datafusion_expr::logical_plan::Window,
+    ) -> Result<Arc<LogicalPlan>> {
+        use datafusion_expr::logical_plan::{Projection, Window};
+        let (ranks, others): (Vec<Expr>, Vec<Expr>) =
+            w.window_expr.iter().cloned().partition(is_rank);
+        let ranked = Window::try_new(ranks, w.input.clone()).map_err(df_error)?;
+        let rest = Window::try_new(others, Arc::new(DfPlan::Window(ranked))).map_err(df_error)?;
+        let columns = w.schema.columns().into_iter().map(Expr::Column).collect();
+        let ordered =
+            Projection::try_new(columns, Arc::new(DfPlan::Window(rest))).map_err(df_error)?;
+        self.convert(&DfPlan::Projection(ordered))
     }
 
     /// TUMBLE/HOP/SESSION's DESCRIPTOR names the stream's event-time column: windows run on event time.
