@@ -147,6 +147,10 @@ fn functions() -> &'static Functions {
         for f in sketch_udf::known_sketch_aggregates() {
             aggregate.insert(f.name().to_string(), f);
         }
+        // SQL's name for BOOL_AND (PostgreSQL has both).
+        if let Some(f) = aggregate.get("bool_and").cloned() {
+            aggregate.insert("every".to_string(), f);
+        }
         let planners: Vec<Arc<dyn ExprPlanner>> = vec![
             Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
             Arc::new(datafusion_functions::unicode::planner::UnicodeFunctionPlanner),
