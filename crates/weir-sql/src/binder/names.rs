@@ -743,10 +743,13 @@ pub(super) fn quantified_subqueries(q: &mut sql::Query) -> weir_common::Result<(
 ///   `EXISTS (SELECT 1 FROM (S) AS q (v) WHERE x op q.v)`;
 /// - `x op ALL (S)` is TRUE when no value makes `x op v` FALSE or NULL (so always over an
 ///   empty S, even for a NULL x): `NOT EXISTS (SELECT 1 FROM (S) AS q (v) WHERE (x op q.v)
-///   IS NOT TRUE)`.
+///   IS NOT TRUE)`;
+/// - under NOT, `NOT (x op ALL (S))` is TRUE when some value makes `x op v` FALSE (`EXISTS
+///   ... WHERE (x op q.v) IS FALSE`), `NOT (x op ANY (S))` when every value does (`NOT EXISTS
+///   ... WHERE (x op q.v) IS NOT FALSE`).
 ///
-/// Anywhere else (in the SELECT list, under NOT or OR) the comparison's NULL has to be told
-/// from FALSE, which EXISTS cannot; [`quantified_subqueries`] refuses those by name. `= ANY`
+/// Anywhere else (in the SELECT list, under OR) the comparison's NULL has to be told from
+/// FALSE, which EXISTS cannot; [`quantified_subqueries`] refuses those by name. `= ANY`
 /// and `<> ALL` anywhere are IN and NOT IN there.
 ///
 /// Returns, for each subquery read as a derived table, its alias and where the comparison's
@@ -764,7 +767,7 @@ pub(super) fn quantified_conditions(
         type Break = ();
         fn pre_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
             let quantified = |e: &sql::Expr| {
-                matches!(e, sql::Expr::AnyOp { right, .. } | sql::Expr::AllOp { right, .. }
+                matches!(negation(e).0, sql::Expr::AnyOp { right, .. } | sql::Expr::AllOp { right, .. }
                     if matches!(right.as_ref(), sql::Expr::Subquery(_)))
             };
             let Some(selection) = s.selection.take_if(|w| {
@@ -798,7 +801,8 @@ pub(super) fn quantified_conditions(
     impl V {
         fn rewrite(&mut self, term: sql::Expr) -> weir_common::Result<sql::Expr> {
             use sql::BinaryOperator as Op;
-            let (left, op, right, all) = match &term {
+            let (inner, negated) = negation(&term);
+            let (left, op, right, all) = match inner {
                 sql::Expr::AnyOp { left, compare_op, right, .. } => {
                     (left, compare_op, right, false)
                 }
@@ -811,17 +815,21 @@ pub(super) fn quantified_conditions(
             if matches!(left.as_ref(), sql::Expr::Tuple(_)) || !(ordered || equality) {
                 return Ok(term);
             }
-            // `left op value`, or for ALL whether it fails to be TRUE.
+            // What the EXISTS looks for among the values: for ANY a value making `left op v`
+            // TRUE; for ALL one making it not TRUE (then NOT EXISTS). Under NOT, for ALL one
+            // making it FALSE; for ANY one making it not FALSE (then NOT EXISTS).
             let condition = |value: sql::Expr| {
                 let compared = sql::Expr::BinaryOp {
                     left: left.clone(),
                     op: op.clone(),
                     right: Box::new(value),
                 };
-                if all {
-                    sql::Expr::IsNotTrue(Box::new(sql::Expr::Nested(Box::new(compared))))
-                } else {
-                    compared
+                let nested = || Box::new(sql::Expr::Nested(Box::new(compared.clone())));
+                match (all, negated) {
+                    (false, false) => compared.clone(),
+                    (true, false) => sql::Expr::IsNotTrue(nested()),
+                    (true, true) => sql::Expr::IsFalse(nested()),
+                    (false, true) => sql::Expr::IsNotFalse(nested()),
                 }
             };
             let inline = simple_value(subquery).filter(|_| outer_only(left, subquery));
@@ -856,12 +864,26 @@ pub(super) fn quantified_conditions(
                     values_where(subquery.clone(), alias, condition(value))?
                 }
             };
-            Ok(sql::Expr::Exists { subquery: Box::new(exists), negated: all })
+            Ok(sql::Expr::Exists { subquery: Box::new(exists), negated: all != negated })
         }
     }
     let mut v = V { made: 0, derived: Vec::new(), error: None };
     let _ = q.visit(&mut v);
     v.error.map_or(Ok(v.derived), Err)
+}
+
+/// `e` without the parentheses around it, and under one `NOT` whether it was negated.
+fn negation(e: &sql::Expr) -> (&sql::Expr, bool) {
+    fn bare(mut e: &sql::Expr) -> &sql::Expr {
+        while let sql::Expr::Nested(inner) = e {
+            e = inner;
+        }
+        e
+    }
+    match bare(e) {
+        sql::Expr::UnaryOp { op: sql::UnaryOperator::Not, expr } => (bare(expr), true),
+        other => (other, false),
+    }
 }
 
 /// The column a quantified comparison's subquery is renamed to (see [`quantified_conditions`]).
