@@ -1015,10 +1015,6 @@ fn over_aggregate(
         if p.filter.is_some() || p.distinct {
             return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
         }
-        // Not evaluated by Weir's window operators: refused rather than ignored.
-        if matches!(p.null_treatment, Some(datafusion_expr::expr::NullTreatment::IgnoreNulls)) {
-            return Err(unsupported(&format!("IGNORE NULLS in window function {name}")));
-        }
         let call = match (&wf.fun, name.as_str()) {
             (datafusion_expr::WindowFunctionDefinition::AggregateUDF(_), _) => {
                 let a = over_agg_call(&name, &p.args)?;
@@ -1174,10 +1170,6 @@ fn over_relation(
         let p = &wf.params;
         if p.filter.is_some() || p.distinct {
             return Err(unsupported(&format!("FILTER or DISTINCT in window function {name}")));
-        }
-        // Not evaluated by Weir's window operators: refused rather than ignored.
-        if matches!(p.null_treatment, Some(datafusion_expr::expr::NullTreatment::IgnoreNulls)) {
-            return Err(unsupported(&format!("IGNORE NULLS in window function {name}")));
         }
         let refuse = || {
             WeirError::plan(format!(

@@ -767,8 +767,11 @@ pub(super) fn quantified_conditions(
         type Break = ();
         fn pre_visit_select(&mut self, s: &mut sql::Select) -> std::ops::ControlFlow<()> {
             let quantified = |e: &sql::Expr| {
-                matches!(negation(e).0, sql::Expr::AnyOp { right, .. } | sql::Expr::AllOp { right, .. }
-                    if matches!(right.as_ref(), sql::Expr::Subquery(_)))
+                matches!(
+                    negation(e).0,
+                    sql::Expr::AnyOp { right, .. } | sql::Expr::AllOp { right, .. }
+                        if matches!(right.as_ref(), sql::Expr::Subquery(_))
+                )
             };
             let Some(selection) = s.selection.take_if(|w| {
                 let mut terms = Vec::new();
@@ -921,7 +924,10 @@ fn simple_value(q: &sql::Query) -> Option<sql::Expr> {
         && s.having.is_none()
         && s.qualify.is_none()
         && s.named_window.is_empty()
-        && matches!(&s.group_by, sql::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
+        && matches!(
+            &s.group_by,
+            sql::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty()
+        );
     let [item] = s.projection.as_slice() else { return None };
     let value = match item {
         sql::SelectItem::UnnamedExpr(e) | sql::SelectItem::ExprWithAlias { expr: e, .. } => e,

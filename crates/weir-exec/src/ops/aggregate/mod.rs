@@ -913,8 +913,8 @@ impl Aggregate {
 
     /// Reads ahead, for the rows `range` of `p`, the memory their groups are about to be
     /// updated in: the group index, each group's slot, its accumulators, and its DISTINCT
-    /// sets (their headers, then their entries at the rows' values). Changes nothing (a row whose group is new is skipped) and
-    /// returns a word of what it read. Each pass reads for every row before the next pass,
+    /// sets (their headers, then their entries at the rows' values). Changes nothing (a row
+    /// whose group is new is skipped) and returns a word of what it read. Each pass reads for every row before the next pass,
     /// so the reads of one pass do not depend on one another and their cache misses overlap;
     /// row by row, a group of many (q16 has ten thousand cold channels a day) costs a chain
     /// of misses, each waiting for the one before.
