@@ -26,6 +26,7 @@ use crate::ops::aggregate::{AggSpec, Aggregate};
 use crate::ops::apply::{Apply, SubqueryEval};
 use crate::ops::distinct::Distinct;
 use crate::ops::filter::Filter;
+use crate::ops::join::held::Held;
 use crate::ops::join::might_contain::MightContain;
 use crate::ops::join::temporal::TemporalJoin;
 use crate::ops::join::{Join, JoinSide};
@@ -239,7 +240,7 @@ fn window(spec: &WindowSpec, schema: SchemaRef) -> Result<Box<dyn Operator>> {
 /// [`build`], so that its locals do not enlarge `build`'s frame (see [`add`]).
 #[inline(never)]
 fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>> {
-    let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, .. } = plan else {
+    let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, held, .. } = plan else {
         return Err(WeirError::internal("build_join on another node"));
     };
     let (plan_left, plan_right, plan_filter) = (left.clone(), right.clone(), filter.clone());
@@ -275,6 +276,21 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
                 return Err(WeirError::internal("MIGHT_CONTAIN with a residual condition"));
             }
             Box::new(MightContain::new(*test, *capacity, *error, left, right, key_codec, schema)?)
+        }
+        _ if held.iter().any(Option::is_some) => {
+            if *kind != JoinKind::Inner {
+                return Err(WeirError::internal(format!("a {kind} join holding a window")));
+            }
+            let held = held.each_ref().map(|spec| match spec {
+                Some(WindowSpec::RangeSlide { range, slide, offset }) => {
+                    Held::new(*range, *slide, *offset).map(Some)
+                }
+                Some(spec) => Err(WeirError::internal(format!("a join holding a {spec:?} window"))),
+                None => Ok(None),
+            });
+            let [lh, rh] = held;
+            let join = Join::new(*kind, *nulls_equal, left, right, key_codec, filter, schema);
+            Box::new(join.with_held([lh?, rh?]))
         }
         _ => {
             // An interval join: rows its time condition rules out for good leave its state.

@@ -129,13 +129,21 @@ pub fn label(plan: &LogicalPlan) -> String {
         LogicalPlan::Project { exprs, .. } => {
             format!("Project: {}", list(exprs.iter().map(|e| e.to_string())))
         }
-        LogicalPlan::Join { kind, on, filter, left, right, .. } => {
+        LogicalPlan::Join { kind, on, filter, left, right, held, .. } => {
             let mut s = format!("Join: {kind}");
             if !on.is_empty() {
                 let _ = write!(s, " on {}", list(on.iter().map(|(l, r)| format!("{l} = {r}"))));
             }
             if let Some(f) = filter {
                 let _ = write!(s, " filter {f}");
+            }
+            // Windows the join holds (see `crate::held`).
+            for ((side, input), spec) in [("left", left), ("right", right)].iter().zip(held) {
+                if let Some(spec) = spec {
+                    let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
+                    let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
+                    let _ = write!(s, ", holds {side} as [{label}]");
+                }
             }
             // An interval join: when each side's rows leave its state.
             let bounds = crate::interval::expiry_bounds(*kind, left, right, filter.as_ref());

@@ -18,11 +18,13 @@
 //! [`pre_aggregate_panes`] aggregates a sliding, tumbling or cumulating window's elements pane
 //! by pane as they arrive, so that a slide merges panes instead of applying every element;
 //! [`fuse_window_aggregates`] turns an `ISTREAM` of such an aggregate into one operator that
-//! emits each window's groups once, when it closes.
+//! emits each window's groups once, when it closes; [`hold_join_windows`] lets an inner join
+//! hold a tumbling window of a stream itself, indexing its elements as they arrive.
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
 pub mod explain;
+pub mod held;
 pub mod interval;
 pub mod panes;
 pub mod plan;
@@ -31,6 +33,7 @@ pub mod window_aggregate;
 pub mod window_bounds;
 
 pub use explain::explain;
+pub use held::hold_join_windows;
 pub use panes::pre_aggregate_panes;
 pub use plan::{
     bloom_cells, sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound,

@@ -109,7 +109,9 @@ fn gcd(mut a: Time, mut b: Time) -> Time {
 
 /// The window under an aggregate, through filters, projections and renames: the chain's
 /// nodes from the top, and the window node. None if anything else stands between them.
-fn window_under(plan: &Arc<LogicalPlan>) -> Option<(Vec<Arc<LogicalPlan>>, Arc<LogicalPlan>)> {
+pub(crate) fn window_under(
+    plan: &Arc<LogicalPlan>,
+) -> Option<(Vec<Arc<LogicalPlan>>, Arc<LogicalPlan>)> {
     let mut chain = Vec::new();
     let mut node = plan.clone();
     loop {
@@ -128,6 +130,25 @@ fn window_under(plan: &Arc<LogicalPlan>) -> Option<(Vec<Arc<LogicalPlan>>, Arc<L
         chain.push(node);
         node = next;
     }
+}
+
+/// The chain of [`window_under`] moved under its window, onto the window's `stream` (named as
+/// the window names it, `window_schema`): the same rows at the same times, before the window.
+pub(crate) fn chain_onto_stream(
+    chain: &[Arc<LogicalPlan>],
+    stream: &Arc<LogicalPlan>,
+    window_schema: &DFSchemaRef,
+) -> Result<Arc<LogicalPlan>> {
+    let mut base = if window_schema == &stream.schema() {
+        stream.clone()
+    } else {
+        Arc::new(LogicalPlan::Rename { input: stream.clone(), schema: window_schema.clone() })
+    };
+    for node in chain.iter().rev() {
+        let below = base.clone();
+        base = Arc::new(node.map_inputs(&mut |_| Ok(below.clone()))?);
+    }
+    Ok(base)
 }
 
 /// How one aggregate is computed from panes.
@@ -229,16 +250,7 @@ fn rewrite(
             .collect::<Vec<_>>()
     };
 
-    // The chain, moved under the window onto the stream (named as the window names it).
-    let mut base = if window_schema == &stream.schema() {
-        stream.clone()
-    } else {
-        Arc::new(LogicalPlan::Rename { input: stream.clone(), schema: window_schema.clone() })
-    };
-    for node in chain.iter().rev() {
-        let below = base.clone();
-        base = Arc::new(node.map_inputs(&mut |_| Ok(below.clone()))?);
-    }
+    let base = chain_onto_stream(&chain, stream, window_schema)?;
 
     // The partials: per aggregate, one or two (AVG: the sum, then the count), each computed
     // once however many aggregates read it (SUM(v) and AVG(v) share the sum).

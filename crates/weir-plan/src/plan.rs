@@ -736,6 +736,10 @@ pub enum LogicalPlan {
         /// Whether NULL keys match each other (set operations: EXCEPT, INTERSECT).
         nulls_equal: bool,
         schema: DFSchemaRef,
+        /// Per side (left, right), a tumbling window the join holds itself (see
+        /// [`crate::held`]): the side's input is then a stream, and the side the relation
+        /// that window makes of it. Only in inner joins.
+        held: [Option<WindowSpec>; 2],
     },
     /// Group by `group` (empty: one scalar row) computing `aggs`; output = keys then aggregates.
     Aggregate { group: Vec<Expr>, aggs: Vec<AggCall>, input: Arc<LogicalPlan>, schema: DFSchemaRef },
@@ -937,9 +941,11 @@ impl LogicalPlan {
                 left,
                 ..
             } => left.is_monotonic(),
-            LogicalPlan::Join { kind, left, right, .. } => {
-                // Outer padding and anti-join rows retract when a match arrives.
+            LogicalPlan::Join { kind, left, right, held, .. } => {
+                // Outer padding and anti-join rows retract when a match arrives; a held
+                // window's rows when it moves.
                 matches!(kind, JoinKind::Inner | JoinKind::LeftSemi)
+                    && held.iter().all(Option::is_none)
                     && left.is_monotonic()
                     && right.is_monotonic()
             }
@@ -1057,7 +1063,7 @@ impl LogicalPlan {
                 input: m(input),
                 schema: schema.clone(),
             },
-            LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema } => {
+            LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema, held } => {
                 LogicalPlan::Join {
                     kind: *kind,
                     left: m(left),
@@ -1066,6 +1072,7 @@ impl LogicalPlan {
                     filter: filter.as_ref().map(f),
                     nulls_equal: *nulls_equal,
                     schema: schema.clone(),
+                    held: held.clone(),
                 }
             }
             LogicalPlan::Aggregate { group, aggs, input, schema } => LogicalPlan::Aggregate {

@@ -236,7 +236,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
         }
         LogicalPlan::Join { kind: JoinKind::IntersectAll | JoinKind::ExceptAll, .. } => {
             // Keyed on every column of both sides.
-            let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema: s } =
+            let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema: s, held } =
                 plan.as_ref()
             else {
                 return Err(WeirError::internal("join expected"));
@@ -249,6 +249,7 @@ fn narrow(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>,
                 filter: filter.clone(),
                 nulls_equal: *nulls_equal,
                 schema: s.clone(),
+                held: held.clone(),
             })
         }
         LogicalPlan::Join { .. } => narrow_join(plan, required),
@@ -359,7 +360,8 @@ fn narrow_over(
 /// plus its key and filter columns. (Its own function to keep `narrow`'s frame small: deep
 /// join trees recurse through both.)
 fn narrow_join(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalPlan>, Vec<usize>)> {
-    let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema: s } = plan.as_ref()
+    let LogicalPlan::Join { kind, left, right, on, filter, nulls_equal, schema: s, held } =
+        plan.as_ref()
     else {
         return Err(WeirError::internal("join expected"));
     };
@@ -428,6 +430,7 @@ fn narrow_join(plan: &Arc<LogicalPlan>, required: &Cols) -> Result<(Arc<LogicalP
             filter: filter.clone(),
             nulls_equal: *nulls_equal,
             schema,
+            held: held.clone(),
         }),
         kept,
     ))
@@ -688,6 +691,7 @@ mod tests {
             filter: None,
             nulls_equal: false,
             schema,
+            held: [None, None],
         })
     }
 
@@ -771,6 +775,7 @@ mod tests {
             filter: None,
             nulls_equal: false,
             schema: Arc::new(a().schema().join(&b().schema()).unwrap()),
+            held: [None, None],
         });
         let plan = project(vec![col("a.name")], cross);
         let pruned = prune(&plan).unwrap();

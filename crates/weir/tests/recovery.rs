@@ -22,6 +22,11 @@ CREATE SINK sessions WITH (path = 'out/sessions.csv') AS
 CREATE SINK cumulated WITH (path = 'out/cumulated.csv') AS
   SELECT ISTREAM k, window_start, window_end, COUNT(*) AS n, MAX(v) AS top
   FROM TABLE(CUMULATE(TABLE s, DESCRIPTOR(t), 3, 12, 1)) GROUP BY k, window_start, window_end;
+CREATE SINK tumbled WITH (path = 'out/tumbled.csv') AS
+  SELECT RSTREAM names.label, x.v FROM s [RANGE 5 SLIDE 5] AS x JOIN names ON x.k = names.k;
+CREATE SINK paired WITH (path = 'out/paired.csv') AS
+  SELECT ISTREAM x.k, x.v, y.v AS w FROM s [RANGE 6 SLIDE 6] AS x
+  JOIN s [RANGE 4 SLIDE 5 OFFSET 2] AS y ON x.k = y.k AND x.v < y.v;
 ";
 
 const SUBSCRIBED: &str = "SELECT DSTREAM k, v FROM s [ROWS 3]";
@@ -103,7 +108,15 @@ fn continue_exactly(workers: usize) {
     assert_eq!(seen, expected_sub);
     assert_eq!(rows(&mut c, "SELECT * FROM counts ORDER BY k"), expected_counts);
     assert_eq!(rows(&mut c, "SELECT * FROM names ORDER BY k").len(), 2);
-    for f in ["out/labelled.csv", "out/changes.jsonl", "out/sessions.csv", "out/cumulated.csv"] {
+    let sinks = [
+        "out/labelled.csv",
+        "out/changes.jsonl",
+        "out/sessions.csv",
+        "out/cumulated.csv",
+        "out/tumbled.csv",
+        "out/paired.csv",
+    ];
+    for f in sinks {
         let want = std::fs::read(plain.join(f)).unwrap();
         let got = std::fs::read(durable.join(f)).unwrap();
         assert!(want == got, "{f} differs");
@@ -115,6 +128,11 @@ fn continue_exactly(workers: usize) {
     // line per key and window.
     let cumulated = std::fs::read_to_string(plain.join("out/cumulated.csv")).unwrap();
     assert!(cumulated.lines().count() > 100, "{cumulated}");
+    // Joins holding tumbling and gapped windows had windows filling across the checkpoint.
+    for (f, least) in [("out/tumbled.csv", 500), ("out/paired.csv", 800)] {
+        let text = std::fs::read_to_string(plain.join(f)).unwrap();
+        assert!(text.lines().count() > least, "{f}: {} lines", text.lines().count());
+    }
     let stats = c.stream_stats();
     assert_eq!(stats[0].accepted, 400);
     let _ = std::fs::remove_dir_all(&root);

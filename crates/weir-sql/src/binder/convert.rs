@@ -139,6 +139,7 @@ impl Converter<'_> {
                             filter: j.filter.clone(),
                             nulls_equal: true,
                             schema: j.schema.clone(),
+                            held: [None, None],
                         }));
                     }
                     other => return Err(unsupported(&format!("{other} JOIN"))),
@@ -151,6 +152,7 @@ impl Converter<'_> {
                     filter: j.filter.clone(),
                     nulls_equal: j.null_equality == datafusion_common::NullEquality::NullEqualsNull,
                     schema: j.schema.clone(),
+                    held: [None, None],
                 }
             }
             DfPlan::Aggregate(a) => {
@@ -404,6 +406,7 @@ impl Converter<'_> {
             filter: j.filter.clone(),
             nulls_equal: false,
             schema: j.schema.clone(),
+            held: [None, None],
         }))
     }
 
@@ -451,6 +454,7 @@ impl Converter<'_> {
             filter: None,
             nulls_equal: false,
             schema: j.schema.clone(),
+            held: [None, None],
         })))
     }
 

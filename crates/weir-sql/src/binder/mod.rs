@@ -701,7 +701,9 @@ impl<'a> Binder<'a> {
         // An ISTREAM of window bounds needs no retractions of the old bounds.
         let plan = weir_plan::mark_istream_bounds(&plan)?;
         // ... and then, per TUMBLE/HOP/CUMULATE window, each window's groups once when it closes.
-        weir_plan::fuse_window_aggregates(&plan)
+        let plan = weir_plan::fuse_window_aggregates(&plan)?;
+        // Inner joins over tumbling windows index the window's elements as they arrive.
+        weir_plan::hold_join_windows(&plan)
     }
 
     /// DataFusion's plan of `query`, and the filters of its `MIGHT_CONTAIN` calls (which the

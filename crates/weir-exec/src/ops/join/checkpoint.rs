@@ -5,22 +5,29 @@
 //!   `count` Int64);
 //! - `join.left_rows`, `join.right_rows`: the tracked rows of outer, semi, anti and mark joins
 //!   (`row` Binary, `count`, `matches` Int64, `null_key` Boolean);
-//! - `join.totals`: one row, `right_total` and `right_null` (the null-aware anti join's counts).
+//! - `join.totals`: one row, `right_total` and `right_null` (the null-aware anti join's counts);
+//! - for a join that holds windows (see [`super::held`]), `join.held`: per held side (`side`
+//!   0 or 1), its current window's rows and then its next window's (`next`), each window's
+//!   keys in order of first arrival (`key`, `row`, `count`); and `join.held_ticks`, a row per
+//!   held side: `side`, `pending_at` and `until` (NULL when none). A held side's rows are not
+//!   in its index section, and are written whole in every checkpoint, as a window's are.
 //!
 //! The changes since the last checkpoint (see [`crate::dirty`]), in a fixed order:
 //! `join.left_index.changes` and `join.right_index.changes`, each (key, row) whose count
 //! changed since, with its count now (0: gone; columns as the index sections);
 //! `join.left_rows.changes` and `join.right_rows.changes`, the tracked rows changed since
-//! (count 0: no longer tracked); `join.totals`.
+//! (count 0: no longer tracked); `join.totals`; the held windows' sections, whole.
 
 use datafusion_common::HashMap;
 
 use weir_common::Result;
 
-use super::{Bucket, Index, Join, Key, Tracked};
+use super::held::HeldRow;
+use super::{Bucket, Held, Index, Join, Key, Tracked};
 use crate::row::RowBytes;
 use crate::state::{
-    binary_col, bool_col, i64_col, invalid, nonzero, runs, signature, StateReader, StateWriter,
+    binary_col, bool_col, i64_col, invalid, nonzero, opt_i64_col, runs, signature, StateReader,
+    StateWriter,
 };
 
 /// A (key, row) pair of a join index as one byte string: the key's length (4 bytes,
@@ -86,17 +93,92 @@ fn put_tracked(
 
 impl Join {
     fn signature(&self) -> String {
-        signature(
-            "join",
-            &self.schema,
-            (
-                self.kind,
-                self.nulls_equal,
-                self.key_codec_types(),
-                self.left.schema.fields().len(),
-                self.right.schema.fields().len(),
-            ),
+        let params = (
+            self.kind,
+            self.nulls_equal,
+            self.key_codec_types(),
+            self.left.schema.fields().len(),
+            self.right.schema.fields().len(),
+        );
+        if !self.holds() {
+            return signature("join", &self.schema, params);
+        }
+        let held = self.held.each_ref().map(|h| h.as_ref().map(Held::params));
+        signature("join", &self.schema, (params, held))
+    }
+
+    /// Sections `join.held` and `join.held_ticks`, if the join holds a window.
+    fn put_held(&self, w: &mut StateWriter, sig: &str) -> Result<()> {
+        if !self.holds() {
+            return Ok(());
+        }
+        let mut rows: Vec<(i64, HeldRow<'_>)> = Vec::new();
+        for side in 0..2 {
+            rows.extend(self.held_rows(side).into_iter().map(|r| (side as i64, r)));
+        }
+        w.put(
+            "join.held",
+            sig,
+            rows.len(),
+            vec![
+                ("side", i64_col(rows.iter().map(|r| r.0))),
+                ("next", bool_col(rows.iter().map(|r| r.1 .3))),
+                ("key", binary_col(rows.iter().map(|r| r.1 .0))),
+                ("row", binary_col(rows.iter().map(|r| r.1 .1))),
+                ("count", i64_col(rows.iter().map(|r| r.1 .2))),
+            ],
+        )?;
+        let ticks: Vec<(i64, &Held)> =
+            (0..2).filter_map(|side| self.held[side].as_ref().map(|h| (side as i64, h))).collect();
+        w.put(
+            "join.held_ticks",
+            sig,
+            ticks.len(),
+            vec![
+                ("side", i64_col(ticks.iter().map(|t| t.0))),
+                ("pending_at", opt_i64_col(ticks.iter().map(|t| t.1.pending_at))),
+                ("until", opt_i64_col(ticks.iter().map(|t| t.1.until))),
+            ],
         )
+    }
+
+    /// Reads what [`Join::put_held`] wrote, replacing the held sides' state.
+    fn take_held(&mut self, r: &mut StateReader) -> Result<()> {
+        if !self.holds() {
+            return Ok(());
+        }
+        let sig = self.signature();
+        let s = r.take("join.held", &sig)?;
+        let (sides, next) = (s.i64s("side")?, s.bools("next")?);
+        let (keys, rows, counts) = (s.binary("key")?, s.binary("row")?, s.i64s("count")?);
+        let t = r.take("join.held_ticks", &sig)?;
+        let (tick_sides, pending_at, until) =
+            (t.i64s("side")?, t.opt_i64s("pending_at")?, t.opt_i64s("until")?);
+        for side in 0..2 {
+            let Some(held) = self.held[side].as_mut() else { continue };
+            let (sides, next, keys, rows, counts) = (&sides, &next, &keys, &rows, &counts);
+            let of = |window: bool| {
+                (0..keys.len())
+                    .filter(move |&i| sides[i] == side as i64 && next[i] == window)
+                    .map(|i| (keys[i], rows[i], counts[i]))
+            };
+            let (current, current_keys) = super::held::rebuild(of(false))?;
+            let (pending, pending_keys) = super::held::rebuild(of(true))?;
+            let Some(at) = tick_sides.iter().position(|&s| s == side as i64) else {
+                return Err(invalid("section 'join.held_ticks': a held side missing"));
+            };
+            held.current_keys = current_keys;
+            held.pending = pending;
+            held.pending_keys = pending_keys;
+            held.pending_at = pending_at[at];
+            held.until = until[at];
+            if side == 0 {
+                self.left_index = current;
+            } else {
+                self.right_index = current;
+            }
+        }
+        Ok(())
     }
 
     fn key_codec_types(&self) -> String {
@@ -106,11 +188,16 @@ impl Join {
     /// Writes the join's own state (see the module docs).
     pub(super) fn save_own(&self, w: &mut StateWriter) -> Result<()> {
         let sig = self.signature();
-        for (name, index) in
+        for (side, (name, index)) in
             [("join.left_index", &self.left_index), ("join.right_index", &self.right_index)]
+                .into_iter()
+                .enumerate()
         {
+            // A held side's rows are in `join.held`.
+            let held = self.held[side].is_some();
             let mut rows: Vec<(&[u8], &[u8], i64)> = index
                 .iter()
+                .filter(|_| !held)
                 .flat_map(|(k, bucket)| bucket.iter().map(move |(r, c)| (&k[..], &r[..], c)))
                 .collect();
             rows.sort_unstable();
@@ -124,7 +211,8 @@ impl Join {
             rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
             put_tracked(w, name, &sig, &rows)?;
         }
-        self.put_totals(w, &sig)
+        self.put_totals(w, &sig)?;
+        self.put_held(w, &sig)
     }
 
     /// Writes the changes since the last checkpoint, given the index keys and the tracked rows
@@ -157,7 +245,8 @@ impl Join {
                 rows.iter().map(|r| (&r[..], map.get(r).copied().unwrap_or_default())).collect();
             put_tracked(w, name, &sig, &now)?;
         }
-        self.put_totals(w, &sig)
+        self.put_totals(w, &sig)?;
+        self.put_held(w, &sig)
     }
 
     /// Applies what [`Join::save_changed`] wrote to the state of the previous checkpoint.
@@ -204,7 +293,7 @@ impl Join {
         let s = r.take("join.totals", &sig)?;
         self.right_total = s.scalar_i64("right_total")?;
         self.right_null = s.scalar_i64("right_null")?;
-        Ok(())
+        self.take_held(r)
     }
 
     /// Section `join.totals`: the null-aware anti join's counts of the right side.
@@ -282,6 +371,6 @@ impl Join {
         self.right_rows = right_rows;
         self.right_total = total;
         self.right_null = null;
-        Ok(())
+        self.take_held(r)
     }
 }

@@ -53,11 +53,13 @@ use crate::route::{KeyRoute, Placement};
 use crate::row::{RowBytes, RowCodec};
 use bucket::Bucket;
 use expiry::Expiry;
+use held::Held;
 use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Seen, SideRows};
 
 mod bucket;
 mod checkpoint;
 pub mod expiry;
+pub mod held;
 pub mod might_contain;
 mod rows;
 pub mod temporal;
@@ -118,6 +120,8 @@ pub struct Join {
     /// For the null-aware anti join: right rows in total, and with a NULL key.
     right_total: i64,
     right_null: i64,
+    /// Per side, the window it is held as, if any (see [`held`]).
+    held: [Option<Held>; 2],
 }
 
 impl Join {
@@ -147,7 +151,15 @@ impl Join {
             expiry: [None, None],
             right_total: 0,
             right_null: 0,
+            held: [None, None],
         }
+    }
+
+    /// An inner join whose sides' inputs are streams held as the windows `held` (see
+    /// [`held`]), where given.
+    pub fn with_held(mut self, held: [Option<Held>; 2]) -> Self {
+        self.held = held;
+        self
     }
 
     fn tracks_left(&self) -> bool {
@@ -295,7 +307,8 @@ impl Join {
     /// In an interval join, `hi` is the step's last instant: rows of the step that expire by
     /// then leave at its end without waiting in a queue (a q9 bid: at its own instant).
     fn run(&mut self, dl: &ChangeBatch, dr: &ChangeBatch, hi: Time) -> Result<ChangeBatch> {
-        if dl.is_empty() && dr.is_empty() {
+        let moves = self.held.iter().flatten().any(|h| h.next_move().is_some_and(|t| t <= hi));
+        if dl.is_empty() && dr.is_empty() && !moves {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
         let el = EncodedSide::new(&self.left, &self.key_codec, dl, self.nulls_equal)?;
@@ -303,7 +316,7 @@ impl Join {
         let lrows = el.delta_rows(&dl.diffs);
         let rrows = er.delta_rows(&dr.diffs);
         let now = self.enqueue([(dl, &lrows), (dr, &rrows)], hi)?;
-        let out = self.step(&lrows, &rrows, dl, dr)?;
+        let out = self.step(&lrows, &rrows, dl, dr, hi)?;
         for (side, i) in now {
             let (row, index) = match side {
                 0 => (&lrows[i], &mut self.left_index),
@@ -323,17 +336,24 @@ impl Join {
         rrows: &[DeltaRow<'_>],
         dl: &ChangeBatch,
         dr: &ChangeBatch,
+        hi: Time,
     ) -> Result<ChangeBatch> {
-        let insts = instants(&dl.times, &dr.times);
         let mut ls = SideRows::new(lrows);
         let mut rs = SideRows::new(rrows);
         let mut out = Out::default();
         if matches!(self.kind, JoinKind::IntersectAll | JoinKind::ExceptAll) {
-            for inst in &insts {
+            for inst in &instants(&dl.times, &dr.times) {
                 self.bag_step(inst, lrows, rrows, &mut ls, &mut out)?;
             }
         } else {
-            let pairs = self.candidates(&insts, lrows, rrows, &mut ls, &mut rs);
+            let (insts, pairs) = if self.holds() {
+                let times = [&dl.times[..], &dr.times[..]];
+                self.held_candidates(times, hi, lrows, rrows, &mut ls, &mut rs)?
+            } else {
+                let insts = instants(&dl.times, &dr.times);
+                let pairs = self.candidates(&insts, lrows, rrows, &mut ls, &mut rs);
+                (insts, pairs)
+            };
             let theta = self.matching(&pairs, &ls, &rs)?;
             if let (JoinKind::Inner, Some((mask, full))) = (self.kind, &theta) {
                 // The output is the candidates θ kept, already decoded.
@@ -381,46 +401,58 @@ impl Join {
         for (k, inst) in insts.iter().enumerate() {
             let k = k as u32;
             // ΔR ⋈ S_old
-            for i in inst.left.clone() {
-                let d = &lrows[i];
-                let Some(bucket) = d.key.and_then(|key| self.right_index.get(key)) else {
-                    continue;
-                };
-                for (r, rc) in bucket.iter() {
-                    let r = rs.copy(r);
-                    pairs.push(Pair {
-                        inst: k,
-                        l: i as u32,
-                        r,
-                        lc: d.diff,
-                        rc,
-                        from_left_delta: true,
-                    });
-                }
-            }
+            self.left_delta_pairs(k, &lrows[inst.left.clone()], inst.left.start, rs, &mut pairs);
             Self::apply(&mut self.left_index, &mut self.dirty_keys[0], &lrows[inst.left.clone()]);
             // R_new ⋈ ΔS
-            for j in inst.right.clone() {
-                let d = &rrows[j];
-                let Some(bucket) = d.key.and_then(|key| self.left_index.get(key)) else {
-                    continue;
-                };
-                for (l, lc) in bucket.iter() {
-                    let l = ls.copy(l);
-                    pairs.push(Pair {
-                        inst: k,
-                        l,
-                        r: j as u32,
-                        lc,
-                        rc: d.diff,
-                        from_left_delta: false,
-                    });
-                }
-            }
+            self.right_delta_pairs(k, &rrows[inst.right.clone()], inst.right.start, ls, &mut pairs);
             // S_new, once nothing reads S_old any more.
             Self::apply(&mut self.right_index, &mut self.dirty_keys[1], &rrows[inst.right.clone()]);
         }
         pairs
+    }
+
+    /// ΔR ⋈ S at instant number `k`: the pairs of the left changes `delta` (numbered from
+    /// `start` in the step's changes) with the right index.
+    fn left_delta_pairs(
+        &self,
+        k: u32,
+        delta: &[DeltaRow<'_>],
+        start: usize,
+        rs: &mut SideRows<'_>,
+        pairs: &mut Vec<Pair>,
+    ) {
+        for (i, d) in delta.iter().enumerate() {
+            let Some(bucket) = d.key.and_then(|key| self.right_index.get(key)) else {
+                continue;
+            };
+            for (r, rc) in bucket.iter() {
+                let r = rs.copy(r);
+                let l = (start + i) as u32;
+                pairs.push(Pair { inst: k, l, r, lc: d.diff, rc, from_left_delta: true });
+            }
+        }
+    }
+
+    /// R ⋈ ΔS at instant number `k`: the pairs of the right changes `delta` (numbered from
+    /// `start` in the step's changes) with the left index.
+    fn right_delta_pairs(
+        &self,
+        k: u32,
+        delta: &[DeltaRow<'_>],
+        start: usize,
+        ls: &mut SideRows<'_>,
+        pairs: &mut Vec<Pair>,
+    ) {
+        for (j, d) in delta.iter().enumerate() {
+            let Some(bucket) = d.key.and_then(|key| self.left_index.get(key)) else {
+                continue;
+            };
+            for (l, lc) in bucket.iter() {
+                let l = ls.copy(l);
+                let r = (start + j) as u32;
+                pairs.push(Pair { inst: k, l, r, lc, rc: d.diff, from_left_delta: false });
+            }
+        }
     }
 
     /// Pass 2: whether each candidate pair satisfies the residual predicate, with the
@@ -728,8 +760,9 @@ impl Operator for Join {
         Ok(out)
     }
 
+    /// A held window's next move (see [`held`]).
     fn next_wakeup(&self) -> Option<Time> {
-        None
+        self.held.iter().flatten().filter_map(Held::next_move).min()
     }
 
     fn span_capable(&self) -> bool {
@@ -745,6 +778,7 @@ impl Operator for Join {
             + self.dirty_keys.iter().map(HeapSize::heap_bytes).sum::<usize>()
             + self.dirty_rows.iter().map(HeapSize::heap_bytes).sum::<usize>()
             + self.expiry.iter().flatten().map(HeapSize::heap_bytes).sum::<usize>()
+            + self.held.iter().flatten().map(HeapSize::heap_bytes).sum::<usize>()
     }
 
     /// State: the join's own sections (see [`checkpoint`]).

@@ -1,7 +1,11 @@
-//! Tests of [`Join`](super::Join): each join kind on hand-written changes, the mark join, and
-//! a property test that spans of any width give what instants give.
+//! Tests of [`Join`](super::Join): each join kind on hand-written changes, the mark join, a
+//! property test that spans of any width give what instants give, and a join holding its
+//! windows (see [`super::held`]) against the same join over window operators.
+
+use proptest::prelude::*;
 
 use super::*;
+use crate::testing::{kv, Tick};
 
 /// A side over (k, v) keyed by the columns `keys`.
 fn kv_side(keys: &[&str]) -> JoinSide {
@@ -36,6 +40,44 @@ fn mark_schema() -> SchemaRef {
         Field::new("v", DataType::Int64, true),
         Field::new("mark", DataType::Boolean, true),
     ]))
+}
+
+/// Ticks from (time, diff, key, value) changes; a key or value of 3 is NULL.
+pub(super) fn ticks(changes: &[(i64, i64, u8, i64)]) -> Vec<Tick> {
+    let mut by_time: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for &(t, d, k, v) in changes {
+        let k = if k == 3 { "_".to_string() } else { ((b'a' + k) as char).to_string() };
+        let v = if v == 3 { "_".to_string() } else { v.to_string() };
+        by_time.entry(t).or_default().push(format!("{d:+} {k} {v}"));
+    }
+    by_time.into_iter().map(|(t, items)| kv(t, &items.join(", "))).collect()
+}
+
+/// Bag contents per instant, as sorted `@t +d row` strings with equal rows' diffs summed:
+/// the span and instant-by-instant outputs must agree on these.
+pub(super) fn consolidated(lines: Vec<String>) -> Vec<String> {
+    let mut net: std::collections::BTreeMap<(i64, String), i64> = Default::default();
+    for l in lines {
+        let (t, rest) = l.split_once(' ').unwrap();
+        let (d, row) = rest.split_once(' ').unwrap();
+        *net.entry((t[1..].parse().unwrap(), row.to_string())).or_default() +=
+            d.parse::<i64>().unwrap();
+    }
+    net.into_iter().filter(|(_, d)| *d != 0).map(|((t, r), d)| format!("@{t} {d:+} {r}")).collect()
+}
+
+/// Insertions of a row with a multiplicity, some retracted whole at a later instant (a
+/// relation's changes never remove what is not there).
+pub(super) fn changes() -> impl Strategy<Value = Vec<(i64, i64, u8, i64)>> {
+    prop::collection::vec((0i64..12, 1i64..3, 0u8..4, 0i64..4, prop::option::of(0i64..6)), 0..12)
+        .prop_map(|items| {
+            items
+                .into_iter()
+                .flat_map(|(t, n, k, v, gone)| {
+                    std::iter::once((t, n, k, v)).chain(gone.map(|g| (t + g, -n, k, v)))
+                })
+                .collect()
+        })
 }
 
 mod kinds {
@@ -331,50 +373,6 @@ mod spans {
         assert_eq!(rows(&restored.left_index), 0);
     }
 
-    /// Ticks from (time, diff, key, value) changes; a key or value of 3 is NULL.
-    fn ticks(changes: &[(i64, i64, u8, i64)]) -> Vec<Tick> {
-        let mut by_time: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
-        for &(t, d, k, v) in changes {
-            let k = if k == 3 { "_".to_string() } else { ((b'a' + k) as char).to_string() };
-            let v = if v == 3 { "_".to_string() } else { v.to_string() };
-            by_time.entry(t).or_default().push(format!("{d:+} {k} {v}"));
-        }
-        by_time.into_iter().map(|(t, items)| kv(t, &items.join(", "))).collect()
-    }
-
-    /// Bag contents per instant, as sorted `@t +d row` strings with equal rows' diffs summed:
-    /// the span and instant-by-instant outputs must agree on these.
-    fn consolidated(lines: Vec<String>) -> Vec<String> {
-        let mut net: std::collections::BTreeMap<(i64, String), i64> = Default::default();
-        for l in lines {
-            let (t, rest) = l.split_once(' ').unwrap();
-            let (d, row) = rest.split_once(' ').unwrap();
-            *net.entry((t[1..].parse().unwrap(), row.to_string())).or_default() +=
-                d.parse::<i64>().unwrap();
-        }
-        net.into_iter()
-            .filter(|(_, d)| *d != 0)
-            .map(|((t, r), d)| format!("@{t} {d:+} {r}"))
-            .collect()
-    }
-
-    /// Insertions of a row with a multiplicity, some retracted whole at a later instant (a
-    /// relation's changes never remove what is not there).
-    fn changes() -> impl Strategy<Value = Vec<(i64, i64, u8, i64)>> {
-        prop::collection::vec(
-            (0i64..12, 1i64..3, 0u8..4, 0i64..4, prop::option::of(0i64..6)),
-            0..12,
-        )
-        .prop_map(|items| {
-            items
-                .into_iter()
-                .flat_map(|(t, n, k, v, gone)| {
-                    std::iter::once((t, n, k, v)).chain(gone.map(|g| (t + g, -n, k, v)))
-                })
-                .collect()
-        })
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -421,5 +419,232 @@ mod spans {
             render(&d),
             ["@1 +1 a 1 _ _", "@2 +1 a 1 a 5", "@2 -1 a 1 _ _", "@3 -1 a 1 a 5",]
         );
+    }
+}
+
+/// A join that holds a tumbling or gapped window of a stream (see [`super::held`]) against the
+/// same join over the window operator: equal outputs, instant by instant and in spans.
+mod held {
+    use arrow::datatypes::DataType;
+    use datafusion_common::DFSchema;
+    use datafusion_expr::{col, lit};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::ops::window_time::{TimeBounds, TimeWindow};
+    use crate::testing::{fed, kv, kv_schema, run, run_spans, Graph, Tick};
+
+    /// (range, slide, offset) of a window that replaces its contents at each move.
+    type Spec = (Time, Time, Time);
+
+    fn held(spec: Spec) -> Held {
+        Held::new(spec.0, spec.1, spec.2).unwrap()
+    }
+
+    fn join_op(filter: bool) -> Join {
+        let both = pair_schema();
+        // θ: the left value below the right one (over both sides' columns).
+        let theta = filter.then(|| {
+            let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
+            ScalarExpr::compile(&col("v").lt(col("v2") + lit(1i64)), &df_both).unwrap()
+        });
+        let codec = RowCodec::new(vec![DataType::Utf8]).unwrap();
+        Join::new(JoinKind::Inner, false, kv_side(&["k"]), kv_side(&["k"]), codec, theta, both)
+    }
+
+    /// The join holding the windows `specs` (per side; None: the side is a relation).
+    fn holding(specs: [Option<Spec>; 2], filter: bool, inputs: [Vec<Tick>; 2]) -> Graph {
+        fed(join_op(filter).with_held(specs.map(|s| s.map(held))), inputs)
+    }
+
+    /// The same join over window operators.
+    fn windowed(specs: [Option<Spec>; 2], filter: bool, inputs: [Vec<Tick>; 2]) -> Graph {
+        let mut flow = Graph::new();
+        let mut sides = vec![];
+        for (spec, ticks) in specs.into_iter().zip(inputs) {
+            let feed = flow.add(Box::new(crate::testing::Feed::new(ticks)), vec![]).unwrap();
+            sides.push(match spec {
+                Some((range, slide, offset)) => {
+                    let bounds = TimeBounds::Slide { range, slide, offset };
+                    let window = TimeWindow::new(bounds, kv_schema());
+                    flow.add(Box::new(window), vec![feed]).unwrap()
+                }
+                None => feed,
+            });
+        }
+        flow.add(Box::new(join_op(filter)), sides).unwrap();
+        flow
+    }
+
+    #[test]
+    fn a_window_enters_and_leaves_at_its_last_tick() {
+        // [RANGE 4 SLIDE 4]: windows [0, 4), [4, 8), ... current at 3, 7, ...; the right side
+        // is a relation (b leaves at 9).
+        let stream =
+            vec![kv(1, "+1 a 1, +1 b 1"), kv(2, "+2 a 2"), kv(5, "+1 b 5"), kv(13, "+1 a 13")];
+        let relation = vec![kv(0, "+1 a 10, +1 b 20"), kv(9, "-1 b 20")];
+        let out =
+            run(&mut holding([Some((4, 4, 0)), None], false, [stream.clone(), relation.clone()]));
+        assert_eq!(
+            out,
+            [
+                "@3 +1 a 1 a 10",
+                "@3 +1 b 1 b 20",
+                "@3 +2 a 2 a 10",
+                "@7 +1 b 5 b 20",
+                "@7 -1 a 1 a 10",
+                "@7 -1 b 1 b 20",
+                "@7 -2 a 2 a 10",
+                "@9 -1 b 5 b 20",
+                "@15 +1 a 13 a 10",
+                "@19 -1 a 13 a 10",
+            ]
+        );
+        let want = run(&mut windowed([Some((4, 4, 0)), None], false, [stream, relation]));
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn elements_in_a_gap_never_enter() {
+        // [RANGE 2 SLIDE 5 OFFSET 1]: windows [4, 6), [9, 11), ... current at 5, 10, ...;
+        // elements stamped 1-3, 6-8 fall in gaps.
+        let stream = vec![kv(2, "+1 a 2"), kv(4, "+1 a 4"), kv(7, "+1 a 7"), kv(10, "+1 a 10")];
+        let relation = vec![kv(0, "+1 a 0")];
+        let out = run(&mut holding([Some((2, 5, 1)), None], false, [stream, relation]));
+        assert_eq!(out, ["@5 +1 a 4 a 0", "@10 +1 a 10 a 0", "@10 -1 a 4 a 0", "@15 -1 a 10 a 0"]);
+    }
+
+    #[test]
+    fn checkpoints_restore_both_windows() {
+        use crate::testing::changes_round_trip;
+        let stream = vec![
+            kv(1, "+1 a 1, +1 _ 1"),
+            kv(2, "+2 b 2"),
+            kv(4, "+1 a 4"),
+            kv(6, "+1 c 6, +1 a 6"),
+            kv(9, "+1 b 9"),
+        ];
+        let relation = vec![kv(0, "+1 a 10, +1 b 20"), kv(5, "+1 c 30"), kv(8, "-1 a 10")];
+        let more = vec![vec![kv(12, "+1 c 12")], vec![kv(12, "+1 a 11")]];
+        for specs in [[Some((3, 3, 0)), None], [Some((2, 3, 1)), Some((3, 3, 0))]] {
+            let make = || {
+                Box::new(join_op(false).with_held(specs.map(|s| s.map(held)))) as Box<dyn Operator>
+            };
+            let inputs = match specs[1] {
+                Some(_) => vec![stream.clone(), stream.clone()],
+                None => vec![stream.clone(), relation.clone()],
+            };
+            for stops in [&[1, 3, 5][..], &[2, 4, 7][..], &[6][..]] {
+                changes_round_trip(make, inputs.clone(), more.clone(), stops);
+            }
+        }
+    }
+
+    /// Restored from a checkpoint taken anywhere in a window, whole or as changes since a
+    /// whole one, the join goes on as the original does, probing from the windows' keys (the
+    /// other side has more) and from the other side's.
+    #[test]
+    fn a_restored_join_goes_on_as_the_original() {
+        use crate::state::{StateReader, StateWriter};
+        use crate::testing::{checkpoint_into, drive_n};
+        let stream = vec![
+            kv(1, "+1 a 1, +1 _ 1"),
+            kv(2, "+2 b 2"),
+            kv(4, "+1 a 4, +1 a 5"),
+            kv(5, "+1 c 5"),
+            kv(7, "+1 b 7, +1 a 7"),
+            kv(9, "+1 c 9"),
+        ];
+        let relation = vec![
+            kv(0, "+1 a 10, +1 b 20, +1 c 30, +1 d 40, +1 e 50, +1 f 60"),
+            kv(6, "-1 b 20, +1 a 11"),
+        ];
+        for specs in [[Some((3, 3, 0)), None], [Some((2, 3, 1)), Some((4, 4, 2))]] {
+            let make = || join_op(false).with_held(specs.map(|s| s.map(held)));
+            let inputs = match specs[1] {
+                Some(_) => [stream.clone(), stream.clone()],
+                None => [stream.clone(), relation.clone()],
+            };
+            let feeds = |from: Time, to: Time| -> Vec<_> {
+                inputs
+                    .iter()
+                    .map(|ticks| {
+                        let part: Vec<Tick> =
+                            ticks.iter().filter(|(t, _)| (from..to).contains(t)).cloned().collect();
+                        part.into_iter().peekable()
+                    })
+                    .collect()
+            };
+            let all = drive_n(&mut make(), &mut feeds(0, 100), None);
+            for (first, stop) in [(1, 3), (2, 5), (4, 6), (5, 8), (3, 10)] {
+                let mut a = make();
+                let before = drive_n(&mut a, &mut feeds(0, first), Some(first));
+                let mut w = StateWriter::new();
+                a.save_state(&mut w).unwrap();
+                let whole = w.into_bytes().unwrap();
+                a.track_changes();
+                let mut middle = drive_n(&mut a, &mut feeds(first, stop), Some(stop));
+                let mut w = StateWriter::new();
+                assert!(a.save_changes(&mut w).unwrap());
+                let changes = w.into_bytes().unwrap();
+                let mut from_whole = make();
+                checkpoint_into(&a, &mut from_whole);
+                let mut from_changes = make();
+                from_changes.restore_state(&mut StateReader::from_bytes(&whole).unwrap()).unwrap();
+                from_changes
+                    .restore_changes(&mut StateReader::from_bytes(&changes).unwrap())
+                    .unwrap();
+                let rest = drive_n(&mut a, &mut feeds(stop, 100), None);
+                for mut b in [from_whole, from_changes] {
+                    assert_eq!(
+                        drive_n(&mut b, &mut feeds(stop, 100), None),
+                        rest,
+                        "{specs:?} {stop}"
+                    );
+                }
+                let mut seen = before;
+                seen.append(&mut middle);
+                seen.extend(rest);
+                assert_eq!(seen, all, "{specs:?} {first} {stop}");
+            }
+        }
+    }
+
+    /// Stream elements: (instant, count, key, value); a key or value of 3 is NULL.
+    fn elements() -> impl Strategy<Value = Vec<(i64, i64, u8, i64)>> {
+        prop::collection::vec((0i64..20, 1i64..3, 0u8..4, 0i64..4), 0..24)
+    }
+
+    /// A window that replaces its contents at each move: range ≤ slide, offset < slide.
+    fn spec() -> impl Strategy<Value = Spec> {
+        (1i64..6).prop_flat_map(|slide| (1..=slide, Just(slide), 0..slide))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Holding the windows changes no output, whichever sides hold one, with and without
+        /// θ, at any span width.
+        #[test]
+        fn holding_a_window_equals_the_window_operator(
+            left in elements(),
+            right_elements in elements(),
+            right_relation in changes(),
+            specs in (spec(), prop::option::of(spec())),
+            swapped: bool,
+            filter: bool,
+            width in 0i64..7,
+        ) {
+            let (held_spec, other) = specs;
+            let right = if other.is_some() { right_elements } else { right_relation };
+            let (specs, inputs) = if swapped {
+                ([other, Some(held_spec)], [ticks(&right), ticks(&left)])
+            } else {
+                ([Some(held_spec), other], [ticks(&left), ticks(&right)])
+            };
+            let want = consolidated(run(&mut windowed(specs, filter, inputs.clone())));
+            let got = consolidated(run_spans(&mut holding(specs, filter, inputs), width));
+            prop_assert_eq!(got, want);
+        }
     }
 }
