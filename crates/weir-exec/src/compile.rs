@@ -244,7 +244,11 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
         return Err(WeirError::internal("build_join on another node"));
     };
     let (plan_left, plan_right, plan_filter) = (left.clone(), right.clone(), filter.clone());
-    let (ls, rs) = (left.schema(), right.schema());
+    // A held window's side is its rows as the join sees them (with its bounds, if it has any).
+    let side_schema = |input: &LogicalPlan, held: &Option<weir_plan::HeldWindow>| {
+        held.as_ref().map_or_else(|| input.schema(), |h| h.schema.clone())
+    };
+    let (ls, rs) = (side_schema(left, &held[0]), side_schema(right, &held[1]));
     let mut key_types = Vec::new();
     let mut lkeys = Vec::new();
     let mut rkeys = Vec::new();
@@ -281,11 +285,16 @@ fn build_join(plan: &LogicalPlan, schema: SchemaRef) -> Result<Box<dyn Operator>
             if *kind != JoinKind::Inner {
                 return Err(WeirError::internal(format!("a {kind} join holding a window")));
             }
-            let held = held.each_ref().map(|spec| match spec {
-                Some(WindowSpec::RangeSlide { range, slide, offset }) => {
-                    Held::new(*range, *slide, *offset).map(Some)
-                }
-                Some(spec) => Err(WeirError::internal(format!("a join holding a {spec:?} window"))),
+            let held = held.each_ref().map(|h| match h {
+                Some(h) => match h.spec {
+                    WindowSpec::RangeSlide { range, slide, offset } => {
+                        let held = Held::new(range, slide, offset)?;
+                        Ok(Some(held.with_bounds_columns(h.bounds_columns)))
+                    }
+                    ref spec => {
+                        Err(WeirError::internal(format!("a join holding a {spec:?} window")))
+                    }
+                },
                 None => Ok(None),
             });
             let [lh, rh] = held;

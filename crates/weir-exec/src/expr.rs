@@ -62,6 +62,16 @@ impl ScalarExpr {
         self.phys.downcast_ref::<datafusion_physical_expr::expressions::Column>().map(|c| c.index())
     }
 
+    /// The input columns this expression reads.
+    pub fn columns(&self) -> Vec<usize> {
+        let mut cols: Vec<usize> = datafusion_physical_expr::utils::collect_columns(&self.phys)
+            .iter()
+            .map(|c| c.index())
+            .collect();
+        cols.sort_unstable();
+        cols
+    }
+
     /// The expression in SQL.
     pub fn text(&self) -> &str {
         &self.text

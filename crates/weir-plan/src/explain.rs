@@ -138,11 +138,14 @@ pub fn label(plan: &LogicalPlan) -> String {
                 let _ = write!(s, " filter {f}");
             }
             // Windows the join holds (see `crate::held`).
-            for ((side, input), spec) in [("left", left), ("right", right)].iter().zip(held) {
-                if let Some(spec) = spec {
+            for ((side, input), h) in [("left", left), ("right", right)].iter().zip(held) {
+                if let Some(h) = h {
                     let domain = input.time_domain().unwrap_or(weir_common::TimeDomain::Ticks);
-                    let label = LogicalPlan::window_label(spec, domain, &names(&input.schema()));
+                    let label = LogicalPlan::window_label(&h.spec, domain, &names(&input.schema()));
                     let _ = write!(s, ", holds {side} as [{label}]");
+                    if h.bounds_columns {
+                        s.push_str(" with window_start, window_end");
+                    }
                 }
             }
             // An interval join: when each side's rows leave its state.

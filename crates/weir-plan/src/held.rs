@@ -26,6 +26,11 @@
 //! (volatile expressions excluded: they are left where they are, and so is the window), and
 //! the side is the same relation at every instant.
 //!
+//! The same holds for a `TUMBLE` table function's window (range = slide) directly under the
+//! join, whose rows carry `window_start` and `window_end`: each element's bounds are its own
+//! window's, so the join appends them to the element as it arrives (Flink's window join, `ON
+//! l.window_start = r.window_start AND l.window_end = r.window_end AND ...`).
+//!
 //! Only inner joins of a relation with such a window are rewritten: outer, semi and anti
 //! joins track each row's matches, and a join with a stream on the other side is an interval
 //! join, which keeps rows by their own times.
@@ -35,7 +40,7 @@ use std::sync::Arc;
 use weir_common::Result;
 
 use crate::panes::{chain_onto_stream, window_under};
-use crate::plan::{JoinKind, LogicalPlan, PlanKind, WindowSpec};
+use crate::plan::{HeldWindow, JoinKind, LogicalPlan, PlanKind, WindowSpec};
 
 /// `plan` with every inner join over a tumbling (or gapped) window of a stream holding the
 /// window itself (see the module docs).
@@ -89,10 +94,18 @@ pub fn replaces_whole(spec: &WindowSpec) -> bool {
     matches!(*spec, WindowSpec::RangeSlide { range, slide, .. } if range > 0 && range <= slide)
 }
 
-/// A join input that is such a window of a stream seen through filters, projections and
-/// renames: the input with that chain moved onto the stream (its schema unchanged), and the
-/// window.
-fn holdable(plan: &Arc<LogicalPlan>) -> Result<Option<(Arc<LogicalPlan>, WindowSpec)>> {
+/// A join input that is such a window of a stream: a TUMBLE table function's window (its
+/// rows carrying their bounds) directly, or a CQL window seen through filters, projections and
+/// renames. The join's side input is then the stream (the chain moved onto it, its schema
+/// unchanged), and the window the side holds.
+fn holdable(plan: &Arc<LogicalPlan>) -> Result<Option<(Arc<LogicalPlan>, HeldWindow)>> {
+    if let LogicalPlan::Window { spec, input, schema, bounds_columns: true } = plan.as_ref() {
+        if !replaces_whole(spec) || input.kind() != PlanKind::Stream {
+            return Ok(None);
+        }
+        let held = HeldWindow { spec: spec.clone(), bounds_columns: true, schema: schema.clone() };
+        return Ok(Some((input.clone(), held)));
+    }
     let Some((chain, window)) = window_under(plan) else { return Ok(None) };
     let LogicalPlan::Window { spec, input: stream, schema: window_schema, .. } = window.as_ref()
     else {
@@ -101,5 +114,7 @@ fn holdable(plan: &Arc<LogicalPlan>) -> Result<Option<(Arc<LogicalPlan>, WindowS
     if !replaces_whole(spec) {
         return Ok(None);
     }
-    Ok(Some((chain_onto_stream(&chain, stream, window_schema)?, spec.clone())))
+    let side = chain_onto_stream(&chain, stream, window_schema)?;
+    let held = HeldWindow { spec: spec.clone(), bounds_columns: false, schema: plan.schema() };
+    Ok(Some((side, held)))
 }

@@ -37,11 +37,12 @@ pub use held::hold_join_windows;
 pub use panes::pre_aggregate_panes;
 pub use plan::{
     bloom_cells, sketch_input, AggCall, AggFunc, ApplyKind, ApplySubquery, Fraction, FrameBound,
-    JoinKind, LogicalPlan, Membership, OverCall, OverFrame, OverFunc, PlanKind, RankFunc, RankMode,
-    SampleOver, SketchWindow, WindowFrame, WindowSpec, BLOOM_CAPACITIES, DEDUP_CAPACITIES,
-    DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR, DEFAULT_DEDUP_CAPACITY, DEFAULT_DEDUP_ERROR,
-    DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION, DEFAULT_TOP_K_CAPACITY, HLL_PRECISIONS,
-    MAX_FILTER_BYTES, R2S, TDIGEST_COMPRESSIONS, TOP_K_CAPACITIES, TOP_K_KS,
+    HeldWindow, JoinKind, LogicalPlan, Membership, OverCall, OverFrame, OverFunc, PlanKind,
+    RankFunc, RankMode, SampleOver, SketchWindow, WindowFrame, WindowSpec, BLOOM_CAPACITIES,
+    DEDUP_CAPACITIES, DEFAULT_BLOOM_CAPACITY, DEFAULT_BLOOM_ERROR, DEFAULT_DEDUP_CAPACITY,
+    DEFAULT_DEDUP_ERROR, DEFAULT_HLL_PRECISION, DEFAULT_TDIGEST_COMPRESSION,
+    DEFAULT_TOP_K_CAPACITY, HLL_PRECISIONS, MAX_FILTER_BYTES, R2S, TDIGEST_COMPRESSIONS,
+    TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
 pub use window_aggregate::fuse_window_aggregates;

@@ -665,6 +665,16 @@ pub struct ApplySubquery {
     pub kind: ApplyKind,
 }
 
+/// A window an inner join holds itself (see [`crate::held`]): `spec` over the side's input
+/// stream; with `bounds_columns`, its rows carry `window_start` and `window_end` (TUMBLE's),
+/// the last two columns of `schema`, the side's rows as the join sees them.
+#[derive(Debug, Clone)]
+pub struct HeldWindow {
+    pub spec: WindowSpec,
+    pub bounds_columns: bool,
+    pub schema: DFSchemaRef,
+}
+
 /// A node of the plan tree. See the crate docs.
 #[derive(Debug, Clone)]
 pub enum LogicalPlan {
@@ -739,7 +749,7 @@ pub enum LogicalPlan {
         /// Per side (left, right), a tumbling window the join holds itself (see
         /// [`crate::held`]): the side's input is then a stream, and the side the relation
         /// that window makes of it. Only in inner joins.
-        held: [Option<WindowSpec>; 2],
+        held: [Option<HeldWindow>; 2],
     },
     /// Group by `group` (empty: one scalar row) computing `aggs`; output = keys then aggregates.
     Aggregate { group: Vec<Expr>, aggs: Vec<AggCall>, input: Arc<LogicalPlan>, schema: DFSchemaRef },

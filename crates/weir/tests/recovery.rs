@@ -27,6 +27,10 @@ CREATE SINK tumbled WITH (path = 'out/tumbled.csv') AS
 CREATE SINK paired WITH (path = 'out/paired.csv') AS
   SELECT ISTREAM x.k, x.v, y.v AS w FROM s [RANGE 6 SLIDE 6] AS x
   JOIN s [RANGE 4 SLIDE 5 OFFSET 2] AS y ON x.k = y.k AND x.v < y.v;
+CREATE SINK window_join WITH (path = 'out/window_join.csv') AS
+  SELECT ISTREAM x.k, x.v, y.v AS w, x.window_start FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(t), 6)) x
+  JOIN TABLE(TUMBLE(TABLE s, DESCRIPTOR(t), 6)) y
+  ON x.window_start = y.window_start AND x.window_end = y.window_end AND x.k = y.k AND x.v < y.v;
 ";
 
 const SUBSCRIBED: &str = "SELECT DSTREAM k, v FROM s [ROWS 3]";
@@ -115,6 +119,7 @@ fn continue_exactly(workers: usize) {
         "out/cumulated.csv",
         "out/tumbled.csv",
         "out/paired.csv",
+        "out/window_join.csv",
     ];
     for f in sinks {
         let want = std::fs::read(plain.join(f)).unwrap();
@@ -129,7 +134,8 @@ fn continue_exactly(workers: usize) {
     let cumulated = std::fs::read_to_string(plain.join("out/cumulated.csv")).unwrap();
     assert!(cumulated.lines().count() > 100, "{cumulated}");
     // Joins holding tumbling and gapped windows had windows filling across the checkpoint.
-    for (f, least) in [("out/tumbled.csv", 500), ("out/paired.csv", 800)] {
+    let least = [("out/tumbled.csv", 500), ("out/paired.csv", 800), ("out/window_join.csv", 500)];
+    for (f, least) in least {
         let text = std::fs::read_to_string(plain.join(f)).unwrap();
         assert!(text.lines().count() > least, "{f}: {} lines", text.lines().count());
     }

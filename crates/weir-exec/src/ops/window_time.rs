@@ -112,6 +112,19 @@ fn floor_to(x: i128, n: Time, offset: Time) -> i128 {
     n * (x - o).div_euclid(n) + o
 }
 
+/// In `[RANGE range SLIDE slide OFFSET offset]`, the tick at which an element stamped `e`
+/// first lies in the window: the last tick b − 1 of the first window [b − range, b) holding it
+/// (b the first window end after `e`). None if it is in a gap between windows, or that tick is
+/// past the domain's end (the element is then in no window).
+pub(crate) fn slide_entry(range: Time, slide: Time, offset: Time, e: Time) -> Option<Time> {
+    let e = e as i128;
+    let b = floor_to(e, slide, offset) + slide as i128;
+    if b - range as i128 > e {
+        return None;
+    }
+    Time::try_from(b - 1).ok()
+}
+
 impl TimeBounds {
     /// `[RANGE range SLIDE slide]` without an offset.
     pub fn slide(range: Time, slide: Time) -> Self {
@@ -243,16 +256,7 @@ impl TimeWindow {
     fn entry_tick(&self, e: Time) -> Option<Time> {
         match self.bounds {
             TimeBounds::Unbounded | TimeBounds::Range(_) => Some(e),
-            TimeBounds::Slide { range, slide, offset } => {
-                let e = e as i128;
-                let b = floor_to(e, slide, offset) + slide as i128;
-                if b - range as i128 > e {
-                    return None; // in a gap between windows
-                }
-                // The window holding e becomes current at b−1; past the domain's end it never
-                // does, and the element is in no window.
-                Time::try_from(b - 1).ok()
-            }
+            TimeBounds::Slide { range, slide, offset } => slide_entry(range, slide, offset, e),
             TimeBounds::Cumulate { step, offset, .. } => {
                 // The end of e's slice.
                 Time::try_from(floor_to(e as i128, step, offset) + step as i128 - 1).ok()

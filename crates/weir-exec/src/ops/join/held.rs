@@ -23,13 +23,19 @@
 //! Checkpointed whole, also in an incremental checkpoint, as a window operator is (sections
 //! in [`super::checkpoint`]).
 
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array};
+use arrow::datatypes::SchemaRef;
 use datafusion_common::hash_map::EntryRef;
-use weir_common::{Result, Time, WeirError};
+use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use super::bucket::Bucket;
 use super::rows::{DeltaRow, Instant, Pair, SideRows};
 use super::{Index, Join, Key};
 use crate::heap::HeapSize;
+use crate::ops::batch_of;
+use crate::ops::window_time::slide_entry;
 use crate::row::RowBytes;
 
 /// A side held as a window (see the module docs).
@@ -37,6 +43,9 @@ use crate::row::RowBytes;
 pub struct Held {
     range: Time,
     slide: Time,
+    /// Whether the side's rows carry their window's `window_start` and `window_end` (the
+    /// side's last two columns), appended to each element as it arrives.
+    bounds: bool,
     /// In [0, slide).
     offset: Time,
     /// The keys of the current window (the join's index of the side), in order of first
@@ -94,6 +103,7 @@ impl Held {
         Ok(Held {
             range,
             slide,
+            bounds: false,
             offset: offset.rem_euclid(slide),
             current_keys: Vec::new(),
             pending: Index::new(),
@@ -105,20 +115,44 @@ impl Held {
         })
     }
 
+    /// A window whose rows carry its bounds (TUMBLE's), the side's last two columns.
+    pub fn with_bounds_columns(mut self, bounds: bool) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
     /// The parameters, for the join's state signature.
-    pub(super) fn params(&self) -> (Time, Time, Time) {
-        (self.range, self.slide, self.offset)
+    pub(super) fn params(&self) -> (Time, Time, Time, bool) {
+        (self.range, self.slide, self.offset, self.bounds)
+    }
+
+    /// Whether the side's rows carry their window's bounds (its last two columns).
+    pub(super) fn has_bounds(&self) -> bool {
+        self.bounds
+    }
+
+    /// The elements `d` with their windows' bounds appended, as rows of `schema`: [b − range,
+    /// b) for the window whose last tick b − 1 takes each in (an element in no window gets
+    /// any bounds: it never enters).
+    fn with_bounds(&self, d: &ChangeBatch, schema: &SchemaRef) -> Result<ChangeBatch> {
+        let clamp = |v: i128| v.clamp(Time::MIN as i128, Time::MAX as i128) as i64;
+        let (mut starts, mut ends) = (Vec::with_capacity(d.len()), Vec::with_capacity(d.len()));
+        for &t in &d.times {
+            let end = self.close_of(t).map_or(0, |c| c as i128 + 1);
+            starts.push(clamp(end - self.range as i128));
+            ends.push(clamp(end));
+        }
+        let mut cols = d.data.columns().to_vec();
+        cols.push(Arc::new(Int64Array::from(starts)) as ArrayRef);
+        cols.push(Arc::new(Int64Array::from(ends)) as ArrayRef);
+        let data = batch_of(schema, cols, d.len())?;
+        Ok(ChangeBatch::new(data, d.times.clone(), d.diffs.clone()))
     }
 
     /// The last tick of the window an element stamped `t` is in; None if it is in a gap
     /// between windows or its window ends past the time domain.
     fn close_of(&self, t: Time) -> Option<Time> {
-        let (s, o) = (self.slide as i128, self.offset as i128);
-        let end = s * (t as i128 - o).div_euclid(s) + o + s;
-        if (t as i128) < end - self.range as i128 {
-            return None;
-        }
-        Time::try_from(end - 1).ok()
+        slide_entry(self.range, self.slide, self.offset, t)
     }
 
     /// The next tick at which the side changes: a window enters or the current one leaves.
@@ -329,6 +363,31 @@ impl Join {
     /// Whether a side is held as a window.
     pub(super) fn holds(&self) -> bool {
         self.held.iter().any(Option::is_some)
+    }
+
+    /// Side `side`'s input changes as the join sees them, if not as they are: a held window's
+    /// elements with their bounds appended, when its rows carry them.
+    pub(super) fn side_input(&self, side: usize, d: &ChangeBatch) -> Result<Option<ChangeBatch>> {
+        match &self.held[side] {
+            Some(h) if h.bounds => {
+                let schema = if side == 0 { &self.left.schema } else { &self.right.schema };
+                h.with_bounds(d, schema).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The join keys (positions) that route rows to workers: all of them, except keys that
+    /// read a held window's bounds, which its input rows do not have yet.
+    pub(super) fn routed_keys(&self) -> Vec<usize> {
+        let sides = [&self.left, &self.right];
+        // Whether key `k` of side `s` reads the bounds the join appends to that side's rows.
+        let reads_bounds = |s: usize, k: usize| {
+            let first = sides[s].schema.fields().len().saturating_sub(2);
+            self.held[s].as_ref().is_some_and(|h| h.bounds)
+                && sides[s].keys[k].columns().iter().any(|&c| c >= first)
+        };
+        (0..self.left.keys.len()).filter(|&k| !reads_bounds(0, k) && !reads_bounds(1, k)).collect()
     }
 
     /// Pass 1 of a step of a join that holds a window (see the module docs and

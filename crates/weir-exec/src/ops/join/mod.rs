@@ -311,6 +311,8 @@ impl Join {
         if dl.is_empty() && dr.is_empty() && !moves {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
+        let (bl, br) = (self.side_input(0, dl)?, self.side_input(1, dr)?);
+        let (dl, dr) = (bl.as_ref().unwrap_or(dl), br.as_ref().unwrap_or(dr));
         let el = EncodedSide::new(&self.left, &self.key_codec, dl, self.nulls_equal)?;
         let er = EncodedSide::new(&self.right, &self.key_codec, dr, self.nulls_equal)?;
         let lrows = el.delta_rows(&dl.diffs);
@@ -823,6 +825,16 @@ impl Operator for Join {
             return Ok(Placement::Single);
         }
         let side = if input == 0 { &self.left } else { &self.right };
+        if self.held.iter().flatten().any(Held::has_bounds) {
+            // Rows are routed before the join appends a held window's bounds to them.
+            let keys = self.routed_keys();
+            if keys.is_empty() {
+                return Ok(Placement::Single);
+            }
+            let exprs = keys.iter().map(|&k| side.keys[k].clone()).collect();
+            let types = keys.iter().map(|&k| self.key_codec.types()[k].clone()).collect();
+            return Ok(Placement::Keyed(KeyRoute::new(exprs, types)?));
+        }
         Ok(Placement::Keyed(KeyRoute::new(side.keys.clone(), self.key_codec.types().to_vec())?))
     }
 }

@@ -620,8 +620,114 @@ mod held {
         (1i64..6).prop_flat_map(|slide| (1..=slide, Just(slide), 0..slide))
     }
 
+    /// (k, v), with `window_start` and `window_end` after them if `bounds`, each name ending
+    /// in `suffix`.
+    fn side_schema(suffix: &str, bounds: bool) -> SchemaRef {
+        use arrow::datatypes::{Field, Schema};
+        let mut fields = vec![
+            Field::new(format!("k{suffix}"), DataType::Utf8, true),
+            Field::new(format!("v{suffix}"), DataType::Int64, true),
+        ];
+        if bounds {
+            fields.push(Field::new(format!("window_start{suffix}"), DataType::Int64, true));
+            fields.push(Field::new(format!("window_end{suffix}"), DataType::Int64, true));
+        }
+        std::sync::Arc::new(Schema::new(fields))
+    }
+
+    /// The join of sides whose rows carry their windows' bounds where `bounds` says, on k (and
+    /// on window_start, Flink's window join, when both do), with θ as in `join_op`.
+    fn bounds_join(bounds: [bool; 2], filter: bool) -> Join {
+        let on_start = bounds[0] && bounds[1];
+        let side = |suffix: &str, bounds: bool| {
+            let schema = side_schema(suffix, bounds);
+            let df = DFSchema::try_from(schema.as_ref().clone()).unwrap();
+            let mut keys = vec![col(format!("k{suffix}"))];
+            if on_start {
+                keys.push(col(format!("window_start{suffix}")));
+            }
+            JoinSide {
+                keys: keys.iter().map(|k| ScalarExpr::compile(k, &df).unwrap()).collect(),
+                row_codec: RowCodec::for_schema(&schema).unwrap(),
+                schema,
+            }
+        };
+        let (left, right) = (side("", bounds[0]), side("2", bounds[1]));
+        let fields: Vec<_> =
+            left.schema.fields().iter().chain(right.schema.fields().iter()).cloned().collect();
+        let both = std::sync::Arc::new(arrow::datatypes::Schema::new(fields));
+        let theta = filter.then(|| {
+            let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
+            ScalarExpr::compile(&col("v").lt(col("v2") + lit(1i64)), &df_both).unwrap()
+        });
+        let mut types = vec![DataType::Utf8];
+        if on_start {
+            types.push(DataType::Int64);
+        }
+        let codec = RowCodec::new(types).unwrap();
+        Join::new(JoinKind::Inner, false, left, right, codec, theta, both)
+    }
+
+    /// Rows reach their worker before the join appends a held window's bounds to them: they
+    /// are routed by the other keys, or to one worker if every key reads the bounds.
+    #[test]
+    fn rows_are_routed_by_the_keys_that_do_not_read_bounds() {
+        use crate::route::Placement;
+        let route = |join: &Join| match join.placement(0).unwrap() {
+            Placement::Keyed(k) => k.describe(),
+            other => format!("{other:?}"),
+        };
+        let with_bounds = || Some(held((5, 5, 0)).with_bounds_columns(true));
+        let join = bounds_join([true, true], false).with_held([with_bounds(), with_bounds()]);
+        assert_eq!(route(&join), "k");
+        assert_eq!(route(&bounds_join([true, true], false)), "k, window_start");
+        // Keyed on the bounds alone.
+        let mut only_bounds = bounds_join([true, true], false);
+        only_bounds.left.keys.remove(0);
+        only_bounds.right.keys.remove(0);
+        only_bounds.key_codec = RowCodec::new(vec![DataType::Int64]).unwrap();
+        let only_bounds = only_bounds.with_held([with_bounds(), with_bounds()]);
+        assert!(matches!(only_bounds.placement(0).unwrap(), Placement::Single));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// A held window whose rows carry their bounds (TUMBLE's) gives what the window
+        /// operator with bounds columns gives, also when both sides have them and the join is
+        /// on window_start as well (Flink's window join).
+        #[test]
+        fn holding_windows_with_their_bounds_equals_the_window_operator(
+            left in elements(),
+            right_elements in elements(),
+            right_relation in changes(),
+            specs in (spec(), prop::option::of(spec())),
+            filter: bool,
+            width in 0i64..7,
+        ) {
+            let (spec, other) = specs;
+            let right = if other.is_some() { right_elements } else { right_relation };
+            let specs = [Some(spec), other];
+            let bounds = [true, other.is_some()];
+            let inputs = [ticks(&left), ticks(&right)];
+            let mut want = Graph::new();
+            let mut sides = vec![];
+            for (spec, ticks) in specs.into_iter().zip(inputs.clone()) {
+                let feed = want.add(Box::new(crate::testing::Feed::new(ticks)), vec![]).unwrap();
+                sides.push(match spec {
+                    Some((range, slide, offset)) => {
+                        let bounds = TimeBounds::Slide { range, slide, offset };
+                        let window = TimeWindow::with_bounds_columns(bounds, side_schema("", true));
+                        want.add(Box::new(window), vec![feed]).unwrap()
+                    }
+                    None => feed,
+                });
+            }
+            want.add(Box::new(bounds_join(bounds, filter)), sides).unwrap();
+            let held = specs.map(|s| s.map(|s| held(s).with_bounds_columns(true)));
+            let mut got = fed(bounds_join(bounds, filter).with_held(held), inputs);
+            prop_assert_eq!(consolidated(run_spans(&mut got, width)), consolidated(run(&mut want)));
+        }
 
         /// Holding the windows changes no output, whichever sides hold one, with and without
         /// θ, at any span width.
