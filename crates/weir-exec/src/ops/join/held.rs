@@ -27,12 +27,11 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::SchemaRef;
-use datafusion_common::hash_map::EntryRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
 use super::bucket::Bucket;
 use super::rows::{DeltaRow, Instant, Pair, SideRows};
-use super::{Index, Join, Key};
+use super::{add_to, Added, Index, Join, Key};
 use crate::heap::HeapSize;
 use crate::ops::batch_of;
 use crate::ops::window_time::slide_entry;
@@ -222,21 +221,10 @@ impl Held {
             if row.diff == 0 {
                 continue;
             }
-            // One lookup per element; a key is copied only when it is new to the window.
-            match self.pending.entry_ref(key) {
-                EntryRef::Occupied(mut bucket) => {
-                    if bucket.get_mut().add(row.row, row.diff) {
-                        bucket.remove();
-                        self.pending_left = true;
-                    }
-                }
-                EntryRef::Vacant(place) => {
-                    self.pending_keys.push(Key::from_slice(key));
-                    place.insert_with_key(
-                        Key::from_slice(key),
-                        Bucket::One(RowBytes::from(row.row), row.diff),
-                    );
-                }
+            match add_to(&mut self.pending, key, row.row, row.diff) {
+                Added::NewKey => self.pending_keys.push(Key::from_slice(key)),
+                Added::KeyLeft => self.pending_left = true,
+                Added::Changed => {}
             }
         }
         Ok(())

@@ -37,6 +37,7 @@
 //! `rows.rs` how a step names its rows, instants, pairs and output; `bucket.rs` the rows of
 //! one key; `checkpoint.rs` the state's sections; `tests.rs` the tests.
 
+use datafusion_common::hash_map::EntryRef;
 use datafusion_common::{HashMap, HashSet};
 
 use arrow::array::RecordBatch;
@@ -71,6 +72,35 @@ mod tests;
 type Key = smallvec::SmallVec<[u8; 16]>;
 
 type Index = HashMap<Key, Bucket>;
+
+/// What [`add_to`] did to a key of an index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Added {
+    /// The key was not in the index: it is now, with the row.
+    NewKey,
+    /// The key's rows cancelled out: it left the index.
+    KeyLeft,
+    /// The key's rows changed.
+    Changed,
+}
+
+/// Adds `diff` (not zero) to the count of `row` under `key`, with one lookup: a key or row is
+/// copied only when it is new to the index, and a key whose rows cancel out leaves it.
+fn add_to(index: &mut Index, key: &[u8], row: &[u8], diff: i64) -> Added {
+    match index.entry_ref(key) {
+        EntryRef::Occupied(mut bucket) => {
+            if bucket.get_mut().add(row, diff) {
+                bucket.remove();
+                return Added::KeyLeft;
+            }
+            Added::Changed
+        }
+        EntryRef::Vacant(place) => {
+            place.insert_with_key(Key::from_slice(key), Bucket::One(RowBytes::from(row), diff));
+            Added::NewKey
+        }
+    }
+}
 
 /// One side of the join: how its input's rows are keyed and encoded.
 #[derive(Debug)]
@@ -231,17 +261,7 @@ impl Join {
             if dirty.recording() {
                 dirty.note(&checkpoint::entry(key, d.row)[..], index.len());
             }
-            // One lookup per row; a key or row is copied only when it is new to the index.
-            match index.get_mut(key) {
-                Some(bucket) => {
-                    if bucket.add(d.row, d.diff) {
-                        index.remove(key);
-                    }
-                }
-                None => {
-                    index.insert(Key::from_slice(key), Bucket::One(RowBytes::from(d.row), d.diff));
-                }
-            }
+            add_to(index, key, d.row, d.diff);
         }
     }
 
