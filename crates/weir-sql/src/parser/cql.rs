@@ -2,6 +2,7 @@
 //! removed, windows after stream names (`s [RANGE 10]`, `TABLE(TUMBLE(...))`) are parsed and
 //! replaced by synthetic table names, and the rest goes to sqlparser.
 
+use sqlparser::ast as sql;
 use sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
 use sqlparser::tokenizer::{Token, TokenWithSpan};
 use weir_common::{Result, Span, WeirError};
@@ -750,7 +751,40 @@ pub fn parse_cql_query(toks: &[TokenWithSpan]) -> Result<CqlQuery> {
     if let Err(e) = p.expect_token(&Token::EOF) {
         return Err(sql_err(e, &out));
     }
+    check_no_locks(&query, &out)?;
     Ok(CqlQuery { query, r2s, windows })
+}
+
+/// `FOR UPDATE`, `FOR SHARE` and the other row locks (in the query or a subquery) are an error
+/// at their `FOR`: a continuous query reads streams and relations as they change, and there is
+/// no transaction for a lock to belong to, so accepting one would promise what Weir does not do.
+fn check_no_locks(query: &sql::Query, toks: &[TokenWithSpan]) -> Result<()> {
+    use sqlparser::ast::{Visit, Visitor};
+    use std::ops::ControlFlow;
+    struct Locks;
+    impl Visitor for Locks {
+        type Break = ();
+        fn pre_visit_query(&mut self, q: &sql::Query) -> ControlFlow<()> {
+            if q.locks.is_empty() {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
+        }
+    }
+    if query.visit(&mut Locks).is_continue() {
+        return Ok(());
+    }
+    let words: Vec<&TokenWithSpan> =
+        toks.iter().filter(|t| !matches!(t.token, Token::Whitespace(_))).collect();
+    let at = words.windows(2).find(|w| {
+        word_is(w[0], "FOR") && ["UPDATE", "SHARE", "NO", "KEY"].iter().any(|k| word_is(w[1], k))
+    });
+    Err(WeirError::plan_at(
+        "FOR UPDATE and FOR SHARE (row locks) are not supported: a continuous query holds no \
+         transaction for a lock to belong to",
+        at.and_then(|w| tok_span(w[0])),
+    ))
 }
 
 #[cfg(test)]
