@@ -22,7 +22,8 @@
 //!   FILTER (WHERE ...) on them (only rows whose condition is true), BOOL_AND/BOOL_OR (NULLs
 //!   skipped), STRING_AGG/ARRAY_AGG/FIRST_VALUE/LAST_VALUE with ORDER BY (ties by the value
 //!   ascending, NULL first; STRING_AGG skips NULLs, ARRAY_AGG keeps them), HAVING, DISTINCT, UNION [ALL], equi/theta/cross joins of two windowed streams,
-//!   stream-table joins with INSERT/DELETE ... AT, aggregates over subqueries);
+//!   stream-table joins with INSERT/DELETE ... AT, aggregates over subqueries, and Flink's
+//!   window join of two TUMBLE table functions on their bounds and a key);
 //! - outer joins: the pairs for which ON is true (not unknown), plus each unmatched row of the
 //!   preserved side(s) padded with NULLs (LEFT, RIGHT, FULL; windowed streams on a nullable key,
 //!   with and without a residual conjunct in ON; a stream LEFT JOIN a changing table);
@@ -1119,6 +1120,40 @@ fn q_join(w1: Win, w2: Win) -> Case {
                 for b in &r {
                     if a.k == b.k {
                         rows.push(vec![int(a.k), txt(a.v), txt(b.v)]);
+                    }
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
+/// Flink's window join: `s` and `s2` in `TUMBLE` windows of `size` ticks (shifted by `offset`)
+/// joined on both bounds and k, the join holding both windows (`weir_plan::held`). At τ, the
+/// pairs of the two windows current at τ, [b−size, b) with b = size·⌊(τ+1−O)/size⌋ + O, with
+/// equal k, each with the window's start.
+fn q_window_join(size: i64, offset: i64) -> Case {
+    let tvf = |s: &str| format!("TABLE(TUMBLE(TABLE {s}, DESCRIPTOR(t), {size}, {offset}))");
+    let sql = format!(
+        "SELECT a.k, a.v, b.w, a.window_start FROM {} a JOIN {} b \
+         ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k",
+        tvf("s"),
+        tvf("s2")
+    );
+    let w = Win::SlideOff(size, size, offset);
+    two(
+        sql,
+        w,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let (l, r) = (s_at(w, i, tau), s2_at(w, i, tau));
+            let b = size * (tau + 1 - offset).div_euclid(size) + offset;
+            let mut rows = Vec::new();
+            for a in &l {
+                for x in &r {
+                    if a.k == x.k {
+                        rows.push(vec![int(a.k), txt(a.v), txt(x.v), int(b - size)]);
                     }
                 }
             }
@@ -3042,6 +3077,12 @@ proptest! {
         let input = Input { s, s2, ..Input::default() };
         check(&q_join(w1, w2), &input)?;
         check(&q_join_nullable(w1, w2), &input)?;
+    }
+
+    #[test]
+    fn window_join_matches_oracle(s in elements(), s2 in elements(), size in 1i64..5, offset in 0i64..4) {
+        let input = Input { s, s2, ..Input::default() };
+        check(&q_window_join(size, offset % size), &input)?;
     }
 
     #[test]
