@@ -426,7 +426,14 @@ mod tests {
                 "{msg}"
             );
             assert!(msg.contains(" of 1.0 MiB), and this query held the most: "), "{msg}");
-            assert!(msg.contains(" of it in `Distinct`."), "{msg}");
+            // The part holding the most is named: the DISTINCT's keys or the view's contents,
+            // which hold the same keys and overtake each other as their tables double at
+            // different sizes (so which one depends on when the check runs: under load, later).
+            assert!(
+                msg.contains(" of it in `Distinct`.")
+                    || msg.contains(" of it in `the view's contents`."),
+                "{msg}"
+            );
             // The failed view says so to its readers; the other view goes on counting.
             let read = e.execute("SELECT * FROM keys").expect_err("failed view").to_string();
             assert!(read.starts_with("view 'keys' failed: query 0 (view keys) stopped"), "{read}");
