@@ -309,7 +309,8 @@ impl Moving<'_, '_, '_> {
 }
 
 /// The pairs a move makes and ends: (old window ⋈ other) with the old rows' multiplicities
-/// negated, then (new window ⋈ other), probing from whichever has fewer keys.
+/// negated, then (new window ⋈ other), probing from whichever has fewer keys: the other
+/// side's keys (sorted, for a fixed order), or each window's own (in order of arrival).
 fn move_pairs(
     inst: u32,
     old: (&Index, &[Key]),
@@ -318,31 +319,26 @@ fn move_pairs(
     sides: &mut Moving<'_, '_, '_>,
     pairs: &mut Vec<Pair>,
 ) {
-    if other.len() < old.0.len() + new.0.len() {
-        let mut keys: Vec<&Key> = other.keys().collect();
-        keys.sort_unstable();
-        for (window, sign) in [(old.0, -1), (new.0, 1)] {
-            for key in &keys {
-                let (Some(own), Some(theirs)) = (window.get(*key), other.get(*key)) else {
-                    continue;
-                };
-                for (r, c) in own.iter() {
-                    for (o, oc) in theirs.iter() {
-                        pairs.push(sides.pair(inst, (r, sign * c), (o, oc)));
-                    }
-                }
+    let from_other = other.len() < old.0.len() + new.0.len();
+    let mut other_keys: Vec<&Key> = Vec::new();
+    if from_other {
+        other_keys.extend(other.keys());
+        other_keys.sort_unstable();
+    }
+    // The pairs of one key of a window, its rows' multiplicities times `sign`.
+    let mut pairs_of = |window: &Index, key: &Key, sign: i64| {
+        let (Some(own), Some(theirs)) = (window.get(key), other.get(key)) else { return };
+        for (r, c) in own.iter() {
+            for (o, oc) in theirs.iter() {
+                pairs.push(sides.pair(inst, (r, sign * c), (o, oc)));
             }
         }
-        return;
-    }
-    for ((window, keys), sign) in [(old, -1), (new, 1)] {
-        for key in keys {
-            let (Some(own), Some(theirs)) = (window.get(key), other.get(key)) else { continue };
-            for (r, c) in own.iter() {
-                for (o, oc) in theirs.iter() {
-                    pairs.push(sides.pair(inst, (r, sign * c), (o, oc)));
-                }
-            }
+    };
+    for ((window, own_keys), sign) in [(old, -1), (new, 1)] {
+        if from_other {
+            other_keys.iter().for_each(|key| pairs_of(window, key, sign));
+        } else {
+            own_keys.iter().for_each(|key| pairs_of(window, key, sign));
         }
     }
 }
