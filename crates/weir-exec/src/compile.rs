@@ -1,4 +1,5 @@
-//! Compiling a [`LogicalPlan`] into a [`Graph`]: one node per plan node, inputs first.
+//! Compiling a [`LogicalPlan`] into a [`Graph`]: one node per distinct plan node (a node the plan
+//! shares, once), inputs first.
 //!
 //! Schemas in the executor are the plan's schemas with every field nullable: the planner's
 //! nullability is a guess that data (outer joins, aggregates over empty groups) may contradict.
@@ -7,6 +8,7 @@
 //! evaluates them: the compiler hands Apply [`eval_subquery`] as it builds it, so the
 //! operators never call back into the compiler.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -64,39 +66,71 @@ pub(crate) fn expr_type(e: &datafusion_expr::Expr, schema: &DFSchema) -> Result<
     e.get_type(schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
 }
 
-/// Compiles `plan` into a graph.
+/// Compiles `plan` into a graph: one node per distinct plan node, a node the plan shares
+/// (the same `Arc` under several parents: [`weir_plan::share_subplans`]) once, read by each
+/// parent. The nodes are added in [`weir_plan::post_order`]'s order.
 pub fn compile(plan: &LogicalPlan) -> Result<Graph> {
-    let mut flow = Graph::new();
-    add(plan, &mut flow)?;
-    Ok(flow)
+    let mut build = Build::default();
+    add(plan, &mut build)?;
+    Ok(build.flow)
+}
+
+/// The graph being built, and per plan node already added (by address) its node.
+#[derive(Default)]
+struct Build {
+    flow: Graph,
+    done: HashMap<*const LogicalPlan, usize>,
+    /// Plans made while compiling (a sketch aggregate's rows), kept alive to the end so that
+    /// no address in `done` is reused.
+    made: Vec<Arc<LogicalPlan>>,
 }
 
 /// Adds the nodes of `plan` to `flow`, its inputs' first (in [`LogicalPlan::inputs`] order),
-/// and returns the index of its own node. A deep plan (a 64-way join) recurses through this
-/// small stack frame only, not through the large one that [`build`] needs.
-fn add(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
+/// and returns the index of its own node; a node added before is not added again. A deep plan
+/// (a 64-way join) recurses through this small stack frame only, not through the large one
+/// that [`build`] needs.
+fn add(plan: &LogicalPlan, b: &mut Build) -> Result<usize> {
+    if let Some(node) = b.added(plan) {
+        return Ok(node);
+    }
     if has_sketch(plan) {
-        return add_sketch_aggregate(plan, flow);
+        return add_sketch_aggregate(plan, b);
     }
     let mut inputs = Vec::new();
     for input in plan.inputs() {
-        inputs.push(add(input, flow)?);
+        inputs.push(add(input, b)?);
     }
-    add_node(flow, build(plan)?, inputs, plan)
+    b.build_node(inputs, plan)
 }
 
-/// Adds `op` as `plan`'s node, named after its EXPLAIN line. Its own function, so that
-/// [`add`]'s stack frame stays small.
-#[inline(never)]
-fn add_node(
-    flow: &mut Graph,
-    op: Box<dyn Operator>,
-    inputs: Vec<usize>,
-    plan: &LogicalPlan,
-) -> Result<usize> {
-    let node = flow.add(op, inputs)?;
-    flow.set_label(node, weir_plan::explain::label(plan));
-    Ok(node)
+impl Build {
+    /// `plan`'s node, if it was added. Its own function, so that [`add`]'s stack frame stays
+    /// small.
+    #[inline(never)]
+    fn added(&self, plan: &LogicalPlan) -> Option<usize> {
+        self.done.get(&(plan as *const LogicalPlan)).copied()
+    }
+
+    /// Builds `plan`'s operator and adds it as its node. Its own function, so that [`add`]'s
+    /// stack frame stays small.
+    #[inline(never)]
+    fn build_node(&mut self, inputs: Vec<usize>, plan: &LogicalPlan) -> Result<usize> {
+        let op = build(plan)?;
+        self.add_node(op, inputs, plan)
+    }
+
+    /// Adds `op` as `plan`'s node, named after its EXPLAIN line.
+    fn add_node(
+        &mut self,
+        op: Box<dyn Operator>,
+        inputs: Vec<usize>,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        let node = self.flow.add(op, inputs)?;
+        self.flow.set_label(node, weir_plan::explain::label(plan));
+        self.done.insert(plan as *const LogicalPlan, node);
+        Ok(node)
+    }
 }
 
 /// Whether `plan` is an aggregate with a sketch (its own function: see [`add_sketch_aggregate`]).
@@ -109,7 +143,7 @@ fn has_sketch(plan: &LogicalPlan) -> bool {
 /// window, if any, is applied by the aggregate itself, slice by slice). Its own function, so
 /// that [`add`]'s stack frame stays small.
 #[inline(never)]
-fn add_sketch_aggregate(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
+fn add_sketch_aggregate(plan: &LogicalPlan, b: &mut Build) -> Result<usize> {
     let LogicalPlan::Aggregate { group, aggs, input, .. } = plan else {
         return Err(WeirError::internal("a sketch aggregate that is not an aggregate"));
     };
@@ -121,8 +155,9 @@ fn add_sketch_aggregate(plan: &LogicalPlan, flow: &mut Graph) -> Result<usize> {
     let key_types = group.iter().map(|e| expr_type(e, &in_schema)).collect::<Result<_>>()?;
     let specs = aggs.iter().map(|a| AggSpec::compile(a, &in_schema)).collect::<Result<_>>()?;
     let op = SketchAggregate::new(window, keys, key_types, specs, exec_schema(&plan.schema()))?;
-    let input = add(&rows, flow)?;
-    add_node(flow, Box::new(op), vec![input], plan)
+    let input = add(&rows, b)?;
+    b.made.push(rows);
+    b.add_node(Box::new(op), vec![input], plan)
 }
 
 /// Apply's [`SubqueryEval`]: compiles a bound subquery and evaluates it at `t`, consolidated.

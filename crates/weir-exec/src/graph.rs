@@ -1,20 +1,23 @@
 //! The graph: a compiled query as a flat graph of operators (the query's dataflow), and the walk that evaluates it.
 //!
 //! Nodes live in a vector in topological order: a node's inputs are earlier nodes, named by
-//! index, and each node's output is read by at most one consumer, so the graph is a tree whose
-//! root, the query's output, is the last node. [`crate::compile`] builds one node per plan
-//! node, inputs first.
+//! index, and the root, the query's output, is the last node. Usually each node's output is
+//! read by one consumer and the graph is a tree; a sub-plan the plan shares
+//! ([`weir_plan::share_subplans`]: a CTE read twice) is one node with several consumers.
+//! [`crate::compile`] builds one node per distinct plan node, inputs first.
 //!
 //! A step ([`Graph::eval`]) walks the nodes once, in order: each node gets its inputs'
-//! outputs, moved out of their slots (a `Vec` in plan input order), and leaves its own output
-//! in its slot for its consumer. No recursion: a plan thousands of nodes deep needs no stack to
-//! evaluate. Before the walk, each node's [`Step::input_wakeup`] is taken from the wake-ups of
-//! the nodes below it, so an operator that asks whether the plan below has an instant of its
-//! own (RSTREAM) never reaches into another operator.
+//! outputs (a `Vec` in plan input order), moved out of their slots by their last reader and
+//! copied for the others, and leaves its own output in its slot for its consumers. No
+//! recursion: a plan thousands of nodes deep needs no stack to evaluate. Before the walk, each
+//! node's [`Step::input_wakeup`] is taken from the wake-ups of the nodes below it, so an
+//! operator that asks whether the plan below has an instant of its own (RSTREAM) never reaches
+//! into another operator.
 //!
 //! The query's next wake-up is the earliest over all nodes; it can evaluate spans if every
 //! node can. State is saved and restored node by node in pre-order from the root (each node
-//! before its inputs, inputs in plan order), each node writing its own sections only.
+//! before its inputs, inputs in plan order, a shared node at its first visit only), each node
+//! writing its own sections only.
 
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 
@@ -41,14 +44,16 @@ struct Node {
 #[derive(Debug, Default)]
 pub struct Graph {
     nodes: Vec<Node>,
-    /// Whether each node's output already has a consumer.
-    consumed: Vec<bool>,
+    /// Per node, how many times nodes read its output (a node reading it twice counts twice).
+    readers: Vec<usize>,
     /// Per node, what it is in the plan (its EXPLAIN line; empty if not given).
     labels: Vec<String>,
     /// Scratch kept for its allocations: each node's output until its consumer takes it.
     outputs: Vec<Option<ChangeBatch>>,
     /// Scratch: per node, the earliest wake-up below it and in its subtree (itself included).
     wakeups: Vec<(Option<Time>, Option<Time>)>,
+    /// Scratch: per node, the reads of its output still to come in this step.
+    unread: Vec<usize>,
 }
 
 impl Graph {
@@ -56,24 +61,17 @@ impl Graph {
         Graph::default()
     }
 
-    /// Adds a node reading the outputs of `inputs` (earlier nodes that no other node reads)
-    /// and returns its index. The last node added is the root.
+    /// Adds a node reading the outputs of `inputs` (earlier nodes, each possibly read by other
+    /// nodes too) and returns its index. The last node added is the root.
     pub fn add(&mut self, op: Box<dyn Operator>, inputs: Vec<usize>) -> Result<usize> {
-        for (k, &i) in inputs.iter().enumerate() {
-            match self.consumed.get(i) {
-                None => return Err(WeirError::internal(format!("node {i} read before it exists"))),
-                Some(true) => return Err(WeirError::internal(format!("node {i} read twice"))),
-                Some(false) if inputs[..k].contains(&i) => {
-                    return Err(WeirError::internal(format!("node {i} read twice")))
-                }
-                Some(false) => {}
-            }
+        if let Some(i) = inputs.iter().find(|&&i| i >= self.nodes.len()) {
+            return Err(WeirError::internal(format!("node {i} read before it exists")));
         }
         for &i in &inputs {
-            self.consumed[i] = true;
+            self.readers[i] += 1;
         }
         self.nodes.push(Node { op, inputs });
-        self.consumed.push(false);
+        self.readers.push(0);
         self.labels.push(String::new());
         Ok(self.nodes.len() - 1)
     }
@@ -175,6 +173,8 @@ impl Graph {
         }
         self.outputs.clear();
         self.outputs.resize_with(n, || None);
+        self.unread.clear();
+        self.unread.extend_from_slice(&self.readers);
         // The first instant a node failed at so far, and its error.
         let mut failed: Option<(Time, WeirError)> = None;
         for (i, node) in self.nodes.iter_mut().enumerate() {
@@ -185,9 +185,14 @@ impl Graph {
             let step_hi = failed.as_ref().map_or(hi, |(at, _)| hi.min(at - 1));
             let mut inputs = Vec::with_capacity(node.inputs.len());
             for &j in &node.inputs {
-                let out = self.outputs[j]
-                    .take()
-                    .ok_or_else(|| fail(WeirError::internal("an input not evaluated")))?;
+                // The last reader of a node's output takes it; the others get a copy.
+                self.unread[j] -= 1;
+                let out = if self.unread[j] == 0 {
+                    self.outputs[j].take()
+                } else {
+                    self.outputs[j].clone()
+                };
+                let out = out.ok_or_else(|| fail(WeirError::internal("an input not evaluated")))?;
                 let out = match &failed {
                     Some((at, _)) => out.before(*at).map_err(fail)?,
                     None => out,
@@ -223,12 +228,16 @@ impl Graph {
     }
 
     /// The nodes in the order their state is saved: pre-order from the root, inputs in plan
-    /// order.
+    /// order, a node read by several at its first visit only (for a tree, every node once).
     fn state_order(&self) -> Result<Vec<usize>> {
         let n = self.nodes.len();
         let mut order = Vec::with_capacity(n);
+        let mut visited = vec![false; n];
         let mut stack: Vec<usize> = n.checked_sub(1).into_iter().collect();
         while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut visited[i], true) {
+                continue;
+            }
             order.push(i);
             stack.extend(self.nodes[i].inputs.iter().rev());
         }
@@ -342,10 +351,8 @@ mod tests {
         let a = flow.add(probe("a", Some(5)), vec![l]).unwrap();
         let m = flow.add(probe("m", Some(3)), vec![]).unwrap();
         let b = flow.add(probe("b", None), vec![m]).unwrap();
-        assert!(flow.add(probe("x", None), vec![a, a]).is_err(), "a read twice");
         assert!(flow.add(probe("x", None), vec![b, 7]).is_err(), "no node 7");
         let c = flow.add(probe("c", Some(9)), vec![a, b]).unwrap();
-        assert!(flow.add(probe("x", None), vec![a]).is_err(), "a is read by c already");
         assert_eq!((c, flow.len()), (4, 5));
         assert_eq!(flow.inputs(c), [a, b]);
         assert_eq!(flow.next_wakeup(), Some(3));
@@ -388,6 +395,50 @@ mod tests {
         let bytes = w.into_bytes().expect("bytes");
         let mut r = StateReader::from_bytes(&bytes).expect("read");
         for name in ["c", "a", "l", "m"] {
+            r.take(name, "").expect(name);
+        }
+        r.finish().expect("nothing else");
+        let mut r = StateReader::from_bytes(&bytes).expect("read");
+        flow.restore_state(&mut r).expect("restore");
+        r.finish().expect("everything taken");
+    }
+
+    #[test]
+    fn a_node_read_twice_is_evaluated_once_and_each_reader_gets_its_output() {
+        use crate::ops::union::UnionAll;
+        use crate::testing::{kv, Feed};
+        let log = Arc::new(Mutex::new(Vec::new()));
+        // union(probe(feed), feed): the feed's rows reach the union twice.
+        let mut flow = Graph::new();
+        let feed =
+            flow.add(Box::new(Feed::new(vec![kv(1, "+1 a 1"), kv(2, "+1 b 2")])), vec![]).unwrap();
+        let p = Box::new(Probe { name: "p", wakeup: None, log: log.clone() });
+        let p = flow.add(p, vec![feed]).unwrap();
+        flow.add(Box::new(UnionAll::new(kv_schema())), vec![p, feed]).unwrap();
+        assert_eq!(flow.inputs(2), [p, feed]);
+        assert_eq!(run(&mut flow), ["@1 +1 a 1", "@1 +1 a 1", "@2 +1 b 2", "@2 +1 b 2"]);
+        assert_eq!(log.lock().unwrap().len(), 2, "the probe runs once a step");
+        // A node read by itself twice (a self-join of a CTE) gets two equal inputs.
+        let mut flow = Graph::new();
+        let feed = flow.add(Box::new(Feed::new(vec![kv(3, "+1 c 3")])), vec![]).unwrap();
+        flow.add(Box::new(UnionAll::new(kv_schema())), vec![feed, feed]).unwrap();
+        assert_eq!(run(&mut flow), ["@3 +1 c 3", "@3 +1 c 3"]);
+    }
+
+    #[test]
+    fn a_shared_node_saves_its_state_once_at_its_first_visit() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let probe = |name| Box::new(Probe { name, wakeup: None, log: log.clone() });
+        // c(a(l), l): l is visited under a first, and not again.
+        let mut flow = Graph::new();
+        let l = flow.add(probe("l"), vec![]).unwrap();
+        let a = flow.add(probe("a"), vec![l]).unwrap();
+        flow.add(probe("c"), vec![a, l]).unwrap();
+        let mut w = StateWriter::new();
+        flow.save_state(&mut w).expect("save");
+        let bytes = w.into_bytes().expect("bytes");
+        let mut r = StateReader::from_bytes(&bytes).expect("read");
+        for name in ["c", "a", "l"] {
             r.take(name, "").expect(name);
         }
         r.finish().expect("nothing else");

@@ -1,25 +1,41 @@
 //! `EXPLAIN`: the plan as an indented tree, one CQL operator per line.
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::Arc;
 
 use datafusion_common::DFSchema;
 
 use crate::plan::{LogicalPlan, PlanKind};
+use crate::share::{node_indexes, post_order};
 
 /// Renders `plan` as an indented tree. Each line names the operator, its arguments and whether
-/// it outputs a stream or a relation.
+/// it outputs a stream or a relation. A node the plan shares ([`crate::share_subplans`]) is
+/// shown whole where it is first read, marked with its number of readers, and on one line,
+/// marked as the same node, where it is read again.
 pub fn explain(plan: &LogicalPlan) -> String {
     explain_with(plan, &[])
 }
 
-/// [`explain`] with a line above some operators: `notes[i]` for the i-th node in post-order
-/// (inputs first, as the executor compiles them), shown as the operator its output passes
-/// through on the way to its consumer (an exchange between workers), the node's subtree
-/// indented below it.
-pub fn explain_with(plan: &LogicalPlan, notes: &[Option<String>]) -> String {
+/// [`explain`] with a line above some operators: `notes[i][e]` for the i-th node in
+/// [`crate::post_order`] (inputs first, as the executor compiles them) where its e-th reader
+/// reads it (its readers in that order, each input of a reader in its order), shown as the
+/// operator its output passes through on the way to that reader (an exchange between workers),
+/// the node indented below it.
+pub fn explain_with(plan: &LogicalPlan, notes: &[Vec<Option<String>>]) -> String {
+    let order = post_order(plan);
+    let index = node_indexes(&order);
+    let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); order.len()];
+    for (c, node) in order.iter().enumerate() {
+        for (k, input) in node.inputs().into_iter().enumerate() {
+            if let Some(&i) = index.get(&Arc::as_ptr(input)) {
+                readers[i].push((c, k));
+            }
+        }
+    }
+    let mut walk = Walk { index, readers, notes, shown: vec![false; order.len()] };
     let mut lines = Vec::new();
-    let mut next = 0;
-    render(plan, notes, &mut next, &mut lines);
+    walk.render(plan, None, &mut lines);
     let mut out = String::new();
     for (depth, line) in lines {
         let _ = writeln!(out, "{}{line}", "  ".repeat(depth));
@@ -27,33 +43,54 @@ pub fn explain_with(plan: &LogicalPlan, notes: &[Option<String>]) -> String {
     out
 }
 
-/// The lines of `plan`'s subtree, each with its depth below `plan`; `next` is the post-order
-/// index of the next node rendered.
-fn render(
-    plan: &LogicalPlan,
-    notes: &[Option<String>],
-    next: &mut usize,
-    out: &mut Vec<(usize, String)>,
-) {
-    let mut below = Vec::new();
-    for input in plan.inputs() {
-        render(input, notes, next, &mut below);
-    }
-    let index = *next;
-    *next += 1;
-    let kind = match plan.kind() {
-        PlanKind::Stream => "stream",
-        PlanKind::Relation => "relation",
-    };
-    let shift = match notes.get(index).and_then(Option::as_ref) {
-        Some(note) => {
-            out.push((0, format!("{note}  -> {kind}")));
-            1
+/// What rendering a plan needs to know of its nodes.
+struct Walk<'a> {
+    index: HashMap<*const LogicalPlan, usize>,
+    /// Per node, its readers and which of their inputs it is, in [`explain_with`]'s order.
+    readers: Vec<Vec<(usize, usize)>>,
+    notes: &'a [Vec<Option<String>>],
+    /// Per node, whether it was shown whole already.
+    shown: Vec<bool>,
+}
+
+impl Walk<'_> {
+    /// The lines of `plan`'s subtree, each with its depth below `plan`; `read` is the node
+    /// that reads it here and which of its inputs it is (None at the root).
+    fn render(
+        &mut self,
+        plan: &LogicalPlan,
+        read: Option<(usize, usize)>,
+        out: &mut Vec<(usize, String)>,
+    ) {
+        let Some(&i) = self.index.get(&(plan as *const LogicalPlan)) else { return };
+        let kind = match plan.kind() {
+            PlanKind::Stream => "stream",
+            PlanKind::Relation => "relation",
+        };
+        let note = read
+            .and_then(|r| self.readers[i].iter().position(|&x| x == r))
+            .and_then(|e| self.notes.get(i)?.get(e)?.as_ref());
+        let shift = match note {
+            Some(note) => {
+                out.push((0, format!("{note}  -> {kind}")));
+                1
+            }
+            None => 0,
+        };
+        let readers = self.readers[i].len();
+        if std::mem::replace(&mut self.shown[i], true) {
+            out.push((shift, format!("{}  -> {kind}  (the same node as above)", label(plan))));
+            return;
         }
-        None => 0,
-    };
-    out.push((shift, format!("{}  -> {kind}", label(plan))));
-    out.extend(below.into_iter().map(|(d, l)| (d + shift + 1, l)));
+        let shared =
+            if readers > 1 { format!("  (shared: {readers} readers)") } else { String::new() };
+        out.push((shift, format!("{}  -> {kind}{shared}", label(plan))));
+        let mut below = Vec::new();
+        for (k, input) in plan.inputs().into_iter().enumerate() {
+            self.render(input, Some((i, k)), &mut below);
+        }
+        out.extend(below.into_iter().map(|(d, l)| (d + shift + 1, l)));
+    }
 }
 
 fn names(schema: &DFSchema) -> Vec<String> {

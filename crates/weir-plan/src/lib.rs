@@ -19,7 +19,10 @@
 //! by pane as they arrive, so that a slide merges panes instead of applying every element;
 //! [`fuse_window_aggregates`] turns an `ISTREAM` of such an aggregate into one operator that
 //! emits each window's groups once, when it closes; [`hold_join_windows`] lets an inner join
-//! hold a tumbling window of a stream itself, indexing its elements as they arrive.
+//! hold a tumbling window of a stream itself, indexing its elements as they arrive;
+//! [`share_subplans`], last, makes each sub-plan that occurs more than once one node, so that
+//! a CTE read twice is computed once (the plan is then a DAG: a node may have several
+//! consumers).
 //!
 //! The binder in `weir-sql` builds plans; the compiler in `weir-exec` turns them into dataflows.
 
@@ -29,6 +32,7 @@ pub mod interval;
 pub mod panes;
 pub mod plan;
 pub mod prune;
+pub mod share;
 pub mod window_aggregate;
 pub mod window_bounds;
 
@@ -45,5 +49,6 @@ pub use plan::{
     TOP_K_CAPACITIES, TOP_K_KS,
 };
 pub use prune::prune;
+pub use share::{post_order, share_subplans};
 pub use window_aggregate::fuse_window_aggregates;
 pub use window_bounds::{lift_window_bounds, mark_istream_bounds};

@@ -421,7 +421,7 @@ impl fmt::Display for AggFunc {
 }
 
 /// One aggregate in an [`LogicalPlan::Aggregate`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AggCall {
     pub func: AggFunc,
     /// The argument, over the aggregate's input schema; `None` for `COUNT(*)`.
@@ -636,7 +636,7 @@ impl fmt::Display for WindowFrame {
 }
 
 /// One window function of a [`LogicalPlan::OverRelation`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverCall {
     pub func: OverFunc,
     /// The argument, over the input's schema; `None` for `COUNT(*)`.
@@ -648,7 +648,7 @@ pub struct OverCall {
 }
 
 /// What an [`LogicalPlan::Apply`] computes from a subquery for each input row.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApplyKind {
     /// The subquery's single value (NULL if it returns no row).
     Scalar,
@@ -659,7 +659,7 @@ pub enum ApplyKind {
 }
 
 /// One subquery of an [`LogicalPlan::Apply`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplySubquery {
     pub plan: Arc<LogicalPlan>,
     pub kind: ApplyKind,
@@ -668,7 +668,7 @@ pub struct ApplySubquery {
 /// A window an inner join holds itself (see [`crate::held`]): `spec` over the side's input
 /// stream; with `bounds_columns`, its rows carry `window_start` and `window_end` (TUMBLE's),
 /// the last two columns of `schema`, the side's rows as the join sees them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldWindow {
     pub spec: WindowSpec,
     pub bounds_columns: bool,
@@ -676,7 +676,7 @@ pub struct HeldWindow {
 }
 
 /// A node of the plan tree. See the crate docs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogicalPlan {
     /// The elements of a base stream, stamped by its event-time column.
     StreamScan { name: String, schema: DFSchemaRef, time_column: usize, domain: TimeDomain },

@@ -135,6 +135,10 @@ impl Stash {
     }
 }
 
+/// An error a node met, with the first instant it failed at (None: nothing of the round is
+/// right).
+pub(crate) type Failed = (WeirError, Option<Time>);
+
 /// A node of a query's graph on one worker. See the module docs.
 #[derive(Debug)]
 pub(crate) struct NodeHost {
@@ -153,7 +157,9 @@ pub(crate) struct NodeHost {
     span: bool,
     /// Whether this worker evaluates the node (see [`runs_everywhere`]).
     active: bool,
-    route: Route,
+    /// Per reader of the node's output (usually one; a node the plan shares has several), how
+    /// its output reaches that reader.
+    routes: Vec<Route>,
     me: u32,
     peers: u32,
     seq: u64,
@@ -171,7 +177,7 @@ impl NodeHost {
         leaf_sources: Option<(Vec<String>, BTreeSet<u32>)>,
         span: bool,
         active: bool,
-        route: Route,
+        routes: Vec<Route>,
         me: u32,
         peers: u32,
     ) -> Self {
@@ -190,7 +196,7 @@ impl NodeHost {
             last: None,
             span,
             active,
-            route,
+            routes,
             me,
             peers,
             seq: 0,
@@ -236,15 +242,12 @@ impl NodeHost {
         [rows, self.ticks.keys().next().copied(), self.op.next_wakeup()].into_iter().flatten().min()
     }
 
-    /// Evaluates every instant the node has below `frontier` and returns its output parts,
-    /// one per destination worker, and the error it met, if any, with the first instant it
+    /// Evaluates every instant the node has below `frontier` and returns its output parts, per
+    /// reader (in the order of its routes) one per destination worker, and the error it met, if any, with the first instant it
     /// failed at (the parts hold its output before that instant; None: nothing of the round
     /// is right). After an error the node evaluates nothing more (its query is failed) and
     /// returns the error once.
-    pub fn process(
-        &mut self,
-        frontier: Watermark,
-    ) -> (Vec<Part>, Option<(WeirError, Option<Time>)>) {
+    pub fn process(&mut self, frontier: Watermark) -> (Vec<Vec<Part>>, Option<Failed>) {
         if self.failed || !self.active {
             return (Vec::new(), None);
         }
@@ -437,8 +440,8 @@ impl NodeHost {
         self.last
     }
 
-    /// Splits the round's output by destination.
-    fn parts(&self, out: Outbox) -> Result<Vec<Part>> {
+    /// Splits the round's output by destination, for each reader by its route.
+    fn parts(&self, out: Outbox) -> Result<Vec<Vec<Part>>> {
         let batch = match out.batches.len() {
             0 => None,
             1 => out.batches.into_iter().next(),
@@ -447,18 +450,35 @@ impl NodeHost {
                 Some(ChangeBatch::concat(&schema, &out.batches)?)
             }
         };
-        let batch = batch.filter(|b| !b.is_empty());
-        let part = |dest: u32, batch: Option<ChangeBatch>, ticks: &[(Time, bool)]| Part {
+        let mut batch = batch.filter(|b| !b.is_empty());
+        let wanted = |p: &Part| p.batch.is_some() || !p.ticks.is_empty();
+        let mut per_reader = Vec::with_capacity(self.routes.len());
+        for (r, route) in self.routes.iter().enumerate() {
+            // The last reader takes the batch; the others get a copy (its columns are shared).
+            let batch = if r + 1 == self.routes.len() { batch.take() } else { batch.clone() };
+            let parts = self.route_parts(route, batch, &out.ticks)?;
+            per_reader.push(parts.into_iter().filter(wanted).collect());
+        }
+        Ok(per_reader)
+    }
+
+    /// The parts of one reader: `batch` split by `route`, each with the round's ticks.
+    fn route_parts(
+        &self,
+        route: &Route,
+        batch: Option<ChangeBatch>,
+        ticks: &[(Time, bool)],
+    ) -> Result<Vec<Part>> {
+        let part = |dest: u32, batch: Option<ChangeBatch>| Part {
             dest,
             from: self.me,
             source: 0,
             batch,
             ticks: ticks.to_vec(),
         };
-        let wanted = |p: &Part| p.batch.is_some() || !p.ticks.is_empty();
-        let parts = match &self.route {
-            Route::Here => vec![part(self.me, batch, &out.ticks)],
-            Route::Worker0 => vec![part(0, batch, &out.ticks)],
+        Ok(match route {
+            Route::Here => vec![part(self.me, batch)],
+            Route::Worker0 => vec![part(0, batch)],
             Route::ByInstant => {
                 let mut per: Vec<Vec<u32>> = vec![Vec::new(); self.peers as usize];
                 if let Some(b) = &batch {
@@ -473,7 +493,7 @@ impl NodeHost {
                         Some(b) if !idx.is_empty() => Some(b.take(&idx)?),
                         _ => None,
                     };
-                    parts.push(part(dest as u32, rows, &out.ticks));
+                    parts.push(part(dest as u32, rows));
                 }
                 parts
             }
@@ -490,12 +510,11 @@ impl NodeHost {
                         Some(b) if !idx.is_empty() => Some(b.take(&idx)?),
                         _ => None,
                     };
-                    parts.push(part(dest as u32, rows, &out.ticks));
+                    parts.push(part(dest as u32, rows));
                 }
                 parts
             }
-        };
-        Ok(parts.into_iter().filter(wanted).collect())
+        })
     }
 }
 
@@ -745,9 +764,11 @@ mod tests {
     }
 
     /// The parts of a round that did not fail.
-    fn processed(r: (Vec<Part>, Option<(WeirError, Option<Time>)>)) -> Vec<Part> {
+    /// The parts of the node's one reader.
+    fn processed(r: (Vec<Vec<Part>>, Option<Failed>)) -> Vec<Part> {
         assert!(r.1.is_none(), "{:?}", r.1);
-        r.0
+        assert!(r.0.len() <= 1, "one reader");
+        r.0.into_iter().next().unwrap_or_default()
     }
 
     fn part(from: u32, rows: &[(i64, Time)], ticks: &[(Time, bool)]) -> Part {
@@ -759,7 +780,8 @@ mod tests {
     fn instants_in_order_from_rows_ticks_and_wake_ups_rows_in_sender_order() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let op = Box::new(Probe { wakeup: Some(4), log: log.clone() });
-        let mut host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+        let mut host =
+            NodeHost::new(op, vec![schema()], None, false, true, vec![Route::Here], 0, 2);
         // Sender 1's rows arrive first, but sender 0's are taken first within an instant.
         host.receive(0, 0, part(1, &[(10, 2), (11, 6)], &[])).expect("receive");
         host.receive(0, 0, part(0, &[(20, 2)], &[(3, true), (5, false)])).expect("receive");
@@ -793,7 +815,7 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         let op = Box::new(Probe { wakeup: None, log });
         let route = Route::Keyed(KeyRoute::whole_row(&schema()).expect("route"));
-        let mut host = NodeHost::new(op, vec![schema()], None, false, true, route, 1, 2);
+        let mut host = NodeHost::new(op, vec![schema()], None, false, true, vec![route], 1, 2);
         let rows: Vec<(i64, Time)> = (0..100).map(|v| (v, 1)).collect();
         host.receive(0, 0, part(0, &rows, &[])).expect("receive");
         let out = processed(host.process(2));
@@ -810,7 +832,8 @@ mod tests {
         let run = |restore: bool| {
             let log = Arc::new(Mutex::new(Vec::new()));
             let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
-            let mut host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+            let mut host =
+                NodeHost::new(op, vec![schema()], None, false, true, vec![Route::Here], 0, 2);
             host.receive(0, 0, part(1, &[(10, 2), (11, 6)], &[(8, true)])).expect("receive");
             host.receive(0, 0, part(0, &[(20, 6)], &[(5, false)])).expect("receive");
             processed(host.process(4));
@@ -820,11 +843,12 @@ mod tests {
                 let bytes = w.into_bytes().expect("bytes");
                 let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
                 let mut fresh =
-                    NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+                    NodeHost::new(op, vec![schema()], None, false, true, vec![Route::Here], 0, 2);
                 let mut r = StateReader::from_bytes(&bytes).expect("read");
                 assert!(fresh.restore_state(2, &mut r).is_err(), "another node's state");
                 let op = Box::new(Probe { wakeup: Some(7), log: log.clone() });
-                host = NodeHost::new(op, vec![schema()], None, false, true, Route::Here, 0, 2);
+                host =
+                    NodeHost::new(op, vec![schema()], None, false, true, vec![Route::Here], 0, 2);
                 let mut r = StateReader::from_bytes(&bytes).expect("read");
                 host.restore_state(3, &mut r).expect("restore");
                 r.finish().expect("every section taken");
@@ -857,7 +881,8 @@ mod tests {
     fn a_node_on_worker_0_only_ignores_what_reaches_it_elsewhere() {
         let log = Arc::new(Mutex::new(Vec::new()));
         let op = Box::new(Probe { wakeup: Some(1), log: log.clone() });
-        let mut host = NodeHost::new(op, vec![schema()], None, false, false, Route::Worker0, 1, 2);
+        let mut host =
+            NodeHost::new(op, vec![schema()], None, false, false, vec![Route::Worker0], 1, 2);
         host.receive(0, 0, part(0, &[(1, 1)], &[])).expect("receive");
         assert!(processed(host.process(10)).is_empty());
         assert!(log.lock().expect("log").is_empty());

@@ -1117,11 +1117,11 @@ fn cluster_builders(
 
 /// Per node of the plan, in the order `compile` adds them (inputs first): its executor schema
 /// and the base streams and tables it reads.
-fn node_facts(plan: &LogicalPlan, out: &mut Vec<(arrow::datatypes::SchemaRef, Vec<String>)>) {
-    for input in plan.inputs() {
-        node_facts(input, out);
-    }
-    out.push((exec_schema(&plan.schema()), plan.sources()));
+fn node_facts(plan: &LogicalPlan) -> Vec<(arrow::datatypes::SchemaRef, Vec<String>)> {
+    weir_plan::post_order(plan)
+        .into_iter()
+        .map(|node| (exec_schema(&node.schema()), node.sources()))
+        .collect()
 }
 
 /// Builds query `id`'s dataflow on this worker; `cluster` says whether it is one of a cluster
@@ -1149,8 +1149,7 @@ fn install(
     // The parts this worker hosts: those whose index is this worker's modulo the workers.
     let owned: Result<Vec<(u32, weir_exec::Graph)>> =
         (0..parts).filter(|v| v % peers.max(1) == me).map(|v| Ok((v, compile(plan)?))).collect();
-    let mut facts = Vec::new();
-    node_facts(plan, &mut facts);
+    let facts = node_facts(plan);
     let dataflow = worker.next_dataflow_index();
     let mut feed = InputHandle::new();
     worker.dataflow::<u64, _, _>(|scope| {
@@ -1192,6 +1191,9 @@ fn install(
     Installed { feed, frontiers, progress, hosts, status, dataflow, compiled }
 }
 
+/// A stream of parts between two nodes of a query's dataflow.
+type PartStream<'s> = Stream<'s, u64, Vec<Part>>;
+
 #[allow(clippy::too_many_arguments)]
 fn build_nodes<'s>(
     scope: Scope<'s, u64>,
@@ -1215,8 +1217,10 @@ fn build_nodes<'s>(
     let nodes = shape.into_nodes();
     let n = nodes.len();
     let (_, everywhere) = laid_out(&nodes)?;
-    // Per part this worker hosts, its graph's operators and their routes, node by node.
-    type Hosted = std::vec::IntoIter<(Box<dyn weir_exec::Operator>, Route)>;
+    let readers = readers(&nodes);
+    // Per part this worker hosts, its graph's operators and their routes (per reader), node by
+    // node.
+    type Hosted = std::vec::IntoIter<(Box<dyn weir_exec::Operator>, Vec<Route>)>;
     let mut ops: Vec<(u32, Hosted)> = Vec::new();
     for (v, g) in graphs {
         let nodes = g.into_nodes();
@@ -1226,7 +1230,8 @@ fn build_nodes<'s>(
     }
     let base = hosts.len();
     hosts.extend(ops.iter().map(|(v, _)| (*v, Vec::new())));
-    let mut streams: Vec<Option<Stream<'s, u64, Vec<Part>>>> = (0..n).map(|_| None).collect();
+    // Per node, per reader of its output, the stream that reader takes.
+    let mut streams: Vec<Vec<Option<PartStream<'s>>>> = (0..n).map(|_| Vec::new()).collect();
     for (i, ((_, inputs), everywhere)) in nodes.into_iter().zip(everywhere).enumerate() {
         let input_schemas: Vec<_> =
             inputs.iter().filter_map(|&j| facts.get(j).map(|f| f.0.clone())).collect();
@@ -1264,20 +1269,27 @@ fn build_nodes<'s>(
         if inputs.is_empty() {
             handles.push(b.new_input(feed.clone(), Exchange::new(|p: &Part| p.dest as u64)));
         } else {
-            for &j in &inputs {
-                let s = streams[j].take()?;
+            for (k, &j) in inputs.iter().enumerate() {
+                let edge = readers[j].iter().position(|&r| r == (i, k))?;
+                let s = streams[j].get_mut(edge)?.take()?;
                 handles.push(b.new_input(s, Exchange::new(|p: &Part| p.dest as u64)));
             }
         }
-        let (output, stream) = b.new_output::<Vec<Part>>();
-        let mut output = timely::dataflow::operators::generic::OutputBuilder::from(output);
+        // One output per reader (the root's: the query's output), each with its own route.
+        let mut outputs = Vec::new();
+        for _ in 0..readers[i].len().max(1) {
+            let (output, stream) = b.new_output::<Vec<Part>>();
+            outputs.push(timely::dataflow::operators::generic::OutputBuilder::from(output));
+            streams[i].push(Some(stream));
+        }
         let next = Rc::new(Cell::new(0u64));
         progress.push(next.clone());
         let frontiers = frontiers.clone();
         let status = status.clone();
         let traffic = traffic.clone();
-        b.build(move |mut caps| {
-            let mut cap = caps.pop();
+        b.build(move |caps| {
+            // One capability per output, all at the same round.
+            let mut caps = Some(caps);
             move |input_frontiers: &[MutableAntichain<u64>]| {
                 for (k, h) in handles.iter_mut().enumerate() {
                     h.for_each(|c, data| {
@@ -1302,23 +1314,27 @@ fn build_nodes<'s>(
                     .map(|f| f.frontier().first().copied().unwrap_or(u64::MAX))
                     .min()
                     .unwrap_or(u64::MAX);
-                let Some(c) = cap.as_mut() else { return };
+                let Some(cs) = caps.as_mut() else { return };
                 let rounds: Vec<(u64, Watermark)> =
                     frontiers.borrow().range(next.get()..upto).map(|(r, f)| (*r, *f)).collect();
                 for (round, frontier) in rounds {
-                    c.downgrade(&round);
+                    for c in cs.iter_mut() {
+                        c.downgrade(&round);
+                    }
                     for (_, host) in &node_hosts {
                         let Ok(mut host) = host.try_borrow_mut() else {
                             status.fail(busy());
                             return;
                         };
                         let (sent, failure) = host.process(status.cap(frontier));
-                        traffic.count(me, peers, &sent);
-                        if !sent.is_empty() {
-                            let mut out = output.activate();
-                            let mut session = out.session(c);
-                            for p in sent {
-                                session.give(p);
+                        for ((sent, output), c) in sent.into_iter().zip(&mut outputs).zip(&*cs) {
+                            traffic.count(me, peers, &sent);
+                            if !sent.is_empty() {
+                                let mut out = output.activate();
+                                let mut session = out.session(c);
+                                for p in sent {
+                                    session.give(p);
+                                }
                             }
                         }
                         if let Some((e, at)) = failure {
@@ -1329,59 +1345,83 @@ fn build_nodes<'s>(
                     next.set(round + 1);
                 }
                 if upto == u64::MAX {
-                    cap = None;
-                } else if next.get() > *c.time() {
-                    c.downgrade(&next.get());
+                    caps = None;
+                } else {
+                    for c in cs.iter_mut() {
+                        if next.get() > *c.time() {
+                            c.downgrade(&next.get());
+                        }
+                    }
                 }
             }
         });
-        streams[i] = Some(stream);
     }
-    streams.pop().flatten()
+    // The root's one stream: the query's output.
+    streams.pop().and_then(|mut s| s.pop()).flatten()
 }
 
 /// The exchanges of `plan`'s dataflow on several workers, for EXPLAIN: per node of the plan in
-/// post-order (the order `compile` adds them), how its output reaches its consumer if it
+/// post-order (the order `compile` adds them), per reader of its output (in
+/// [`weir_plan::explain::explain_with`]'s order), how the output reaches that reader if it
 /// leaves the worker that made it. (The root's output is always gathered on worker 0, which
 /// is not listed.)
-pub fn exchanges(plan: &LogicalPlan) -> Result<Vec<Option<String>>> {
+pub fn exchanges(plan: &LogicalPlan) -> Result<Vec<Vec<Option<String>>>> {
     let nodes = compile(plan)?.into_nodes();
     let (routes, _) = layout(&nodes)?;
     let root = routes.len().saturating_sub(1);
     Ok(routes
         .iter()
         .enumerate()
-        .map(|(i, r)| match r {
-            _ if i == root => None,
-            Route::Here => None,
-            Route::Worker0 => Some("Exchange: all rows to one worker".to_string()),
-            Route::ByInstant => Some("Exchange: by instant".to_string()),
-            Route::Keyed(k) => Some(format!("Exchange: by hash of {}", k.describe())),
+        .map(|(i, per_reader)| {
+            per_reader
+                .iter()
+                .map(|r| match r {
+                    _ if i == root => None,
+                    Route::Here => None,
+                    Route::Worker0 => Some("Exchange: all rows to one worker".to_string()),
+                    Route::ByInstant => Some("Exchange: by instant".to_string()),
+                    Route::Keyed(k) => Some(format!("Exchange: by hash of {}", k.describe())),
+                })
+                .collect()
         })
         .collect())
 }
 
-/// Where each node's output goes, and whether each node runs on every worker (else on worker
-/// 0 only), from the operators' placements of their inputs. A node's output is split by
-/// instant (every row of an instant on one worker) if it runs on worker 0 only, or if its
-/// output rows at τ come from its input rows at τ ([`weir_exec::Operator::keeps_instants`]:
-/// a scan of a source, which is split so, a row map, a union) and each input reached it split
-/// by instant; a consumer that needs its input so ([`Placement::ByInstant`]) then gets it
-/// without an exchange. Rows already on the worker their consumer's key names (a keyed
-/// operator's output that carries its key, [`weir_exec::Operator::output_key_columns`], seen
-/// through windows that pass rows on) reach it without an exchange too.
-fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<Route>, Vec<bool>)> {
-    let n = nodes.len();
-    let mut consumer: Vec<Option<(usize, usize)>> = vec![None; n];
+/// Per node, the nodes that read its output and which of their inputs it is, in node order
+/// (a node the plan shares has several; the root none).
+fn readers(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Vec<Vec<(usize, usize)>> {
+    let mut readers = vec![Vec::new(); nodes.len()];
     for (c, (_, inputs)) in nodes.iter().enumerate() {
         for (k, &i) in inputs.iter().enumerate() {
-            consumer[i] = Some((c, k));
+            if let Some(r) = readers.get_mut(i) {
+                r.push((c, k));
+            }
         }
     }
+    readers
+}
+
+/// Where each node's output goes, per reader (in [`readers`]' order; the root's one route is to
+/// worker 0), and whether each node runs on every worker (else on worker 0 only), from the
+/// operators' placements of their inputs. A node's output is split by instant (every row of
+/// an instant on one worker) if it runs on worker 0 only, or if its output rows at τ come from
+/// its input rows at τ ([`weir_exec::Operator::keeps_instants`]: a scan of a source, which is
+/// split so, a row map, a union) and each input reached it split by instant; a reader that
+/// needs its input so ([`Placement::ByInstant`]) then gets it without an exchange. Rows already
+/// on the worker their reader's key names (a keyed operator's output that carries its key,
+/// [`weir_exec::Operator::output_key_columns`], seen through windows that pass rows on) reach
+/// it without an exchange too.
+fn layout(
+    nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)],
+) -> Result<(Vec<Vec<Route>>, Vec<bool>)> {
+    let n = nodes.len();
+    let readers = readers(nodes);
     let mut everywhere = Vec::with_capacity(n);
     let mut split = Vec::with_capacity(n);
-    let mut arrives_split: Vec<Vec<bool>> = vec![Vec::new(); n];
-    let mut routes: Vec<Route> = Vec::with_capacity(n);
+    // Per node, per input: whether that input reaches it split by instant.
+    let mut arrives_split: Vec<Vec<bool>> =
+        nodes.iter().map(|(_, inputs)| vec![false; inputs.len()]).collect();
+    let mut routes: Vec<Vec<Route>> = Vec::with_capacity(n);
     // Per node: the output columns (and hashed types) whose key names the worker each output
     // row is on, if known.
     let mut keyed_by: Vec<Option<Vec<(usize, DataType)>>> = Vec::with_capacity(n);
@@ -1396,34 +1436,38 @@ fn layout(nodes: &[(Box<dyn weir_exec::Operator>, Vec<usize>)]) -> Result<(Vec<R
         split.push(!all || (op.keeps_instants() && arrives_split[i].iter().all(|&s| s)));
         keyed_by.push(match (inputs.as_slice(), placements.as_slice()) {
             ([_], [Placement::Keyed(k)]) if all && !k.is_constant() => op.output_key_columns(),
-            ([input], [Placement::Local]) if op.passes_rows() => match routes[*input] {
-                Route::Here => keyed_by[*input].clone(),
-                _ => None,
-            },
+            ([input], [Placement::Local]) if op.passes_rows() => {
+                let edge = readers[*input].iter().position(|&r| r == (i, 0));
+                match edge.map(|e| &routes[*input][e]) {
+                    Some(Route::Here) => keyed_by[*input].clone(),
+                    _ => None,
+                }
+            }
             _ => None,
         });
-        let route = match consumer[i] {
-            None => Route::Worker0,
-            Some((c, k)) => {
-                let placement = nodes[c].0.placement(k)?;
-                // Rows already on the worker of the key their consumer is keyed by stay there.
-                let placed = match (&placement, &keyed_by[i]) {
-                    (Placement::Keyed(key), Some(cols)) if !key.is_constant() => {
-                        key.columns_hashed().as_ref() == Some(cols)
-                    }
-                    _ => false,
-                };
-                let route = if placed { Route::Here } else { Route::of(placement, split[i]) };
-                let arrives = match route {
-                    Route::Here => split[i],
-                    Route::ByInstant | Route::Worker0 => true,
-                    Route::Keyed(_) => false,
-                };
-                arrives_split[c].push(arrives);
-                route
-            }
-        };
-        routes.push(route);
+        if readers[i].is_empty() {
+            routes.push(vec![Route::Worker0]);
+            continue;
+        }
+        let mut out = Vec::with_capacity(readers[i].len());
+        for &(c, k) in &readers[i] {
+            let placement = nodes[c].0.placement(k)?;
+            // Rows already on the worker of the key their reader is keyed by stay there.
+            let placed = match (&placement, &keyed_by[i]) {
+                (Placement::Keyed(key), Some(cols)) if !key.is_constant() => {
+                    key.columns_hashed().as_ref() == Some(cols)
+                }
+                _ => false,
+            };
+            let route = if placed { Route::Here } else { Route::of(placement, split[i]) };
+            arrives_split[c][k] = match route {
+                Route::Here => split[i],
+                Route::ByInstant | Route::Worker0 => true,
+                Route::Keyed(_) => false,
+            };
+            out.push(route);
+        }
+        routes.push(out);
     }
     Ok((routes, everywhere))
 }

@@ -591,6 +591,42 @@ fn q_group_count(w: Win) -> Case {
     )
 }
 
+/// NEXMark q5's shape, a CTE read twice (one shared node, `weir_plan::share`): at τ, the keys
+/// whose count in the window is the largest, with that count; and, with `pairs`, a self-join of
+/// the same CTE instead: the pairs of keys k1 < k2 with equal counts.
+fn q_shared_counts(w: Win, pairs: bool) -> Case {
+    let c = format!("WITH c AS (SELECT k, COUNT(*) AS n FROM s {} GROUP BY k) ", w.sql());
+    let sql = if pairs {
+        format!("{c}SELECT x.k, y.k, x.n FROM c AS x JOIN c AS y ON x.n = y.n AND x.k < y.k")
+    } else {
+        format!("{c}SELECT c.k, c.n FROM c JOIN (SELECT MAX(n) AS top FROM c) AS m ON c.n = m.top")
+    };
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = group(s_at(w, i, tau).iter().map(|e| (e.k, e.v)));
+            let counts: Vec<(i64, i64)> =
+                g.into_iter().map(|(k, vs)| (k, vs.len() as i64)).collect();
+            let top = counts.iter().map(|&(_, n)| n).max();
+            let mut rows = Vec::new();
+            for &(k, n) in &counts {
+                if pairs {
+                    for &(k2, n2) in &counts {
+                        if k < k2 && n == n2 {
+                            rows.push(vec![int(k), int(k2), int(n)]);
+                        }
+                    }
+                } else if Some(n) == top {
+                    rows.push(vec![int(k), int(n)]);
+                }
+            }
+            bag(rows)
+        }),
+    )
+}
+
 /// An aggregate per HOP window (TUMBLE when size = slide) grouped by its bounds and k: at τ,
 /// the groups of the `[RANGE T SLIDE S]` window's contents by k, each with the window's bounds
 /// [b−T, b), b = S·⌊(τ+1)/S⌋. With `by_key` false, one row per non-empty window (no row for an
@@ -2906,6 +2942,13 @@ proptest! {
     #[test]
     fn group_count_matches_oracle(s in elements()) {
         check_all_windows(q_group_count, &Input::single(s))?;
+    }
+
+    #[test]
+    fn shared_subplans_match_oracle(s in elements()) {
+        let input = Input::single(s);
+        check_all_windows(|w| q_shared_counts(w, false), &input)?;
+        check_all_windows(|w| q_shared_counts(w, true), &input)?;
     }
 
     #[test]

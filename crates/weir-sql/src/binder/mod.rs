@@ -9,7 +9,9 @@
 //! over a [`LogicalPlan::StreamScan`] (or over the view's own plan).
 //!
 //! The converted plan is then pruned ([`weir_plan::prune`]): each join input is narrowed to the
-//! columns used above it, over the whole plan, views inlined.
+//! columns used above it, over the whole plan, views inlined. The window rewrites follow, and
+//! last [`weir_plan::share_subplans`] makes a sub-plan that occurs twice (a CTE or view read
+//! twice) one node.
 //!
 //! CQL's defaults are applied here: a stream named without a window gets `[UNBOUNDED]`; a
 //! top-level monotonic query without an explicit relation-to-stream operator gets `ISTREAM`.
@@ -703,7 +705,9 @@ impl<'a> Binder<'a> {
         // ... and then, per TUMBLE/HOP/CUMULATE window, each window's groups once when it closes.
         let plan = weir_plan::fuse_window_aggregates(&plan)?;
         // Inner joins over tumbling windows index the window's elements as they arrive.
-        weir_plan::hold_join_windows(&plan)
+        let plan = weir_plan::hold_join_windows(&plan)?;
+        // Last: a sub-plan that occurs twice (a CTE read twice) is computed once.
+        weir_plan::share_subplans(&plan)
     }
 
     /// DataFusion's plan of `query`, and the filters of its `MIGHT_CONTAIN` calls (which the
