@@ -228,6 +228,11 @@ fn rewrite(
         return Ok(None);
     };
     let Some((pane, offset)) = panes(spec) else { return Ok(None) };
+    // Already pre-aggregated: a view's plan is rewritten when the view is created, and again
+    // as part of each query that reads it.
+    if matches!(stream.as_ref(), LogicalPlan::PaneAggregate { .. }) {
+        return Ok(None);
+    }
     let in_schema = input.schema();
     let type_of = |e: &Expr| {
         e.get_type(&in_schema).map_err(|err| WeirError::internal(format!("type of {e}: {err}")))
