@@ -48,7 +48,7 @@ pub struct Graph {
     readers: Vec<usize>,
     /// Per node, what it is in the plan (its EXPLAIN line; empty if not given).
     labels: Vec<String>,
-    /// Scratch kept for its allocations: each node's output until its consumer takes it.
+    /// Scratch kept for its allocations: each node's output until its last reader takes it.
     outputs: Vec<Option<ChangeBatch>>,
     /// Scratch: per node, the earliest wake-up below it and in its subtree (itself included).
     wakeups: Vec<(Option<Time>, Option<Time>)>,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion_common::DFSchema;
 
 use crate::plan::{LogicalPlan, PlanKind};
-use crate::share::{node_indexes, post_order};
+use crate::share::indexed_post_order;
 
 /// Renders `plan` as an indented tree. Each line names the operator, its arguments and whether
 /// it outputs a stream or a relation. A node the plan shares ([`crate::share_subplans`]) is
@@ -23,8 +23,7 @@ pub fn explain(plan: &LogicalPlan) -> String {
 /// operator its output passes through on the way to that reader (an exchange between workers),
 /// the node indented below it.
 pub fn explain_with(plan: &LogicalPlan, notes: &[Vec<Option<String>>]) -> String {
-    let order = post_order(plan);
-    let index = node_indexes(&order);
+    let (order, index) = indexed_post_order(plan);
     let mut readers: Vec<Vec<(usize, usize)>> = vec![Vec::new(); order.len()];
     for (c, node) in order.iter().enumerate() {
         for (k, input) in node.inputs().into_iter().enumerate() {

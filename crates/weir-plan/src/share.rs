@@ -41,15 +41,17 @@ pub fn share_subplans(plan: &Arc<LogicalPlan>) -> Result<Arc<LogicalPlan>> {
 /// inputs in [`LogicalPlan::inputs`] order, each before it, a node already listed skipped.
 /// This is the order in which weir-exec compiles them, the last being `plan` itself.
 pub fn post_order(plan: &LogicalPlan) -> Vec<&LogicalPlan> {
+    indexed_post_order(plan).0
+}
+
+/// [`post_order`], with each node's index there by its address.
+pub(crate) fn indexed_post_order(
+    plan: &LogicalPlan,
+) -> (Vec<&LogicalPlan>, HashMap<*const LogicalPlan, usize>) {
     let mut order = Vec::new();
     let mut index = HashMap::new();
     visit(plan, &mut order, &mut index);
-    order
-}
-
-/// Per node of [`post_order`], by its address: its index there.
-pub fn node_indexes(order: &[&LogicalPlan]) -> HashMap<*const LogicalPlan, usize> {
-    order.iter().enumerate().map(|(i, n)| (*n as *const LogicalPlan, i)).collect()
+    (order, index)
 }
 
 /// Adds `plan`'s subtree to `order` (see [`post_order`]). A deep plan recurses through this

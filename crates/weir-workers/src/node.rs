@@ -243,10 +243,10 @@ impl NodeHost {
     }
 
     /// Evaluates every instant the node has below `frontier` and returns its output parts, per
-    /// reader (in the order of its routes) one per destination worker, and the error it met, if any, with the first instant it
-    /// failed at (the parts hold its output before that instant; None: nothing of the round
-    /// is right). After an error the node evaluates nothing more (its query is failed) and
-    /// returns the error once.
+    /// reader (in the order of its routes) one per destination worker, and the error it met,
+    /// if any, with the first instant it failed at (the parts hold its output before that
+    /// instant; None: nothing of the round is right). After an error the node evaluates
+    /// nothing more (its query is failed) and returns the error once.
     pub fn process(&mut self, frontier: Watermark) -> (Vec<Vec<Part>>, Option<Failed>) {
         if self.failed || !self.active {
             return (Vec::new(), None);
@@ -763,8 +763,7 @@ mod tests {
         }
     }
 
-    /// The parts of a round that did not fail.
-    /// The parts of the node's one reader.
+    /// The parts of a round that did not fail, for the node's one reader.
     fn processed(r: (Vec<Vec<Part>>, Option<Failed>)) -> Vec<Part> {
         assert!(r.1.is_none(), "{:?}", r.1);
         assert!(r.0.len() <= 1, "one reader");
