@@ -143,13 +143,25 @@ impl KeyRoute {
 /// integers, whose encodings share all but their last bytes) spread over all 2^64 values. (A
 /// multiply per word without the avalanche, used before, let a byte in a word's high end reach
 /// only the high bits of the product: 65 536 consecutive integers got 2048 hashes.)
+///
+/// Workers route rows by it and sketches keep it in their state, so its values must never
+/// change (a checkpoint holds them): `hash_values_are_fixed` pins them.
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    bytes.chunks(8).fold(mix(bytes.len() as u64 ^ K), |h, c| {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        mix(h ^ u64::from_le_bytes(w))
-    })
+    let mut h = mix(bytes.len() as u64 ^ K);
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(w);
+        h = mix(h ^ u64::from_le_bytes(a));
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        // The last word, little-endian and zero-padded, built without a copy of unknown length.
+        let w = tail.iter().rev().fold(0u64, |w, &b| w << 8 | u64::from(b));
+        h = mix(h ^ w);
+    }
+    h
 }
 
 /// A final avalanche of a 64-bit value (the finalizer of SplitMix64).
@@ -167,6 +179,29 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
 
     use super::*;
+
+    /// The first form of [`hash_bytes`]: every word padded and read the same way.
+    fn hash_bytes_by_chunks(bytes: &[u8]) -> u64 {
+        bytes.chunks(8).fold(mix(bytes.len() as u64 ^ 0x9E37_79B9_7F4A_7C15), |h, c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            mix(h ^ u64::from_le_bytes(w))
+        })
+    }
+
+    /// Routing and sketches' state depend on the hash's values: they are pinned, for strings
+    /// of every length up to 40 (each tail length, several words), against the first form of
+    /// the function and against fixed values.
+    #[test]
+    fn hash_values_are_fixed() {
+        let bytes: Vec<u8> = (0..40u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in 0..=bytes.len() {
+            assert_eq!(hash_bytes(&bytes[..len]), hash_bytes_by_chunks(&bytes[..len]), "{len}");
+        }
+        assert_eq!(hash_bytes(b""), 0xE220_A839_7B1D_CDAF);
+        assert_eq!(hash_bytes(b"a"), 0xDA39_2E04_1ECC_1ABE);
+        assert_eq!(hash_bytes(b"0123456789"), 0x9BAC_BD11_651E_B3EB);
+    }
 
     /// Consecutive integers, whose encodings differ in their last bytes only, get distinct
     /// hashes, and their low bits (which pick a worker) and high bits spread evenly.
