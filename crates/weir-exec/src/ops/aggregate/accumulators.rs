@@ -595,8 +595,14 @@ impl Aggregate {
     pub(super) fn finish_column(&self, a: usize, col: &mut OutCol) -> Result<ArrayRef> {
         match col {
             OutCol::Words { vals, valid } => {
-                let (vals, valid) = (std::mem::take(vals), std::mem::take(valid));
-                self.finish_words(a, vals, valid)
+                // The values become the array; the next call gets a buffer of this call's
+                // size, so it does not grow (and copy) its way up again. The validity is
+                // copied out as bits only when a value is NULL, and kept.
+                let n = vals.len();
+                let vals = std::mem::replace(vals, Vec::with_capacity(n));
+                let nulls = valid.contains(&false).then(|| NullBuffer::from(valid.as_slice()));
+                valid.clear();
+                self.finish_words(a, vals, nulls)
             }
             OutCol::Outs(vals) => {
                 let arr = self.finish_outs(a, vals);
@@ -670,8 +676,12 @@ impl Aggregate {
     /// The output column of aggregate `a` from its values as 64-bit words (see
     /// [`OutCol::Words`]): an integer or float array over `vals` as they are (an order key's
     /// floats converted first).
-    fn finish_words(&self, a: usize, vals: Vec<u64>, valid: Vec<bool>) -> Result<ArrayRef> {
-        let nulls = valid.contains(&false).then(|| NullBuffer::from(valid));
+    fn finish_words(
+        &self,
+        a: usize,
+        vals: Vec<u64>,
+        nulls: Option<NullBuffer>,
+    ) -> Result<ArrayRef> {
         let ints = |vals: Vec<u64>| {
             let vals: Vec<i64> = vals.into_iter().map(|w| w as i64).collect();
             Int64Array::new(ScalarBuffer::from(vals), nulls.clone())
