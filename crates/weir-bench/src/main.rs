@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 /// The same allocator as the `weir` binary, built the same way (operator state makes many
 /// small allocations; the system allocator spent 10-20% of q4/q5/q7 in malloc and free; see
-/// the `weir` binary for `no_thp`).
+/// the `weir` binary for `no_thp`), with purged memory reset as `weir` does.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weir_alloc::MiMalloc = weir_alloc::MiMalloc;
 
 use anyhow::Result;
 use clap::Parser;
@@ -195,6 +195,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
 }
 
 fn main() -> Result<()> {
+    weir_alloc::reset_on_purge();
     let a = Args::parse();
     let queries = a.query.0.clone();
     let generator = Config { seed: a.seed, rate: a.rate, ..Config::default() };

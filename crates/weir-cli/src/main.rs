@@ -24,10 +24,11 @@ use script::{Failure, Session};
 /// allocations, where the system allocator cost 10-20% of the time in the NEXMark benchmarks.
 /// Built without transparent huge pages (`no_thp`): with them every page mimalloc had
 /// returned to the system and touched again was a 2 MiB page to zero, which put 30-40 ms
-/// pauses in q9's and q19's p99 latency (docs/benchmarks.md, "Allocator"). A program
-/// embedding the `weir` library chooses its own allocator.
+/// pauses in q9's and q19's p99 latency (docs/benchmarks.md, "Allocator"). Purged memory is
+/// reset rather than decommitted (`weir_alloc::reset_on_purge`, set first thing in `main`). A
+/// program embedding the `weir` library chooses its own allocator.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: weir_alloc::MiMalloc = weir_alloc::MiMalloc;
 
 /// Prints `error: msg` on standard error (ignoring a closed stderr: nothing else to do).
 pub(crate) fn report(msg: &str) {
@@ -35,6 +36,7 @@ pub(crate) fn report(msg: &str) {
 }
 
 fn main() -> ExitCode {
+    weir_alloc::reset_on_purge();
     let args = match args::parse(std::env::args_os().skip(1)) {
         Ok(a) => a,
         // Also --help and --version (to standard output, status 0).
