@@ -20,7 +20,6 @@ const PURGE_DECOMMITS: c_int = 5;
 
 extern "C" {
     fn mi_option_set(option: c_int, value: c_long);
-    fn mi_option_get(option: c_int) -> c_long;
 }
 
 /// Makes mimalloc *reset* the memory it purges instead of decommitting it, unless the
@@ -39,38 +38,38 @@ pub fn reset_on_purge() {
     if std::env::var_os(PURGE_DECOMMITS_VAR).is_some() {
         return;
     }
-    // SAFETY: mimalloc's options may be set at any time, from any thread (each is one word
-    // it reads when it needs it); this one is read when memory is next purged.
+    // SAFETY: mimalloc documents its options as settable at run time (each is one word it
+    // reads when it needs it; this one when memory is next purged); the binaries call this
+    // first thing in `main`, before they start any thread.
     unsafe { mi_option_set(PURGE_DECOMMITS, 0) }
-}
-
-/// Whether mimalloc decommits the memory it purges (see [`reset_on_purge`]).
-pub fn purge_decommits() -> bool {
-    purge_decommits_value() != 0
-}
-
-/// The option's value (mimalloc's default is 1).
-#[allow(unsafe_code)]
-fn purge_decommits_value() -> c_long {
-    // SAFETY: reads one of mimalloc's options (see `reset_on_purge`).
-    unsafe { mi_option_get(PURGE_DECOMMITS) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    extern "C" {
+        fn mi_option_get(option: c_int) -> c_long;
+    }
+
+    /// The option's value: 1 (mimalloc's default) to decommit purged memory, 0 to reset it.
+    #[allow(unsafe_code)]
+    fn purge_decommits_value() -> c_long {
+        // SAFETY: reads one of mimalloc's options (see `reset_on_purge`).
+        unsafe { mi_option_get(PURGE_DECOMMITS) }
+    }
+
     #[test]
     fn purged_memory_is_reset_unless_the_environment_says() {
         let from_env = std::env::var_os(PURGE_DECOMMITS_VAR);
         // mimalloc's default, or what the environment asked for.
-        let before = purge_decommits();
+        let before = purge_decommits_value() != 0;
         if from_env.is_none() {
             // Exactly 1, the option's default: the neighbouring options' defaults differ
             // (2 and 0), so a wrong position reads another value.
             assert_eq!(purge_decommits_value(), 1, "mimalloc decommits by default");
         }
         reset_on_purge();
-        assert_eq!(purge_decommits(), from_env.is_some() && before);
+        assert_eq!(purge_decommits_value() != 0, from_env.is_some() && before);
     }
 }

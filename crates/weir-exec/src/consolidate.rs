@@ -99,19 +99,20 @@ pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeB
                     same
                 });
             }
-            Some(Order::Encoded(rows))
-                if end - start > 1
-                    && merge_two_runs(rows, &batch.diffs, (start, end), &mut run) => {}
             Some(Order::Encoded(rows)) if end - start > 1 => {
-                net.clear();
-                for i in start..end {
-                    let e = net.entry(rows.get(i)).or_insert((i as u32, 0));
-                    e.1 += batch.diffs[i];
+                // Two sorted runs (a window's close) merge in one pass; anything else is
+                // hashed and sorted.
+                if !merge_two_runs(rows, &batch.diffs, (start, end), &mut run) {
+                    net.clear();
+                    for i in start..end {
+                        let e = net.entry(rows.get(i)).or_insert((i as u32, 0));
+                        e.1 += batch.diffs[i];
+                    }
+                    let mut keyed: Vec<(&[u8], u32, i64)> =
+                        net.iter().map(|(k, v)| (*k, v.0, v.1)).collect();
+                    keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                    run.extend(keyed.into_iter().map(|(_, i, d)| (i, d)));
                 }
-                let mut keyed: Vec<(&[u8], u32, i64)> =
-                    net.iter().map(|(k, v)| (*k, v.0, v.1)).collect();
-                keyed.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                run.extend(keyed.into_iter().map(|(_, i, d)| (i, d)));
             }
             _ => run.extend((start..end).map(|i| (i as u32, batch.diffs[i]))),
         }
