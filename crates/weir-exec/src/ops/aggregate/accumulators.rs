@@ -546,48 +546,54 @@ impl Aggregate {
         let base = out.len();
         out.resize(base + aggs.len().min(g.accs.len()), Out::Null);
         for ((spec, st), place) in aggs.iter().zip(&g.accs).zip(&mut out[base..]) {
-            *place = match &st.acc {
-                Acc::Count(_) if spec.func == AggFunc::CountStar && spec.filter.is_none() => {
-                    Out::Int(g.rows)
-                }
-                Acc::Count(n) => Out::Int(*n),
-                Acc::Bool { trues, falses } if *trues + *falses <= 0 => Out::Null,
-                Acc::Bool { trues, falses } => {
-                    Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })
-                }
-                Acc::Ordered { elements } => ordered_output(spec, elements)?,
-                Acc::Sum { n, .. }
-                | Acc::SumFloat { n, .. }
-                | Acc::Avg { n, .. }
-                | Acc::AvgFloat { n, .. }
-                    if *n <= 0 =>
-                {
-                    Out::Null
-                }
-                Acc::Sum { sum, .. } => match spec.arg_type {
-                    DataType::Decimal128(..) => Out::dec(sum.get()),
-                    _ => Out::Int(
-                        i64::try_from(sum.get())
-                            .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
-                    ),
-                },
-                Acc::SumFloat { sum, .. } => Out::Float(sum.to_bits()),
-                Acc::Avg { sum, n } => match spec.arg_type {
-                    DataType::Decimal128(_, scale) => Out::dec(decimal_avg(sum.get(), *n, scale)?),
-                    _ => Out::Float((sum.get() as f64 / *n as f64).to_bits()),
-                },
-                Acc::AvgFloat { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
-                Acc::MinMax { values, max } => {
-                    bytes_extreme(values, *max).map_or(Out::Null, |v| Out::bytes(v))
-                }
-                Acc::ExtremeBytes { best, .. } => {
-                    best.as_ref().map_or(Out::Null, |(v, _)| Out::bytes(v))
-                }
-                Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
-                Acc::Extreme { best, .. } => best.map_or(Out::Null, |(v, _)| Out::Int(v)),
-            };
+            *place = Self::output_value(spec, g.rows, &st.acc)?;
         }
         Ok(())
+    }
+
+    /// The current output value of one aggregate of a group with `rows` rows.
+    #[inline(always)]
+    pub(super) fn output_value(spec: &AggSpec, rows: i64, acc: &Acc) -> Result<Out> {
+        Ok(match acc {
+            Acc::Count(_) if spec.func == AggFunc::CountStar && spec.filter.is_none() => {
+                Out::Int(rows)
+            }
+            Acc::Count(n) => Out::Int(*n),
+            Acc::Bool { trues, falses } if *trues + *falses <= 0 => Out::Null,
+            Acc::Bool { trues, falses } => {
+                Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })
+            }
+            Acc::Ordered { elements } => ordered_output(spec, elements)?,
+            Acc::Sum { n, .. }
+            | Acc::SumFloat { n, .. }
+            | Acc::Avg { n, .. }
+            | Acc::AvgFloat { n, .. }
+                if *n <= 0 =>
+            {
+                Out::Null
+            }
+            Acc::Sum { sum, .. } => match spec.arg_type {
+                DataType::Decimal128(..) => Out::dec(sum.get()),
+                _ => Out::Int(
+                    i64::try_from(sum.get())
+                        .map_err(|_| WeirError::exec("integer overflow in SUM"))?,
+                ),
+            },
+            Acc::SumFloat { sum, .. } => Out::Float(sum.to_bits()),
+            Acc::Avg { sum, n } => match spec.arg_type {
+                DataType::Decimal128(_, scale) => Out::dec(decimal_avg(sum.get(), *n, scale)?),
+                _ => Out::Float((sum.get() as f64 / *n as f64).to_bits()),
+            },
+            Acc::AvgFloat { sum, n } => Out::Float((*sum / *n as f64).to_bits()),
+            Acc::MinMax { values, max } => {
+                bytes_extreme(values, *max).map_or(Out::Null, |v| Out::bytes(v))
+            }
+            Acc::ExtremeBytes { best, .. } => {
+                best.as_ref().map_or(Out::Null, |(v, _)| Out::bytes(v))
+            }
+            Acc::MinMaxKey { values, max } => values.extreme(*max).map_or(Out::Null, Out::Int),
+            Acc::Extreme { best, .. } => best.map_or(Out::Null, |(v, _)| Out::Int(v)),
+        })
     }
 
     /// The output column of aggregate `a` from its values, which are taken (`col` is left

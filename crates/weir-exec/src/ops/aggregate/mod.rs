@@ -263,8 +263,9 @@ struct Emitted {
 /// handed to the array without another pass; any other kind keeps its [`Out`]s.
 #[derive(Debug)]
 enum OutCol {
-    /// Each value's 64 bits ([`Out::Int`]'s integer, [`Out::Float`]'s bits; 0 for NULL) and
-    /// whether it is present.
+    /// Each value's 64 bits ([`Out::Int`]'s integer, [`Out::Float`]'s bits; 0 for NULL) and,
+    /// from the call's first NULL on, whether each value is present (empty while all are: a
+    /// COUNT is never NULL, and its column then costs one push per value, not two).
     Words {
         vals: Vec<u64>,
         valid: Vec<bool>,
@@ -297,16 +298,51 @@ impl OutCol {
     #[inline]
     fn push(&mut self, v: &mut Out) {
         match self {
+            OutCol::Words { .. } => self.push_value(std::mem::replace(v, Out::Null)),
+            OutCol::Outs(col) => col.push(std::mem::replace(v, Out::Null)),
+        }
+    }
+
+    /// Appends `v`.
+    #[inline]
+    fn push_value(&mut self, v: Out) {
+        match self {
             OutCol::Words { vals, valid } => {
                 let (word, present) = match v {
-                    Out::Int(x) => (*x as u64, true),
-                    Out::Float(b) => (*b, true),
+                    Out::Int(x) => (x as u64, true),
+                    Out::Float(b) => (b, true),
                     _ => (0, false),
                 };
+                // From the first NULL on, every value's presence is kept.
+                let tracked = !present || !valid.is_empty();
+                if tracked {
+                    valid.resize(vals.len(), true);
+                    valid.push(present);
+                }
                 vals.push(word);
-                valid.push(present);
             }
-            OutCol::Outs(col) => col.push(std::mem::replace(v, Out::Null)),
+            OutCol::Outs(col) => col.push(v),
+        }
+    }
+
+    /// Whether values `a` and `b` are equal.
+    fn same(&self, a: usize, b: usize) -> bool {
+        match self {
+            OutCol::Words { vals, valid } => {
+                vals[a] == vals[b] && (valid.is_empty() || valid[a] == valid[b])
+            }
+            OutCol::Outs(col) => col[a] == col[b],
+        }
+    }
+
+    /// Keeps the first `n` values.
+    fn truncate(&mut self, n: usize) {
+        match self {
+            OutCol::Words { vals, valid } => {
+                vals.truncate(n);
+                valid.truncate(n);
+            }
+            OutCol::Outs(col) => col.truncate(n),
         }
     }
 }
@@ -343,6 +379,37 @@ impl Emitted {
         }
         self.times.push(t);
         self.diffs.push(diff);
+    }
+
+    /// Appends group `g`'s current output row, its values written straight into the columns.
+    fn push_group(&mut self, aggs: &[AggSpec], g: &Group, t: Time, diff: i64) -> Result<()> {
+        self.key_bytes.extend_from_slice(&g.key);
+        self.key_ends.push(self.key_bytes.len());
+        for ((col, spec), st) in self.cols.iter_mut().zip(aggs).zip(&g.accs) {
+            col.push_value(Aggregate::output_value(spec, g.rows, &st.acc)?);
+        }
+        self.times.push(t);
+        self.diffs.push(diff);
+        Ok(())
+    }
+
+    /// The rows appended so far.
+    fn len(&self) -> usize {
+        self.diffs.len()
+    }
+
+    /// Whether rows `a` and `b` hold equal values (their keys are not compared).
+    fn same_values(&self, a: usize, b: usize) -> bool {
+        self.cols.iter().all(|c| c.same(a, b))
+    }
+
+    /// Keeps the first `n` rows.
+    fn truncate(&mut self, n: usize) {
+        self.key_ends.truncate(n);
+        self.key_bytes.truncate(self.key_ends.last().copied().unwrap_or(0));
+        self.cols.iter_mut().for_each(|c| c.truncate(n));
+        self.times.truncate(n);
+        self.diffs.truncate(n);
     }
 }
 
@@ -874,6 +941,50 @@ impl Aggregate {
         Ok(())
     }
 
+    /// One instant `t` of a grouped aggregate whose only change is row `i` of `d`: what
+    /// [`Aggregate::instant`] does for it, with the group's old and new rows written straight
+    /// into `out` (most instants of a stream's aggregate are one element, as each of q16's
+    /// bids is) and taken back out if their values are equal.
+    fn instant_of_row(
+        &mut self,
+        t: Time,
+        d: &ChangeBatch,
+        p: &Prepared,
+        i: usize,
+        out: &mut Emitted,
+    ) -> Result<()> {
+        self.epoch += 1;
+        let diff = d.diffs[i];
+        if diff == 0 {
+            // No change: an insert-only MIN/MAX or DISTINCT set would take it for a value.
+            return Ok(());
+        }
+        if diff < 0 && self.append_only {
+            return Err(WeirError::internal(
+                "an aggregate planned over an insert-only input saw a retraction",
+            ));
+        }
+        let id = self.slot_of(p.keys.get(i));
+        let group = &mut self.slots[id as usize];
+        group.mark = self.epoch;
+        let old_at = (group.rows > 0).then(|| out.len());
+        if old_at.is_some() {
+            out.push_group(&self.aggs, group, t, -1)?;
+        }
+        self.accumulate(id, p, i, diff)?;
+        let g = &self.slots[id as usize];
+        self.dirty.note(&g.key[..], self.index.len());
+        if g.rows > 0 {
+            out.push_group(&self.aggs, g, t, 1)?;
+            if let Some(at) = old_at.filter(|&at| out.same_values(at, at + 1)) {
+                out.truncate(at);
+            }
+        } else if g.rows == 0 {
+            self.release(id);
+        }
+        Ok(())
+    }
+
     /// The output changes of the instants `(t, rows of d)`, in order.
     fn process(&mut self, d: &ChangeBatch, runs: &[(Time, Range<usize>)]) -> Result<ChangeBatch> {
         let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
@@ -906,7 +1017,12 @@ impl Aggregate {
                     std::hint::black_box(self.warm(p, from..warm));
                 }
             }
-            self.instant(*t, d, p, range.clone(), out)?;
+            match p {
+                Some(p) if range.len() == 1 && self.started && !self.keys.is_empty() => {
+                    self.instant_of_row(*t, d, p, range.start, out)?
+                }
+                _ => self.instant(*t, d, p, range.clone(), out)?,
+            }
         }
         self.build(out)
     }
