@@ -79,9 +79,33 @@ impl FastCsv {
     /// The rows of a run of `records` complete records (each ending with `\n`), in the
     /// stream's schema; None if the run is not one the fast path takes (see the module docs).
     pub fn decode(&self, bytes: &[u8], records: usize) -> Option<RecordBatch> {
-        if memchr::memchr(self.quote, bytes).is_some() {
-            return None;
+        // One pass looks for a quote (the run is declined) and a carriage return: only a run
+        // holding one needs its fields split on three bytes rather than two.
+        let crs = match memchr::memchr2(self.quote, b'\r', bytes) {
+            Some(at) if bytes[at] == self.quote => return None,
+            Some(at) => {
+                if memchr::memchr(self.quote, &bytes[at..]).is_some() {
+                    return None;
+                }
+                true
+            }
+            None => false,
+        };
+        if crs {
+            self.split(bytes, records, memchr::memchr3_iter(self.delimiter, b'\n', b'\r', bytes))
+        } else {
+            self.split(bytes, records, memchr::memchr2_iter(self.delimiter, b'\n', bytes))
         }
+    }
+
+    /// Decodes the run `bytes` of `records` records, its field ends being the positions
+    /// `ends` gives: every delimiter, newline and carriage return.
+    fn split(
+        &self,
+        bytes: &[u8],
+        records: usize,
+        ends: impl Iterator<Item = usize>,
+    ) -> Option<RecordBatch> {
         let text = std::str::from_utf8(bytes).ok()?;
         let mut columns: Vec<Box<dyn Column>> = self
             .schema
@@ -90,7 +114,7 @@ impl FastCsv {
             .map(|f| column(f.data_type(), records))
             .collect::<Option<_>>()?;
         let (mut field, mut start, mut rows) = (0, 0, 0);
-        for at in memchr::memchr3_iter(self.delimiter, b'\n', b'\r', bytes) {
+        for at in ends {
             let end = match bytes[at] {
                 b'\r' if bytes.get(at + 1) == Some(&b'\n') => continue,
                 b'\r' => return None,
