@@ -10,6 +10,9 @@
 //! never retract). NEXMark q9's `b.date_time BETWEEN a.date_time AND a.expires` makes a bid
 //! leave at its own instant (`a.date_time <= b.date_time`: no auction to come starts before it)
 //! and an auction at its `expires`, as Flink's interval join does. A NULL bound never expires.
+//! A row that expires by its own instant (by it, for the right side, whose changes at an
+//! instant are joined after the left's) finds all its partners when it enters and is never
+//! indexed (see `Join::enqueue`).
 //!
 //! Which conjunct gives which bound is the plan's business ([`weir_plan::interval`]); here the
 //! rows waiting to expire are kept per side in time order, (key, row, count) each; they are not

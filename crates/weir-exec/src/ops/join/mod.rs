@@ -102,6 +102,10 @@ fn add_to(index: &mut Index, key: &[u8], row: &[u8], diff: i64) -> Added {
     }
 }
 
+/// Per side, the changes of a step that never enter its index (empty: none; see
+/// `Join::enqueue`).
+type Passing = [Vec<bool>; 2];
+
 /// One side of the join: how its input's rows are keyed and encoded.
 #[derive(Debug)]
 pub struct JoinSide {
@@ -222,30 +226,48 @@ impl Join {
         self
     }
 
-    /// Queues the rows of the step's changes that enter an index and expire after `hi`;
-    /// returns those that expire by `hi` (side, row number), which leave at the step's end.
+    /// Queues the rows of the step's changes that enter an index and expire after `hi`.
+    ///
+    /// Returns, per side, which changes never enter its index (`pass`), and the rows that
+    /// enter it but expire by `hi` (side, row number), which leave at the step's end. A row
+    /// can match only rows at instants up to its expiry (see [`expiry`]), so a right row that
+    /// expires by its own instant has found every partner there (R_new ⋈ ΔS reads the
+    /// instant's left changes), and a left row that expires before its own instant has found
+    /// every partner in the right index (ΔR ⋈ S_old): neither needs to be indexed at all (a
+    /// q9 bid). A left row expiring at its own instant is indexed for that instant's right
+    /// changes.
     fn enqueue(
         &mut self,
         d: [(&ChangeBatch, &[DeltaRow<'_>]); 2],
         hi: Time,
-    ) -> Result<Vec<(usize, usize)>> {
+    ) -> Result<(Passing, Vec<(usize, usize)>)> {
         let mut now = Vec::new();
+        let mut pass = [Vec::new(), Vec::new()];
         for (side, (batch, rows)) in d.into_iter().enumerate() {
             let Some(exp) = self.expiry[side].as_mut() else { continue };
             if rows.is_empty() {
                 continue;
             }
-            for (i, (row, at)) in rows.iter().zip(exp.instants(&batch.data)?).enumerate() {
-                if let (Some(key), Some(at)) = (row.key, at) {
-                    if row.diff > 0 && at <= hi {
-                        now.push((side, i));
-                    } else if row.diff > 0 {
-                        exp.enter(at, key, row.row, row.diff);
+            let instants = exp.instants(&batch.data)?;
+            let passes = &mut pass[side];
+            for (i, ((row, at), &t)) in rows.iter().zip(instants).zip(&batch.times).enumerate() {
+                let (Some(key), Some(at)) = (row.key, at) else { continue };
+                if row.diff <= 0 {
+                    continue;
+                }
+                if at < t || (side == 1 && at == t) {
+                    if passes.is_empty() {
+                        passes.resize(rows.len(), false);
                     }
+                    passes[i] = true;
+                } else if at <= hi {
+                    now.push((side, i));
+                } else {
+                    exp.enter(at, key, row.row, row.diff);
                 }
             }
         }
-        Ok(now)
+        Ok((pass, now))
     }
 
     fn tracks_right(&self) -> bool {
@@ -253,9 +275,19 @@ impl Join {
     }
 
     fn apply(index: &mut Index, dirty: &mut DirtyKeys<Vec<u8>>, delta: &[DeltaRow<'_>]) {
-        for d in delta {
+        Self::apply_except(index, dirty, delta, &[]);
+    }
+
+    /// [`Join::apply`] but for the changes `pass` marks (indexed as `delta`; empty: none).
+    fn apply_except(
+        index: &mut Index,
+        dirty: &mut DirtyKeys<Vec<u8>>,
+        delta: &[DeltaRow<'_>],
+        pass: &[bool],
+    ) {
+        for (i, d) in delta.iter().enumerate() {
             let Some(key) = d.key else { continue };
-            if d.diff == 0 {
+            if d.diff == 0 || pass.get(i).copied().unwrap_or(false) {
                 continue;
             }
             if dirty.recording() {
@@ -337,8 +369,8 @@ impl Join {
         let er = EncodedSide::new(&self.right, &self.key_codec, dr, self.nulls_equal)?;
         let lrows = el.delta_rows(&dl.diffs);
         let rrows = er.delta_rows(&dr.diffs);
-        let now = self.enqueue([(dl, &lrows), (dr, &rrows)], hi)?;
-        let out = self.step(&lrows, &rrows, dl, dr, hi)?;
+        let (pass, now) = self.enqueue([(dl, &lrows), (dr, &rrows)], hi)?;
+        let out = self.step(&lrows, &rrows, dl, dr, hi, &pass)?;
         for (side, i) in now {
             let (row, index) = match side {
                 0 => (&lrows[i], &mut self.left_index),
@@ -359,6 +391,7 @@ impl Join {
         dl: &ChangeBatch,
         dr: &ChangeBatch,
         hi: Time,
+        pass: &Passing,
     ) -> Result<ChangeBatch> {
         let mut ls = SideRows::new(lrows);
         let mut rs = SideRows::new(rrows);
@@ -373,7 +406,7 @@ impl Join {
                 self.held_candidates(times, hi, lrows, rrows, &mut ls, &mut rs)?
             } else {
                 let insts = instants(&dl.times, &dr.times);
-                let pairs = self.candidates(&insts, lrows, rrows, &mut ls, &mut rs);
+                let pairs = self.candidates(&insts, lrows, rrows, pass, &mut ls, &mut rs);
                 (insts, pairs)
             };
             let theta = self.matching(&pairs, &ls, &rs)?;
@@ -416,19 +449,26 @@ impl Join {
         insts: &[Instant],
         lrows: &[DeltaRow<'_>],
         rrows: &[DeltaRow<'_>],
+        pass: &Passing,
         ls: &mut SideRows<'_>,
         rs: &mut SideRows<'_>,
     ) -> Vec<Pair> {
         let mut pairs = Vec::new();
+        let passing = |side: usize, r: &std::ops::Range<usize>| -> &[bool] {
+            pass[side].get(r.clone()).unwrap_or(&[])
+        };
         for (k, inst) in insts.iter().enumerate() {
             let k = k as u32;
+            let (l, r) = (inst.left.clone(), inst.right.clone());
             // ΔR ⋈ S_old
-            self.left_delta_pairs(k, &lrows[inst.left.clone()], inst.left.start, rs, &mut pairs);
-            Self::apply(&mut self.left_index, &mut self.dirty_keys[0], &lrows[inst.left.clone()]);
+            self.left_delta_pairs(k, &lrows[l.clone()], l.start, rs, &mut pairs);
+            let index = &mut self.left_index;
+            Self::apply_except(index, &mut self.dirty_keys[0], &lrows[l.clone()], passing(0, &l));
             // R_new ⋈ ΔS
-            self.right_delta_pairs(k, &rrows[inst.right.clone()], inst.right.start, ls, &mut pairs);
+            self.right_delta_pairs(k, &rrows[r.clone()], r.start, ls, &mut pairs);
             // S_new, once nothing reads S_old any more.
-            Self::apply(&mut self.right_index, &mut self.dirty_keys[1], &rrows[inst.right.clone()]);
+            let index = &mut self.right_index;
+            Self::apply_except(index, &mut self.dirty_keys[1], &rrows[r.clone()], passing(1, &r));
         }
         pairs
     }

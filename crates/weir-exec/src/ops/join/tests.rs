@@ -255,7 +255,7 @@ mod spans {
 
     use arrow::datatypes::DataType;
     use datafusion_common::DFSchema;
-    use datafusion_expr::{col, lit, Expr};
+    use datafusion_expr::{col, lit};
     use proptest::prelude::*;
 
     use super::*;
@@ -311,21 +311,31 @@ mod spans {
     /// if `expiring`, the expiry the planner derives from it: a right row expires at its `v`,
     /// a left row at its `v + 3`.
     fn interval(expiring: bool, left: Vec<Tick>, right: Vec<Tick>) -> Graph {
-        fed(interval_op(expiring), [left, right])
+        fed(interval_op(expiring, None), [left, right])
     }
 
-    fn interval_op(expiring: bool) -> Join {
+    /// With `before` = Some(lag), θ = `v2 <= v - lag AND v <= v2 + 3` instead (the right row
+    /// `lag` to 3 ticks before the left one): a left row expires at `v - lag`, at or before its
+    /// own instant, a right row at `v + 3`.
+    fn interval_op(expiring: bool, before: Option<i64>) -> Join {
         let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
         let side = || kv_side(&["k"]);
         let both = pair_schema();
         let df_both = DFSchema::try_from(both.as_ref().clone()).unwrap();
-        let theta = col("v").lt_eq(col("v2")).and(col("v2").lt_eq(col("v") + lit(3i64)));
+        let (theta, bounds) = if let Some(lag) = before {
+            let theta = col("v2").lt_eq(col("v") - lit(lag));
+            let theta = theta.and(col("v").lt_eq(col("v2") + lit(3i64)));
+            (theta, [col("v") - lit(lag), col("v") + lit(3i64)])
+        } else {
+            let theta = col("v").lt_eq(col("v2")).and(col("v2").lt_eq(col("v") + lit(3i64)));
+            (theta, [col("v") + lit(3i64), col("v")])
+        };
         let theta = ScalarExpr::compile(&theta, &df_both).unwrap();
         let codec = RowCodec::new(vec![DataType::Utf8]).unwrap();
         let op = Join::new(JoinKind::Inner, false, side(), side(), codec, Some(theta), both);
         if expiring {
-            let at = |e: Expr| Some(ScalarExpr::compile(&e, &df).unwrap());
-            op.with_expiry(at(col("v") + lit(3i64)), at(col("v")))
+            let [l, r] = bounds.map(|e| Some(ScalarExpr::compile(&e, &df).unwrap()));
+            op.with_expiry(l, r)
         } else {
             op
         }
@@ -348,7 +358,7 @@ mod spans {
         let right = vec![kv(2, "+1 a 2, +1 b 2"), kv(5, "+1 a 5"), kv(9, "+1 a 9")];
         let out = run(&mut interval(false, left.clone(), right.clone()));
         assert_eq!(out, ["@2 +1 a 1 a 2", "@2 +1 b 2 b 2", "@9 +1 a 9 a 9"]);
-        let mut op = interval_op(true);
+        let mut op = interval_op(true, None);
         let feeds = [left, right].map(|t| t.into_iter().peekable());
         let mut got =
             crate::testing::drive_n(&mut op, &mut feeds.into_iter().collect::<Vec<_>>(), None);
@@ -362,7 +372,7 @@ mod spans {
             op.expiry.iter().flatten().map(|e| e.queue.values().map(Vec::len).sum()).collect();
         assert_eq!(waiting, [1, 0]);
         // Restored, the rows waiting are rebuilt from the index: a@9 still leaves at 12.
-        let mut restored = interval_op(true);
+        let mut restored = interval_op(true, None);
         crate::testing::checkpoint_into(&op, &mut restored);
         let mut feeds = vec![
             vec![].into_iter().peekable(),
@@ -383,9 +393,11 @@ mod spans {
             left in stamped(),
             right in stamped(),
             width in 0i64..4,
+            before in prop::option::of(0i64..2),
         ) {
-            let want = consolidated(run(&mut interval(false, left.clone(), right.clone())));
-            let got = consolidated(run_spans(&mut interval(true, left, right), width));
+            let op = |expiring| interval_op(expiring, before);
+            let want = consolidated(run(&mut fed(op(false), [left.clone(), right.clone()])));
+            let got = consolidated(run_spans(&mut fed(op(true), [left, right]), width));
             prop_assert_eq!(got, want);
         }
 
