@@ -40,6 +40,19 @@ pub(super) fn frame_values<R: Running>(
     n: usize,
 ) -> Result<Vec<R::Out>> {
     let mut vals = Vec::with_capacity(frames.len());
+    frame_values_into(r, frame, frames, n, &mut vals)?;
+    Ok(vals)
+}
+
+/// [`frame_values`] into `vals` (cleared first), whose room is reused.
+pub(super) fn frame_values_into<R: Running>(
+    r: &mut R,
+    frame: &WindowFrame,
+    frames: &[(usize, usize)],
+    n: usize,
+    vals: &mut Vec<R::Out>,
+) -> Result<()> {
+    vals.clear();
     if frame.start == FrameBound::UnboundedPreceding {
         r.reset()?;
         let mut p = 0;
@@ -86,7 +99,7 @@ pub(super) fn frame_values<R: Running>(
             vals.push(v);
         }
     }
-    Ok(vals)
+    Ok(())
 }
 
 /// Any aggregate over any argument, through [`Acc`] (`arg` `None`: `COUNT(*)`).

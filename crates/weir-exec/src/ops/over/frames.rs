@@ -56,14 +56,14 @@ use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 
 use super::agg::{df, Acc};
-use super::frame_agg::{frame_values, NumArg, NumRunning, ScalarRunning};
+use super::frame_agg::{frame_values, frame_values_into, NumArg, NumRunning, ScalarRunning};
 use super::partition::Key as KeyRef;
 use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::numeric_row::{Num, NumType, NumericRow};
 use crate::operator::{take_inputs, Operator, Step};
-use crate::row::{EncodedRows, RowBytes, RowCodec};
+use crate::row::{cmp_bytes, EncodedRows, RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// One window function: what it computes, its argument and default, their types.
@@ -175,9 +175,20 @@ enum Values {
 
 impl Values {
     /// `n` rows of `cols` BIGINT or DOUBLE columns, each written by `row(r, out)`.
-    fn write(cols: usize, n: usize, mut row: impl FnMut(usize, &mut Vec<u8>)) -> Result<Values> {
+    fn write(cols: usize, n: usize, row: impl FnMut(usize, &mut Vec<u8>)) -> Result<Values> {
+        Self::write_into(Vec::new(), cols, n, row)
+    }
+
+    /// [`Values::write`] into the room of `bytes` (cleared first).
+    fn write_into(
+        mut bytes: Vec<u8>,
+        cols: usize,
+        n: usize,
+        mut row: impl FnMut(usize, &mut Vec<u8>),
+    ) -> Result<Values> {
         let width = cols * crate::numeric_row::WIDTH;
-        let mut bytes = Vec::with_capacity(width * n);
+        bytes.clear();
+        bytes.reserve(width * n);
         for r in 0..n {
             row(r, &mut bytes);
             if bytes.len() != width * (r + 1) {
@@ -198,6 +209,29 @@ impl Values {
         match self {
             Values::Rows(r) => r.len(),
             Values::Flat { n, .. } => *n,
+        }
+    }
+}
+
+/// Buffers [`Funcs::evaluate`] reuses from one region to the next (a change evaluates a
+/// region of a few rows, so allocating its buffers each time would cost more than the
+/// arithmetic): each copy's peer group, the region's copies, the kept columns read, the
+/// frames, each call's values and the room of the values written.
+#[derive(Debug, Default)]
+struct Scratch {
+    peers: Vec<(usize, usize)>,
+    in_region: Vec<usize>,
+    cols: Vec<NumCol>,
+    frames: Vec<(usize, usize)>,
+    per_call: Vec<Vec<Num>>,
+    out: Vec<u8>,
+}
+
+impl Scratch {
+    /// Takes back the room of `vals` once they are used.
+    fn give_back(&mut self, vals: Option<Values>) {
+        if let Some(Values::Flat { bytes, .. }) = vals {
+            self.out = bytes;
         }
     }
 }
@@ -230,12 +264,34 @@ impl Numeric {
 }
 
 /// One kept column's values, read from the rows.
+#[derive(Debug)]
 enum NumCol {
     Int(Vec<Option<i64>>),
     Float(Vec<Option<f64>>),
 }
 
 impl NumCol {
+    /// Column `c` of `rows` (rows of `layout`), in place of `self`'s values (whose room is
+    /// reused when the type is the same).
+    fn read_into<'r>(
+        &mut self,
+        layout: &NumericRow,
+        c: usize,
+        rows: impl Iterator<Item = &'r [u8]>,
+    ) {
+        match (layout.types()[c], &mut *self) {
+            (NumType::Int, NumCol::Int(v)) => {
+                v.clear();
+                v.extend(rows.map(|r| layout.get(r, c).as_int()));
+            }
+            (NumType::Float, NumCol::Float(v)) => {
+                v.clear();
+                v.extend(rows.map(|r| layout.get(r, c).as_float()));
+            }
+            _ => *self = NumCol::read(layout, c, rows),
+        }
+    }
+
     /// Column `c` of `rows` (rows of `layout`).
     fn read<'r>(layout: &NumericRow, c: usize, rows: impl Iterator<Item = &'r [u8]>) -> NumCol {
         match layout.types()[c] {
@@ -297,8 +353,14 @@ impl PartialOrd for dyn KeyView + '_ {
 
 impl Ord for dyn KeyView + '_ {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.view().cmp(&other.view())
+        cmp_key(self.view(), other.view())
     }
+}
+
+/// Orders two (order key, row) as the owned keys order.
+#[inline]
+fn cmp_key((k, r): KeyRef<'_>, (k2, r2): KeyRef<'_>) -> std::cmp::Ordering {
+    cmp_bytes(k, k2).then_with(|| cmp_bytes(r, r2))
 }
 
 impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for Key {
@@ -406,6 +468,10 @@ pub struct OverRel {
     before: Extent,
     after: Extent,
     parts: HashMap<RowBytes, Partition>,
+    /// The output buffer, kept between steps so that its room is reused.
+    out: OutRows,
+    /// The buffers of a region's evaluation.
+    scratch: Scratch,
     /// How many entries the last touched partition's region and context held (tests).
     #[cfg(test)]
     last_entries: usize,
@@ -465,6 +531,8 @@ impl OverRel {
             before,
             after,
             parts: HashMap::new(),
+            out: OutRows::default(),
+            scratch: Scratch::default(),
             #[cfg(test)]
             last_entries: 0,
         })
@@ -637,65 +705,82 @@ impl Funcs {
 
     /// The encoded values of each copy of the rows of `entries[region]`, in order, computed
     /// over `entries` (the region and its context, in order; `None`: the region is empty).
+    /// `scratch` lends the numeric path its buffers (see [`Scratch`]).
     fn evaluate(
         &self,
         entries: &[(&Key, &mut Slot)],
         region: std::ops::Range<usize>,
+        scratch: &mut Scratch,
     ) -> Result<Option<Values>> {
-        // Each copy's order key (for peers) and kept arguments, in order.
-        let mut rows: Vec<(&[u8], &[u8])> = Vec::new();
-        let mut in_region: Vec<usize> = Vec::new();
+        // Each copy's place among the copies, peer group and whether it is in the region.
+        let Scratch { peers, in_region, .. } = scratch;
+        peers.clear();
+        in_region.clear();
+        let mut s = 0;
+        let mut prev: Option<&[u8]> = None;
         for (i, (k, slot)) in entries.iter().enumerate() {
             let inside = region.contains(&i);
-            for _ in 0..slot.count {
-                if inside {
-                    in_region.push(rows.len());
-                }
-                rows.push((&k.0, &slot.args));
-            }
-        }
-        if in_region.is_empty() {
-            return Ok(None);
-        }
-        let n = rows.len();
-        let mut peers = vec![(0, 0); n];
-        let mut s = 0;
-        for j in 1..=n {
-            if j == n || rows[j].0 != rows[s].0 {
+            if prev.is_some_and(|p| p != &k.0[..]) {
+                let j = peers.len();
                 peers[s..j].fill((s, j));
                 s = j;
             }
+            prev = Some(&k.0);
+            for _ in 0..slot.count {
+                if inside {
+                    in_region.push(peers.len());
+                }
+                peers.push((0, 0));
+            }
         }
+        let n = peers.len();
+        peers[s..n].fill((s, n));
+        if in_region.is_empty() {
+            return Ok(None);
+        }
+        // Each copy's kept arguments.
+        let copies = || {
+            entries.iter().flat_map(|(_, slot)| {
+                std::iter::repeat_n(&slot.args[..], usize::try_from(slot.count).unwrap_or(0))
+            })
+        };
         if let Some(num) = &self.numeric {
-            let cols: Vec<NumCol> = (0..num.kept.types().len())
-                .map(|c| NumCol::read(&num.kept, c, rows.iter().map(|r| r.1)))
-                .collect();
-            let ord = match self.kept.ord.map(|o| &cols[o]) {
+            let types = num.kept.types().len();
+            scratch.cols.resize_with(types, || NumCol::Int(Vec::new()));
+            for (c, col) in scratch.cols.iter_mut().enumerate() {
+                col.read_into(&num.kept, c, copies());
+            }
+            let ord = match self.kept.ord.map(|o| &scratch.cols[o]) {
                 Some(NumCol::Int(v)) => Some(Int64Array::from(v.clone())),
                 Some(NumCol::Float(_)) => {
                     return Err(WeirError::internal("an Int64 ORDER BY value expected"))
                 }
                 None => None,
             };
-            let cx = Context::new(Vec::new(), peers, ord);
-            if let Some(v) = self.numeric_values(num, &cx, &cols, &in_region)? {
+            let cx = Context::new(Vec::new(), std::mem::take(&mut scratch.peers), ord);
+            let vals = self.numeric_values(num, &cx, scratch)?;
+            let Context { peers, .. } = cx;
+            if let Some(v) = vals {
+                scratch.peers = peers;
                 return Ok(Some(v));
             }
             // A BIGINT SUM overflowed: the general path says so.
-            return self.array_values(rows, cx.peers, &in_region).map(Some);
+            let region = scratch.in_region.clone();
+            return self.array_values(copies().collect(), peers, &region).map(Some);
         }
-        self.array_values(rows, peers, &in_region).map(Some)
+        let peers = std::mem::take(&mut scratch.peers);
+        self.array_values(copies().collect(), peers, &scratch.in_region).map(Some)
     }
 
     /// [`Funcs::evaluate`] through Arrow arrays: the kept arguments of `rows` decoded, then
     /// [`Funcs::values`] at `region`, encoded.
     fn array_values(
         &self,
-        rows: Vec<(&[u8], &[u8])>,
+        args: Vec<&[u8]>,
         peers: Vec<(usize, usize)>,
         region: &[usize],
     ) -> Result<Values> {
-        let cols = self.kept.codec.decode(rows.iter().map(|r| r.1))?;
+        let cols = self.kept.codec.decode(args)?;
         let ord = match self.kept.ord {
             Some(o) => Some(
                 cols[o]
@@ -711,49 +796,47 @@ impl Funcs {
         Ok(Values::Rows(self.vals_codec.encode(&arrays, region.len())?))
     }
 
-    /// The values at `region` from the columns `cols` read from the kept rows (see
-    /// [`Numeric`]), written as rows; None if a BIGINT SUM overflowed.
+    /// The values at the region (`scratch.in_region`) from the columns read from the kept
+    /// rows (`scratch.cols`, see [`Numeric`]), written as rows (into `scratch.out`'s room);
+    /// None if a BIGINT SUM overflowed.
     fn numeric_values(
         &self,
         num: &Numeric,
         cx: &Context,
-        cols: &[NumCol],
-        region: &[usize],
+        scratch: &mut Scratch,
     ) -> Result<Option<Values>> {
         let n = cx.peers.len();
-        let mut per_call: Vec<Vec<Num>> = Vec::with_capacity(self.calls.len());
-        for (i, c) in self.calls.iter().enumerate() {
+        let Scratch { in_region: region, cols, frames, per_call, out, .. } = scratch;
+        per_call.resize_with(self.calls.len(), Vec::new);
+        for ((i, c), vals) in self.calls.iter().enumerate().zip(per_call.iter_mut()) {
             let arg = self.kept.arg[i].map(|a| &cols[a]);
-            let vals = match c.func {
+            match c.func {
                 OverFunc::Agg(func) => {
-                    let frames: Vec<(usize, usize)> =
-                        region.iter().map(|&j| self.frame_of(&c.frame, j, cx)).collect();
+                    frames.clear();
+                    frames.extend(region.iter().map(|&j| self.frame_of(&c.frame, j, cx)));
                     let arg = arg.map_or(NumArg::None, NumCol::arg);
                     let mut r = NumRunning::over(func, arg, &c.out_type)
                         .ok_or_else(|| WeirError::internal("a numeric frame it cannot compute"))?;
-                    let vals = frame_values(&mut r, &c.frame, &frames, n)?;
+                    frame_values_into(&mut r, &c.frame, frames, n, vals)?;
                     if r.overflow {
                         return Ok(None);
                     }
-                    vals
                 }
                 _ => {
                     let arg =
                         arg.ok_or_else(|| WeirError::internal("navigation without argument"))?;
                     let default = self.kept.default[i].map(|d| &cols[d]);
-                    region
-                        .iter()
-                        .map(|&j| match self.nav_index(c, j, cx) {
-                            Some(k) => arg.get(k as usize),
-                            None => default.map_or(Num::Null, |d| d.get(j)),
-                        })
-                        .collect()
+                    vals.clear();
+                    vals.extend(region.iter().map(|&j| match self.nav_index(c, j, cx) {
+                        Some(k) => arg.get(k as usize),
+                        None => default.map_or(Num::Null, |d| d.get(j)),
+                    }));
                 }
-            };
-            per_call.push(vals);
+            }
         }
-        Values::write(num.vals.types().len(), region.len(), |r, out| {
-            for vals in &per_call {
+        let room = std::mem::take(out);
+        Values::write_into(room, num.vals.types().len(), region.len(), |r, out| {
+            for vals in per_call.iter() {
                 NumericRow::push(vals[r], out);
             }
         })
@@ -876,7 +959,7 @@ impl OverRel {
         let mut it = part.range_mut::<dyn KeyView, _>((from, Bound::Unbounded)).peekable();
         let mut entries: Vec<(&Key, &mut Slot)> = Vec::new();
         while let Some((k, _)) = it.peek() {
-            if (&k.0[..], &k.1[..]) > hi {
+            if cmp_key((&k.0, &k.1), hi).is_gt() {
                 break;
             }
             entries.extend(it.next());
@@ -901,8 +984,9 @@ impl OverRel {
         {
             self.last_entries = entries.len();
         }
-        let vals = self.funcs.evaluate(&entries, region.clone())?;
+        let vals = self.funcs.evaluate(&entries, region.clone(), &mut self.scratch)?;
         update_values(&mut entries[region], vals.as_ref(), out)?;
+        self.scratch.give_back(vals);
         drop(entries);
         if part.is_empty() {
             self.parts.remove(p);
@@ -988,7 +1072,7 @@ fn update_values(
 }
 
 /// A step's output changes, each row and its encoded values copied into one buffer.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct OutRows {
     bytes: Vec<u8>,
     /// Each change: where its row and its values are in `bytes`, its diff.
@@ -998,6 +1082,9 @@ struct OutRows {
 }
 
 impl OutRows {
+    /// The most room kept between steps (see [`OverRel::eval`]).
+    const KEEP_BYTES: usize = 4 << 20;
+
     fn discarding() -> OutRows {
         OutRows { discard: true, ..OutRows::default() }
     }
@@ -1018,11 +1105,9 @@ impl OutRows {
     fn sort_from(&mut self, start: usize) {
         let bytes = &self.bytes;
         self.rows[start..].sort_unstable_by(|a, b| {
-            (&bytes[a.0.clone()], &bytes[a.1.clone()], a.2).cmp(&(
-                &bytes[b.0.clone()],
-                &bytes[b.1.clone()],
-                b.2,
-            ))
+            cmp_bytes(&bytes[a.0.clone()], &bytes[b.0.clone()])
+                .then_with(|| cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()]))
+                .then(a.2.cmp(&b.2))
         });
     }
 }
@@ -1052,21 +1137,9 @@ impl Context {
     }
 }
 
-impl Operator for OverRel {
-    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
-        let [d] = take_inputs::<1>(inputs)?;
-        if d.is_empty() {
-            return Ok(ChangeBatch::empty(self.schema.clone()));
-        }
-        let enc = self.keys.encode_batch(&d)?;
-        let kept = self.funcs.kept.encode(&d.data, self.funcs.numeric.as_ref())?;
-        let mut out = OutRows::default();
-        let mut bufs = RunBufs::default();
-        let times = by_instant(&d.times, |rows| {
-            let before = out.rows.len();
-            self.eval_run(&enc, &kept, rows, &mut bufs, &mut out)?;
-            Ok(out.rows.len() - before)
-        })?;
+impl OverRel {
+    /// The output changes written into `out`, at their instants `times`.
+    fn output(&self, out: &OutRows, times: Vec<Time>) -> Result<ChangeBatch> {
         if out.rows.is_empty() {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
@@ -1075,6 +1148,32 @@ impl Operator for OverRel {
         cols.extend(self.funcs.decode_values(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
         let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
         Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
+    }
+}
+
+impl Operator for OverRel {
+    fn eval(&mut self, _step: &Step<'_>, inputs: Vec<ChangeBatch>) -> Result<ChangeBatch> {
+        let [d] = take_inputs::<1>(inputs)?;
+        if d.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let enc = self.keys.encode_batch(&d)?;
+        let kept = self.funcs.kept.encode(&d.data, self.funcs.numeric.as_ref())?;
+        let mut out = std::mem::take(&mut self.out);
+        out.bytes.clear();
+        out.rows.clear();
+        let mut bufs = RunBufs::default();
+        let times = by_instant(&d.times, |rows| {
+            let before = out.rows.len();
+            self.eval_run(&enc, &kept, rows, &mut bufs, &mut out)?;
+            Ok(out.rows.len() - before)
+        })?;
+        let result = self.output(&out, times);
+        // The room of an ordinary step's output is kept; an outsized one's is given back.
+        if out.bytes.capacity() <= OutRows::KEEP_BYTES {
+            self.out = out;
+        }
+        result
     }
 
     fn span_capable(&self) -> bool {
@@ -1148,9 +1247,10 @@ impl Operator for OverRel {
             }
             let mut entries: Vec<(&Key, &mut Slot)> = part.iter_mut().collect();
             let all = 0..entries.len();
-            let vals = self.funcs.evaluate(&entries, all.clone())?;
+            let vals = self.funcs.evaluate(&entries, all.clone(), &mut self.scratch)?;
             // (What a first evaluation would output is not output again.)
             update_values(&mut entries[all], vals.as_ref(), &mut OutRows::discarding())?;
+            self.scratch.give_back(vals);
         }
         self.parts = parts;
         Ok(())

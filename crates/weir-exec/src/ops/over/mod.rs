@@ -33,7 +33,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use crate::expr::ScalarExpr;
 use crate::ops::topk::{sort_key_converter, SortKey};
 use crate::route::{KeyRoute, Placement};
-use crate::row::{EncodedRows, RowBytes, RowCodec};
+use crate::row::{cmp_bytes, EncodedRows, RowBytes, RowCodec};
 
 /// The encodings shared by the window-function operators: partition key, order key, row.
 #[derive(Debug)]
@@ -206,7 +206,12 @@ pub(crate) fn for_each_partition<'e>(
 ) -> Result<()> {
     order.clear();
     order.extend(rows);
-    order.sort_unstable_by(|&a, &b| (enc.part(a), enc.entry(a)).cmp(&(enc.part(b), enc.entry(b))));
+    order.sort_unstable_by(|&a, &b| {
+        let ((k, r), (k2, r2)) = (enc.entry(a), enc.entry(b));
+        cmp_bytes(enc.part(a), enc.part(b))
+            .then_with(|| cmp_bytes(k, k2))
+            .then_with(|| cmp_bytes(r, r2))
+    });
     let mut i = 0;
     while i < order.len() {
         let p = enc.part(order[i]);
