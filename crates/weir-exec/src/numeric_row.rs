@@ -161,6 +161,24 @@ impl NumericRow {
         }
     }
 
+    /// Column `c` of `row` as the 8 bytes an Arrow array of its type holds (the i64, or the
+    /// DOUBLE's bits); None for NULL (a short row reads as NULL, as in [`NumericRow::get`]).
+    #[inline]
+    pub fn native_bits(&self, row: &[u8], c: usize) -> Option<i64> {
+        let b = row.get(c * WIDTH..(c + 1) * WIDTH)?;
+        if b[0] != 1 {
+            return None;
+        }
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[1..]);
+        w[0] ^= 0x80;
+        let bits = i64::from_be_bytes(w);
+        Some(match self.types[c] {
+            NumType::Int => bits,
+            NumType::Float => bits ^ (((bits >> 63) as u64) >> 1) as i64,
+        })
+    }
+
     /// Appends value `v` as a column of its type (BIGINT for `Int`, DOUBLE for `Float`).
     #[inline]
     pub fn push(v: Num, out: &mut Vec<u8>) {

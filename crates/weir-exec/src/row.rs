@@ -2,16 +2,124 @@
 //! order-preserving (byte order = SQL order of the values), so it serves as hash-map key, as
 //! multiset element and as the sort key that makes output order deterministic.
 
-use arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{
+    make_array, Array, ArrayData, ArrayRef, BooleanBufferBuilder, Float64Array, Int64Array,
+    RecordBatch, RecordBatchOptions,
+};
+use arrow::buffer::{Buffer, NullBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use weir_common::Result;
+
+use crate::numeric_row::{Num, NumType, NumericRow};
 
 /// Encodes columns of fixed types to rows and back.
 #[derive(Debug)]
 pub struct RowCodec {
     types: Vec<DataType>,
     converter: Option<RowConverter>,
+    /// Decoding without the converter, when every column is an 8-byte number (found on the
+    /// first decode; see [`Fixed`]).
+    fixed: OnceLock<Option<Fixed>>,
+}
+
+/// Rows whose columns are all 8-byte numbers: BIGINT, DOUBLE, and the types an Arrow array
+/// holds as an i64 (timestamps, DATE64, TIME64, durations). Each column is then 9 bytes at a
+/// fixed place of the row (see `crate::numeric_row`), so a column is decoded by reading its
+/// place in each row, where the converter walks every row through every column before it.
+/// Taken only after the converter is seen to write and read sample values (NULL, zero, the
+/// ends of the range) exactly so for these types, so a change of Arrow's format turns it off.
+#[derive(Debug)]
+struct Fixed {
+    layout: NumericRow,
+    types: Vec<DataType>,
+}
+
+impl Fixed {
+    /// The decoder for rows of `types` as `converter` writes them, if it applies.
+    fn of(types: &[DataType], converter: &RowConverter) -> Option<Fixed> {
+        let kinds: Vec<NumType> = types
+            .iter()
+            .map(|t| match t {
+                DataType::Float64 => Some(NumType::Float),
+                DataType::Int64
+                | DataType::Timestamp(..)
+                | DataType::Date64
+                | DataType::Time64(_)
+                | DataType::Duration(_) => Some(NumType::Int),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let plain: Vec<DataType> = kinds
+            .iter()
+            .map(|k| match k {
+                NumType::Int => DataType::Int64,
+                NumType::Float => DataType::Float64,
+            })
+            .collect();
+        let layout = NumericRow::of(&RowCodec::plain(plain).ok()?)?;
+        let fixed = Fixed { layout, types: types.to_vec() };
+        // Sample columns of the real types: encoded as the layout writes them, and read back.
+        let ints: Int64Array =
+            vec![None, Some(0), Some(1), Some(-1), Some(i64::MIN), Some(i64::MAX)].into();
+        let floats: Float64Array =
+            vec![None, Some(0.0), Some(-0.0), Some(1.5), Some(f64::MIN), Some(f64::INFINITY)]
+                .into();
+        let n = ints.len();
+        let cols: Vec<ArrayRef> = kinds
+            .iter()
+            .zip(types)
+            .map(|(k, t)| match k {
+                NumType::Int => arrow::compute::cast(&ints, t).ok(),
+                NumType::Float => Some(Arc::new(floats.clone()) as ArrayRef),
+            })
+            .collect::<Option<_>>()?;
+        let rows = converter.convert_columns(&cols).ok()?;
+        let mut mine = Vec::new();
+        for i in 0..n {
+            mine.clear();
+            for k in &kinds {
+                let v = match k {
+                    NumType::Int => ints.is_valid(i).then(|| Num::Int(ints.value(i))),
+                    NumType::Float => floats.is_valid(i).then(|| Num::Float(floats.value(i))),
+                };
+                NumericRow::push(v.unwrap_or(Num::Null), &mut mine);
+            }
+            if rows.row(i).data() != &mine[..] {
+                return None;
+            }
+        }
+        let back = fixed.decode(&(0..n).map(|i| rows.row(i).data()).collect::<Vec<_>>()).ok()?;
+        back.iter().zip(&cols).all(|(a, b)| a.as_ref() == b.as_ref()).then_some(fixed)
+    }
+
+    /// Decodes `rows` (each of this layout's width).
+    fn decode(&self, rows: &[&[u8]]) -> Result<Vec<ArrayRef>> {
+        let n = rows.len();
+        self.types
+            .iter()
+            .enumerate()
+            .map(|(c, t)| {
+                let mut vals: Vec<i64> = Vec::with_capacity(n);
+                let mut valid = BooleanBufferBuilder::new(n);
+                for r in rows {
+                    let v = self.layout.native_bits(r, c);
+                    vals.push(v.unwrap_or(0));
+                    valid.append(v.is_some());
+                }
+                let valid = NullBuffer::new(valid.finish());
+                let nulls = (valid.null_count() > 0).then_some(valid);
+                let data = ArrayData::builder(t.clone())
+                    .len(n)
+                    .add_buffer(Buffer::from_vec(vals))
+                    .nulls(nulls)
+                    .build()?;
+                Ok(make_array(data))
+            })
+            .collect()
+    }
 }
 
 /// An encoded row, owned.
@@ -19,12 +127,20 @@ pub type RowBytes = Box<[u8]>;
 
 impl RowCodec {
     pub fn new(types: Vec<DataType>) -> Result<Self> {
+        let mut codec = Self::plain(types)?;
+        // Looked for on the first decode.
+        codec.fixed = OnceLock::new();
+        Ok(codec)
+    }
+
+    /// A codec that decodes through the converter only.
+    fn plain(types: Vec<DataType>) -> Result<Self> {
         let converter = if types.is_empty() {
             None
         } else {
             Some(RowConverter::new(types.iter().cloned().map(SortField::new).collect())?)
         };
-        Ok(RowCodec { types, converter })
+        Ok(RowCodec { types, converter, fixed: OnceLock::from(None) })
     }
 
     /// The types of the encoded columns.
@@ -62,8 +178,15 @@ impl RowCodec {
         match &self.converter {
             None => Ok(vec![]),
             Some(c) => {
-                let parser = c.parser();
                 let rows: Vec<&[u8]> = rows.into_iter().collect();
+                let fixed = self.fixed.get_or_init(|| Fixed::of(&self.types, c));
+                if let Some(f) = fixed {
+                    let width = f.types.len() * crate::numeric_row::WIDTH;
+                    if rows.iter().all(|r| r.len() == width) {
+                        return f.decode(&rows);
+                    }
+                }
+                let parser = c.parser();
                 Ok(c.convert_rows(rows.iter().map(|r| parser.parse(r)))?)
             }
         }
@@ -233,11 +356,11 @@ impl EncodedRows {
 mod tests {
     use std::sync::Arc;
 
-    use arrow::array::{ArrayRef, BinaryArray};
+    use arrow::array::{Array, ArrayRef, BinaryArray, Int64Array};
     use arrow::datatypes::DataType;
     use proptest::prelude::*;
 
-    use super::{cmp_bytes, sort_by_encoding, RowCodec};
+    use super::{cmp_bytes, sort_by_encoding, EncodedRows, RowCodec};
 
     /// `values` encoded as one Binary column; the indices in the order a plain sort of the
     /// encodings (then the indices) gives, and in the order `sort_by_encoding` gives.
@@ -265,7 +388,87 @@ mod tests {
         })
     }
 
+    /// Decodes `rows` through the converter alone.
+    fn by_converter(codec: &RowCodec, rows: &EncodedRows) -> Vec<ArrayRef> {
+        let c = codec.converter.as_ref().unwrap();
+        let parser = c.parser();
+        c.convert_rows((0..rows.len()).map(|i| parser.parse(rows.get(i)))).unwrap()
+    }
+
+    /// Rows of 8-byte numbers take the fixed decoder, others the converter.
+    #[test]
+    fn the_fixed_decoder_is_taken_for_eight_byte_numbers_only() {
+        use arrow::datatypes::TimeUnit;
+        let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        for (types, fixed) in [
+            (vec![DataType::Int64, ts.clone(), DataType::Float64, DataType::Date64], true),
+            (
+                vec![DataType::Duration(TimeUnit::Second), DataType::Time64(TimeUnit::Nanosecond)],
+                true,
+            ),
+            (vec![DataType::Int64, DataType::Utf8], false),
+            (vec![DataType::Int32], false),
+            (vec![DataType::UInt64], false),
+        ] {
+            let codec = RowCodec::new(types.clone()).unwrap();
+            let cols: Vec<ArrayRef> = types
+                .iter()
+                .map(|t| {
+                    let a: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), None, Some(-7)]));
+                    arrow::compute::cast(&a, t).unwrap()
+                })
+                .collect();
+            let rows = codec.encode(&cols, 3).unwrap();
+            let got = codec.decode((0..3).map(|i| rows.get(i))).unwrap();
+            assert_eq!(got, cols, "{types:?}");
+            assert_eq!(codec.fixed.get().unwrap().is_some(), fixed, "{types:?}");
+        }
+    }
+
     proptest! {
+        /// Any BIGINT, TIMESTAMP WITH TIME ZONE and DOUBLE values, NULLs included, decode as
+        /// the converter decodes them.
+        #[test]
+        fn the_fixed_decoder_decodes_as_the_converter(
+            rows in proptest::collection::vec(
+                (
+                    proptest::option::of(any::<i64>()),
+                    proptest::option::of(any::<i64>()),
+                    proptest::option::of(any::<f64>()),
+                ),
+                0..60,
+            )
+        ) {
+            use arrow::array::TimestampMillisecondArray;
+            use arrow::datatypes::TimeUnit;
+            let ts = DataType::Timestamp(TimeUnit::Millisecond, Some("+02:00".into()));
+            let codec = RowCodec::new(vec![DataType::Int64, ts, DataType::Float64]).unwrap();
+            let cols: Vec<ArrayRef> = vec![
+                Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()),
+                Arc::new(
+                    rows.iter().map(|r| r.1).collect::<TimestampMillisecondArray>()
+                        .with_timezone("+02:00"),
+                ),
+                Arc::new(rows.iter().map(|r| r.2).collect::<arrow::array::Float64Array>()),
+            ];
+            let enc = codec.encode(&cols, rows.len()).unwrap();
+            let got = codec.decode((0..rows.len()).map(|i| enc.get(i))).unwrap();
+            prop_assert!(codec.fixed.get().is_some_and(Option::is_some));
+            let want = by_converter(&codec, &enc);
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert_eq!(g.data_type(), w.data_type());
+                prop_assert_eq!(g.nulls(), w.nulls());
+                // Bit for bit (NaNs and -0.0 included) where valid (what lies under a NULL
+                // is no value).
+                let (gd, wd) = (g.to_data(), w.to_data());
+                let (gb, wb) = (gd.buffers()[0].as_slice(), wd.buffers()[0].as_slice());
+                for i in (0..g.len()).filter(|&i| g.is_valid(i)) {
+                    prop_assert_eq!(&gb[i * 8..i * 8 + 8], &wb[i * 8..i * 8 + 8]);
+                }
+            }
+        }
+
         /// Byte strings of every length up to 40, sharing long prefixes, compare as the
         /// library compares them.
         #[test]
