@@ -46,11 +46,12 @@
 //! `over_rel` (`part`, `key`, `row` Binary, `count` Int64), sorted, without the values and
 //! arguments, which a restore computes again from each partition's rows.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 use std::ops::Bound;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
+use datafusion_common::hash_map::EntryRef;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{ChangeBatch, Result, Time, WeirError};
 use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
@@ -878,11 +879,10 @@ impl OverRel {
         let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
             return Ok(());
         };
-        if !self.parts.contains_key(p) {
-            self.parts.insert(RowBytes::from(p), Partition::default());
-        }
-        let part =
-            self.parts.get_mut(p).ok_or_else(|| WeirError::internal("a partition vanished"))?;
+        let part = match self.parts.entry_ref(p) {
+            EntryRef::Occupied(o) => o.into_mut(),
+            EntryRef::Vacant(v) => v.insert_with_key(RowBytes::from(p), Partition::default()),
+        };
         // The region (the rows whose values may change) and its context (the rows those
         // values read) reach back from lo and forward from hi; the rows before lo and after
         // hi are the same before and after the change. Back from lo, found before the change
@@ -924,31 +924,33 @@ impl OverRel {
         // The region's values before the change are the ones last output, kept in the slots
         // (a row that leaves takes its values out with it); after it, they are computed over
         // the context, compared with those, and kept in turn.
+        // One descent per change: a retraction takes its entry out (and puts it back if
+        // copies remain), an insertion goes where its key belongs (a new row's key is
+        // allocated anyway).
         for &(e, n, i) in changes {
-            let key = &e as &dyn KeyView;
-            match part.get_mut(key) {
-                Some(slot) => {
-                    slot.count += n;
-                    if slot.count < 0 {
-                        return Err(retracted());
-                    }
-                    if slot.count == 0 {
-                        if let Some(((_, row), slot)) = part.remove_entry(key) {
-                            for v in &slot.vals {
-                                out.push(&row, v, -1);
-                            }
+            if n < 0 {
+                let Some((key, mut slot)) = part.remove_entry(&e as &dyn KeyView) else {
+                    return Err(retracted());
+                };
+                slot.count += n;
+                match slot.count.cmp(&0) {
+                    std::cmp::Ordering::Less => return Err(retracted()),
+                    std::cmp::Ordering::Equal => {
+                        for v in &slot.vals {
+                            out.push(&key.1, v, -1);
                         }
                     }
-                }
-                None => {
-                    if n < 0 {
-                        return Err(retracted());
+                    std::cmp::Ordering::Greater => {
+                        part.insert(key, slot);
                     }
+                }
+                continue;
+            }
+            match part.entry((e.0.into(), e.1.into())) {
+                btree_map::Entry::Occupied(mut o) => o.get_mut().count += n,
+                btree_map::Entry::Vacant(v) => {
                     let args = RowBytes::from(kept.get(i));
-                    part.insert(
-                        (e.0.into(), e.1.into()),
-                        Slot { count: n, vals: Vec::new(), args },
-                    );
+                    v.insert(Slot { count: n, vals: Vec::new(), args });
                 }
             }
         }
@@ -1402,6 +1404,29 @@ mod tests {
         let lag = spec(OverFunc::Lag(1), "k", DataType::Utf8);
         let op = OverRel::new(k_by_v(false), kv_schema(), None, vec![lag], out_schema(1));
         assert!(op.unwrap().funcs.numeric.is_none());
+    }
+
+    /// A retraction of one copy of a duplicated row keeps the other: LAG(v) over a 5 held
+    /// twice and a 7 gives the copies NULL and 5 and the 7 a 5; taking one 5 away retracts
+    /// the second copy's row alone; taking the last away also moves the 7's LAG to NULL.
+    #[test]
+    fn a_retraction_of_one_copy_keeps_the_others() {
+        let mut op = lag();
+        let feed = vec![kv(1, "+2 a 5, +1 a 7"), kv(2, "-1 a 5"), kv(3, "-1 a 5")];
+        let mut feeds = vec![feed.into_iter().peekable()];
+        let got = crate::testing::drive_n(&mut op, &mut feeds, None);
+        assert_eq!(
+            got,
+            [
+                "@1 +1 a 5 5",
+                "@1 +1 a 5 _",
+                "@1 +1 a 7 5",
+                "@2 -1 a 5 5",
+                "@3 +1 a 7 _",
+                "@3 -1 a 5 _",
+                "@3 -1 a 7 5",
+            ]
+        );
     }
 
     /// The figure grows with the rows (and their values kept) and falls back when they are
