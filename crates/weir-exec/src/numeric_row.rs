@@ -144,20 +144,10 @@ impl NumericRow {
     /// Column `c` of `row` (a row of this layout; a short row reads as NULL).
     #[inline]
     pub fn get(&self, row: &[u8], c: usize) -> Num {
-        let Some(b) = row.get(c * WIDTH..(c + 1) * WIDTH) else { return Num::Null };
-        if b[0] != 1 {
-            return Num::Null;
-        }
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[1..]);
-        w[0] ^= 0x80;
-        let bits = i64::from_be_bytes(w);
-        match self.types[c] {
-            NumType::Int => Num::Int(bits),
-            NumType::Float => {
-                let bits = bits ^ (((bits >> 63) as u64) >> 1) as i64;
-                Num::Float(f64::from_bits(bits as u64))
-            }
+        match (self.native_bits(row, c), self.types[c]) {
+            (None, _) => Num::Null,
+            (Some(bits), NumType::Int) => Num::Int(bits),
+            (Some(bits), NumType::Float) => Num::Float(f64::from_bits(bits as u64)),
         }
     }
 

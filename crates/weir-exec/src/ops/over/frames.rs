@@ -59,7 +59,9 @@ use weir_plan::{AggFunc, FrameBound, OverFunc, WindowFrame};
 use super::agg::{df, Acc};
 use super::frame_agg::{frame_values, frame_values_into, NumArg, NumRunning, ScalarRunning};
 use super::partition::Key as KeyRef;
-use super::{by_instant, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys};
+use super::{
+    by_instant, cmp_key, for_each_partition, retracted, EncodedBatch, NetChange, OverKeys,
+};
 use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::numeric_row::{Num, NumType, NumericRow};
@@ -356,12 +358,6 @@ impl Ord for dyn KeyView + '_ {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         cmp_key(self.view(), other.view())
     }
-}
-
-/// Orders two (order key, row) as the owned keys order.
-#[inline]
-fn cmp_key((k, r): KeyRef<'_>, (k2, r2): KeyRef<'_>) -> std::cmp::Ordering {
-    cmp_bytes(k, k2).then_with(|| cmp_bytes(r, r2))
 }
 
 impl<'a> std::borrow::Borrow<dyn KeyView + 'a> for Key {
@@ -766,8 +762,7 @@ impl Funcs {
                 return Ok(Some(v));
             }
             // A BIGINT SUM overflowed: the general path says so.
-            let region = scratch.in_region.clone();
-            return self.array_values(copies().collect(), peers, &region).map(Some);
+            return self.array_values(copies().collect(), peers, &scratch.in_region).map(Some);
         }
         let peers = std::mem::take(&mut scratch.peers);
         self.array_values(copies().collect(), peers, &scratch.in_region).map(Some)

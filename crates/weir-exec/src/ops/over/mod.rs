@@ -207,10 +207,7 @@ pub(crate) fn for_each_partition<'e>(
     order.clear();
     order.extend(rows);
     order.sort_unstable_by(|&a, &b| {
-        let ((k, r), (k2, r2)) = (enc.entry(a), enc.entry(b));
-        cmp_bytes(enc.part(a), enc.part(b))
-            .then_with(|| cmp_bytes(k, k2))
-            .then_with(|| cmp_bytes(r, r2))
+        cmp_bytes(enc.part(a), enc.part(b)).then_with(|| cmp_key(enc.entry(a), enc.entry(b)))
     });
     let mut i = 0;
     while i < order.len() {
@@ -230,6 +227,13 @@ pub(crate) fn for_each_partition<'e>(
         }
     }
     Ok(())
+}
+
+/// Orders two (order key, row) as the tuples order, comparing bytes inline (see
+/// [`cmp_bytes`]).
+#[inline]
+pub(crate) fn cmp_key((k, r): (&[u8], &[u8]), (k2, r2): (&[u8], &[u8])) -> std::cmp::Ordering {
+    cmp_bytes(k, k2).then_with(|| cmp_bytes(r, r2))
 }
 
 /// Hands `run` the rows of a step's input one instant at a time, in time order (`times` are
