@@ -720,9 +720,11 @@ fn iso_micros(b: &[u8], cache: &mut DayCache) -> Option<i64> {
         if digits == 0 || digits > 9 {
             return None;
         }
-        for (k, &d) in frac[..digits.min(6)].iter().enumerate() {
-            micros += i64::from(d - b'0') * 10i64.pow(5 - k as u32);
+        let kept = digits.min(6);
+        for &d in &frac[..kept] {
+            micros = micros * 10 + i64::from(d - b'0');
         }
+        micros *= [100_000, 10_000, 1_000, 100, 10, 1][kept - 1];
         rest = &frac[digits..];
     }
     if !(rest.is_empty() || rest == b"Z" || rest == b"z") {
@@ -900,11 +902,29 @@ mod tests {
         let pick = |values: &'static [&'static str]| prop::sample::select(values.to_vec());
         let good = ["7", "bob", "2024-02-29 10:00:00.5", "1.5", "255"];
         let record = (
-            pick(&["1", "-5", "", "x", "99999999999999999999", " 7", "+3", "7 "]),
+            pick(&[
+                "1",
+                "-5",
+                "",
+                "x",
+                "99999999999999999999",
+                " 7",
+                "+3",
+                "7 ",
+                "0007",
+                "1x",
+                "999999999999999999",
+                "9223372036854775807",
+                "9223372036854775808",
+                "-9223372036854775808",
+            ]),
             pick(&["a", "", "hello world", "\u{fc}", "x\ry", "q\"q"]),
             pick(&[
                 "1970-01-01T00:00:01Z",
                 "2024-02-29 10:00:00.5",
+                "2024-02-29 10:00:00.123456",
+                "2024-02-29 10:00:00.1234567",
+                "1999-12-31T23:59:59.000001",
                 "1500",
                 "1.5",
                 "",
