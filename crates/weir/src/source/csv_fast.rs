@@ -1,5 +1,5 @@
-//! The CSV fast path: runs of records with no quoted field, split into fields eight bytes at a
-//! time and parsed straight into the stream's columns.
+//! The CSV fast path: runs of records with no quoted field, split into fields 64 bytes at a
+//! time ([`super::byte_masks`]) and parsed straight into the stream's columns.
 //!
 //! Arrow's CSV decoder runs every byte through a general state machine (quotes, escapes, any
 //! terminator) into an intermediate buffer, then parses the columns from it, and Weir then
@@ -17,14 +17,18 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, PrimitiveBuilder, RecordBatch, StringBuilder};
+use arrow::array::{
+    Array, ArrayRef, BooleanBufferBuilder, Int64Array, PrimitiveBuilder, RecordBatch,
+    StringBuilder, TimestampMicrosecondArray,
+};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
 use arrow::compute::kernels::cast_utils::Parser;
 use arrow::datatypes::{
     ArrowPrimitiveType, DataType, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
-    Int8Type, SchemaRef, TimeUnit, TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type,
-    UInt8Type,
+    Int8Type, SchemaRef, TimeUnit, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 
+use super::byte_masks::block_masks;
 use super::decode::{parse_timestamp_on, DayCache};
 
 /// How TIMESTAMP fields are read: epoch numbers' scale and unit name (see
@@ -120,12 +124,12 @@ impl FastCsv {
     ) -> Option<RecordBatch> {
         let text = std::str::from_utf8(bytes).ok()?;
         let widths = self.first_record_widths(bytes);
-        let mut columns: Vec<Box<dyn Column>> = self
+        let mut columns: Vec<FastColumn> = self
             .schema
             .fields()
             .iter()
             .zip(&widths)
-            .map(|(f, &width)| column_sized(f.data_type(), records, width))
+            .map(|(f, &width)| FastColumn::new(f.data_type(), records, width))
             .collect::<Option<_>>()?;
         let (mut field, mut start, mut rows) = (0, 0, 0);
         for end in ends {
@@ -179,56 +183,40 @@ struct FieldEnd {
     record: bool,
 }
 
-/// The positions of every delimiter and newline in a run, in order: what
-/// `memchr::memchr2_iter(delimiter, b'\n', bytes)` gives, found eight bytes at a time with word
-/// arithmetic. A record's fields are about twenty bytes, so most searches end within a few
-/// words; `memchr`'s vector search pays its setup on each of them, and that was a quarter of
-/// the cost of reading a CSV file (see docs/benchmarks.md, "The fields found a word at a
-/// time").
+/// The ends of the fields of a run: every delimiter and newline, in order (what
+/// `memchr::memchr2_iter(delimiter, b'\n', bytes)` finds), found 64 bytes at a time
+/// ([`block_masks`]), each saying whether it ends its record.
 struct Ends<'a> {
     bytes: &'a [u8],
-    /// The offset in `bytes` of the word `found` describes.
+    delimiter: u8,
+    /// The offset in `bytes` of the block `found` describes.
     at: usize,
-    /// One bit per byte of that word (its high bit) that is a delimiter or a newline, and that
-    /// was not given yet.
+    /// One bit per byte of that block that is a delimiter or a newline, not given yet.
     found: u64,
     /// Those of `found` that are newlines.
     newlines: u64,
-    delimiter: u64,
 }
 
 impl<'a> Ends<'a> {
-    const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const NEWLINE: u64 = Self::ONES * b'\n' as u64;
-
     fn new(bytes: &'a [u8], delimiter: u8) -> Self {
-        let delimiter = Self::ONES * u64::from(delimiter);
-        let mut ends = Ends { bytes, at: 0, found: 0, newlines: 0, delimiter };
-        (ends.found, ends.newlines) = ends.word_at(0);
+        let mut ends = Ends { bytes, delimiter, at: 0, found: 0, newlines: 0 };
+        (ends.found, ends.newlines) = ends.block_at(0);
         ends
     }
 
-    /// The high bit of each byte of the word at `at` (read little-endian, so that bit order is
-    /// byte order) that is the delimiter or a newline, and of each that is a newline; bytes
-    /// past the run's end are neither.
-    fn word_at(&self, at: usize) -> (u64, u64) {
-        let (word, valid) = match self.bytes.get(at..at + 8) {
-            Some(w) => (u64::from_le_bytes(w.try_into().unwrap_or_default()), u64::MAX),
+    /// The masks of the block at `at`; bytes past the run's end are neither.
+    fn block_at(&self, at: usize) -> (u64, u64) {
+        let rest = self.bytes.get(at..).unwrap_or_default();
+        match rest.first_chunk::<64>() {
+            Some(block) => block_masks(block, self.delimiter, b'\n'),
             None => {
-                let rest = self.bytes.get(at..).unwrap_or_default();
-                let mut w = [0u8; 8];
-                w[..rest.len()].copy_from_slice(rest);
-                (u64::from_le_bytes(w), (1u64 << (8 * rest.len() as u32)).wrapping_sub(1))
+                let mut block = [0u8; 64];
+                block[..rest.len()].copy_from_slice(rest);
+                let valid = (1u64 << rest.len()) - 1;
+                let (found, newlines) = block_masks(&block, self.delimiter, b'\n');
+                (found & valid, newlines & valid)
             }
-        };
-        // A byte of `x` is nonzero exactly when the high bit of `((x & LOW) + LOW) | x` is set
-        // (the addition cannot carry out of a byte); a byte is wanted when it is zero after
-        // xor with either pattern.
-        let nonzero = |x: u64| ((x & Self::LOW) + Self::LOW) | x;
-        let not_newline = nonzero(word ^ Self::NEWLINE);
-        let found = !((nonzero(word ^ self.delimiter) & not_newline) | Self::LOW) & valid;
-        (found, !(not_newline | Self::LOW) & valid)
+        }
     }
 }
 
@@ -238,13 +226,13 @@ impl Iterator for Ends<'_> {
     #[inline]
     fn next(&mut self) -> Option<FieldEnd> {
         while self.found == 0 {
-            self.at += 8;
+            self.at += 64;
             if self.at >= self.bytes.len() {
                 return None;
             }
-            (self.found, self.newlines) = self.word_at(self.at);
+            (self.found, self.newlines) = self.block_at(self.at);
         }
-        let pos = self.at + (self.found.trailing_zeros() / 8) as usize;
+        let pos = self.at + self.found.trailing_zeros() as usize;
         let bit = self.found & self.found.wrapping_neg();
         self.found ^= bit;
         Some(FieldEnd { text_end: pos, next: pos + 1, record: self.newlines & bit != 0 })
@@ -274,37 +262,150 @@ pub(crate) trait Column {
 /// A builder for a column of type `t` with room for `rows`; None for a type without a fast
 /// parser.
 pub(crate) fn column(t: &DataType, rows: usize) -> Option<Box<dyn Column>> {
-    column_sized(t, rows, 16)
+    Some(Box::new(FastColumn::new(t, rows, 16)?))
 }
 
-/// [`column`], a string column's text taking about `width` bytes a row.
-fn column_sized(t: &DataType, rows: usize, width: usize) -> Option<Box<dyn Column>> {
-    fn primitive<T: ArrowPrimitiveType + Parser>(rows: usize) -> Option<Box<dyn Column>> {
-        Some(Box::new(PrimitiveBuilder::<T>::with_capacity(rows)))
-    }
-    match t {
-        DataType::Int8 => primitive::<Int8Type>(rows),
-        DataType::Int16 => primitive::<Int16Type>(rows),
-        DataType::Int32 => primitive::<Int32Type>(rows),
-        DataType::Int64 => Some(Box::new(Int64s(PrimitiveBuilder::with_capacity(rows)))),
-        DataType::UInt8 => primitive::<UInt8Type>(rows),
-        DataType::UInt16 => primitive::<UInt16Type>(rows),
-        DataType::UInt32 => primitive::<UInt32Type>(rows),
-        DataType::UInt64 => primitive::<UInt64Type>(rows),
-        DataType::Float32 => primitive::<Float32Type>(rows),
-        DataType::Float64 => primitive::<Float64Type>(rows),
-        DataType::Utf8 => {
-            // A quarter more than the sample, for the rows whose text is longer.
-            let room = rows.saturating_mul(width.max(8) + width / 4);
-            Some(Box::new(StringBuilder::with_capacity(rows, room)))
+/// A column the CSV fast path builds: BIGINT, TIMESTAMP and VARCHAR columns inline (a field
+/// is pushed without a call through a vtable), other types through arrow's builders.
+pub(crate) enum FastColumn {
+    Int64(Words),
+    Timestamp(Timestamps),
+    Utf8(StringBuilder),
+    Other(Box<dyn Column>),
+}
+
+impl FastColumn {
+    /// The builder for type `t` with room for `rows`, a string column's text taking about
+    /// `width` bytes a row; None for a type without a fast parser.
+    fn new(t: &DataType, rows: usize, width: usize) -> Option<FastColumn> {
+        fn primitive<T: ArrowPrimitiveType + Parser>(rows: usize) -> Option<FastColumn> {
+            Some(FastColumn::Other(Box::new(PrimitiveBuilder::<T>::with_capacity(rows))))
         }
-        DataType::Timestamp(TimeUnit::Microsecond, tz) => Some(Box::new(Timestamps {
-            values: PrimitiveBuilder::with_capacity(rows),
-            tz: tz.clone(),
-            days: DayCache::default(),
-        })),
-        _ => None,
+        match t {
+            DataType::Int8 => primitive::<Int8Type>(rows),
+            DataType::Int16 => primitive::<Int16Type>(rows),
+            DataType::Int32 => primitive::<Int32Type>(rows),
+            DataType::Int64 => Some(FastColumn::Int64(Words::with_capacity(rows))),
+            DataType::UInt8 => primitive::<UInt8Type>(rows),
+            DataType::UInt16 => primitive::<UInt16Type>(rows),
+            DataType::UInt32 => primitive::<UInt32Type>(rows),
+            DataType::UInt64 => primitive::<UInt64Type>(rows),
+            DataType::Float32 => primitive::<Float32Type>(rows),
+            DataType::Float64 => primitive::<Float64Type>(rows),
+            DataType::Utf8 => {
+                // A quarter more than the sample, for the rows whose text is longer.
+                let room = rows.saturating_mul(width.max(8) + width / 4);
+                Some(FastColumn::Utf8(StringBuilder::with_capacity(rows, room)))
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+                Some(FastColumn::Timestamp(Timestamps {
+                    values: Words::with_capacity(rows),
+                    tz: tz.clone(),
+                    days: DayCache::default(),
+                }))
+            }
+            _ => None,
+        }
     }
+}
+
+impl Column for FastColumn {
+    #[inline]
+    fn push(&mut self, field: &str, epoch: EpochUnit) -> bool {
+        match self {
+            FastColumn::Int64(c) => push_int64(c, field),
+            FastColumn::Timestamp(c) => c.push(field, epoch),
+            FastColumn::Utf8(c) => {
+                if field.is_empty() {
+                    c.append_null();
+                } else {
+                    c.append_value(field);
+                }
+                true
+            }
+            FastColumn::Other(c) => c.push(field, epoch),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            FastColumn::Int64(c) => {
+                let (values, nulls) = c.take();
+                Arc::new(Int64Array::new(values, nulls))
+            }
+            FastColumn::Timestamp(c) => c.finish(),
+            FastColumn::Utf8(c) => Arc::new(c.finish()),
+            FastColumn::Other(c) => c.finish(),
+        }
+    }
+}
+
+/// A column of 64-bit values being built: the values, and their validity only from the first
+/// NULL on (a column without NULLs, nearly every one, costs one store a value).
+#[derive(Debug, Default)]
+pub(crate) struct Words {
+    values: Vec<i64>,
+    nulls: Option<BooleanBufferBuilder>,
+}
+
+impl Words {
+    fn with_capacity(rows: usize) -> Self {
+        Words { values: Vec::with_capacity(rows), nulls: None }
+    }
+
+    #[inline]
+    fn push(&mut self, v: i64) {
+        self.values.push(v);
+        if let Some(n) = &mut self.nulls {
+            n.append(true);
+        }
+    }
+
+    fn push_null(&mut self) {
+        let nulls = self.nulls.get_or_insert_with(|| {
+            let mut n = BooleanBufferBuilder::new(self.values.capacity());
+            n.append_n(self.values.len(), true);
+            n
+        });
+        nulls.append(false);
+        self.values.push(0);
+    }
+
+    /// The values and their validity so far; the builder is left empty.
+    fn take(&mut self) -> (ScalarBuffer<i64>, Option<NullBuffer>) {
+        let values = ScalarBuffer::from(std::mem::take(&mut self.values));
+        let nulls = self.nulls.take().map(|mut n| NullBuffer::new(n.finish()));
+        (values, nulls)
+    }
+}
+
+/// Appends a BIGINT field (empty: NULL). A field of up to 18 digits (no sign, no spaces)
+/// cannot overflow and is read here, a digit at a time without checks; any other goes to
+/// arrow's parser, which reads signs, surrounding spaces and the limits of the range.
+#[inline]
+fn push_int64(c: &mut Words, field: &str) -> bool {
+    let digits = field.as_bytes();
+    if (1..=18).contains(&digits.len()) {
+        let (mut n, mut all_digits) = (0i64, true);
+        for &b in digits {
+            let d = b.wrapping_sub(b'0');
+            all_digits &= d < 10;
+            n = n.wrapping_mul(10).wrapping_add(i64::from(d));
+        }
+        if all_digits {
+            c.push(n);
+            return true;
+        }
+    }
+    if field.is_empty() {
+        c.push_null();
+        return true;
+    }
+    match Int64Type::parse(field) {
+        Some(v) => c.push(v),
+        None => return false,
+    }
+    true
 }
 
 impl<T: ArrowPrimitiveType + Parser> Column for PrimitiveBuilder<T> {
@@ -325,71 +426,30 @@ impl<T: ArrowPrimitiveType + Parser> Column for PrimitiveBuilder<T> {
     }
 }
 
-/// A BIGINT column. A field of up to 18 digits (no sign, no spaces) cannot overflow and is
-/// read here, a digit at a time without checks; any other field goes to arrow's parser, which
-/// reads signs, surrounding spaces and the limits of the range.
-struct Int64s(PrimitiveBuilder<Int64Type>);
-
-impl Column for Int64s {
-    fn push(&mut self, field: &str, epoch: EpochUnit) -> bool {
-        let digits = field.as_bytes();
-        if (1..=18).contains(&digits.len()) {
-            let (mut n, mut all_digits) = (0i64, true);
-            for &b in digits {
-                let d = b.wrapping_sub(b'0');
-                all_digits &= d < 10;
-                n = n.wrapping_mul(10).wrapping_add(i64::from(d));
-            }
-            if all_digits {
-                self.0.append_value(n);
-                return true;
-            }
-        }
-        Column::push(&mut self.0, field, epoch)
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        Column::finish(&mut self.0)
-    }
-}
-
-impl Column for StringBuilder {
-    fn push(&mut self, field: &str, _: EpochUnit) -> bool {
-        if field.is_empty() {
-            self.append_null();
-        } else {
-            self.append_value(field);
-        }
-        true
-    }
-
-    fn finish(&mut self) -> ArrayRef {
-        Arc::new(StringBuilder::finish(self))
-    }
-}
-
 /// A TIMESTAMP column: ISO-8601 text or epoch numbers, as [`parse_timestamp`] reads them.
-struct Timestamps {
-    values: PrimitiveBuilder<TimestampMicrosecondType>,
+pub(crate) struct Timestamps {
+    values: Words,
     tz: Option<Arc<str>>,
     days: DayCache,
 }
 
 impl Column for Timestamps {
+    #[inline]
     fn push(&mut self, field: &str, epoch: EpochUnit) -> bool {
         if field.is_empty() {
-            self.values.append_null();
+            self.values.push_null();
             return true;
         }
         match parse_timestamp_on(field, epoch.scale, epoch.name, &mut self.days) {
-            Ok(v) => self.values.append_value(v),
+            Ok(v) => self.values.push(v),
             Err(_) => return false,
         }
         true
     }
 
     fn finish(&mut self) -> ArrayRef {
-        Arc::new(self.values.finish().with_timezone_opt(self.tz.clone()))
+        let (values, nulls) = self.values.take();
+        Arc::new(TimestampMicrosecondArray::new(values, nulls).with_timezone_opt(self.tz.clone()))
     }
 }
 
@@ -412,7 +472,6 @@ mod tests {
     /// The BIGINT column reads what arrow's parser reads, its own way for plain digits.
     #[test]
     fn bigint_fields_read_as_arrow_reads_them() {
-        let epoch = EpochUnit { scale: 1, name: "s" };
         let fields = [
             "0",
             "7",
@@ -432,18 +491,19 @@ mod tests {
             "99999999999999999999",
             "12345678901234567890123",
         ];
-        let mut ours = Int64s(PrimitiveBuilder::new());
+        let mut ours = Words::default();
         let mut arrows = PrimitiveBuilder::<Int64Type>::new();
         for f in fields {
             let parsed = Int64Type::parse(f);
-            let taken = ours.push(f, epoch);
+            let taken = push_int64(&mut ours, f);
             assert_eq!(taken, f.is_empty() || parsed.is_some(), "{f:?}");
             if !taken {
-                ours.0.append_null();
+                ours.push_null();
             }
             arrows.append_option(parsed);
         }
-        assert_eq!(ours.finish().as_ref(), &arrows.finish() as &dyn Array);
+        let (values, nulls) = ours.take();
+        assert_eq!(Int64Array::new(values, nulls), arrows.finish());
     }
 
     proptest! {

@@ -14,6 +14,7 @@
 //! never make the engine wait: a followed file is read in the engine's thread up to its
 //! current end, and standard input by a helper thread into a channel.
 
+pub(crate) mod byte_masks;
 pub(crate) mod csv_fast;
 pub(crate) mod decode;
 pub(crate) mod framing;
