@@ -42,66 +42,38 @@ impl Wide {
     }
 }
 
+/// The accumulator of one aggregate of a group, except the COUNT family's: a group keeps those
+/// as bare counts (see [`Place`]).
 #[derive(Debug, Clone)]
 pub(super) enum Acc {
-    Count(i64),
     /// SUM over integers or decimals: the exact sum (of the integers, or of the decimals'
     /// unscaled values: the argument's type says which) and the count of values summed.
     /// The sums are variants of their own rather than one variant over a sum enum: that
     /// enum's tag made every accumulator 40 bytes instead of 32.
-    Sum {
-        sum: Wide,
-        n: i64,
-    },
+    Sum { sum: Wide, n: i64 },
     /// SUM over floats: the sum and the count.
-    SumFloat {
-        sum: f64,
-        n: i64,
-    },
+    SumFloat { sum: f64, n: i64 },
     /// AVG over integers or decimals: the exact sum, as [`Acc::Sum`], and the count.
-    Avg {
-        sum: Wide,
-        n: i64,
-    },
+    Avg { sum: Wide, n: i64 },
     /// AVG over floats: the sum and the count.
-    AvgFloat {
-        sum: f64,
-        n: i64,
-    },
+    AvgFloat { sum: f64, n: i64 },
     /// MIN/MAX over values kept as their row encoding (of an input that may retract).
-    MinMax {
-        values: BTreeMap<RowBytes, i64>,
-        max: bool,
-    },
+    MinMax { values: BTreeMap<RowBytes, i64>, max: bool },
     /// MIN/MAX over values kept as `i64` order keys (see [`Kind::KeyInt`], [`Kind::KeyFloat`]),
     /// of an input that may retract (an append-only one's are [`Acc::Extreme`]).
-    MinMaxKey {
-        values: Box<KeySet>,
-        max: bool,
-    },
+    MinMaxKey { values: Box<KeySet>, max: bool },
     /// MIN/MAX over `i64` order keys of an append-only input: a value less extreme than the
     /// extreme can never be output, so only the extreme and its count are kept, inline (no
     /// allocation per group): a value that beats the extreme replaces it.
-    Extreme {
-        best: Option<(i64, i64)>,
-        max: bool,
-    },
+    Extreme { best: Option<(i64, i64)>, max: bool },
     /// MIN/MAX over row-encoded values of an append-only input: the extreme and its count,
     /// as [`Acc::Extreme`] keeps them for order keys.
-    ExtremeBytes {
-        best: Option<(RowBytes, i64)>,
-        max: bool,
-    },
+    ExtremeBytes { best: Option<(RowBytes, i64)>, max: bool },
     /// BOOL_AND/BOOL_OR: how many true and how many false values the group holds.
-    Bool {
-        trues: i64,
-        falses: i64,
-    },
+    Bool { trues: i64, falses: i64 },
     /// STRING_AGG, ARRAY_AGG, FIRST_VALUE, LAST_VALUE: element (the ORDER BY terms then the
     /// value, row-encoded: byte order is the aggregate's order) -> (count, the value).
-    Ordered {
-        elements: BTreeMap<RowBytes, (i64, ScalarValue)>,
-    },
+    Ordered { elements: BTreeMap<RowBytes, (i64, ScalarValue)> },
 }
 
 impl Acc {
@@ -122,12 +94,39 @@ pub(super) struct AccState {
 }
 
 impl Acc {
-    /// A word read from the accumulator (its count, or 1): see `Aggregate::warm`.
+    /// A word read from the accumulator (whether it is a sum): see `Aggregate::warm`.
     pub(super) fn peek(&self) -> u64 {
-        match self {
-            Acc::Count(n) => *n as u64,
-            _ => 1,
-        }
+        u64::from(matches!(self, Acc::Sum { .. }))
+    }
+}
+
+/// Where a group keeps the accumulator of an aggregate. COUNT, COUNT(*) with a FILTER and
+/// COUNT(DISTINCT) are bare counts, eight bytes each in [`Group::counts`], instead of an
+/// [`Acc`] of 32 (q16's thirteen aggregates, twelve of them counts, took seven cache lines a
+/// group and now take three); COUNT(*) without a FILTER is the group's row count and keeps
+/// nothing; the others are [`Acc`]s in [`Group::accs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    Rows,
+    Count(u32),
+    Acc(u32),
+}
+
+impl Place {
+    /// Each aggregate's place, the counts and the accumulators numbered in aggregate order.
+    pub(super) fn of(aggs: &[AggSpec]) -> Vec<Place> {
+        let (mut counts, mut accs) = (0, 0);
+        let next = |n: &mut u32| {
+            *n += 1;
+            *n - 1
+        };
+        aggs.iter()
+            .map(|spec| match spec.func {
+                AggFunc::CountStar if spec.filter.is_none() => Place::Rows,
+                AggFunc::CountStar | AggFunc::Count => Place::Count(next(&mut counts)),
+                _ => Place::Acc(next(&mut accs)),
+            })
+            .collect()
     }
 }
 
@@ -138,8 +137,7 @@ impl HeapSize for Acc {
             Acc::ExtremeBytes { best, .. } => best.as_ref().map_or(0, |(v, _)| v.heap_bytes()),
             Acc::MinMaxKey { values, .. } => values.heap_bytes(),
             Acc::Ordered { elements } => elements.heap_bytes(),
-            Acc::Count(_)
-            | Acc::Sum { .. }
+            Acc::Sum { .. }
             | Acc::SumFloat { .. }
             | Acc::Avg { .. }
             | Acc::AvgFloat { .. }
@@ -385,11 +383,10 @@ impl ArgView {
 
 impl Aggregate {
     /// A group's empty accumulator of aggregate `spec` (over an append-only input with
-    /// `append_only`).
+    /// `append_only`), one kept in [`Place::Acc`] (a COUNT is kept as a bare count).
     pub(super) fn fresh_acc(spec: &AggSpec, kind: Kind, append_only: bool) -> AccState {
         let max = spec.func == AggFunc::Max;
         let acc = match kind {
-            _ if matches!(spec.func, AggFunc::CountStar | AggFunc::Count) => Acc::Count(0),
             _ if spec.func == AggFunc::Avg => {
                 if matches!(spec.arg_type, DataType::Decimal128(..)) || int_arg(&spec.arg_type) {
                     Acc::Avg { sum: Wide::default(), n: 0 }
@@ -462,7 +459,6 @@ impl Aggregate {
         diff: i64,
     ) -> Result<()> {
         match acc {
-            Acc::Count(n) => *n += diff,
             Acc::Sum { sum, n } | Acc::Avg { sum, n } => {
                 *n += diff;
                 match view {
@@ -538,27 +534,73 @@ impl Aggregate {
         Ok(())
     }
 
-    /// Appends the current output values of a group to `out`, one per aggregate.
-    pub(super) fn output_into(aggs: &[AggSpec], g: &Group, out: &mut Vec<Out>) -> Result<()> {
+    /// Applies value i of `view` with multiplicity `diff` to the accumulator kept `at` among
+    /// a group's `counts` and `accs` (a count counts it; the row count is not kept there).
+    #[inline]
+    pub(super) fn add_to(
+        counts: &mut [i64],
+        accs: &mut [AccState],
+        at: Place,
+        view: &ArgView,
+        i: usize,
+        value: Option<&[u8]>,
+        diff: i64,
+    ) -> Result<()> {
+        match at {
+            Place::Rows => Ok(()),
+            Place::Count(c) => match counts.get_mut(c as usize) {
+                Some(n) => {
+                    *n += diff;
+                    Ok(())
+                }
+                None => Err(WeirError::internal("a group's count")),
+            },
+            Place::Acc(c) => match accs.get_mut(c as usize) {
+                Some(st) => Self::update(&mut st.acc, view, i, value, diff),
+                None => Err(WeirError::internal("a group's accumulator")),
+            },
+        }
+    }
+
+    /// Appends the current output values of a group to `out`, one per aggregate (of
+    /// `aggs`, kept at `places`).
+    pub(super) fn output_into(
+        aggs: &[AggSpec],
+        places: &[Place],
+        g: &Group,
+        out: &mut Vec<Out>,
+    ) -> Result<()> {
         // The values are written into places made first, not pushed: a pushed value is built
         // in a temporary and copied, and the copy's wide load of the temporary's narrower
         // stores stalled (a tenth of q16's time).
         let base = out.len();
-        out.resize(base + aggs.len().min(g.accs.len()), Out::Null);
-        for ((spec, st), place) in aggs.iter().zip(&g.accs).zip(&mut out[base..]) {
-            *place = Self::output_value(spec, g.rows, &st.acc)?;
+        out.resize(base + aggs.len(), Out::Null);
+        for ((spec, at), value) in aggs.iter().zip(places).zip(&mut out[base..]) {
+            *value = Self::output_value(spec, *at, g)?;
         }
         Ok(())
     }
 
-    /// The current output value of one aggregate of a group with `rows` rows.
+    /// The current output value of one aggregate of group `g`, kept `at`.
     #[inline(always)]
-    pub(super) fn output_value(spec: &AggSpec, rows: i64, acc: &Acc) -> Result<Out> {
-        Ok(match acc {
-            Acc::Count(_) if spec.func == AggFunc::CountStar && spec.filter.is_none() => {
-                Out::Int(rows)
+    pub(super) fn output_value(spec: &AggSpec, at: Place, g: &Group) -> Result<Out> {
+        match at {
+            Place::Rows => Ok(Out::Int(g.rows)),
+            Place::Count(c) => {
+                let n = g.counts.get(c as usize);
+                n.map(|n| Out::Int(*n)).ok_or_else(|| WeirError::internal("a group's count"))
             }
-            Acc::Count(n) => Out::Int(*n),
+            Place::Acc(a) => match g.accs.get(a as usize) {
+                Some(st) => Self::acc_value(spec, &st.acc),
+                None => Err(WeirError::internal("a group's accumulator")),
+            },
+        }
+    }
+
+    /// The current output value of accumulator `acc` of aggregate `spec`.
+    #[inline(always)]
+    fn acc_value(spec: &AggSpec, acc: &Acc) -> Result<Out> {
+        Ok(match acc {
             Acc::Bool { trues, falses } if *trues + *falses <= 0 => Out::Null,
             Acc::Bool { trues, falses } => {
                 Out::Bool(if spec.func == AggFunc::BoolAnd { *falses <= 0 } else { *trues > 0 })

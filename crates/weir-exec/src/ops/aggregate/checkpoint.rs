@@ -7,7 +7,7 @@ use arrow::datatypes::DataType;
 use datafusion_common::{HashMap, ScalarValue};
 use weir_common::{Result, WeirError};
 
-use super::accumulators::{bytes_contend, f64_key, key_f64, Acc, AccState, Kind, Wide};
+use super::accumulators::{bytes_contend, f64_key, key_f64, Acc, Kind, Place, Wide};
 use super::minmax::KeySet;
 use super::{cast_to, Aggregate, Group, GroupKey};
 use crate::row::{EncodedRows, RowBytes};
@@ -17,6 +17,21 @@ use crate::state::{
 };
 
 impl Aggregate {
+    /// Aggregate `a`'s accumulator in group `g`: None for a count (see [`Place`]).
+    fn acc_of<'g>(&self, g: &'g Group, a: usize) -> Option<&'g Acc> {
+        match self.places.get(a)? {
+            Place::Acc(c) => g.accs.get(*c as usize).map(|st| &st.acc),
+            Place::Rows | Place::Count(_) => None,
+        }
+    }
+
+    fn acc_of_mut<'g>(&self, g: &'g mut Group, a: usize) -> Option<&'g mut Acc> {
+        match self.places.get(a)? {
+            Place::Acc(c) => g.accs.get_mut(*c as usize).map(|st| &mut st.acc),
+            Place::Rows | Place::Count(_) => None,
+        }
+    }
+
     pub(super) fn signature(&self) -> String {
         let aggs: Vec<_> = self.aggs.iter().map(|a| (a.func, a.distinct, &a.arg_type)).collect();
         let sig = signature("aggregate", &self.schema, (self.keys.len(), aggs));
@@ -165,7 +180,7 @@ impl Aggregate {
         for a in 0..self.aggs.len() {
             let mut keys = Vec::new();
             for g in groups {
-                if let Some(counts) = g.accs.get(a).and_then(|st| st.acc.key_counts()) {
+                if let Some(counts) = self.acc_of(g, a).and_then(Acc::key_counts) {
                     keys.extend(counts.into_iter().map(|(k, _)| k));
                 }
             }
@@ -177,17 +192,24 @@ impl Aggregate {
         let mut seen: Vec<(i64, i64, Cow<'_, [u8]>, i64)> = Vec::new();
         let mut cursors: Vec<usize> = vec![0; self.aggs.len()];
         for (a, [n, isum, fsum]) in names.iter().enumerate() {
-            let accs = || groups.iter().map(move |g| g.accs.get(a).map(|s| &s.acc));
+            let accs = || groups.iter().map(move |g| self.acc_of(g, a));
+            // A count is written as its own `n` (COUNT(*) without a FILTER: the row count).
             cols.push((
                 n,
-                opt_i64_col(accs().map(|acc| match acc {
-                    Some(Acc::Count(n))
-                    | Some(Acc::Sum { n, .. })
-                    | Some(Acc::SumFloat { n, .. })
-                    | Some(Acc::Avg { n, .. })
-                    | Some(Acc::AvgFloat { n, .. })
-                    | Some(Acc::Bool { trues: n, .. }) => Some(*n),
-                    _ => None,
+                opt_i64_col(groups.iter().zip(accs()).map(|(g, acc)| {
+                    match (self.places[a], acc) {
+                        (Place::Rows, _) => Some(g.rows),
+                        (Place::Count(c), _) => g.counts.get(c as usize).copied(),
+                        (_, None) => None,
+                        (_, Some(acc)) => match acc {
+                            Acc::Sum { n, .. }
+                            | Acc::SumFloat { n, .. }
+                            | Acc::Avg { n, .. }
+                            | Acc::AvgFloat { n, .. }
+                            | Acc::Bool { trues: n, .. } => Some(*n),
+                            _ => None,
+                        },
+                    }
                 })),
             ));
             cols.push((
@@ -206,18 +228,18 @@ impl Aggregate {
                 })),
             ));
             for (g, group) in groups.iter().enumerate() {
-                let Some(st) = group.accs.get(a) else { continue };
-                match &st.acc {
-                    Acc::MinMax { values: vs, .. } => {
+                match self.acc_of(group, a) {
+                    None => {}
+                    Some(Acc::MinMax { values: vs, .. }) => {
                         values.extend(vs.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
                     }
-                    Acc::ExtremeBytes { best, .. } => {
+                    Some(Acc::ExtremeBytes { best, .. }) => {
                         values.extend(best.iter().map(|(v, c)| (g as i64, a as i64, &v[..], *c)));
                     }
-                    Acc::Ordered { elements } => values.extend(
+                    Some(Acc::Ordered { elements }) => values.extend(
                         elements.iter().map(|(e, (c, _))| (g as i64, a as i64, &e[..], *c)),
                     ),
-                    acc @ (Acc::MinMaxKey { .. } | Acc::Extreme { .. }) => {
+                    Some(acc @ (Acc::MinMaxKey { .. } | Acc::Extreme { .. })) => {
                         for (_, c) in acc.key_counts().unwrap_or_default() {
                             let enc = keyed[a]
                                 .as_ref()
@@ -226,7 +248,7 @@ impl Aggregate {
                             cursors[a] += 1;
                         }
                     }
-                    _ => {}
+                    Some(_) => {}
                 }
                 if let Some((s, m)) = self.distinct_of[a] {
                     let mut s = group.seen[s].member(m);
@@ -292,14 +314,23 @@ impl Aggregate {
             let isums = s.opt_i128s(&format!("isum{a}"))?;
             let fsums = s.opt_f64s(&format!("fsum{a}"))?;
             for (g, group) in groups.iter_mut().enumerate() {
-                let st = group.accs.get_mut(a).ok_or_else(|| bad(a))?;
                 let (n, isum, fsum) = (
                     ns.get(g).copied().flatten(),
                     isums.get(g).copied().flatten(),
                     fsums.get(g).copied().flatten(),
                 );
-                match (&mut st.acc, n, isum, fsum) {
-                    (Acc::Count(c), Some(n), None, None) => *c = n,
+                match (self.places[a], n, isum, fsum) {
+                    // The row count, written as COUNT(*)'s own (it is `rows`).
+                    (Place::Rows, Some(_), None, None) => continue,
+                    (Place::Count(c), Some(n), None, None) => {
+                        *group.counts.get_mut(c as usize).ok_or_else(|| bad(a))? = n;
+                        continue;
+                    }
+                    (Place::Acc(_), ..) => {}
+                    _ => return Err(bad(a)),
+                }
+                let st = self.acc_of_mut(group, a).ok_or_else(|| bad(a))?;
+                match (st, n, isum, fsum) {
                     (
                         Acc::Sum { sum: s, n: c } | Acc::Avg { sum: s, n: c },
                         Some(n),
@@ -395,27 +426,18 @@ impl Aggregate {
                     }
                     continue;
                 }
-                let st = group.and_then(|g| a.and_then(|a| g.accs.get_mut(a)));
+                let st = group.and_then(|g| a.and_then(|a| self.acc_of_mut(g, a)));
                 let duplicate = match (name, st) {
-                    (
-                        "aggregate.values",
-                        Some(AccState { acc: Acc::MinMax { values, .. }, .. }),
-                    ) => {
+                    ("aggregate.values", Some(Acc::MinMax { values, .. })) => {
                         values.insert(RowBytes::from(vals[i]), nonzero(name, counts[i])?).is_some()
                     }
-                    (
-                        "aggregate.values",
-                        Some(AccState { acc: Acc::MinMaxKey { values, .. }, .. }),
-                    ) => {
+                    ("aggregate.values", Some(Acc::MinMaxKey { values, .. })) => {
                         let k = a
                             .and_then(|a| keyed[a].next())
                             .ok_or_else(|| WeirError::internal("min/max keys"))?;
                         values.insert_restored(k, nonzero(name, counts[i])?)
                     }
-                    (
-                        "aggregate.values",
-                        Some(AccState { acc: Acc::Extreme { best, max }, .. }),
-                    ) => {
+                    ("aggregate.values", Some(Acc::Extreme { best, max })) => {
                         let k = a
                             .and_then(|a| keyed[a].next())
                             .ok_or_else(|| WeirError::internal("min/max keys"))?;
@@ -430,11 +452,10 @@ impl Aggregate {
                             }
                         }
                     }
-                    (
-                        "aggregate.values",
-                        Some(AccState { acc: Acc::ExtremeBytes { best, max }, .. }),
-                    ) => bytes_contend(best, *max, vals[i], nonzero(name, counts[i])?),
-                    ("aggregate.values", Some(AccState { acc: Acc::Ordered { elements }, .. })) => {
+                    ("aggregate.values", Some(Acc::ExtremeBytes { best, max })) => {
+                        bytes_contend(best, *max, vals[i], nonzero(name, counts[i])?)
+                    }
+                    ("aggregate.values", Some(Acc::Ordered { elements })) => {
                         let v = a
                             .and_then(|a| ordered[a].next())
                             .ok_or_else(|| WeirError::internal("ordered elements"))?;

@@ -39,8 +39,9 @@
 //! `FILTER (WHERE p)`: a row whose `p` is not true (false or NULL) does not reach that aggregate,
 //! neither as an insertion nor as a retraction, so each aggregate is that of the group's rows
 //! passing its filter; the group itself exists while it has any row. A filtered `COUNT(*)` keeps
-//! its own count (an unfiltered one is the group's row count). State: per group, its row count
-//! and one accumulator per aggregate.
+//! its own count (an unfiltered one is the group's row count). State: per group, its row count,
+//! the COUNT family's counts (eight bytes each: a group's memory is what a change touches) and
+//! one accumulator per other aggregate (see `accumulators::Place`).
 //!
 //! Groups live in a slab (`slots`) indexed by their encoded key; a slot whose group disappears
 //! is reused by the next new group. Each instant marks the groups it touches with its number,
@@ -49,9 +50,10 @@
 //!
 //! Checkpointed as sections (see [`Aggregate::save_own`]): `aggregate` (one row: `started`),
 //! `aggregate.groups` (per group sorted by key: `key` Binary, `rows` Int64, and per aggregate
-//! `a` the columns `n{a}` Int64 (COUNT's count, SUM's and AVG's non-NULL count, BOOL_AND's and
-//! BOOL_OR's count of true values), `isum{a}` (an integer or decimal SUM, BOOL_AND's and
-//! BOOL_OR's count of false values, AVG's sum over integers, 16-byte Binary), `fsum{a}` (a
+//! `a` the columns `n{a}` Int64 (COUNT's count, the row count for an unfiltered COUNT(*),
+//! SUM's and AVG's non-NULL count, BOOL_AND's and BOOL_OR's count of true values), `isum{a}`
+//! (an integer or decimal SUM, BOOL_AND's and BOOL_OR's count of false values, AVG's sum over
+//! integers, 16-byte Binary), `fsum{a}` (a
 //! float SUM's or AVG's sum, Float64)), `aggregate.values` (MIN/MAX multisets, each value
 //! row-encoded whatever its in-memory form, in value order; an ordered aggregate's elements, encoded as above, in their
 //! order) and `aggregate.seen` (DISTINCT value counts), both as rows of `group` (index
@@ -95,7 +97,7 @@ use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
 use crate::row::{EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
-use accumulators::{Acc, AccState, ArgView, Kind, Out};
+use accumulators::{AccState, ArgView, Kind, Out, Place};
 use distinct::SeenMap;
 
 mod accumulators;
@@ -208,6 +210,9 @@ struct Group {
     /// The encoded group key (empty while the slot is free).
     key: Vec<u8>,
     rows: i64,
+    /// The COUNT family's counts (see [`Place`]).
+    counts: Vec<i64>,
+    /// The other aggregates' accumulators.
     accs: Vec<AccState>,
     /// Per DISTINCT set (see `Aggregate::distinct_sets`): its values' multiplicities.
     seen: Vec<SeenMap>,
@@ -232,7 +237,10 @@ struct Prepared {
 
 impl HeapSize for Group {
     fn heap_bytes(&self) -> usize {
-        self.key.heap_bytes() + self.accs.heap_bytes() + self.seen.heap_bytes()
+        self.key.heap_bytes()
+            + self.counts.heap_bytes()
+            + self.accs.heap_bytes()
+            + self.seen.heap_bytes()
     }
 }
 
@@ -381,12 +389,20 @@ impl Emitted {
         self.diffs.push(diff);
     }
 
-    /// Appends group `g`'s current output row, its values written straight into the columns.
-    fn push_group(&mut self, aggs: &[AggSpec], g: &Group, t: Time, diff: i64) -> Result<()> {
+    /// Appends group `g`'s current output row (of `aggs`, kept at `places`), its values
+    /// written straight into the columns.
+    fn push_group(
+        &mut self,
+        aggs: &[AggSpec],
+        places: &[Place],
+        g: &Group,
+        t: Time,
+        diff: i64,
+    ) -> Result<()> {
         self.key_bytes.extend_from_slice(&g.key);
         self.key_ends.push(self.key_bytes.len());
-        for ((col, spec), st) in self.cols.iter_mut().zip(aggs).zip(&g.accs) {
-            col.push_value(Aggregate::output_value(spec, g.rows, &st.acc)?);
+        for ((col, spec), at) in self.cols.iter_mut().zip(aggs).zip(places) {
+            col.push_value(Aggregate::output_value(spec, *at, g)?);
         }
         self.times.push(t);
         self.diffs.push(diff);
@@ -448,6 +464,12 @@ pub struct Aggregate {
     key_codec: RowCodec,
     aggs: Vec<AggSpec>,
     kinds: Vec<Kind>,
+    /// Per aggregate: where a group keeps its accumulator.
+    places: Vec<Place>,
+    /// The aggregate of each of a group's accumulators ([`Place::Acc`]), and the number of its
+    /// counts ([`Place::Count`]).
+    acc_aggs: Vec<usize>,
+    counts: usize,
     /// Per aggregate: codec of its argument (MIN/MAX ordering, DISTINCT identity).
     value_codecs: Vec<Option<RowCodec>>,
     /// Per ordered aggregate: the converter of its elements (see [`AggSpec::element_converter`]).
@@ -535,12 +557,18 @@ impl Aggregate {
             distinct_of[a] = Some((s, distinct_sets[s].len()));
             distinct_sets[s].push(a);
         }
+        let places = Place::of(&aggs);
+        let acc_aggs = (0..aggs.len()).filter(|&a| matches!(places[a], Place::Acc(_))).collect();
+        let counts = places.iter().filter(|p| matches!(p, Place::Count(_))).count();
         Ok(Aggregate {
             keys,
             key_codec: RowCodec::new(key_types)?,
             distinct_sets,
             distinct_of,
             kinds: aggs.iter().map(Kind::of).collect(),
+            places,
+            acc_aggs,
+            counts,
             aggs,
             value_codecs,
             element_converters,
@@ -569,18 +597,15 @@ impl Aggregate {
     }
 
     fn new_group(&self, key: &[u8]) -> Group {
-        let accs = self
-            .aggs
-            .iter()
-            .zip(&self.kinds)
-            .map(|(a, k)| Self::fresh_acc(a, *k, self.append_only))
+        let accs = (self.acc_aggs.iter())
+            .map(|&a| Self::fresh_acc(&self.aggs[a], self.kinds[a], self.append_only))
             .collect();
         // A 64-bit argument's row encoding is a null byte and its 8 bytes.
         let words = |m: &[usize]| self.aggs[m[0]].arg_type.primitive_width() == Some(8);
         let seen = (self.distinct_sets.iter())
             .map(|m| SeenMap::new(self.append_only, m.len(), words(m)))
             .collect();
-        Group { key: key.to_vec(), rows: 0, accs, seen, mark: 0 }
+        Group { key: key.to_vec(), rows: 0, counts: vec![0; self.counts], accs, seen, mark: 0 }
     }
 
     /// Puts a new, empty group with `key` into a slot and indexes it.
@@ -629,8 +654,9 @@ impl Aggregate {
     fn reset_group(&mut self, id: u32) {
         let g = &mut self.slots[id as usize];
         g.rows = 0;
-        for (st, (spec, kind)) in g.accs.iter_mut().zip(self.aggs.iter().zip(&self.kinds)) {
-            *st = Self::fresh_acc(spec, *kind, self.append_only);
+        g.counts.fill(0);
+        for (st, &a) in g.accs.iter_mut().zip(&self.acc_aggs) {
+            *st = Self::fresh_acc(&self.aggs[a], self.kinds[a], self.append_only);
         }
         g.seen.iter_mut().for_each(SeenMap::clear);
     }
@@ -811,7 +837,7 @@ impl Aggregate {
             group.mark = self.epoch;
             let at = if scalar || group.rows > 0 {
                 let at = old.len() as u32;
-                Self::output_into(&self.aggs, group, old)?;
+                Self::output_into(&self.aggs, &self.places, group, old)?;
                 Some(at)
             } else {
                 None
@@ -827,24 +853,20 @@ impl Aggregate {
     fn accumulate(&mut self, id: u32, p: &Prepared, i: usize, diff: i64) -> Result<()> {
         let group = &mut self.slots[id as usize];
         group.rows += diff;
-        for (a, st) in group.accs.iter_mut().enumerate() {
-            if self.distinct_of[a].is_some() || p.filters[a].as_ref().is_some_and(|f| !f.value(i)) {
+        for (a, at) in self.places.iter().enumerate() {
+            if *at == Place::Rows
+                || self.distinct_of[a].is_some()
+                || p.filters[a].as_ref().is_some_and(|f| !f.value(i))
+            {
                 continue;
             }
             let spec = &self.aggs[a];
-            if spec.func == AggFunc::CountStar {
-                // Unfiltered, COUNT(*) is the group's row count; filtered, its own count.
-                if let Acc::Count(n) = &mut st.acc {
-                    *n += diff;
-                }
-                continue;
-            }
             let view = &p.views[a];
-            if spec.func.skips_nulls() && view.is_null(i) {
+            if spec.func != AggFunc::CountStar && spec.func.skips_nulls() && view.is_null(i) {
                 continue;
             }
             let value = p.values[a].as_ref().map(|v| v.get(i));
-            Self::update(&mut st.acc, view, i, value, diff)?;
+            Self::add_to(&mut group.counts, &mut group.accs, *at, view, i, value, diff)?;
         }
         // DISTINCT: one map lookup per set; a member's aggregate sees a value when its count
         // for it turns positive, and loses it when the count returns to 0.
@@ -860,7 +882,7 @@ impl Aggregate {
                 .as_ref()
                 .map(|v| v.get(i))
                 .ok_or_else(|| WeirError::internal("distinct value"))?;
-            let accs = &mut group.accs;
+            let (counts, accs, places) = (&mut group.counts, &mut group.accs, &self.places);
             group.seen[s].change(
                 v,
                 members.len(),
@@ -868,7 +890,7 @@ impl Aggregate {
                 |m| reaches(members[m]),
                 |m, change| {
                     let a = members[m];
-                    Self::update(&mut accs[a].acc, &p.views[a], i, Some(v), change)
+                    Self::add_to(counts, accs, places[a], &p.views[a], i, Some(v), change)
                 },
             )?;
         }
@@ -919,7 +941,7 @@ impl Aggregate {
             new.clear();
             let exists = self.exists(g);
             if exists {
-                Self::output_into(&self.aggs, g, &mut new)?;
+                Self::output_into(&self.aggs, &self.places, g, &mut new)?;
             }
             let old_range = old_at.map(|at| at as usize..at as usize + n);
             let changed = old_range.clone().map(|r| &old[r]) != exists.then_some(&new[..]);
@@ -969,13 +991,13 @@ impl Aggregate {
         group.mark = self.epoch;
         let old_at = (group.rows > 0).then(|| out.len());
         if old_at.is_some() {
-            out.push_group(&self.aggs, group, t, -1)?;
+            out.push_group(&self.aggs, &self.places, group, t, -1)?;
         }
         self.accumulate(id, p, i, diff)?;
         let g = &self.slots[id as usize];
         self.dirty.note(&g.key[..], self.index.len());
         if g.rows > 0 {
-            out.push_group(&self.aggs, g, t, 1)?;
+            out.push_group(&self.aggs, &self.places, g, t, 1)?;
             if let Some(at) = old_at.filter(|&at| out.same_values(at, at + 1)) {
                 out.truncate(at);
             }
@@ -1046,7 +1068,10 @@ impl Aggregate {
             seen ^= g.rows as u64 ^ g.accs.len() as u64 ^ g.seen.len() as u64;
         }
         for (_, g) in &found {
-            // Accumulators are 32 bytes: one read per 64-byte line.
+            // Counts are 8 bytes, accumulators 32: one read per 64-byte line.
+            for n in g.counts.iter().step_by(8) {
+                seen ^= *n as u64;
+            }
             for st in g.accs.iter().step_by(2) {
                 seen ^= st.acc.peek();
             }
@@ -1159,7 +1184,7 @@ impl Aggregate {
                 continue;
             }
             vals.clear();
-            result = Self::output_into(&self.aggs, g, &mut vals);
+            result = Self::output_into(&self.aggs, &self.places, g, &mut vals);
             if result.is_err() {
                 break;
             }

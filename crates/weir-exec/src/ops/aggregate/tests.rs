@@ -802,6 +802,34 @@ fn shared_distinct_checkpoint_round_trips_at_every_instant() {
     assert_eq!(state(distinct_aggregate(true)), state(distinct_aggregate(false)));
 }
 
+/// The COUNT family is kept as bare counts, numbered apart from the other accumulators;
+/// COUNT(*) without a FILTER keeps nothing (it is the row count).
+#[test]
+fn counts_are_kept_apart_from_the_other_accumulators() {
+    use datafusion_expr::lit;
+    let df = DFSchema::try_from(kv_schema().as_ref().clone()).unwrap();
+    let v = ScalarExpr::compile(&col("v"), &df).unwrap();
+    let filtered = |spec: AggSpec| AggSpec {
+        filter: Some(ScalarExpr::compile(&col("v").gt(lit(2i64)), &df).unwrap()),
+        ..spec
+    };
+    let count_star = || AggSpec::plain(AggFunc::CountStar, None, DataType::Null, false);
+    let of = |func, distinct| AggSpec::plain(func, Some(v.clone()), DataType::Int64, distinct);
+    let specs = [
+        count_star(),
+        of(AggFunc::Count, false),
+        of(AggFunc::Sum, false),
+        filtered(count_star()),
+        filtered(of(AggFunc::Count, true)),
+        of(AggFunc::Max, false),
+    ];
+    use accumulators::Place::{Acc, Count, Rows};
+    assert_eq!(
+        accumulators::Place::of(&specs),
+        [Rows, Count(0), Acc(0), Count(1), Count(2), Acc(1)]
+    );
+}
+
 #[test]
 fn accumulators_stay_small() {
     // Every group keeps one per aggregate: q16 keeps 17 for each of its 10 000 groups a day.
