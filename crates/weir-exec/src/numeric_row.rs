@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Float64Array, Int64Array};
 use arrow::datatypes::DataType;
+use arrow::row::RowConverter;
 
 use crate::row::RowCodec;
 
@@ -62,78 +63,69 @@ impl NumericRow {
     /// The layout of `codec`'s rows, if every column is BIGINT or DOUBLE and the codec writes
     /// them as this module does.
     pub fn of(codec: &RowCodec) -> Option<NumericRow> {
-        let types: Vec<NumType> = codec
-            .types()
-            .iter()
-            .map(|t| match t {
-                DataType::Int64 => Some(NumType::Int),
-                DataType::Float64 => Some(NumType::Float),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
-        let layout = NumericRow { types };
-        layout.agrees_with(codec).then_some(layout)
+        let types = codec.types();
+        if !types.iter().all(|t| matches!(t, DataType::Int64 | DataType::Float64)) {
+            return None;
+        }
+        match codec.converter() {
+            Some(converter) => NumericRow::checked(types, converter),
+            None => types.is_empty().then_some(NumericRow { types: vec![] }),
+        }
     }
 
-    /// Whether `codec` encodes and decodes sample rows as this layout does.
-    fn agrees_with(&self, codec: &RowCodec) -> bool {
-        let ints = [None, Some(0), Some(1), Some(-1), Some(i64::MIN), Some(i64::MAX), Some(42)];
-        let floats = [
-            None,
-            Some(0.0),
-            Some(-0.0),
-            Some(1.5),
-            Some(-2.25),
-            Some(f64::MAX),
-            Some(f64::NEG_INFINITY),
-        ];
-        let n = ints.len();
-        let cols: Vec<ArrayRef> = self
-            .types
-            .iter()
-            .map(|t| match t {
-                NumType::Int => Arc::new(Int64Array::from(ints.to_vec())) as ArrayRef,
-                NumType::Float => Arc::new(Float64Array::from(floats.to_vec())) as ArrayRef,
-            })
-            .collect();
-        let Ok(rows) = codec.encode(&cols, n) else { return false };
+    /// The layout of rows of `types` as `converter` writes them: each column BIGINT, DOUBLE or
+    /// a type an Arrow array holds as an i64 (timestamps, DATE64, TIME64, durations), and the
+    /// converter seen to write sample values of those types (NULL, zeros, ±1, the ends of the
+    /// ranges, -0.0, the infinities) as [`NumericRow::push`] does, the layout reading them
+    /// back, and a NaN reading back as a NaN (its payload is the converter's business).
+    pub(crate) fn checked(types: &[DataType], converter: &RowConverter) -> Option<NumericRow> {
+        let layout = NumericRow { types: types.iter().map(num_type).collect::<Option<_>>()? };
+        let (ints, floats) = samples();
+        let cols = layout.columns(types, &ints, &floats)?;
+        let rows = converter.convert_columns(&cols).ok()?;
         let mut mine = Vec::new();
-        for i in 0..n {
+        for i in 0..ints.len() {
             mine.clear();
-            for t in &self.types {
-                let v = match t {
+            let want: Vec<Num> = (layout.types.iter())
+                .map(|t| match t {
                     NumType::Int => ints[i].map_or(Num::Null, Num::Int),
                     NumType::Float => floats[i].map_or(Num::Null, Num::Float),
-                };
-                Self::push(v, &mut mine);
+                })
+                .collect();
+            want.iter().for_each(|v| Self::push(*v, &mut mine));
+            if rows.row(i).data() != &mine[..] {
+                return None;
             }
-            if rows.get(i) != &mine[..] {
-                return false;
-            }
-            let back = (0..self.types.len()).map(|c| self.get(&mine, c)).collect::<Vec<_>>();
-            let want = self.types.iter().map(|t| match t {
-                NumType::Int => ints[i].map_or(Num::Null, Num::Int),
-                NumType::Float => floats[i].map_or(Num::Null, Num::Float),
-            });
-            if !back.iter().zip(want).all(|(a, b)| same(*a, b)) {
-                return false;
+            if !want.iter().enumerate().all(|(c, v)| same(layout.get(&mine, c), *v)) {
+                return None;
             }
         }
-        // A NaN reads back as a NaN (its payload is the codec's business, not compared).
-        let nan: Vec<ArrayRef> = self
-            .types
-            .iter()
-            .map(|t| match t {
-                NumType::Int => Arc::new(Int64Array::from(vec![7])) as ArrayRef,
-                NumType::Float => Arc::new(Float64Array::from(vec![f64::NAN])) as ArrayRef,
-            })
-            .collect();
-        let Ok(rows) = codec.encode(&nan, 1) else { return false };
-        (0..self.types.len()).all(|c| match self.get(rows.get(0), c) {
+        let nan = layout.columns(types, &[Some(7)], &[Some(f64::NAN)])?;
+        let rows = converter.convert_columns(&nan).ok()?;
+        let read_back = (0..types.len()).all(|c| match layout.get(rows.row(0).data(), c) {
             Num::Float(x) => x.is_nan(),
             Num::Int(x) => x == 7,
             Num::Null => false,
-        })
+        });
+        read_back.then_some(layout)
+    }
+
+    /// Columns of `types` holding `ints` (cast to an i64-backed type) or `floats`, by this
+    /// layout's column types.
+    pub(crate) fn columns(
+        &self,
+        types: &[DataType],
+        ints: &[Option<i64>],
+        floats: &[Option<f64>],
+    ) -> Option<Vec<ArrayRef>> {
+        let ints: ArrayRef = Arc::new(Int64Array::from(ints.to_vec()));
+        let floats: ArrayRef = Arc::new(Float64Array::from(floats.to_vec()));
+        (self.types.iter().zip(types))
+            .map(|(k, t)| match k {
+                NumType::Int => arrow::compute::cast(&ints, t).ok(),
+                NumType::Float => Some(floats.clone()),
+            })
+            .collect()
     }
 
     /// The column types.
@@ -185,6 +177,29 @@ impl NumericRow {
         out.push(1);
         out.extend_from_slice(&w);
     }
+}
+
+/// The layout's column type of `t`: a DOUBLE, or an 8-byte integer of some type.
+fn num_type(t: &DataType) -> Option<NumType> {
+    match t {
+        DataType::Float64 => Some(NumType::Float),
+        DataType::Int64
+        | DataType::Timestamp(..)
+        | DataType::Date64
+        | DataType::Time64(_)
+        | DataType::Duration(_) => Some(NumType::Int),
+        _ => None,
+    }
+}
+
+/// The sample values [`NumericRow::checked`] writes and reads back, as 64-bit integers and
+/// as DOUBLEs (the same number of each).
+pub(crate) fn samples() -> (Vec<Option<i64>>, Vec<Option<f64>>) {
+    let ints = [0, 1, -1, i64::MIN, i64::MAX, 42, -42, 1 << 53];
+    let floats = [0.0, -0.0, 1.5, -2.25, f64::MIN, f64::MAX, f64::INFINITY, f64::NEG_INFINITY];
+    let ints = std::iter::once(None).chain(ints.map(Some)).collect();
+    let floats = std::iter::once(None).chain(floats.map(Some)).collect();
+    (ints, floats)
 }
 
 /// A DOUBLE's bits as the row format orders them (negative values' magnitude bits flipped).

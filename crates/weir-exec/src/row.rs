@@ -2,18 +2,17 @@
 //! order-preserving (byte order = SQL order of the values), so it serves as hash-map key, as
 //! multiset element and as the sort key that makes output order deterministic.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use arrow::array::{
-    make_array, Array, ArrayData, ArrayRef, BooleanBufferBuilder, Float64Array, Int64Array,
-    RecordBatch, RecordBatchOptions,
+    make_array, Array, ArrayData, ArrayRef, BooleanBufferBuilder, RecordBatch, RecordBatchOptions,
 };
 use arrow::buffer::{Buffer, NullBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use weir_common::Result;
 
-use crate::numeric_row::{Num, NumType, NumericRow};
+use crate::numeric_row::NumericRow;
 
 /// Encodes columns of fixed types to rows and back.
 #[derive(Debug)]
@@ -40,58 +39,14 @@ struct Fixed {
 impl Fixed {
     /// The decoder for rows of `types` as `converter` writes them, if it applies.
     fn of(types: &[DataType], converter: &RowConverter) -> Option<Fixed> {
-        let kinds: Vec<NumType> = types
-            .iter()
-            .map(|t| match t {
-                DataType::Float64 => Some(NumType::Float),
-                DataType::Int64
-                | DataType::Timestamp(..)
-                | DataType::Date64
-                | DataType::Time64(_)
-                | DataType::Duration(_) => Some(NumType::Int),
-                _ => None,
-            })
-            .collect::<Option<_>>()?;
-        let plain: Vec<DataType> = kinds
-            .iter()
-            .map(|k| match k {
-                NumType::Int => DataType::Int64,
-                NumType::Float => DataType::Float64,
-            })
-            .collect();
-        let layout = NumericRow::of(&RowCodec::plain(plain).ok()?)?;
-        let fixed = Fixed { layout, types: types.to_vec() };
-        // Sample columns of the real types: encoded as the layout writes them, and read back.
-        let ints: Int64Array =
-            vec![None, Some(0), Some(1), Some(-1), Some(i64::MIN), Some(i64::MAX)].into();
-        let floats: Float64Array =
-            vec![None, Some(0.0), Some(-0.0), Some(1.5), Some(f64::MIN), Some(f64::INFINITY)]
-                .into();
-        let n = ints.len();
-        let cols: Vec<ArrayRef> = kinds
-            .iter()
-            .zip(types)
-            .map(|(k, t)| match k {
-                NumType::Int => arrow::compute::cast(&ints, t).ok(),
-                NumType::Float => Some(Arc::new(floats.clone()) as ArrayRef),
-            })
-            .collect::<Option<_>>()?;
+        let fixed = Fixed { layout: NumericRow::checked(types, converter)?, types: types.to_vec() };
+        // The decoder builds the sample columns back, of the codec's own types.
+        let (ints, floats) = crate::numeric_row::samples();
+        let cols = fixed.layout.columns(types, &ints, &floats)?;
         let rows = converter.convert_columns(&cols).ok()?;
-        let mut mine = Vec::new();
-        for i in 0..n {
-            mine.clear();
-            for k in &kinds {
-                let v = match k {
-                    NumType::Int => ints.is_valid(i).then(|| Num::Int(ints.value(i))),
-                    NumType::Float => floats.is_valid(i).then(|| Num::Float(floats.value(i))),
-                };
-                NumericRow::push(v.unwrap_or(Num::Null), &mut mine);
-            }
-            if rows.row(i).data() != &mine[..] {
-                return None;
-            }
-        }
-        let back = fixed.decode(&(0..n).map(|i| rows.row(i).data()).collect::<Vec<_>>()).ok()?;
+        let back = fixed
+            .decode(&(0..rows.num_rows()).map(|i| rows.row(i).data()).collect::<Vec<_>>())
+            .ok()?;
         back.iter().zip(&cols).all(|(a, b)| a.as_ref() == b.as_ref()).then_some(fixed)
     }
 
@@ -146,6 +101,11 @@ impl RowCodec {
     /// The types of the encoded columns.
     pub fn types(&self) -> &[DataType] {
         &self.types
+    }
+
+    /// Arrow's converter behind the codec (None for rows of no column).
+    pub(crate) fn converter(&self) -> Option<&RowConverter> {
+        self.converter.as_ref()
     }
 
     pub fn for_schema(schema: &SchemaRef) -> Result<Self> {
