@@ -757,25 +757,19 @@ impl Funcs {
             let cx = Context::new(Vec::new(), std::mem::take(&mut scratch.peers), ord);
             let vals = self.numeric_values(num, &cx, scratch)?;
             let Context { peers, .. } = cx;
+            scratch.peers = peers;
             if let Some(v) = vals {
-                scratch.peers = peers;
                 return Ok(Some(v));
             }
             // A BIGINT SUM overflowed: the general path says so.
-            return self.array_values(copies().collect(), peers, &scratch.in_region).map(Some);
         }
-        let peers = std::mem::take(&mut scratch.peers);
-        self.array_values(copies().collect(), peers, &scratch.in_region).map(Some)
+        self.array_values(copies().collect(), scratch).map(Some)
     }
 
-    /// [`Funcs::evaluate`] through Arrow arrays: the kept arguments of `rows` decoded, then
-    /// [`Funcs::values`] at `region`, encoded.
-    fn array_values(
-        &self,
-        args: Vec<&[u8]>,
-        peers: Vec<(usize, usize)>,
-        region: &[usize],
-    ) -> Result<Values> {
+    /// [`Funcs::evaluate`] through Arrow arrays: the kept arguments `args` of the copies
+    /// decoded, then [`Funcs::values`] at the region (`scratch.in_region`, each copy's peers
+    /// in `scratch.peers`, lent and given back), encoded.
+    fn array_values(&self, args: Vec<&[u8]>, scratch: &mut Scratch) -> Result<Values> {
         let cols = self.kept.codec.decode(args)?;
         let ord = match self.kept.ord {
             Some(o) => Some(
@@ -787,9 +781,12 @@ impl Funcs {
             ),
             None => None,
         };
-        let cx = Context::new(cols, peers, ord);
-        let arrays = self.values(&cx, region)?;
-        Ok(Values::Rows(self.vals_codec.encode(&arrays, region.len())?))
+        let region = &scratch.in_region;
+        let cx = Context::new(cols, std::mem::take(&mut scratch.peers), ord);
+        let arrays = self.values(&cx, region);
+        let Context { peers, .. } = cx;
+        scratch.peers = peers;
+        Ok(Values::Rows(self.vals_codec.encode(&arrays?, region.len())?))
     }
 
     /// The values at the region (`scratch.in_region`) from the columns read from the kept
@@ -990,6 +987,18 @@ impl OverRel {
         }
         Ok(())
     }
+
+    /// The output changes written into `out`, at their instants `times`.
+    fn output(&self, out: &OutRows, times: Vec<Time>) -> Result<ChangeBatch> {
+        if out.rows.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let bytes = &out.bytes;
+        let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
+        cols.extend(self.funcs.decode_values(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
+        let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
+        Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
+    }
 }
 
 /// Keeps in the slots of a `region`'s entries the values computed for it (`vals`: one per
@@ -1131,20 +1140,6 @@ impl Context {
             None => (0, 0),
         };
         Context { cols, peers, ord, non_null }
-    }
-}
-
-impl OverRel {
-    /// The output changes written into `out`, at their instants `times`.
-    fn output(&self, out: &OutRows, times: Vec<Time>) -> Result<ChangeBatch> {
-        if out.rows.is_empty() {
-            return Ok(ChangeBatch::empty(self.schema.clone()));
-        }
-        let bytes = &out.bytes;
-        let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
-        cols.extend(self.funcs.decode_values(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
-        let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
-        Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
     }
 }
 
