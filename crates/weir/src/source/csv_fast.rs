@@ -261,8 +261,8 @@ pub(crate) trait Column {
 
 /// A builder for a column of type `t` with room for `rows`; None for a type without a fast
 /// parser.
-pub(crate) fn column(t: &DataType, rows: usize) -> Option<Box<dyn Column>> {
-    Some(Box::new(FastColumn::new(t, rows, 16)?))
+pub(crate) fn column(t: &DataType, rows: usize) -> Option<FastColumn> {
+    FastColumn::new(t, rows, 16)
 }
 
 /// A column the CSV fast path builds: BIGINT, TIMESTAMP and VARCHAR columns inline (a field

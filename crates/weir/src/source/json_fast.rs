@@ -35,7 +35,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanBuilder, RecordBatch, StringBuilder};
 use arrow::datatypes::{DataType, SchemaRef};
 
-use super::csv_fast::{column, run_batch, Column, EpochUnit};
+use super::csv_fast::{column, run_batch, Column, EpochUnit, FastColumn};
 
 /// A stream's fast JSON-lines decoder. See the module docs.
 #[derive(Debug, Clone)]
@@ -59,7 +59,7 @@ enum Scalar<'a> {
 enum JsonColumn {
     /// Integers and floats (from numbers) and TIMESTAMP (from strings and numbers).
     Parsed {
-        col: Box<dyn Column>,
+        col: FastColumn,
         integer: bool,
         timestamp: bool,
     },
