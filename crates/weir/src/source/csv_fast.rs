@@ -123,13 +123,16 @@ impl FastCsv {
         ends: impl Iterator<Item = Option<FieldEnd>>,
     ) -> Option<RecordBatch> {
         let text = std::str::from_utf8(bytes).ok()?;
+        // A first record's field may be far longer than the others': no column takes more
+        // room a row than a whole record's average width.
         let widths = self.first_record_widths(bytes);
+        let average = bytes.len() / records.max(1);
         let mut columns: Vec<FastColumn> = self
             .schema
             .fields()
             .iter()
             .zip(&widths)
-            .map(|(f, &width)| FastColumn::new(f.data_type(), records, width))
+            .map(|(f, &width)| FastColumn::new(f.data_type(), records, width.min(average)))
             .collect::<Option<_>>()?;
         let (mut field, mut start, mut rows) = (0, 0, 0);
         for end in ends {
@@ -467,6 +470,30 @@ mod tests {
         assert_eq!(Ends::new(b"abcdefgh", b',').count(), 0);
         let newline = FieldEnd { text_end: 7, next: 8, record: true };
         assert_eq!(Ends::new(b"abcdefg\n", b',').collect::<Vec<_>>(), vec![newline]);
+    }
+
+    /// A string column's room is sized from the first record, but never more than a whole
+    /// record's average a row: a long first field does not reserve its length for every row.
+    #[test]
+    fn a_long_first_field_does_not_size_every_row() {
+        use arrow::array::AsArray;
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let epoch = EpochUnit { scale: 1, name: "s" };
+        let fast = FastCsv::new(schema, None, b',', b'"', 2, &[0, 1], epoch).unwrap();
+        let mut run = format!("0,{}\n", "x".repeat(100_000));
+        for i in 1..1000 {
+            run.push_str(&format!("{i},y\n"));
+        }
+        let batch = fast.decode(run.as_bytes(), 1000).expect("a clean run");
+        let strings = batch.column(1).as_string::<i32>();
+        assert_eq!(strings.value(0).len(), 100_000);
+        assert_eq!(strings.value(999), "y");
+        // Room of 1.25 records' average a row at most, not 125 000 bytes a row.
+        assert!(strings.values().capacity() <= 2 * run.len(), "{}", strings.values().capacity());
     }
 
     /// The BIGINT column reads what arrow's parser reads, its own way for plain digits.
