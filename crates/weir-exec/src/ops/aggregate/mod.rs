@@ -315,21 +315,29 @@ impl OutCol {
     #[inline]
     fn push_value(&mut self, v: Out) {
         match self {
+            OutCol::Words { .. } => self.push_word(match v {
+                Out::Int(x) => Some(x as u64),
+                Out::Float(b) => Some(b),
+                _ => None,
+            }),
+            OutCol::Outs(col) => col.push(v),
+        }
+    }
+
+    /// Appends a value of a column of words (None: NULL); in a column of [`Out`]s, a NULL.
+    #[inline]
+    fn push_word(&mut self, w: Option<u64>) {
+        match self {
             OutCol::Words { vals, valid } => {
-                let (word, present) = match v {
-                    Out::Int(x) => (x as u64, true),
-                    Out::Float(b) => (b, true),
-                    _ => (0, false),
-                };
                 // From the first NULL on, every value's presence is kept.
-                let tracked = !present || !valid.is_empty();
+                let tracked = w.is_none() || !valid.is_empty();
                 if tracked {
                     valid.resize(vals.len(), true);
-                    valid.push(present);
+                    valid.push(w.is_some());
                 }
-                vals.push(word);
+                vals.push(w.unwrap_or(0));
             }
-            OutCol::Outs(col) => col.push(v),
+            OutCol::Outs(col) => col.push(Out::Null),
         }
     }
 
@@ -402,7 +410,10 @@ impl Emitted {
         self.key_bytes.extend_from_slice(&g.key);
         self.key_ends.push(self.key_bytes.len());
         for ((col, spec), at) in self.cols.iter_mut().zip(aggs).zip(places) {
-            col.push_value(Aggregate::output_value(spec, *at, g)?);
+            match col {
+                OutCol::Words { .. } => col.push_word(Aggregate::word_value(spec, *at, g)?),
+                OutCol::Outs(v) => v.push(Aggregate::output_value(spec, *at, g)?),
+            }
         }
         self.times.push(t);
         self.diffs.push(diff);
