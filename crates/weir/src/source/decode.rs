@@ -1025,6 +1025,9 @@ mod tests {
                 r#""other": {"a": 1}"#,
                 r#""ID": 3"#,
                 r#""i\u0064": 4"#,
+                r#""idx": 5"#,
+                r#""i": 6"#,
+                r#""name2": "n""#,
             ]),
         ];
         let record = (

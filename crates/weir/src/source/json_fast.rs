@@ -41,6 +41,10 @@ use super::csv_fast::{column, run_batch, Column, EpochUnit, FastColumn};
 #[derive(Debug, Clone)]
 pub(crate) struct FastJson {
     schema: SchemaRef,
+    /// Each column's key as it is written in a record, quotes included (`"auction"`), so the
+    /// key a record most likely has next is matched by comparing bytes, without searching for
+    /// its closing quote; None for a name holding a quote or a backslash, which JSON escapes.
+    quoted: Vec<Option<Box<[u8]>>>,
     /// The stream's event-time column: a run where it is NULL is declined.
     time_column: Option<usize>,
     epoch: EpochUnit,
@@ -139,7 +143,16 @@ impl FastJson {
         {
             return None;
         }
-        Some(FastJson { schema, time_column, epoch })
+        let quoted = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let name = f.name().as_bytes();
+                (!name.iter().any(|b| matches!(b, b'"' | b'\\')))
+                    .then(|| [&b"\""[..], name, &b"\""[..]].concat().into_boxed_slice())
+            })
+            .collect();
+        Some(FastJson { schema, quoted, time_column, epoch })
     }
 
     /// The rows of a run of `records` complete records (each ending with `\n`), in the
@@ -165,16 +178,23 @@ impl FastJson {
             if !s.eat(b'}') {
                 loop {
                     s.blank();
-                    let key = s.key()?;
+                    // The guessed column's key, if the record has it here, is the same bytes
+                    // as the whole string token the general scan would find (the name has no
+                    // quote or backslash, and its closing quote ends the token).
+                    let c = match self.quoted.get(guess) {
+                        Some(Some(q)) if s.b[s.i..].starts_with(q) => {
+                            s.i += q.len();
+                            Some(guess)
+                        }
+                        _ => {
+                            let key = s.key()?;
+                            names.iter().position(|n| *n == key)
+                        }
+                    };
                     s.blank();
                     s.expect(b':')?;
                     s.blank();
                     let value = s.scalar()?;
-                    let c = if names.get(guess) == Some(&key) {
-                        Some(guess)
-                    } else {
-                        names.iter().position(|n| *n == key)
-                    };
                     if let Some(c) = c {
                         if seen & (1 << c) != 0 || !columns[c].push(value, self.epoch) {
                             return None;
