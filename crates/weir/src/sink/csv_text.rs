@@ -178,8 +178,7 @@ fn needs_quotes(bytes: &[u8]) -> bool {
 
 /// Appends a field's bytes, in quotes (its own doubled) if it holds `,`, `"`, `\r` or `\n`.
 fn field(bytes: &[u8], out: &mut Vec<u8>) {
-    let special = needs_quotes(bytes);
-    if !special {
+    if !needs_quotes(bytes) {
         out.extend_from_slice(bytes);
         return;
     }
@@ -212,8 +211,9 @@ mod tests {
         #[test]
         fn needs_quotes_is_a_scan(
             bytes in proptest::collection::vec(
-                prop_oneof![8 => Just(b'a'), 1 => Just(b','), 1 => Just(b'"'), 1 => Just(b'\r'), 1 => Just(b'\n'),
-                    1 => Just(0u8), 1 => Just(0xacu8), 1 => any::<u8>()],
+                prop_oneof![8 => Just(b'a'), 1 => Just(b','), 1 => Just(b'"'),
+                    1 => Just(b'\r'), 1 => Just(b'\n'), 1 => Just(0u8), 1 => Just(0xacu8),
+                    1 => any::<u8>()],
                 0..70,
             ),
         ) {

@@ -182,7 +182,7 @@ impl FastJson {
                     // as the whole string token the general scan would find (the name has no
                     // quote or backslash, and its closing quote ends the token).
                     let c = match self.quoted.get(guess) {
-                        Some(Some(q)) if s.b[s.i..].starts_with(q) => {
+                        Some(Some(q)) if s.b.get(s.i..).is_some_and(|t| t.starts_with(q)) => {
                             s.i += q.len();
                             Some(guess)
                         }

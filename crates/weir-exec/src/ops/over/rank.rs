@@ -364,11 +364,12 @@ struct Ranks {
 }
 
 impl Ranks {
-    /// Whether a top-N on ROW_NUMBER over an insert-only input leaves `part` as it is when `changes` (sorted by entry, all insertions) enter it: the
-    /// first change's row is numbered past the top, so every changed row is, the rows before
-    /// it keep their values, and the rows after it were past the top already (and pruned).
-    /// Most of a top-N's input is such rows (q19: a bid below its auction's ten highest): they
-    /// cost a search of the small partition and nothing else.
+    /// Whether a top-N on ROW_NUMBER over an insert-only input leaves `part` as it is when
+    /// `changes` (sorted by entry, all insertions) enter it: the first change's row is numbered
+    /// past the top, so every changed row is, the rows before it keep their values, and the
+    /// rows after it were past the top already (and pruned). Most of a top-N's input is such
+    /// rows (q19: a bid below its auction's ten highest): they cost a search of the small
+    /// partition and nothing else.
     fn past_the_top(&self, part: &Partition, changes: &[NetChange<'_>]) -> bool {
         let Some((f, _, hi)) = self.top else { return false };
         if self.funcs.get(f) != Some(&RankFunc::RowNumber) {
