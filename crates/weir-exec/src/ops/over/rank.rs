@@ -297,7 +297,26 @@ impl Ranking {
                 ranks.walk(merged, skip, &mut net, 1);
             }
         }
-        net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
+        // Only new rows inserted, ROW_NUMBER computed and every entry from the first change on
+        // a single copy: each walked row is numbered at least one more after than before, so
+        // no row keeps its values and no row is walked twice; the difference is the two walks
+        // as they are (the run's output is sorted once it is complete, `OutRows::sort_from`).
+        let all_moved = match (&located, part.small()) {
+            (Some(at), Some(entries)) => {
+                ranks.funcs.contains(&RankFunc::RowNumber)
+                    && changes.iter().all(|&(_, n, _)| n > 0)
+                    && at.iter().all(|&(_, found)| !found)
+                    && entries.get(at[0].0..).is_some_and(|e| e.iter().all(|(_, c)| *c == 1))
+            }
+            _ => false,
+        };
+        if all_moved {
+            for (row, vals, n) in net.drain(..) {
+                out.push(row, vals, n);
+            }
+        } else {
+            net.sort_unstable_by(|a, b| (a.0, &a.1[..]).cmp(&(b.0, &b.1[..])));
+        }
         let mut i = 0;
         while i < net.len() {
             let (row, vals) = (net[i].0, &net[i].1);
