@@ -10,7 +10,8 @@
 //! new row by (order key, row), the ranking's tiebreak among rows stamped with the same τ.
 //! - keep first (ASC): if the partition has never been seen, +(candidate, 1); otherwise
 //!   nothing (later rows are dropped). The output only grows (append-only: a plan with it is
-//!   monotonic). State: the partition key only, a constant per key.
+//!   monotonic). State: the partition key only, a constant per key (a set of keys: 52
+//!   bytes a BIGINT key at 10^6 keys, docs/benchmarks.md).
 //! - keep last (DESC): +(candidate, 1), and −(previous, 1) if there was one. State: the
 //!   current row of each partition (with its order key).
 //!
@@ -18,7 +19,7 @@
 //! append-only input. Checkpointed as section `dedup` (`part`, `key`, `row` Binary; `key`
 //! and `row` empty when keeping the first), sorted by `part`.
 
-use datafusion_common::HashMap;
+use datafusion_common::{HashMap, HashSet};
 
 use arrow::datatypes::SchemaRef;
 use weir_common::{ChangeBatch, Result, Time, WeirError};
@@ -34,14 +35,16 @@ pub struct Dedup {
     keys: OverKeys,
     keep_last: bool,
     schema: SchemaRef,
-    /// Per partition: nothing when keeping the first row; the current (order key, row) when
-    /// keeping the last.
-    seen: HashMap<RowBytes, Option<(RowBytes, RowBytes)>>,
+    /// Keeping the first row: the partitions seen (a key alone: 16 bytes a bucket and the
+    /// key's box; a map with an empty slot for a row took three times that).
+    first: HashSet<RowBytes>,
+    /// Keeping the last row: per partition, its current (order key, row).
+    last: HashMap<RowBytes, (RowBytes, RowBytes)>,
 }
 
 impl Dedup {
     pub fn new(keys: OverKeys, keep_last: bool, schema: SchemaRef) -> Self {
-        Dedup { keys, keep_last, schema, seen: HashMap::new() }
+        Dedup { keys, keep_last, schema, first: HashSet::new(), last: HashMap::new() }
     }
 
     fn signature(&self) -> String {
@@ -69,21 +72,24 @@ impl Dedup {
         let best = run;
         let mut rows: Vec<(RowBytes, i64)> = Vec::new();
         for (p, cand) in best {
-            match self.seen.get_mut(&p) {
+            if !self.keep_last {
+                if !self.first.contains(&p) {
+                    rows.push((cand.1, 1));
+                    self.first.insert(p);
+                }
+                continue;
+            }
+            match self.last.get_mut(&p) {
                 None => {
                     rows.push((cand.1.clone(), 1));
-                    self.seen.insert(p, self.keep_last.then_some(cand));
+                    self.last.insert(p, cand);
                 }
-                Some(_) if !self.keep_last => {}
-                Some(cur) => match cur {
-                    Some(old) if cand < *old => {
-                        rows.push((cand.1.clone(), 1));
-                        let old = std::mem::replace(old, cand);
-                        rows.push((old.1, -1));
-                    }
-                    Some(_) => {}
-                    None => return Err(WeirError::internal("keep-last dedup without a row")),
-                },
+                Some(old) if cand < *old => {
+                    rows.push((cand.1.clone(), 1));
+                    let old = std::mem::replace(old, cand);
+                    rows.push((old.1, -1));
+                }
+                Some(_) => {}
             }
         }
         rows.sort_by(|a, b| (a.1 > 0, &a.0).cmp(&(b.1 > 0, &b.0)));
@@ -119,29 +125,26 @@ impl Operator for Dedup {
 
     /// Per partition its key, and keeping the last row, that row.
     fn state_bytes(&self) -> usize {
-        self.seen.heap_bytes()
+        self.first.heap_bytes() + self.last.heap_bytes()
     }
 
     /// State: section `dedup`, one row per partition (`part`, `key`, `row`), sorted by `part`.
     fn save_state(&self, w: &mut StateWriter) -> Result<()> {
-        let mut parts: Vec<(&RowBytes, &Option<(RowBytes, RowBytes)>)> = self.seen.iter().collect();
-        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let empty: &[u8] = &[];
-        let kr = |e: &Option<(RowBytes, RowBytes)>| -> (Vec<u8>, Vec<u8>) {
-            match e {
-                Some((k, r)) => (k.to_vec(), r.to_vec()),
-                None => (empty.to_vec(), empty.to_vec()),
-            }
+        let mut parts: Vec<(&[u8], &[u8], &[u8])> = if self.keep_last {
+            self.last.iter().map(|(p, (k, r))| (&p[..], &k[..], &r[..])).collect()
+        } else {
+            self.first.iter().map(|p| (&p[..], empty, empty)).collect()
         };
-        let pairs: Vec<(Vec<u8>, Vec<u8>)> = parts.iter().map(|(_, e)| kr(e)).collect();
+        parts.sort_unstable_by(|a, b| a.0.cmp(b.0));
         w.put(
             "dedup",
             &self.signature(),
             parts.len(),
             vec![
-                ("part", binary_col(parts.iter().map(|(p, _)| &p[..]))),
-                ("key", binary_col(pairs.iter().map(|(k, _)| &k[..]))),
-                ("row", binary_col(pairs.iter().map(|(_, r)| &r[..]))),
+                ("part", binary_col(parts.iter().map(|(p, _, _)| *p))),
+                ("key", binary_col(parts.iter().map(|(_, k, _)| *k))),
+                ("row", binary_col(parts.iter().map(|(_, _, r)| *r))),
             ],
         )
     }
@@ -149,10 +152,16 @@ impl Operator for Dedup {
     fn restore_state(&mut self, r: &mut StateReader) -> Result<()> {
         let s = r.take("dedup", &self.signature())?;
         let (parts, keys, rows) = (s.binary("part")?, s.binary("key")?, s.binary("row")?);
-        self.seen.clear();
+        self.first.clear();
+        self.last.clear();
         for ((p, k), row) in parts.into_iter().zip(keys).zip(rows) {
-            let e = self.keep_last.then(|| (RowBytes::from(k), RowBytes::from(row)));
-            if self.seen.insert(RowBytes::from(p), e).is_some() {
+            let again = if self.keep_last {
+                let e = (RowBytes::from(k), RowBytes::from(row));
+                self.last.insert(RowBytes::from(p), e).is_some()
+            } else {
+                !self.first.insert(RowBytes::from(p))
+            };
+            if again {
                 return Err(invalid("section 'dedup': a partition appears twice"));
             }
         }
@@ -177,5 +186,45 @@ mod tests {
         assert!(one > 0);
         assert!(two > one, "{two} after {one}");
         assert_eq!(end, two);
+    }
+
+    /// A checkpoint of either kind, taken before instant 3 and restored into a fresh
+    /// operator, gives what the uninterrupted operator gives from there on.
+    #[test]
+    fn checkpoints_restore_both_kinds() {
+        use crate::testing::{checkpoint_into, drive};
+        let ticks = vec![
+            kv(1, "+1 a 5, +1 b 1"),
+            kv(2, "+1 a 2"),
+            kv(3, "+1 c 7, +1 b 0"),
+            kv(4, "+1 a 1, +1 c 9, +1 d 3"),
+        ];
+        for keep_last in [false, true] {
+            let make = || Dedup::new(k_by_v(keep_last), keep_last, out_schema(1));
+            let mut whole = make();
+            let all = drive(&mut whole, &mut ticks.clone().into_iter().peekable(), None);
+            let mut first = make();
+            let mut feed = ticks.clone().into_iter().peekable();
+            let before = drive(&mut first, &mut feed, Some(3));
+            let mut restored = make();
+            checkpoint_into(&first, &mut restored);
+            let after = drive(&mut restored, &mut feed, None);
+            assert_eq!([before, after].concat(), all, "keep_last {keep_last}");
+            assert!(all.iter().any(|l| l.starts_with("@4")), "{all:?}");
+        }
+    }
+
+    /// Keeping the first row, the figure grows with the partitions and not at all with a
+    /// partition's later rows.
+    #[test]
+    fn keeping_the_first_row_holds_the_partitions_alone() {
+        let mut op = Dedup::new(k_by_v(false), false, out_schema(1));
+        let input = vec![kv(1, "+1 a 1"), kv(2, "+1 b 2"), kv(3, "+1 a 3"), kv(4, "+1 a 4")];
+        let [one, two, end] = state_bytes_at(&mut op, input, [Some(2), Some(3), None]);
+        assert!(one > 0);
+        assert!(two > one, "{two} after {one}");
+        assert_eq!(end, two);
+        assert!(op.last.is_empty());
+        assert_eq!(op.first.len(), 2);
     }
 }
