@@ -73,9 +73,9 @@ impl Dedup {
         let mut rows: Vec<(RowBytes, i64)> = Vec::new();
         for (p, cand) in best {
             if !self.keep_last {
-                if !self.first.contains(&p) {
+                // One lookup: the key goes in only if it is new.
+                if self.first.insert(p) {
                     rows.push((cand.1, 1));
-                    self.first.insert(p);
                 }
                 continue;
             }
