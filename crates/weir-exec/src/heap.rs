@@ -140,6 +140,13 @@ impl<A: HeapSize, B: HeapSize, C: HeapSize> HeapSize for (A, B, C) {
     }
 }
 
+impl<A: HeapSize, B: HeapSize, C: HeapSize, D: HeapSize> HeapSize for (A, B, C, D) {
+    const FLAT: bool = A::FLAT && B::FLAT && C::FLAT && D::FLAT;
+    fn heap_bytes(&self) -> usize {
+        self.0.heap_bytes() + self.1.heap_bytes() + self.2.heap_bytes() + self.3.heap_bytes()
+    }
+}
+
 impl<T: HeapSize> HeapSize for Vec<T> {
     fn heap_bytes(&self) -> usize {
         allocation(self.capacity() * size_of::<T>()) + elements(self.iter())

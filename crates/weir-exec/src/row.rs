@@ -112,25 +112,31 @@ impl RowCodec {
         Self::new(schema.fields().iter().map(|f| f.data_type().clone()).collect())
     }
 
-    /// Encodes `n` rows of `columns` (which must have the codec's types).
+    /// Encodes `n` rows of `columns` (cast to the codec's types where they differ).
     pub fn encode(&self, columns: &[ArrayRef], n: usize) -> Result<EncodedRows> {
         match &self.converter {
             None => Ok(EncodedRows::Empty(n)),
-            Some(c) => {
-                let cols: Vec<ArrayRef> = columns
-                    .iter()
-                    .zip(&self.types)
-                    .map(|(a, t)| {
-                        if a.data_type() == t {
-                            Ok(a.clone())
-                        } else {
-                            arrow::compute::cast(a, t)
-                        }
-                    })
-                    .collect::<std::result::Result<_, _>>()?;
-                Ok(EncodedRows::Rows(c.convert_columns(&cols)?))
-            }
+            Some(c) => Ok(EncodedRows::Rows(c.convert_columns(&self.conform(columns)?)?)),
         }
+    }
+
+    /// `columns` cast to the codec's types where they differ: what [`RowCodec::encode`]
+    /// encodes, and what decoding its rows gives back.
+    pub fn conform(&self, columns: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
+        let cols = columns
+            .iter()
+            .zip(&self.types)
+            .map(
+                |(a, t)| {
+                    if a.data_type() == t {
+                        Ok(a.clone())
+                    } else {
+                        arrow::compute::cast(a, t)
+                    }
+                },
+            )
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(cols)
     }
 
     /// Decodes rows back into columns.

@@ -369,6 +369,18 @@ impl ArgView {
         }
     }
 
+    /// The number of NULL values.
+    pub(super) fn null_count(&self) -> usize {
+        match self {
+            ArgView::None => 0,
+            ArgView::Int(a) => a.null_count(),
+            ArgView::Float(a) => a.null_count(),
+            ArgView::Dec(a) => a.null_count(),
+            ArgView::Bool(a) => a.null_count(),
+            ArgView::Any(a) => a.null_count(),
+        }
+    }
+
     pub(super) fn is_null(&self, i: usize) -> bool {
         match self {
             ArgView::None => false,

@@ -78,7 +78,7 @@ use std::ops::Range;
 
 use datafusion_common::HashMap;
 
-use arrow::array::{ArrayRef, BooleanArray};
+use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::{cast_with_options, SortOptions};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -124,6 +124,9 @@ const WARM_GROUPS: usize = 4096;
 /// The rows read ahead at a time ([`Aggregate::warm`]): their groups' memory fits in the
 /// cache nearest the core.
 const WARM_ROWS: usize = 32;
+
+/// A row read ahead whose group does not exist yet (see [`Aggregate::warm`]).
+const NO_SLOT: u32 = u32::MAX;
 
 /// One aggregate of the operator, compiled.
 #[derive(Debug)]
@@ -222,6 +225,8 @@ struct Group {
 
 /// An input batch evaluated for the accumulators, once per call.
 struct Prepared {
+    /// The group key's columns, of the key codec's types.
+    key_cols: Vec<ArrayRef>,
     /// The encoded group key of each row.
     keys: EncodedRows,
     /// Per aggregate: its argument in the working type.
@@ -231,6 +236,9 @@ struct Prepared {
     values: Vec<Option<EncodedRows>>,
     /// Per aggregate: its FILTER, true for the rows that reach it.
     filters: Vec<Option<BooleanArray>>,
+    /// Per row, when there are at most 64 aggregates: bit a is set when the row reaches
+    /// aggregate a (see [`Aggregate::reaches`]); empty otherwise.
+    reach: Vec<u64>,
     /// The whole rows encoded, when floating-point sums fix the apply order.
     rows: Option<EncodedRows>,
 }
@@ -248,18 +256,25 @@ impl HeapSize for Emitted {
     fn heap_bytes(&self) -> usize {
         self.key_bytes.heap_bytes()
             + self.key_ends.heap_bytes()
+            + self.key_rows.heap_bytes()
             + self.cols.heap_bytes()
             + self.times.heap_bytes()
             + self.diffs.heap_bytes()
     }
 }
 
-/// Output rows collected over a call: keys as concatenated bytes, values column by column.
-/// Kept between calls for its allocations.
+/// Output rows collected over a call: keys, values column by column. Kept between calls for
+/// its allocations.
+///
+/// A row's key is either its group's encoded key (concatenated in `key_bytes`, decoded when
+/// the batch is built) or, where the call's input holds the key's values, the input row whose
+/// key it is (`key_rows`, taken from the input's key columns: no copy of the bytes per output
+/// row, and no decoding). All rows of one call name their keys the same way.
 #[derive(Debug, Default)]
 struct Emitted {
     key_bytes: Vec<u8>,
     key_ends: Vec<usize>,
+    key_rows: Vec<u32>,
     cols: Vec<OutCol>,
     times: Vec<Time>,
     diffs: Vec<i64>,
@@ -378,6 +393,7 @@ impl Emitted {
     fn clear(&mut self, kinds: &[Kind]) {
         self.key_bytes.clear();
         self.key_ends.clear();
+        self.key_rows.clear();
         if self.cols.len() != kinds.len() {
             self.cols = kinds.iter().map(|k| OutCol::of(*k)).collect();
         }
@@ -386,10 +402,35 @@ impl Emitted {
         self.diffs.clear();
     }
 
+    /// Makes room for `rows` more rows, so that no column grows (and copies itself) while
+    /// they are pushed.
+    fn reserve(&mut self, rows: usize) {
+        for col in &mut self.cols {
+            match col {
+                OutCol::Words { vals, .. } => room(vals, rows),
+                OutCol::Outs(v) => room(v, rows),
+            }
+        }
+        room(&mut self.times, rows);
+        room(&mut self.diffs, rows);
+        room(&mut self.key_rows, rows);
+    }
+
+    /// Notes an appended row's key.
+    #[inline]
+    fn push_key(&mut self, key: RowKey<'_>) {
+        match key {
+            RowKey::Bytes(b) => {
+                self.key_bytes.extend_from_slice(b);
+                self.key_ends.push(self.key_bytes.len());
+            }
+            RowKey::Input(i) => self.key_rows.push(i),
+        }
+    }
+
     /// Appends a row, taking its values out of `vals` (which are left NULL).
-    fn push(&mut self, key: &[u8], vals: &mut [Out], t: Time, diff: i64) {
-        self.key_bytes.extend_from_slice(key);
-        self.key_ends.push(self.key_bytes.len());
+    fn push(&mut self, key: RowKey<'_>, vals: &mut [Out], t: Time, diff: i64) {
+        self.push_key(key);
         for (col, v) in self.cols.iter_mut().zip(vals) {
             col.push(v);
         }
@@ -404,11 +445,11 @@ impl Emitted {
         aggs: &[AggSpec],
         places: &[Place],
         g: &Group,
+        key: RowKey<'_>,
         t: Time,
         diff: i64,
     ) -> Result<()> {
-        self.key_bytes.extend_from_slice(&g.key);
-        self.key_ends.push(self.key_bytes.len());
+        self.push_key(key);
         for ((col, spec), at) in self.cols.iter_mut().zip(aggs).zip(places) {
             match col {
                 OutCol::Words { .. } => col.push_word(Aggregate::word_value(spec, *at, g)?),
@@ -434,15 +475,35 @@ impl Emitted {
     fn truncate(&mut self, n: usize) {
         self.key_ends.truncate(n);
         self.key_bytes.truncate(self.key_ends.last().copied().unwrap_or(0));
+        self.key_rows.truncate(n);
         self.cols.iter_mut().for_each(|c| c.truncate(n));
         self.times.truncate(n);
         self.diffs.truncate(n);
     }
 }
 
-/// A group touched by an instant: its key's [`sort_prefix`], its slot, and where its old output
-/// is (None: it did not exist).
-type Touched = (u128, u32, Option<u32>);
+/// Makes room in `v` for `n` more values; an empty vector too small is replaced, not grown
+/// (growing copies the old allocation's bytes, none of which are values).
+fn room<T>(v: &mut Vec<T>, n: usize) {
+    if v.is_empty() && v.capacity() < n {
+        *v = Vec::with_capacity(n);
+    } else {
+        v.reserve(n);
+    }
+}
+
+/// Where an output row's key is: see [`Emitted`].
+#[derive(Debug, Clone, Copy)]
+enum RowKey<'a> {
+    /// The group's encoded key.
+    Bytes(&'a [u8]),
+    /// The key of this row of the call's input.
+    Input(u32),
+}
+
+/// A group touched by an instant: its key's [`sort_prefix`], its slot, where its old output
+/// is (None: it did not exist), and the first input row of the instant that reached it.
+type Touched = (u128, u32, Option<u32>, u32);
 
 /// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
 /// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
@@ -461,6 +522,30 @@ fn key_order(slots: &[Group], a: (u128, u32), b: (u128, u32)) -> std::cmp::Order
 }
 
 /// Casts as `ScalarValue::cast_to` does (an error, not NULL, for a value that does not fit).
+/// Whether a group key column of type `t` may be taken from the input instead of decoded
+/// (see [`Emitted`]): numbers, strings, binaries, booleans, dates, times, timestamps and
+/// decimals, whose values Arrow's row format writes one-to-one (every row of a group holds the
+/// same bits, a float's sign of zero and NaN payload included) and reads back as the same
+/// array type. Dictionaries (read back as their values) and nested types are decoded.
+fn exact_key_type(t: &DataType) -> bool {
+    t.is_integer()
+        || t.is_floating()
+        || matches!(
+            t,
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::Boolean
+                | DataType::Date32
+                | DataType::Date64
+                | DataType::Time32(_)
+                | DataType::Time64(_)
+                | DataType::Timestamp(..)
+                | DataType::Decimal128(..)
+        )
+}
+
 fn cast_to(a: ArrayRef, ty: &DataType) -> Result<ArrayRef> {
     if a.data_type() == ty {
         Ok(a)
@@ -487,6 +572,9 @@ pub struct Aggregate {
     element_converters: Vec<Option<RowConverter>>,
     /// Whether a floating-point sum is kept (see [`Aggregate::apply_order`]).
     float_order: bool,
+    /// The aggregates kept in a count or an accumulator of their own: neither the group's row
+    /// count ([`Place::Rows`]) nor a member of a DISTINCT set.
+    plain_aggs: Vec<usize>,
     /// The DISTINCT aggregates grouped by argument (the same expression of the same type,
     /// ordered aggregates apart): the members of each set, which share one map per group.
     distinct_sets: Vec<Vec<usize>>,
@@ -512,6 +600,13 @@ pub struct Aggregate {
     emitted: Emitted,
     /// The input only ever inserts (see the module docs).
     append_only: bool,
+    /// Whether output rows take their keys from the input's key columns (see [`Emitted`]):
+    /// for keys of types whose encoding gives back every value bit for bit and whose arrays
+    /// `take` copies cheaply, so that a value taken from any row of a group equals the group's
+    /// decoded key.
+    keys_from_input: bool,
+    /// Scratch of [`Aggregate::warm`], kept for its allocation.
+    warm_ids: Vec<u32>,
     /// The groups from which each step's rows' memory is read ahead ([`WARM_GROUPS`]; a
     /// field so that tests can turn it on and off).
     warm_from: usize,
@@ -571,7 +666,14 @@ impl Aggregate {
         let places = Place::of(&aggs);
         let acc_aggs = (0..aggs.len()).filter(|&a| matches!(places[a], Place::Acc(_))).collect();
         let counts = places.iter().filter(|p| matches!(p, Place::Count(_))).count();
+        let keys_from_input = !key_types.is_empty() && key_types.iter().all(exact_key_type);
+        let plain_aggs = (0..aggs.len())
+            .filter(|&a| places[a] != Place::Rows && distinct_of[a].is_none())
+            .collect();
         Ok(Aggregate {
+            plain_aggs,
+            keys_from_input,
+            warm_ids: Vec::new(),
             keys,
             key_codec: RowCodec::new(key_types)?,
             distinct_sets,
@@ -751,6 +853,7 @@ impl Aggregate {
     fn prepare(&self, d: &ChangeBatch) -> Result<Prepared> {
         let key_cols: Vec<ArrayRef> =
             self.keys.iter().map(|k| k.eval(&d.data)).collect::<Result<_>>()?;
+        let key_cols = self.key_codec.conform(&key_cols)?;
         let keys = self.key_codec.encode(&key_cols, d.len())?;
         let mut views = Vec::with_capacity(self.aggs.len());
         let mut values = Vec::with_capacity(self.aggs.len());
@@ -787,7 +890,8 @@ impl Aggregate {
         } else {
             None
         };
-        Ok(Prepared { keys, views, values, filters, rows })
+        let reach = self.reach_masks(d.len(), &filters, &views);
+        Ok(Prepared { key_cols, keys, views, values, filters, reach, rows })
     }
 
     /// The changes of `d` and the order (and multiplicity) to apply them in, over the rows
@@ -853,7 +957,7 @@ impl Aggregate {
             } else {
                 None
             };
-            touched.push((sort_prefix(key), id, at));
+            touched.push((sort_prefix(key), id, at, i as u32));
         }
         self.accumulate(id, p, i, diff)
     }
@@ -864,28 +968,18 @@ impl Aggregate {
     fn accumulate(&mut self, id: u32, p: &Prepared, i: usize, diff: i64) -> Result<()> {
         let group = &mut self.slots[id as usize];
         group.rows += diff;
-        for (a, at) in self.places.iter().enumerate() {
-            if *at == Place::Rows
-                || self.distinct_of[a].is_some()
-                || p.filters[a].as_ref().is_some_and(|f| !f.value(i))
-            {
+        for &a in &self.plain_aggs {
+            if !Self::reaches(&self.aggs, p, a, i) {
                 continue;
             }
-            let spec = &self.aggs[a];
             let view = &p.views[a];
-            if spec.func != AggFunc::CountStar && spec.func.skips_nulls() && view.is_null(i) {
-                continue;
-            }
             let value = p.values[a].as_ref().map(|v| v.get(i));
-            Self::add_to(&mut group.counts, &mut group.accs, *at, view, i, value, diff)?;
+            Self::add_to(&mut group.counts, &mut group.accs, self.places[a], view, i, value, diff)?;
         }
         // DISTINCT: one map lookup per set; a member's aggregate sees a value when its count
         // for it turns positive, and loses it when the count returns to 0.
         for (s, members) in self.distinct_sets.iter().enumerate() {
-            let reaches = |a: usize| {
-                p.filters[a].as_ref().is_none_or(|f| f.value(i))
-                    && !(self.aggs[a].func.skips_nulls() && p.views[a].is_null(i))
-            };
+            let reaches = |a: usize| Self::reaches(&self.aggs, p, a, i);
             if !members.iter().any(|&a| reaches(a)) {
                 continue;
             }
@@ -906,6 +1000,66 @@ impl Aggregate {
             )?;
         }
         Ok(())
+    }
+
+    /// Whether row i of `p` reaches aggregate a: its FILTER holds, and its argument is not
+    /// NULL unless the aggregate takes NULLs (COUNT(*) has none).
+    #[inline]
+    fn reaches(aggs: &[AggSpec], p: &Prepared, a: usize, i: usize) -> bool {
+        if let Some(m) = p.reach.get(i) {
+            return m >> a & 1 == 1;
+        }
+        let func = aggs[a].func;
+        p.filters[a].as_ref().is_none_or(|f| f.value(i))
+            && !(func != AggFunc::CountStar && func.skips_nulls() && p.views[a].is_null(i))
+    }
+
+    /// Per row of `n`, the aggregates it reaches as bits (see [`Prepared::reach`]): a batch's
+    /// FILTERs and NULLs read once per aggregate, so that each row's updates test one bit each.
+    fn reach_masks(
+        &self,
+        n: usize,
+        filters: &[Option<BooleanArray>],
+        views: &[ArgView],
+    ) -> Vec<u64> {
+        if self.aggs.len() > 64 {
+            return Vec::new();
+        }
+        // The aggregates every row reaches, then the others row by row.
+        let mut all = 0u64;
+        let mut some = Vec::new();
+        for (a, spec) in self.aggs.iter().enumerate() {
+            let nulls = spec.func != AggFunc::CountStar
+                && spec.func.skips_nulls()
+                && views[a].null_count() > 0;
+            if filters[a].is_none() && !nulls {
+                all |= 1 << a;
+            } else {
+                some.push((a, nulls));
+            }
+        }
+        let mut reach = vec![all; n];
+        for (a, nulls) in some {
+            let bit = 1u64 << a;
+            let view = &views[a];
+            match &filters[a] {
+                Some(f) => {
+                    for i in f.values().set_indices() {
+                        if !(nulls && view.is_null(i)) {
+                            reach[i] |= bit;
+                        }
+                    }
+                }
+                None => {
+                    for (i, r) in reach.iter_mut().enumerate() {
+                        if !view.is_null(i) {
+                            *r |= bit;
+                        }
+                    }
+                }
+            }
+        }
+        reach
     }
 
     /// One instant `t`: applies the rows `range` of `d` and emits the touched groups' changes
@@ -929,7 +1083,7 @@ impl Aggregate {
             if self.keys.is_empty() {
                 let id = self.alloc(&[]);
                 self.slots[id as usize].mark = self.epoch;
-                touched.push((sort_prefix(&[]), id, None));
+                touched.push((sort_prefix(&[]), id, None, 0));
             }
         }
         if let Some(p) = p.filter(|_| !range.is_empty()) {
@@ -946,8 +1100,9 @@ impl Aggregate {
         let slots = &self.slots;
         touched.sort_unstable_by(|a, b| key_order(slots, (a.0, a.1), (b.0, b.1)));
         let n = self.aggs.len();
-        for &(_, id, old_at) in &touched {
+        for &(_, id, old_at, row) in &touched {
             let g = &self.slots[id as usize];
+            let key = Self::key_of(self.keys_from_input, g, row);
             self.dirty.note(&g.key[..], self.index.len());
             new.clear();
             let exists = self.exists(g);
@@ -958,10 +1113,10 @@ impl Aggregate {
             let changed = old_range.clone().map(|r| &old[r]) != exists.then_some(&new[..]);
             if changed {
                 if let Some(r) = old_range {
-                    out.push(&g.key, &mut old[r], t, -1);
+                    out.push(key, &mut old[r], t, -1);
                 }
                 if exists {
-                    out.push(&g.key, &mut new, t, 1);
+                    out.push(key, &mut new, t, 1);
                 }
             }
             if !self.keys.is_empty() && g.rows == 0 {
@@ -984,6 +1139,7 @@ impl Aggregate {
         d: &ChangeBatch,
         p: &Prepared,
         i: usize,
+        known: Option<u32>,
         out: &mut Emitted,
     ) -> Result<()> {
         self.epoch += 1;
@@ -997,18 +1153,29 @@ impl Aggregate {
                 "an aggregate planned over an insert-only input saw a retraction",
             ));
         }
-        let id = self.slot_of(p.keys.get(i));
+        let id = match known {
+            Some(id) => id,
+            None => self.slot_of(p.keys.get(i)),
+        };
         let group = &mut self.slots[id as usize];
         group.mark = self.epoch;
         let old_at = (group.rows > 0).then(|| out.len());
         if old_at.is_some() {
-            out.push_group(&self.aggs, &self.places, group, t, -1)?;
+            let key = Self::key_of(self.keys_from_input, group, i as u32);
+            out.push_group(&self.aggs, &self.places, group, key, t, -1)?;
         }
         self.accumulate(id, p, i, diff)?;
         let g = &self.slots[id as usize];
         self.dirty.note(&g.key[..], self.index.len());
         if g.rows > 0 {
-            out.push_group(&self.aggs, &self.places, g, t, 1)?;
+            out.push_group(
+                &self.aggs,
+                &self.places,
+                g,
+                Self::key_of(self.keys_from_input, g, i as u32),
+                t,
+                1,
+            )?;
             if let Some(at) = old_at.filter(|&at| out.same_values(at, at + 1)) {
                 out.truncate(at);
             }
@@ -1023,7 +1190,12 @@ impl Aggregate {
         let p = if d.is_empty() { None } else { Some(self.prepare(d)?) };
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(&self.kinds);
-        let result = self.emit(d, p.as_ref(), runs, &mut out);
+        // An input row changes at most one group, which gives at most two rows (and the
+        // scalar aggregate's first row one more).
+        out.reserve(2 * d.len() + 1);
+        let result = self
+            .emit(d, p.as_ref(), runs, &mut out)
+            .and_then(|()| self.build(&mut out, p.as_ref()));
         self.emitted = out;
         result
     }
@@ -1034,46 +1206,68 @@ impl Aggregate {
         p: Option<&Prepared>,
         runs: &[(Time, Range<usize>)],
         out: &mut Emitted,
-    ) -> Result<ChangeBatch> {
+    ) -> Result<()> {
         let warming = p.filter(|_| {
             !self.keys.is_empty()
                 && !self.distinct_sets.is_empty()
                 && self.index.len() >= self.warm_from
         });
-        // Rows below `warm` have been read ahead.
+        // Rows below `warm` have been read ahead; `ids[i - ids_from]` is the slot read for row
+        // i (NO_SLOT: its group did not exist). Over an insert-only input no group is removed
+        // (so no slot reused) before the row reaches it, so the slot is the row's group then.
         let mut warm = 0;
+        let mut ids = std::mem::take(&mut self.warm_ids);
+        ids.clear();
+        let mut ids_from = 0;
         for (t, range) in runs {
             if let Some(p) = warming {
                 if range.end > warm {
                     let from = range.start.max(warm);
                     warm = (from + WARM_ROWS).max(range.end).min(d.len());
-                    std::hint::black_box(self.warm(p, from..warm));
+                    std::hint::black_box(self.warm(p, from..warm, &mut ids));
+                    ids_from = from;
                 }
             }
             match p {
                 Some(p) if range.len() == 1 && self.started && !self.keys.is_empty() => {
-                    self.instant_of_row(*t, d, p, range.start, out)?
+                    let known = (ids.get(range.start.wrapping_sub(ids_from)).copied())
+                        .filter(|&id| id != NO_SLOT && self.append_only);
+                    self.instant_of_row(*t, d, p, range.start, known, out)?
                 }
                 _ => self.instant(*t, d, p, range.clone(), out)?,
             }
         }
-        self.build(out)
+        self.warm_ids = ids;
+        Ok(())
+    }
+
+    /// Where the key of an output row of group `g` caused by input row `row` is, keys being
+    /// taken from the input or not (see [`Aggregate::keys_from_input`]).
+    #[inline]
+    fn key_of(from_input: bool, g: &Group, row: u32) -> RowKey<'_> {
+        if from_input {
+            RowKey::Input(row)
+        } else {
+            RowKey::Bytes(&g.key)
+        }
     }
 
     /// Reads ahead, for the rows `range` of `p`, the memory their groups are about to be
     /// updated in: the group index, each group's slot, its accumulators, and its DISTINCT
     /// sets (their headers, then their entries at the rows' values). Changes nothing (a row
-    /// whose group is new is skipped) and returns a word of what it read. Each pass reads for every row before the next pass,
+    /// whose group is new is skipped), leaves in `ids` the slot of each row's group
+    /// ([`NO_SLOT`] for a new one), and returns a word of what it read. Each pass reads for
+    /// every row before the next pass,
     /// so the reads of one pass do not depend on one another and their cache misses overlap;
     /// row by row, a group of many (q16 has ten thousand cold channels a day) costs a chain
     /// of misses, each waiting for the one before.
-    fn warm(&self, p: &Prepared, range: Range<usize>) -> u64 {
+    fn warm(&self, p: &Prepared, range: Range<usize>, ids: &mut Vec<u32>) -> u64 {
         let mut seen = 0u64;
+        ids.clear();
+        ids.extend(range.clone().map(|i| self.index.get(p.keys.get(i)).map_or(NO_SLOT, |&id| id)));
         let found: Vec<(usize, &Group)> = range
-            .filter_map(|i| {
-                let id = *self.index.get(p.keys.get(i))?;
-                Some((i, self.slots.get(id as usize)?))
-            })
+            .zip(ids.iter())
+            .filter_map(|(i, &id)| Some((i, self.slots.get(id as usize)?)))
             .collect();
         for (_, g) in &found {
             seen ^= g.rows as u64 ^ g.accs.len() as u64 ^ g.seen.len() as u64;
@@ -1100,19 +1294,38 @@ impl Aggregate {
         seen
     }
 
-    /// The changes collected in `out`, as a batch.
-    fn build(&self, out: &mut Emitted) -> Result<ChangeBatch> {
+    /// The changes collected in `out`, as a batch; `p` is the input the rows' keys were
+    /// taken from, if they were (see [`Emitted`]).
+    fn build(&self, out: &mut Emitted, p: Option<&Prepared>) -> Result<ChangeBatch> {
         let n = out.diffs.len();
         if n == 0 {
             return Ok(ChangeBatch::empty(self.schema.clone()));
         }
-        let mut start = 0;
-        let keys = out.key_ends.iter().map(|&end| {
-            let k = &out.key_bytes[start..end];
-            start = end;
-            k
-        });
-        let mut cols = self.key_codec.decode(keys)?;
+        let mut cols = match p {
+            Some(p) if out.key_rows.len() == n && out.key_ends.is_empty() => {
+                let rows = UInt32Array::from(std::mem::take(&mut out.key_rows));
+                let cols = (p.key_cols.iter())
+                    .map(|c| arrow::compute::take(c, &rows, None))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let (_, buf, _) = rows.into_parts();
+                // The index buffer goes back for the next call, if it is not shared.
+                if let Ok(v) = buf.into_inner().into_vec::<u32>() {
+                    out.key_rows = v;
+                    out.key_rows.clear();
+                }
+                cols
+            }
+            _ if out.key_ends.len() == n && out.key_rows.is_empty() => {
+                let mut start = 0;
+                let keys = out.key_ends.iter().map(|&end| {
+                    let k = &out.key_bytes[start..end];
+                    start = end;
+                    k
+                });
+                self.key_codec.decode(keys)?
+            }
+            _ => return Err(WeirError::internal("an aggregate's output rows without their keys")),
+        };
         for (a, col) in out.cols.iter_mut().enumerate() {
             cols.push(self.finish_column(a, col)?);
         }
@@ -1166,7 +1379,7 @@ impl Aggregate {
             self.reset_group(id);
             let g = &mut self.slots[id as usize];
             g.mark = self.epoch;
-            self.touched.push((sort_prefix(&g.key), id, None));
+            self.touched.push((sort_prefix(&g.key), id, None, i as u32));
         }
         self.accumulate(id, p, i, 1)
     }
@@ -1199,10 +1412,10 @@ impl Aggregate {
             if result.is_err() {
                 break;
             }
-            out.push(&g.key, &mut vals, t, 1);
+            out.push(RowKey::Bytes(&g.key), &mut vals, t, 1);
         }
         self.new = vals;
-        let batch = result.and_then(|()| self.build(&mut out));
+        let batch = result.and_then(|()| self.build(&mut out, None));
         self.emitted = out;
         batch
     }
