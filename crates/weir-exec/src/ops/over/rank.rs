@@ -264,17 +264,21 @@ impl Ranking {
             .from_key(p)
             .or_insert_with(|| (RowBytes::from(p), Partition::default()))
             .1;
-        if self.append_only && ranks.past_the_top(part, changes) {
+        // In a small partition, where each change goes, found once (the test of the top, the
+        // merge below and the application of the changes use it instead of comparing entries
+        // again); None in a large one.
+        let first_at = changes.first().and_then(|(e, _, _)| part.locate(*e));
+        if self.append_only && ranks.past_the_top(part, first_at) {
             if part.is_empty() {
                 self.parts.remove(p);
             }
             return Ok(());
         }
         // The entries before the first change keep their values: the walks output the rest.
-        // In a small partition, where each change goes, found once (the merge below and the
-        // application of the changes use it instead of comparing entries again).
-        let located: Option<smallvec::SmallVec<[(usize, bool); 4]>> =
-            changes.iter().map(|(e, _, _)| part.locate(*e)).collect();
+        let located: Option<smallvec::SmallVec<[(usize, bool); 4]>> = first_at.and_then(|at| {
+            let rest = changes.iter().skip(1).map(|(e, _, _)| part.locate(*e));
+            std::iter::once(Some(at)).chain(rest).collect()
+        });
         // Where the walks start to output: the first change's place in a small partition;
         // in a large one its entry, found by comparing on the way (counting the entries
         // before it would cost O(n) where a top-N walk stops after its top).
@@ -286,29 +290,26 @@ impl Ranking {
         // (merged in, not applied, so that both walks borrow the partition), netted.
         let mut net = recycle(std::mem::take(net_buf));
         ranks.walk(part.iter(), skip, &mut net, -1);
-        match (&located, part.small()) {
+        // Only new rows inserted, ROW_NUMBER computed and every entry from the first change on
+        // a single copy (`all_moved`): each walked row is numbered at least one more after than
+        // before, so no row keeps its values and no row is walked twice; the difference is the
+        // two walks as they are (the run's output is sorted once it is complete,
+        // `OutRows::sort_from`).
+        let all_moved = match (&located, part.small()) {
             (Some(at), Some(entries)) => {
                 let merged = Placed { entries, i: 0, changes, at, j: 0 };
                 ranks.walk(merged, skip, &mut net, 1);
-            }
-            _ => {
-                let merged =
-                    Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
-                ranks.walk(merged, skip, &mut net, 1);
-            }
-        }
-        // Only new rows inserted, ROW_NUMBER computed and every entry from the first change on
-        // a single copy: each walked row is numbered at least one more after than before, so
-        // no row keeps its values and no row is walked twice; the difference is the two walks
-        // as they are (the run's output is sorted once it is complete, `OutRows::sort_from`).
-        let all_moved = match (&located, part.small()) {
-            (Some(at), Some(entries)) => {
                 ranks.funcs.contains(&RankFunc::RowNumber)
                     && changes.iter().all(|&(_, n, _)| n > 0)
                     && at.iter().all(|&(_, found)| !found)
                     && entries.get(at[0].0..).is_some_and(|e| e.iter().all(|(_, c)| *c == 1))
             }
-            _ => false,
+            _ => {
+                let merged =
+                    Merged { part: part.iter().peekable(), changes: changes.iter().peekable() };
+                ranks.walk(merged, skip, &mut net, 1);
+                false
+            }
         };
         if all_moved {
             for (row, vals, n) in net.drain(..) {
@@ -384,18 +385,18 @@ struct Ranks {
 
 impl Ranks {
     /// Whether a top-N on ROW_NUMBER over an insert-only input leaves `part` as it is when
-    /// `changes` (sorted by entry, all insertions) enter it: the first change's row is numbered
-    /// past the top, so every changed row is, the rows before it keep their values, and the
-    /// rows after it were past the top already (and pruned). Most of a top-N's input is such
-    /// rows (q19: a bid below its auction's ten highest): they cost a search of the small
-    /// partition and nothing else.
-    fn past_the_top(&self, part: &Partition, changes: &[NetChange<'_>]) -> bool {
+    /// changes (sorted by entry, all insertions) enter it, the first of which goes to
+    /// `first_at` (its place in the small partition, and whether an equal row is there; None
+    /// in a large partition): the first change's row is numbered past the top, so every changed
+    /// row is, the rows before it keep their values, and the rows after it were past the top
+    /// already (and pruned). Most of a top-N's input is such rows (q19: a bid below its
+    /// auction's ten highest): they cost a search of the small partition and nothing else.
+    fn past_the_top(&self, part: &Partition, first_at: Option<(usize, bool)>) -> bool {
         let Some((f, _, hi)) = self.top else { return false };
         if self.funcs.get(f) != Some(&RankFunc::RowNumber) {
             return false;
         }
-        let Some(&(first, _, _)) = changes.first() else { return false };
-        let (Some(entries), Some((at, found))) = (part.small(), part.locate(first)) else {
+        let (Some(entries), Some((at, found))) = (part.small(), first_at) else {
             return false;
         };
         // Copies of an equal row come first: ROW_NUMBER numbers copies in turn.
