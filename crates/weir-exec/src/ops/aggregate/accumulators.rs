@@ -16,7 +16,7 @@ use weir_common::{Result, WeirError};
 use weir_plan::AggFunc;
 
 use super::minmax::KeySet;
-use super::{cast_to, AggSpec, Aggregate, Group, OutCol};
+use super::{cast_to, AggSpec, Aggregate, Group};
 use crate::heap::HeapSize;
 use crate::row::RowBytes;
 
@@ -640,7 +640,7 @@ impl Aggregate {
     }
 
     /// The current value of one aggregate of group `g`, kept `at`, as the 64 bits its column
-    /// of words holds (see `OutCol::Words`); None for NULL.
+    /// of words holds (see `Emitted`); None for NULL.
     #[inline(always)]
     pub(super) fn word_value(spec: &AggSpec, at: Place, g: &Group) -> Result<Option<u64>> {
         match at {
@@ -685,30 +685,8 @@ impl Aggregate {
         })
     }
 
-    /// The output column of aggregate `a` from its values, which are taken (`col` is left
-    /// empty).
-    pub(super) fn finish_column(&self, a: usize, col: &mut OutCol) -> Result<ArrayRef> {
-        match col {
-            OutCol::Words { vals, valid } => {
-                // The values become the array; the next call gets a buffer of this call's
-                // size, so it does not grow (and copy) its way up again. The validity is
-                // copied out as bits only when a value is NULL, and kept.
-                let n = vals.len();
-                let vals = std::mem::replace(vals, Vec::with_capacity(n));
-                let nulls = valid.contains(&false).then(|| NullBuffer::from(valid.as_slice()));
-                valid.clear();
-                self.finish_words(a, vals, nulls)
-            }
-            OutCol::Outs(vals) => {
-                let arr = self.finish_outs(a, vals);
-                vals.clear();
-                arr
-            }
-        }
-    }
-
     /// The output column of aggregate `a` from its [`Out`] values.
-    fn finish_outs(&self, a: usize, vals: &[Out]) -> Result<ArrayRef> {
+    pub(super) fn finish_outs(&self, a: usize, vals: &[Out]) -> Result<ArrayRef> {
         let spec = &self.aggs[a];
         let arr: ArrayRef = match self.kinds[a] {
             Kind::Int | Kind::Float | Kind::KeyInt | Kind::KeyFloat => {
@@ -769,9 +747,9 @@ impl Aggregate {
     }
 
     /// The output column of aggregate `a` from its values as 64-bit words (see
-    /// [`OutCol::Words`]): an integer or float array over `vals` as they are (an order key's
+    /// [`super::Emitted`]'s words): an integer or float array over `vals` as they are (an order key's
     /// floats converted first).
-    fn finish_words(
+    pub(super) fn finish_words(
         &self,
         a: usize,
         vals: Vec<u64>,

@@ -79,6 +79,7 @@ use std::ops::Range;
 use datafusion_common::HashMap;
 
 use arrow::array::{ArrayRef, BooleanArray, UInt32Array};
+use arrow::buffer::NullBuffer;
 use arrow::compute::{cast_with_options, SortOptions};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
@@ -258,132 +259,66 @@ impl HeapSize for Emitted {
             + self.key_ends.heap_bytes()
             + self.key_rows.heap_bytes()
             + self.cols.heap_bytes()
+            + self.words.heap_bytes()
+            + self.valid.heap_bytes()
             + self.times.heap_bytes()
             + self.diffs.heap_bytes()
     }
 }
 
-/// Output rows collected over a call: keys, values column by column. Kept between calls for
-/// its allocations.
+/// Output rows collected over a call: keys, then each aggregate's values. Kept between calls
+/// for its allocations.
 ///
 /// A row's key is either its group's encoded key (concatenated in `key_bytes`, decoded when
 /// the batch is built) or, where the call's input holds the key's values, the input row whose
 /// key it is (`key_rows`, taken from the input's key columns: no copy of the bytes per output
 /// row, and no decoding). All rows of one call name their keys the same way.
+///
+/// The aggregates whose values are 64-bit numbers ([`Out::Int`] or [`Out::Float`]: COUNT,
+/// SUM, AVG over floats, MIN/MAX over numbers) keep them row by row in `words`, `width` a row,
+/// read out of each group where they lie: a row is one run of stores, and two rows compare as
+/// two slices. They become their columns when the batch is built. Any other kind keeps its
+/// [`Out`]s in a column of its own.
 #[derive(Debug, Default)]
 struct Emitted {
     key_bytes: Vec<u8>,
     key_ends: Vec<usize>,
     key_rows: Vec<u32>,
+    /// Per aggregate: where its values are.
     cols: Vec<OutCol>,
+    /// The words of each row ([`Out::Int`]'s integer, [`Out::Float`]'s bits; 0 for NULL).
+    words: Vec<u64>,
+    width: usize,
+    /// From the call's first NULL word on, whether each word is present (empty while all are:
+    /// a COUNT is never NULL, and its words then cost one store each).
+    valid: Vec<bool>,
     times: Vec<Time>,
     diffs: Vec<i64>,
 }
 
-/// One output column's values over a call. An aggregate whose values are 64-bit numbers
-/// ([`Out::Int`] or [`Out::Float`]: COUNT, SUM, AVG over floats, MIN/MAX over numbers) keeps
-/// them as the Arrow array's values and validity, read out of each [`Out`] where it lies and
-/// handed to the array without another pass; any other kind keeps its [`Out`]s.
+/// Where an aggregate's output values are over a call (see [`Emitted`]).
 #[derive(Debug)]
 enum OutCol {
-    /// Each value's 64 bits ([`Out::Int`]'s integer, [`Out::Float`]'s bits; 0 for NULL) and,
-    /// from the call's first NULL on, whether each value is present (empty while all are: a
-    /// COUNT is never NULL, and its column then costs one push per value, not two).
-    Words {
-        vals: Vec<u64>,
-        valid: Vec<bool>,
-    },
+    /// A 64-bit value: its place in each row of `Emitted::words`.
+    Word(usize),
     Outs(Vec<Out>),
-}
-
-impl OutCol {
-    fn of(kind: Kind) -> OutCol {
-        match kind {
-            Kind::Int | Kind::Float | Kind::KeyInt | Kind::KeyFloat => {
-                OutCol::Words { vals: Vec::new(), valid: Vec::new() }
-            }
-            Kind::Dec(..) | Kind::Bytes | Kind::Bool | Kind::Scalar => OutCol::Outs(Vec::new()),
-        }
-    }
-
-    fn clear(&mut self) {
-        match self {
-            OutCol::Words { vals, valid } => {
-                vals.clear();
-                valid.clear();
-            }
-            OutCol::Outs(v) => v.clear(),
-        }
-    }
-
-    /// Appends `v`, taking it (it is left NULL). In a column of words, a value of another
-    /// kind is NULL, as the column's array would read it.
-    #[inline]
-    fn push(&mut self, v: &mut Out) {
-        match self {
-            OutCol::Words { .. } => self.push_value(std::mem::replace(v, Out::Null)),
-            OutCol::Outs(col) => col.push(std::mem::replace(v, Out::Null)),
-        }
-    }
-
-    /// Appends `v`.
-    #[inline]
-    fn push_value(&mut self, v: Out) {
-        match self {
-            OutCol::Words { .. } => self.push_word(match v {
-                Out::Int(x) => Some(x as u64),
-                Out::Float(b) => Some(b),
-                _ => None,
-            }),
-            OutCol::Outs(col) => col.push(v),
-        }
-    }
-
-    /// Appends a value of a column of words (None: NULL); in a column of [`Out`]s, a NULL.
-    #[inline]
-    fn push_word(&mut self, w: Option<u64>) {
-        match self {
-            OutCol::Words { vals, valid } => {
-                // From the first NULL on, every value's presence is kept.
-                let tracked = w.is_none() || !valid.is_empty();
-                if tracked {
-                    valid.resize(vals.len(), true);
-                    valid.push(w.is_some());
-                }
-                vals.push(w.unwrap_or(0));
-            }
-            OutCol::Outs(col) => col.push(Out::Null),
-        }
-    }
-
-    /// Whether values `a` and `b` are equal.
-    fn same(&self, a: usize, b: usize) -> bool {
-        match self {
-            OutCol::Words { vals, valid } => {
-                vals[a] == vals[b] && (valid.is_empty() || valid[a] == valid[b])
-            }
-            OutCol::Outs(col) => col[a] == col[b],
-        }
-    }
-
-    /// Keeps the first `n` values.
-    fn truncate(&mut self, n: usize) {
-        match self {
-            OutCol::Words { vals, valid } => {
-                vals.truncate(n);
-                valid.truncate(n);
-            }
-            OutCol::Outs(col) => col.truncate(n),
-        }
-    }
 }
 
 impl HeapSize for OutCol {
     fn heap_bytes(&self) -> usize {
         match self {
-            OutCol::Words { vals, valid } => vals.heap_bytes() + valid.heap_bytes(),
+            OutCol::Word(_) => 0,
             OutCol::Outs(v) => v.heap_bytes(),
         }
+    }
+}
+
+/// The 64 bits a column of words keeps for `v` (None: NULL, as is any value of another kind).
+fn word_of(v: &Out) -> Option<u64> {
+    match v {
+        Out::Int(x) => Some(*x as u64),
+        Out::Float(b) => Some(*b),
+        _ => None,
     }
 }
 
@@ -395,22 +330,39 @@ impl Emitted {
         self.key_ends.clear();
         self.key_rows.clear();
         if self.cols.len() != kinds.len() {
-            self.cols = kinds.iter().map(|k| OutCol::of(*k)).collect();
+            self.width = 0;
+            self.cols = (kinds.iter())
+                .map(|k| match k {
+                    Kind::Int | Kind::Float | Kind::KeyInt | Kind::KeyFloat => {
+                        self.width += 1;
+                        OutCol::Word(self.width - 1)
+                    }
+                    Kind::Dec(..) | Kind::Bytes | Kind::Bool | Kind::Scalar => {
+                        OutCol::Outs(Vec::new())
+                    }
+                })
+                .collect();
         }
-        self.cols.iter_mut().for_each(OutCol::clear);
+        for col in &mut self.cols {
+            if let OutCol::Outs(v) = col {
+                v.clear();
+            }
+        }
+        self.words.clear();
+        self.valid.clear();
         self.times.clear();
         self.diffs.clear();
     }
 
-    /// Makes room for `rows` more rows, so that no column grows (and copies itself) while
+    /// Makes room for `rows` more rows, so that no buffer grows (and copies itself) while
     /// they are pushed.
     fn reserve(&mut self, rows: usize) {
         for col in &mut self.cols {
-            match col {
-                OutCol::Words { vals, .. } => room(vals, rows),
-                OutCol::Outs(v) => room(v, rows),
+            if let OutCol::Outs(v) = col {
+                room(v, rows);
             }
         }
+        room(&mut self.words, rows * self.width);
         room(&mut self.times, rows);
         room(&mut self.diffs, rows);
         room(&mut self.key_rows, rows);
@@ -428,18 +380,50 @@ impl Emitted {
         }
     }
 
+    /// Starts a row's words (all 0 and present), returning where they begin.
+    #[inline]
+    fn new_words(&mut self) -> usize {
+        let base = self.words.len();
+        self.words.resize(base + self.width, 0);
+        if !self.valid.is_empty() {
+            self.valid.resize(self.words.len(), true);
+        }
+        base
+    }
+
+    /// Sets word `at` of `words` to `w` (None: NULL; from the first NULL on, every word's
+    /// presence is kept).
+    #[inline]
+    fn set_word(words: &mut [u64], valid: &mut Vec<bool>, at: usize, w: Option<u64>) {
+        match w {
+            Some(w) => words[at] = w,
+            None => {
+                if valid.is_empty() {
+                    valid.resize(words.len(), true);
+                }
+                valid[at] = false;
+            }
+        }
+    }
+
     /// Appends a row, taking its values out of `vals` (which are left NULL).
     fn push(&mut self, key: RowKey<'_>, vals: &mut [Out], t: Time, diff: i64) {
         self.push_key(key);
+        let base = self.new_words();
         for (col, v) in self.cols.iter_mut().zip(vals) {
-            col.push(v);
+            match col {
+                OutCol::Word(j) => {
+                    Self::set_word(&mut self.words, &mut self.valid, base + *j, word_of(v))
+                }
+                OutCol::Outs(col) => col.push(std::mem::replace(v, Out::Null)),
+            }
         }
         self.times.push(t);
         self.diffs.push(diff);
     }
 
     /// Appends group `g`'s current output row (of `aggs`, kept at `places`), its values
-    /// written straight into the columns.
+    /// written straight into their places.
     fn push_group(
         &mut self,
         aggs: &[AggSpec],
@@ -450,9 +434,13 @@ impl Emitted {
         diff: i64,
     ) -> Result<()> {
         self.push_key(key);
+        let base = self.new_words();
         for ((col, spec), at) in self.cols.iter_mut().zip(aggs).zip(places) {
             match col {
-                OutCol::Words { .. } => col.push_word(Aggregate::word_value(spec, *at, g)?),
+                OutCol::Word(j) => {
+                    let w = Aggregate::word_value(spec, *at, g)?;
+                    Self::set_word(&mut self.words, &mut self.valid, base + *j, w)
+                }
                 OutCol::Outs(v) => v.push(Aggregate::output_value(spec, *at, g)?),
             }
         }
@@ -468,7 +456,14 @@ impl Emitted {
 
     /// Whether rows `a` and `b` hold equal values (their keys are not compared).
     fn same_values(&self, a: usize, b: usize) -> bool {
-        self.cols.iter().all(|c| c.same(a, b))
+        let w = self.width;
+        let (ra, rb) = (a * w..a * w + w, b * w..b * w + w);
+        self.words.get(ra.clone()) == self.words.get(rb.clone())
+            && (self.valid.is_empty() || self.valid.get(ra) == self.valid.get(rb))
+            && self.cols.iter().all(|c| match c {
+                OutCol::Word(_) => true,
+                OutCol::Outs(col) => col[a] == col[b],
+            })
     }
 
     /// Keeps the first `n` rows.
@@ -476,9 +471,28 @@ impl Emitted {
         self.key_ends.truncate(n);
         self.key_bytes.truncate(self.key_ends.last().copied().unwrap_or(0));
         self.key_rows.truncate(n);
-        self.cols.iter_mut().for_each(|c| c.truncate(n));
+        for col in &mut self.cols {
+            if let OutCol::Outs(v) = col {
+                v.truncate(n);
+            }
+        }
+        self.words.truncate(n * self.width);
+        self.valid.truncate(n * self.width);
         self.times.truncate(n);
         self.diffs.truncate(n);
+    }
+
+    /// The values and validity (None: all present) of the column of words at place `j`.
+    fn word_column(&self, j: usize) -> (Vec<u64>, Option<NullBuffer>) {
+        let w = self.width.max(1);
+        let vals: Vec<u64> = self.words.chunks_exact(w).map(|r| r[j]).collect();
+        let nulls = if self.valid.is_empty() {
+            None
+        } else {
+            let valid: Vec<bool> = self.valid.chunks_exact(w).map(|r| r[j]).collect();
+            valid.contains(&false).then(|| NullBuffer::from(valid))
+        };
+        (vals, nulls)
     }
 }
 
@@ -1326,8 +1340,20 @@ impl Aggregate {
             }
             _ => return Err(WeirError::internal("an aggregate's output rows without their keys")),
         };
-        for (a, col) in out.cols.iter_mut().enumerate() {
-            cols.push(self.finish_column(a, col)?);
+        for a in 0..out.cols.len() {
+            let arr = match &mut out.cols[a] {
+                OutCol::Word(j) => {
+                    let j = *j;
+                    let (vals, nulls) = out.word_column(j);
+                    self.finish_words(a, vals, nulls)?
+                }
+                OutCol::Outs(vals) => {
+                    let arr = self.finish_outs(a, vals);
+                    vals.clear();
+                    arr?
+                }
+            };
+            cols.push(arr);
         }
         let data = batch_of(&self.schema, cols, n)?;
         let times = std::mem::replace(&mut out.times, Vec::with_capacity(n));
