@@ -747,8 +747,8 @@ impl Aggregate {
     }
 
     /// The output column of aggregate `a` from its values as 64-bit words (see
-    /// [`super::Emitted`]'s words): an integer or float array over `vals` as they are (an order key's
-    /// floats converted first).
+    /// [`super::Emitted`]'s words): an integer or float array over `vals` as they are (an
+    /// order key's floats converted first).
     pub(super) fn finish_words(
         &self,
         a: usize,

@@ -406,7 +406,8 @@ impl Emitted {
         }
     }
 
-    /// Appends a row, taking its values out of `vals` (which are left NULL).
+    /// Appends a row of the values `vals`, the [`Out`]s of columns of their own taken out
+    /// (left NULL), the words copied.
     fn push(&mut self, key: RowKey<'_>, vals: &mut [Out], t: Time, diff: i64) {
         self.push_key(key);
         let base = self.new_words();
