@@ -126,6 +126,10 @@ const WARM_GROUPS: usize = 4096;
 /// cache nearest the core.
 const WARM_ROWS: usize = 32;
 
+/// The output rows transposed at a time into columns (see `Emitted::word_columns`): a block
+/// of q16's rows (twelve words each) is 24 KiB, within the nearest cache.
+const TRANSPOSE_ROWS: usize = 256;
+
 /// A row read ahead whose group does not exist yet (see [`Aggregate::warm`]).
 const NO_SLOT: u32 = u32::MAX;
 
@@ -483,17 +487,37 @@ impl Emitted {
         self.diffs.truncate(n);
     }
 
-    /// The values and validity (None: all present) of the column of words at place `j`.
-    fn word_column(&self, j: usize) -> (Vec<u64>, Option<NullBuffer>) {
-        let w = self.width.max(1);
-        let vals: Vec<u64> = self.words.chunks_exact(w).map(|r| r[j]).collect();
-        let nulls = if self.valid.is_empty() {
-            None
-        } else {
-            let valid: Vec<bool> = self.valid.chunks_exact(w).map(|r| r[j]).collect();
-            valid.contains(&false).then(|| NullBuffer::from(valid))
-        };
-        (vals, nulls)
+    /// The columns of words, by place: each one's values and validity (None: all present).
+    /// Rows are read a block at a time, each block once per column while it is in the cache
+    /// (a pass over every row per column read them all once per column).
+    fn word_columns(&self) -> Vec<(Vec<u64>, Option<NullBuffer>)> {
+        let (w, n) = (self.width, self.len());
+        if w == 0 {
+            return Vec::new();
+        }
+        let block = TRANSPOSE_ROWS * w;
+        let mut vals: Vec<Vec<u64>> = (0..w).map(|_| Vec::with_capacity(n)).collect();
+        for rows in self.words.chunks(block) {
+            for (j, col) in vals.iter_mut().enumerate() {
+                col.extend(rows.chunks_exact(w).map(|r| r[j]));
+            }
+        }
+        let mut valid: Vec<Vec<bool>> = Vec::new();
+        if !self.valid.is_empty() {
+            valid = (0..w).map(|_| Vec::with_capacity(n)).collect();
+            for rows in self.valid.chunks(block) {
+                for (j, col) in valid.iter_mut().enumerate() {
+                    col.extend(rows.chunks_exact(w).map(|r| r[j]));
+                }
+            }
+        }
+        let mut valid = valid.into_iter();
+        vals.into_iter()
+            .map(|v| {
+                let nulls = valid.next().filter(|b| b.contains(&false)).map(NullBuffer::from);
+                (v, nulls)
+            })
+            .collect()
     }
 }
 
@@ -1341,11 +1365,13 @@ impl Aggregate {
             }
             _ => return Err(WeirError::internal("an aggregate's output rows without their keys")),
         };
+        let mut words: Vec<Option<(Vec<u64>, Option<NullBuffer>)>> =
+            out.word_columns().into_iter().map(Some).collect();
         for a in 0..out.cols.len() {
             let arr = match &mut out.cols[a] {
                 OutCol::Word(j) => {
-                    let j = *j;
-                    let (vals, nulls) = out.word_column(j);
+                    let (vals, nulls) = (words.get_mut(*j).and_then(Option::take))
+                        .ok_or_else(|| WeirError::internal("an aggregate's column of words"))?;
                     self.finish_words(a, vals, nulls)?
                 }
                 OutCol::Outs(vals) => {

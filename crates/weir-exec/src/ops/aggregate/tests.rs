@@ -916,3 +916,32 @@ fn an_accumulator_takes_32_bytes() {
     // this makes every group larger.
     assert_eq!(std::mem::size_of::<super::accumulators::Acc>(), 32);
 }
+
+/// Output rows kept row by row come back as the columns they were pushed as, over more rows
+/// than one block of the transpose, with the first NULL in a later block than the first row.
+#[test]
+fn words_kept_by_row_come_back_by_column() {
+    let mut out = Emitted::default();
+    out.clear(&[Kind::Int, Kind::Bytes, Kind::Float]);
+    let n = 3 * TRANSPOSE_ROWS + 7;
+    let null_at = |i: usize| i > TRANSPOSE_ROWS && i.is_multiple_of(5);
+    for i in 0..n {
+        let float = if null_at(i) { Out::Null } else { Out::Float((i as f64).to_bits()) };
+        let mut vals = [Out::Int(i as i64 * 3), Out::bytes(&[i as u8]), float];
+        out.push(RowKey::Bytes(&[]), &mut vals, i as Time, 1);
+    }
+    let cols = out.word_columns();
+    assert_eq!(cols.len(), 2);
+    let ints: Vec<u64> = (0..n).map(|i| i as u64 * 3).collect();
+    assert_eq!(cols[0], (ints, None));
+    let floats: Vec<u64> =
+        (0..n).map(|i| if null_at(i) { 0 } else { (i as f64).to_bits() }).collect();
+    let valid: Vec<bool> = (0..n).map(|i| !null_at(i)).collect();
+    assert_eq!(cols[1], (floats, Some(NullBuffer::from(valid))));
+    // The equal-row test reads the flags too: 0.0 and NULL are both the word 0.
+    for float in [Out::Float(0), Out::Null, Out::Float(0)] {
+        out.push(RowKey::Bytes(&[]), &mut [Out::Int(1), Out::bytes(&[1]), float], 0, 1);
+    }
+    assert!(!out.same_values(n, n + 1));
+    assert!(out.same_values(n, n + 2));
+}
