@@ -861,6 +861,33 @@ fn q_group_count_distinct(w: Win) -> Case {
     )
 }
 
+/// GROUP BY with COUNT(DISTINCT) over values spread far apart (each v times a large prime,
+/// which keeps them distinct), with and without a FILTER: an insert-only input's sets leave
+/// their dense form for packed marks, and turn into words at the first negative value.
+fn q_group_count_distinct_spread(w: Win) -> Case {
+    let sql = format!(
+        "SELECT k, COUNT(DISTINCT v * 1000000007), \
+         COUNT(DISTINCT v * 1000000007) FILTER (WHERE v >= 0) FROM s {} GROUP BY k",
+        w.sql()
+    );
+    Case::single(
+        sql,
+        w,
+        false,
+        Box::new(move |i, tau| {
+            let g = groups_of(s_at(w, i, tau));
+            bag(g.into_iter().map(|(k, rows)| {
+                let all: Vec<Option<i64>> = rows.iter().map(|e| e.v).collect();
+                vec![
+                    int(k),
+                    count_distinct(&all),
+                    count_distinct(&filtered(&rows, |e| cmp_v(e.v, |x| x >= 0))),
+                ]
+            }))
+        }),
+    )
+}
+
 /// GROUP BY with AVG (compared to 6 decimals).
 fn q_group_avg(w: Win) -> Case {
     let sql = format!("SELECT k, AVG(v) FROM s {} GROUP BY k", w.sql());
@@ -3055,7 +3082,8 @@ proptest! {
 
     #[test]
     fn group_count_distinct_matches_oracle(s in elements()) {
-        check_all_windows(q_group_count_distinct, &Input::single(s))?;
+        check_all_windows(q_group_count_distinct, &Input::single(s.clone()))?;
+        check_all_windows(q_group_count_distinct_spread, &Input::single(s))?;
     }
 
     #[test]

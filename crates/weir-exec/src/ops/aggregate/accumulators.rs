@@ -721,7 +721,7 @@ impl Aggregate {
                 let codec = self.value_codecs[a]
                     .as_ref()
                     .ok_or_else(|| WeirError::internal("min/max without codec"))?;
-                let mut present: Vec<&[u8]> = Vec::new();
+                let mut present: Vec<&[u8]> = Vec::with_capacity(vals.len());
                 let mut idx: Vec<Option<u32>> = Vec::with_capacity(vals.len());
                 for v in vals {
                     match v.as_bytes() {
@@ -735,11 +735,17 @@ impl Aggregate {
                 if present.is_empty() {
                     arrow::array::new_null_array(&spec.arg_type, vals.len())
                 } else {
+                    let all = present.len() == vals.len();
                     let decoded = codec
                         .decode(present)?
                         .pop()
                         .ok_or_else(|| WeirError::internal("min/max decode"))?;
-                    arrow::compute::take(&decoded, &UInt32Array::from(idx), None)?
+                    // Without a NULL the decoded values are the column, in order.
+                    if all {
+                        decoded
+                    } else {
+                        arrow::compute::take(&decoded, &UInt32Array::from(idx), None)?
+                    }
                 }
             }
         };

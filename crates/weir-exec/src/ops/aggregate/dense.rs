@@ -52,6 +52,11 @@ impl DenseMarks {
         }
     }
 
+    /// Bits of marks per value (the members rounded up to a power of two).
+    pub(super) fn bits(&self) -> u32 {
+        self.bits
+    }
+
     fn per_word(&self) -> u64 {
         u64::from(64 / self.bits)
     }

@@ -12,15 +12,18 @@
 //!   per member, a quarter of the memory for q16's sets of four; and 64-bit values lying close
 //!   together (ids handed out in sequence) are first kept as a bit array over their range
 //!   ([`SeenMap::Dense`], see [`super::dense`]), which becomes a hash map when the values
-//!   spread.
+//!   spread: of 8-byte entries, each value with its marks in one word, while the values are
+//!   small enough to leave room for them ([`SeenMap::Packed`], see [`super::packed`]), of
+//!   16-byte ones beyond.
 //!
 //! Values are keyed by their row encoding ([`SeenKey`]), held inline when it is at most 15
 //! bytes long (any number, a date, a short string), so that a probe compares two words and an
 //! entry needs no allocation of its own; longer encodings are boxed. The marks of a 64-bit
 //! argument (BIGINT, DOUBLE, TIMESTAMP: 9-byte encodings) are keyed by the 9 bytes themselves
 //! ([`SeenMap::WordMarks`]). Memory per value, plus a control byte: 16 bytes for the marks of
-//! a 64-bit value, 32 for other marks, 72 for the counts of up to four members; dense marks
-//! take at most 16 bytes per value, and half a byte for the four members of q16's sets of ids.
+//! a 64-bit value, 8 for those of a value that packs, 32 for other marks, 72 for the counts of
+//! up to four members; dense marks take at most 16 bytes per value, and half a byte for the
+//! four members of q16's sets of ids.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
@@ -30,6 +33,7 @@ use hashbrown::Equivalent;
 use weir_common::{Result, WeirError};
 
 use super::dense::DenseMarks;
+use super::packed::PackedMarks;
 use crate::heap::{allocation, hash_table, HeapSize};
 
 /// Bytes of an encoding held inline; the last byte of a [`SeenKey::Short`] is its length.
@@ -153,8 +157,12 @@ pub(super) enum SeenMap {
     WordMarks(HashMap<[u8; WORD], u32>),
     /// Insert-only input, values encoded in [`WORD`] bytes, at most
     /// [`DenseMarks::MAX_MEMBERS`] members: the marks as a bit array over the range of the
-    /// values, while it stays small for what it holds; then a [`SeenMap::WordMarks`] set.
+    /// values, while it stays small for what it holds; then a [`SeenMap::Packed`] set.
     Dense(DenseMarks),
+    /// What a [`SeenMap::Dense`] set becomes when its values spread: each value with its
+    /// marks in one word, hashed, while the values leave room for the marks; then a
+    /// [`SeenMap::WordMarks`] set.
+    Packed(PackedMarks),
 }
 
 impl SeenMap {
@@ -176,6 +184,7 @@ impl SeenMap {
     pub(super) fn len(&self) -> usize {
         match self {
             SeenMap::Dense(dense) => dense.len(),
+            SeenMap::Packed(packed) => packed.len(),
             SeenMap::WordMarks(map) => map.len(),
             SeenMap::Marks(map) => map.len(),
             SeenMap::Counts(map) => map.len(),
@@ -188,6 +197,7 @@ impl SeenMap {
     pub(super) fn peek(&self, v: &[u8]) -> u64 {
         match self {
             SeenMap::Dense(dense) => dense.peek(v),
+            SeenMap::Packed(packed) => packed.peek(v),
             SeenMap::WordMarks(map) => <[u8; WORD]>::try_from(v)
                 .ok()
                 .and_then(|k| map.get(&k))
@@ -198,9 +208,10 @@ impl SeenMap {
     }
 
     /// Applies `f` to the marks of value `v` (none if it is new) in a set of 64-bit values,
-    /// [`SeenMap::Dense`] or [`SeenMap::WordMarks`], and returns its result; `None` for any
-    /// other set. A dense set that cannot hold `v` becomes a set of words first, and a set of
-    /// words becomes [`SeenMap::Marks`] when `v` is not a word.
+    /// [`SeenMap::Dense`], [`SeenMap::Packed`] or [`SeenMap::WordMarks`], and returns its
+    /// result; `None` for any other set. A dense set that cannot hold `v` becomes a packed set
+    /// first (a set of words if its values do not pack), a packed set that cannot a set of
+    /// words, and a set of words becomes [`SeenMap::Marks`] when `v` is not a word.
     fn mark_word<R>(&mut self, v: &[u8], f: impl FnOnce(&mut u64) -> R) -> Option<R> {
         if let SeenMap::Dense(dense) = self {
             if let Some(slot) = dense.slot(v) {
@@ -209,8 +220,16 @@ impl SeenMap {
                 dense.set(slot, marks);
                 return Some(result);
             }
-            let words = dense.entries().map(|(k, marks)| (k, marks as u32)).collect();
-            *self = SeenMap::WordMarks(words);
+            *self = match PackedMarks::of(dense.bits(), dense.entries()) {
+                Some(packed) => SeenMap::Packed(packed),
+                None => word_marks(dense.entries()),
+            };
+        }
+        if let SeenMap::Packed(packed) = self {
+            if let Some(value) = packed.value(v) {
+                return Some(packed.update(value, f));
+            }
+            *self = word_marks(packed.entries());
         }
         if v.len() != WORD {
             if let SeenMap::WordMarks(map) = self {
@@ -262,7 +281,7 @@ impl SeenMap {
         let probe = SeenRef::of(v);
         match self {
             SeenMap::Marks(map) => mark(probe.slot(map, || 0))?,
-            SeenMap::WordMarks(_) | SeenMap::Dense(_) => {
+            SeenMap::WordMarks(_) | SeenMap::Dense(_) | SeenMap::Packed(_) => {
                 return Err(WeirError::internal("a DISTINCT set of words not widened"))
             }
             SeenMap::Counts(map) => {
@@ -305,11 +324,8 @@ impl SeenMap {
                 .filter(|(_, marks)| *marks & (1 << m) != 0)
                 .map(|(v, _)| (Cow::Borrowed(&v[..]), 1))
                 .collect(),
-            SeenMap::Dense(dense) => dense
-                .entries()
-                .filter(|(_, marks)| *marks & (1 << m) != 0)
-                .map(|(v, _)| (Cow::Owned(v.to_vec()), 1))
-                .collect(),
+            SeenMap::Dense(dense) => marked(dense.entries(), m),
+            SeenMap::Packed(packed) => marked(packed.entries(), m),
         }
     }
 
@@ -328,8 +344,8 @@ impl SeenMap {
                 fresh
             }
             SeenMap::Marks(map) => set_mark(probe.slot(map, || 0), m),
-            // `mark_word` answered for a set of words, dense ones included.
-            SeenMap::WordMarks(_) | SeenMap::Dense(_) => false,
+            // `mark_word` answered for a set of words, dense and packed ones included.
+            SeenMap::WordMarks(_) | SeenMap::Dense(_) | SeenMap::Packed(_) => false,
         }
     }
 
@@ -340,8 +356,26 @@ impl SeenMap {
             SeenMap::Marks(map) => *map = HashMap::default(),
             SeenMap::WordMarks(map) => *map = HashMap::default(),
             SeenMap::Dense(dense) => dense.clear(),
+            SeenMap::Packed(packed) => packed.clear(),
         }
     }
+}
+
+/// The values of `entries` (row encodings of 64-bit values with their marks) that member m
+/// has seen, each once.
+fn marked(
+    entries: impl Iterator<Item = ([u8; WORD], u64)>,
+    m: usize,
+) -> Vec<(Cow<'static, [u8]>, i64)> {
+    entries
+        .filter(|(_, marks)| *marks & (1 << m) != 0)
+        .map(|(v, _)| (Cow::Owned(v.to_vec()), 1))
+        .collect()
+}
+
+/// A [`SeenMap::WordMarks`] set of `entries` (of at most 32 members: the marks fit).
+fn word_marks(entries: impl Iterator<Item = ([u8; WORD], u64)>) -> SeenMap {
+    SeenMap::WordMarks(entries.map(|(k, marks)| (k, marks as u32)).collect())
 }
 
 /// Sets bit m of `marks`; true if it was not set.
@@ -361,6 +395,7 @@ impl HeapSize for SeenMap {
             }
             SeenMap::WordMarks(map) => hash_table(map.capacity(), size_of::<([u8; WORD], u32)>()),
             SeenMap::Dense(dense) => dense.heap_bytes(),
+            SeenMap::Packed(packed) => packed.heap_bytes(),
         }
     }
 }
@@ -480,23 +515,27 @@ mod tests {
         assert!(matches!(dense, SeenMap::Dense(_)));
     }
 
-    /// The encoding of a 64-bit value: a byte, then the value's 8 bytes.
+    /// The encoding of BIGINT `n` (given by its bits): the valid byte, then its 8 bytes with
+    /// the sign bit flipped.
     fn word(n: u64) -> [u8; WORD] {
         let mut w = [1u8; WORD];
-        w[1..].copy_from_slice(&n.to_be_bytes());
+        w[1..].copy_from_slice(&(n ^ 1 << 63).to_be_bytes());
         w
     }
 
     #[test]
     fn dense_marks_flip_as_counts_do_and_turn_into_a_hash_map_when_values_spread() {
         // Ids close together (each among the 50 newest, as NEXMark's bids pick recent
-        // auctions), then ever wider apart: the set leaves its dense form once, and flips and
+        // auctions), then ever wider apart, then negative: the set leaves its dense form once,
+        // for a packed one, which turns into words at the first negative number; flips and
         // members are those of counts throughout.
         let mut values: Vec<u64> = (0..3000u64).map(|i| 1_000 + i / 2 + (i * 7919) % 50).collect();
         values.extend((0..200u64).map(|i| 1 << (i % 60)));
+        values.extend((0..100u64).map(|i| (i * 7 % 30) as i64 - 15).map(|n| n as u64));
         let mut dense = SeenMap::new(true, 4, true);
         let mut counts = SeenMap::new(false, 4, true);
         let mut was_dense = vec![];
+        let mut kinds = vec![];
         let flips = |set: &mut SeenMap, v: &[u8], i: usize| {
             let mut out = vec![];
             let reach = |m: usize| !(i + m).is_multiple_of(3);
@@ -511,10 +550,19 @@ mod tests {
             let v = word(*n);
             assert_eq!(flips(&mut dense, &v, i), flips(&mut counts, &v, i), "value {i}");
             was_dense.push(matches!(dense, SeenMap::Dense(_)));
+            let kind = match dense {
+                SeenMap::Dense(_) => "dense",
+                SeenMap::Packed(_) => "packed",
+                SeenMap::WordMarks(_) => "words",
+                _ => "other",
+            };
+            if kinds.last() != Some(&kind) {
+                kinds.push(kind);
+            }
         }
         assert!(was_dense[..3000].iter().all(|d| *d), "ids among the newest stay dense");
-        assert!(!was_dense.last().unwrap(), "values spread over 2^60 are hashed");
-        assert_eq!(was_dense.windows(2).filter(|w| w[0] != w[1]).count(), 1);
+        assert!(!was_dense[3199], "values spread over 2^60 are hashed");
+        assert_eq!(kinds, ["dense", "packed", "words"]);
         let sorted = |set: &SeenMap, m: usize| {
             let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
             vs.sort();
@@ -566,6 +614,32 @@ mod tests {
         assert!(matches!(SeenMap::new(true, 9, true), SeenMap::WordMarks(_)));
         assert!(matches!(SeenMap::new(true, 33, true), SeenMap::Marks(_)));
         assert_eq!(size_of::<([u8; WORD], u32)>(), 16);
+    }
+
+    #[test]
+    fn packed_marks_peek_restore_and_widen_as_marks_do() {
+        let (five, minus_one) = (word(5), word(u64::MAX));
+        let mut set = SeenMap::Packed(PackedMarks::new(2));
+        assert_eq!(set.peek(&five), 0);
+        assert!(set.restore(&five, 2, 1, 3));
+        assert!(!set.restore(&five, 2, 1, 1), "a value restored twice for a member");
+        assert!(set.restore(&five, 2, 0, 1));
+        assert!(matches!(set, SeenMap::Packed(_)));
+        assert_ne!(set.peek(&five), 0);
+        assert_eq!(set.peek(&word(6)), 0);
+        assert_eq!(set.peek(&minus_one), 0, "a value that does not pack");
+        // -1 leaves no room for marks: the set becomes words, then marks at a string.
+        assert_eq!(flips(&mut set, &minus_one, 1, &[0]), [(0, 1)]);
+        assert!(matches!(set, SeenMap::WordMarks(_)));
+        assert!(set.restore(b"xy", 2, 1, 1));
+        assert!(matches!(set, SeenMap::Marks(_)));
+        let members = |m| {
+            let mut vs: Vec<Vec<u8>> = set.member(m).iter().map(|(v, _)| v.to_vec()).collect();
+            vs.sort();
+            vs
+        };
+        assert_eq!(members(0), [minus_one.to_vec(), five.to_vec()]);
+        assert_eq!(members(1), [five.to_vec(), b"xy".to_vec()]);
     }
 
     #[test]

@@ -107,6 +107,7 @@ mod checkpoint;
 mod dense;
 mod distinct;
 mod minmax;
+mod packed;
 pub mod panes;
 #[cfg(test)]
 mod tests;
@@ -1312,11 +1313,12 @@ impl Aggregate {
             seen ^= g.rows as u64 ^ g.accs.len() as u64 ^ g.seen.len() as u64;
         }
         for (_, g) in &found {
-            // Counts are 8 bytes, accumulators 32: one read per 64-byte line.
-            for n in g.counts.iter().step_by(8) {
+            // Counts are 8 bytes, accumulators 32: one read per 64 bytes, and the last (an
+            // array need not start a line, and then ends on one more).
+            for n in g.counts.iter().step_by(8).chain(g.counts.last()) {
                 seen ^= *n as u64;
             }
-            for st in g.accs.iter().step_by(2) {
+            for st in g.accs.iter().step_by(2).chain(g.accs.last()) {
                 seen ^= st.acc.peek();
             }
             for set in &g.seen {
