@@ -1455,21 +1455,18 @@ impl Aggregate {
     fn output_groups(&mut self, ids: impl Iterator<Item = u32>, t: Time) -> Result<ChangeBatch> {
         let mut out = std::mem::take(&mut self.emitted);
         out.clear(&self.kinds);
-        let mut vals = std::mem::take(&mut self.new);
         let mut result = Ok(());
         for id in ids {
             let g = &self.slots[id as usize];
             if g.rows <= 0 {
                 continue;
             }
-            vals.clear();
-            result = Self::output_into(&self.aggs, &self.places, g, &mut vals);
+            // Each value written straight into its place (no row of values built first).
+            result = out.push_group(&self.aggs, &self.places, g, RowKey::Bytes(&g.key), t, 1);
             if result.is_err() {
                 break;
             }
-            out.push(RowKey::Bytes(&g.key), &mut vals, t, 1);
         }
-        self.new = vals;
         let batch = result.and_then(|()| self.build(&mut out, None));
         self.emitted = out;
         batch
