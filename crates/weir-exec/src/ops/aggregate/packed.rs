@@ -1,5 +1,5 @@
 //! Packed marks: the DISTINCT set of an insert-only input over 64-bit values small enough to
-//! share one word with their marks (ids, counts, any BIGINT from 0 to 2^(64-bits)), hashed
+//! share one word with their marks (ids, counts, any BIGINT from 0 to below 2^(64-bits)), hashed
 //! once the values spread too far for [`super::dense`]'s bit array: each entry is the value
 //! shifted left by the marks' bits, the marks (bit m: member m has seen the value) below.
 //!
@@ -32,9 +32,9 @@ pub(super) struct PackedMarks {
 /// its two's complement with the sign bit flipped, so non-negative numbers pack.
 const SIGN: u64 = 1 << 63;
 
-/// A 64-bit hash of a value, all of whose bits depend on all of the value's (the table
-/// indexes by the low bits and tags by the top ones): the two halves of a 128-bit product
-/// folded together.
+/// A 64-bit hash of a value whose low bits and top bits both depend on the whole value (the
+/// table indexes by the low bits and tags by the top ones): the two halves of a 128-bit
+/// product folded together.
 fn hash(value: u64) -> u64 {
     let p = u128::from(value ^ 0x243f_6a88_85a3_08d3) * 0x9e37_79b9_7f4a_7c15;
     (p as u64) ^ ((p >> 64) as u64)
