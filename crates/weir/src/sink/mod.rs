@@ -273,9 +273,10 @@ impl FileSink {
         let Writer::Text(writer) = &mut self.writer else {
             return Err(WeirError::internal("text written to a Parquet sink"));
         };
-        writer.write_all(bytes).and_then(|_| writer.flush()).map_err(|e| {
-            WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
-        })?;
+        writer
+            .write_all(bytes)
+            .and_then(|_| writer.flush())
+            .map_err(|e| cannot_write(&self.spec.path, e))?;
         self.written += bytes.len() as u64;
         Ok(())
     }
@@ -323,9 +324,7 @@ impl FileSink {
                     self.spec.path
                 )));
             };
-            w.write(&batch).map_err(|e| {
-                WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
-            })?;
+            w.write(&batch).map_err(|e| cannot_write(&self.spec.path, e))?;
             self.written = w.bytes_written() as u64;
             return Ok(());
         }
@@ -349,9 +348,7 @@ impl FileSink {
         self.spare_text = spares.pop().unwrap_or_default();
         self.text = spares.pop().unwrap_or_default();
         result.map_err(|e| match e {
-            SliceError::Write(e) => {
-                WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
-            }
+            SliceError::Write(e) => cannot_write(&self.spec.path, e),
             SliceError::Format(e) => e,
         })
     }
@@ -376,9 +373,7 @@ impl FileSink {
     /// file readable. Writing after it is an error.
     pub fn finish(&mut self) -> Result<()> {
         match &mut self.writer {
-            Writer::Text(w) => w.flush().map_err(|e| {
-                WeirError::exec(format!("sink '{}': cannot write: {e}", self.spec.path))
-            }),
+            Writer::Text(w) => w.flush().map_err(|e| cannot_write(&self.spec.path, e)),
             Writer::Parquet(w) => match w.take() {
                 None => Ok(()),
                 Some(mut w) => {
@@ -394,6 +389,11 @@ impl FileSink {
             },
         }
     }
+}
+
+/// The error of a sink whose file could not be written.
+fn cannot_write(path: &str, e: impl std::fmt::Display) -> WeirError {
+    WeirError::exec(format!("sink '{path}': cannot write: {e}"))
 }
 
 /// Appends the text of `batch` in `format` (CSV or JSON lines) to `out`.
