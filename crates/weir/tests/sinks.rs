@@ -141,6 +141,40 @@ fn a_full_disk_fails_the_sink_with_the_system_s_message() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// While sources are read, sinks write on threads of their own and the engine reads on; a
+/// poll that finds every source ended leaves each file holding all its query's output (the
+/// file it replaces cut away), and a write that failed meanwhile has failed its sink.
+#[test]
+fn sinks_written_while_sources_are_read_hold_everything_when_they_end() {
+    let dir = tempdir("in-flight");
+    let rows: String = (0..5000).map(|i| format!("{i},{i}\n")).collect();
+    std::fs::write(dir.join("in.csv"), rows).unwrap();
+    std::fs::write(dir.join("even.csv"), "an older run's output\n".repeat(10_000)).unwrap();
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'in.csv', format = 'csv', header = false);
+         CREATE SINK full WITH (path = '/dev/full', format = 'json') AS SELECT v FROM s;
+         CREATE SINK even WITH (path = 'even.csv') AS SELECT v FROM s WHERE v % 2 = 0",
+    )
+    .unwrap();
+    let mut polls = 0;
+    while e.poll_sources(2048).unwrap().live > 0 {
+        polls += 1;
+    }
+    assert!(polls > 10, "{polls} polls: the writes were not left in flight between them");
+    let failures: Vec<String> = e.failures().iter().map(|(n, e)| format!("{n}: {e}")).collect();
+    assert_eq!(
+        failures,
+        ["sink 'full': sink '/dev/full': cannot write: No space left on device (os error 28)"]
+    );
+    let expected: String = (0..5000).step_by(2).map(|i| format!("{i},{i}\n")).collect();
+    let even = std::fs::read_to_string(dir.join("even.csv")).unwrap();
+    assert!(even == format!("_time,v\n{expected}"), "even.csv: {} bytes", even.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every row of a Parquet file, each value as text, with the file's column names.
 fn parquet_rows(path: &std::path::Path) -> (Vec<String>, Vec<String>) {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

@@ -32,6 +32,18 @@ pub(crate) trait Output: Send + std::fmt::Debug {
     /// records for whoever reads it.
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool;
 
+    /// [`Output::deliver`], except that the output may still be taking the changes in when
+    /// it returns (a file sink's writing thread writing them) until [`Output::settle`].
+    fn deliver_in_flight(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
+        self.deliver(changes, outcome)
+    }
+
+    /// Waits until what was delivered has reached its destination; returns whether the
+    /// query goes on, as [`Output::deliver`] does.
+    fn settle(&mut self) -> bool {
+        true
+    }
+
     /// The bytes this output holds for its query (a maintained view's contents), with what
     /// holds them; none for a subscriber or a sink.
     fn held(&self) -> Option<(String, usize)> {
@@ -102,9 +114,30 @@ pub(crate) struct SinkFile {
 }
 
 impl Output for Shared<SinkFile> {
+    /// Writes the changes to the file (each large batch formatted a slice at a time while
+    /// the slice before is written, see `FileSink::write`); a write that failed fails the
+    /// sink.
     fn deliver(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
         let mut sink = self.lock();
-        let result = changes.iter().try_for_each(|b| sink.file.write(b)).and(outcome);
+        let result = changes
+            .iter()
+            .try_for_each(|b| sink.file.write(b, true))
+            .and_then(|()| sink.file.settle())
+            .and(outcome);
+        goes_on(&mut sink.failed, result)
+    }
+
+    /// Hands the changes to the file's writing thread, which writes them while the engine
+    /// goes on; a write that failed (an earlier batch's) fails the sink.
+    fn deliver_in_flight(&mut self, changes: Vec<ChangeBatch>, outcome: Result<()>) -> bool {
+        let mut sink = self.lock();
+        let result = changes.iter().try_for_each(|b| sink.file.write(b, false)).and(outcome);
+        goes_on(&mut sink.failed, result)
+    }
+
+    fn settle(&mut self) -> bool {
+        let mut sink = self.lock();
+        let result = sink.file.settle();
         goes_on(&mut sink.failed, result)
     }
 }
@@ -380,16 +413,27 @@ impl Dataflow {
     }
 
     /// Evaluates every query that is not parked up to its frontier (as [`Dataflow::frontiers`]
-    /// gave them) and delivers the output. A query whose output says stop is stopped.
-    pub fn advance(&mut self, frontiers: &[Watermark]) {
+    /// gave them) and delivers the output, left `in_flight` or not (see
+    /// [`Output::deliver_in_flight`]). A query whose output says stop is stopped.
+    pub fn advance(&mut self, frontiers: &[Watermark], in_flight: bool) {
         let mut frontiers = frontiers.iter();
         self.queries.retain_mut(|q| {
             let frontier = frontiers.next().copied().unwrap_or(WATERMARK_CLOSED);
             let Some(output) = q.output.as_mut() else { return true };
             let mut batches = Vec::new();
             let outcome = q.runner.advance(frontier, &mut batches);
-            output.deliver(batches, outcome)
+            if in_flight {
+                output.deliver_in_flight(batches, outcome)
+            } else {
+                output.deliver(batches, outcome)
+            }
         });
+    }
+
+    /// Waits until every output holds what was delivered to it (see [`Output::settle`]); a
+    /// query whose output failed meanwhile (a sink's write) stops.
+    pub fn settle_outputs(&mut self) {
+        self.queries.retain_mut(|q| q.output.as_mut().is_none_or(|o| o.settle()));
     }
 
     /// Each query's state (estimated: see [`weir_exec::heap`]), by id, with what it feeds.

@@ -129,6 +129,10 @@ pub struct Engine {
     settings: settings::Settings,
     /// The memory limit on the continuous queries' state (see [`memory`]).
     memory: memory::MemoryLimit,
+    /// While sources are being read: file sinks may still be writing what the queries
+    /// delivered when [`Engine::run_queries`] returns (see [`Engine::poll_sources`]).
+    /// Otherwise every call leaves each sink's file holding all its query's output so far.
+    sinks_in_flight: bool,
 }
 
 impl Engine {
@@ -515,7 +519,7 @@ impl Engine {
         }
         let frontiers = self.dataflow.frontiers(|s| self.intake.input_time(s));
         self.intake.settle(&self.dataflow.reader_frontiers(&frontiers));
-        self.dataflow.advance(&frontiers);
+        self.dataflow.advance(&frontiers, self.sinks_in_flight);
         self.enforce_memory_limit();
     }
 
@@ -785,7 +789,7 @@ fn sink_details(k: &SinkFile) -> String {
         crate::sink::SinkFormat::JsonLines => "jsonl",
         crate::sink::SinkFormat::Parquet => "parquet",
     };
-    let mut details = format!("{} ({format}), {} bytes", k.file.spec.path, k.file.written);
+    let mut details = format!("{} ({format}), {} bytes", k.file.spec.path, k.file.written());
     if let Some(e) = &k.failed {
         details += &format!(", failed: {e}");
     }

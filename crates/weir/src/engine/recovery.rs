@@ -702,13 +702,16 @@ impl Engine {
             };
             streams.insert(name.clone(), checkpoint);
         }
+        // Every sink's file holds what its query delivered (a write that failed meanwhile
+        // fails its sink, which the checkpoint records).
+        self.dataflow.settle_outputs();
         let mut sinks = BTreeMap::new();
         let mut failed = BTreeMap::new();
         for (name, k) in &self.sinks {
             let mut k = k.lock();
             // A failed sink writes nothing more: what it wrote stays as it is, unsynced (its
             // failure may be the very write or sync that cannot be done: a full disk).
-            let position = if k.failed.is_some() { k.file.written } else { k.file.sync()? };
+            let position = if k.failed.is_some() { k.file.written() } else { k.file.sync()? };
             sinks.insert(name.clone(), position);
             if let Some(e) = &k.failed {
                 failed.insert(Target::Sink(name.clone()).key().unwrap_or_default(), e.to_string());

@@ -72,7 +72,29 @@ impl Engine {
     /// of a checkpoint that could not be written (the data directory's disk full, a sink's
     /// file that cannot be synced), which stops reading: going on would lose the guarantee
     /// that a restart resumes exactly.
+    ///
+    /// While sources are read, a file sink writes on its own thread what the queries
+    /// delivered and the engine reads on: a poll that read rows from a source that goes on
+    /// may return before the sinks' files hold the output of those rows. The next call
+    /// waits for them, and so does a poll that reads nothing or finds every source ended, a
+    /// checkpoint, and every other call that runs queries: so whenever the sources are idle
+    /// or done, the files hold everything.
     fn read_sources(&mut self, max_bytes: usize) -> Result<(SourcePoll, Option<WeirError>)> {
+        self.sinks_in_flight = true;
+        let read = self.read_sources_in_flight(max_bytes);
+        self.sinks_in_flight = false;
+        if read.as_ref().is_ok_and(|(poll, _)| poll.live > 0 && !poll.idle()) {
+            return read;
+        }
+        self.dataflow.settle_outputs();
+        read
+    }
+
+    /// [`Engine::read_sources`] with the sinks' writes left in flight.
+    fn read_sources_in_flight(
+        &mut self,
+        max_bytes: usize,
+    ) -> Result<(SourcePoll, Option<WeirError>)> {
         let mut poll = SourcePoll::default();
         let mut first_error = None;
         for name in self.intake.live_sources() {
