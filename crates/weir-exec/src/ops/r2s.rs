@@ -16,7 +16,9 @@
 //!
 //! ISTREAM and DSTREAM evaluate a step of one instant or a span alike (each run of equal time
 //! consolidated on its own); an instant with a single change needs neither encoding nor
-//! sorting, so a stream of distinct timestamps passes through with no per-row work. RSTREAM
+//! sorting, so a stream of distinct timestamps passes through with no per-row work, and an
+//! instant whose rows come in order, each once, all with the operator's sign (the groups of a
+//! window as an aggregate emits them) is checked once and not sorted. RSTREAM
 //! reports at every instant of its input, which a span does not list, so it is evaluated
 //! instant by instant.
 
@@ -136,6 +138,19 @@ impl ToStream {
         for end in ends {
             let t = d.times[start];
             match &rows {
+                // Rows already in order, each once, every diff with the sign (an aggregate's
+                // window of new groups): what the sort below would give, without it.
+                Some(rows)
+                    if end - start > 1
+                        && (start..end).all(|i| d.diffs[i] * sign > 0)
+                        && (start + 1..end).all(|i| rows.get(i - 1) < rows.get(i)) =>
+                {
+                    for i in start..end {
+                        idx.push(i as u32);
+                        times.push(t);
+                        diffs.push(d.diffs[i] * sign);
+                    }
+                }
                 Some(rows) if end - start > 1 => {
                     // Equal rows side by side, in arrival order, each kept once, at its
                     // first arrival, if its net diff has the sign.
@@ -219,6 +234,25 @@ mod tests {
                 "@4 +1 c 3"
             ]
         );
+    }
+
+    /// Rows in order, each once, all with the operator's sign, pass as they came; a repeated
+    /// row, a row of the other sign or rows out of order are netted and sorted: the output
+    /// is in value order either way.
+    #[test]
+    fn rows_in_order_pass_and_the_others_are_sorted() {
+        let eval = |op, text: &str| {
+            let mut s = fed(ToStream::new(op, kv_schema(), vec![]).unwrap(), [vec![kv(1, text)]]);
+            crate::testing::render_in_order(&s.eval(1, 1, &EvalCtx::default()).unwrap())
+        };
+        let istream = |text| eval(R2S::Istream, text);
+        let dstream = |text| eval(R2S::Dstream, text);
+        assert_eq!(istream("+1 a 1, +2 a 2, +1 b 1"), ["@1 +1 a 1", "@1 +2 a 2", "@1 +1 b 1"]);
+        assert_eq!(istream("+1 b 1, +1 a 2, +1 a 1"), ["@1 +1 a 1", "@1 +1 a 2", "@1 +1 b 1"]);
+        assert_eq!(istream("+1 a 1, +1 a 1, +1 b 1"), ["@1 +2 a 1", "@1 +1 b 1"]);
+        assert_eq!(istream("+1 a 1, -1 b 1, +1 c 1"), ["@1 +1 a 1", "@1 +1 c 1"]);
+        assert_eq!(dstream("-1 a 1, -3 b 1"), ["@1 +1 a 1", "@1 +3 b 1"]);
+        assert_eq!(dstream("-1 a 1, +1 b 1, -1 c 1"), ["@1 +1 a 1", "@1 +1 c 1"]);
     }
 
     #[test]
