@@ -162,6 +162,17 @@ fn sinks_written_while_sources_are_read_hold_everything_when_they_end() {
     let mut polls = 0;
     while e.poll_sources(2048).unwrap().live > 0 {
         polls += 1;
+        if polls == 5 {
+            // A statement sees the file whole: SHOW SINKS's count is the file's size.
+            let shown = match e.execute("SHOW SINKS").unwrap().pop() {
+                Some(weir::ExecResult::Rows { batches, .. }) => {
+                    weir::format::rows_as_text(&batches[0]).unwrap()
+                }
+                other => panic!("{other:?}"),
+            };
+            let size = std::fs::metadata(dir.join("even.csv")).unwrap().len();
+            assert!(shown[0][1].ends_with(&format!("(csv), {size} bytes")), "{shown:?} {size}");
+        }
     }
     assert!(polls > 10, "{polls} polls: the writes were not left in flight between them");
     let failures: Vec<String> = e.failures().iter().map(|(n, e)| format!("{n}: {e}")).collect();

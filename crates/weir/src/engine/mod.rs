@@ -169,6 +169,9 @@ impl Engine {
     /// Executes a script of `;`-separated statements, in order, stopping at the first error.
     /// Errors in SQL text render with the line and a caret.
     pub fn execute(&mut self, sql: &str) -> Result<Vec<ExecResult>> {
+        // A statement sees every sink's file whole (a poll of sources that goes on leaves the
+        // last writes in flight: see `Engine::poll_sources`).
+        self.dataflow.settle_outputs();
         let stmts = parse_script(sql)?;
         let mut out = Vec::with_capacity(stmts.len());
         for s in stmts {
