@@ -186,6 +186,48 @@ fn sinks_written_while_sources_are_read_hold_everything_when_they_end() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A poll of sources that goes on leaves its writes in flight, and the next statement waits
+/// for them: with a named pipe that is read only after a pause, the statement cannot return
+/// before the reader has started reading.
+#[cfg(unix)]
+#[test]
+fn a_statement_waits_for_the_writes_a_poll_left_in_flight() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let dir = tempdir("fifo");
+    // 240 KB of output, more than a pipe holds.
+    let rows: String = (0..20_000).map(|i| format!("{i},{i}\n")).collect();
+    std::fs::write(dir.join("in.csv"), rows).unwrap();
+    let fifo = dir.join("out.fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::open(&fifo).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        let mut text = String::new();
+        f.read_to_string(&mut text).unwrap();
+        (started, text)
+    });
+    let mut e = Engine::new();
+    e.set_base_dir(&dir);
+    e.execute(
+        "CREATE STREAM s (v BIGINT, t BIGINT, WATERMARK FOR t AS t)
+           WITH (source = 'file', path = 'in.csv', format = 'csv', header = false);
+         CREATE SINK out WITH (path = 'out.fifo', format = 'csv') AS SELECT v FROM s",
+    )
+    .unwrap();
+    let poll = e.poll_sources(1 << 20).unwrap();
+    assert!(poll.live > 0 && poll.records == 20_000, "{poll:?}");
+    e.execute("SHOW SINKS").unwrap();
+    let returned = Instant::now();
+    while e.poll_sources(1 << 20).unwrap().live > 0 {}
+    drop(e);
+    let (started, text) = reader.join().unwrap();
+    assert!(returned >= started, "the statement returned before the pipe was read");
+    assert_eq!(text.lines().count(), 20_001, "the header and every row");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every row of a Parquet file, each value as text, with the file's column names.
 fn parquet_rows(path: &std::path::Path) -> (Vec<String>, Vec<String>) {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
