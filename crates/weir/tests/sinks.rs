@@ -163,7 +163,7 @@ fn sinks_written_while_sources_are_read_hold_everything_when_they_end() {
     while e.poll_sources(2048).unwrap().live > 0 {
         polls += 1;
         if polls == 5 {
-            // A statement sees the file whole: SHOW SINKS's count is the file's size.
+            // SHOW SINKS counts the bytes in the file.
             let shown = match e.execute("SHOW SINKS").unwrap().pop() {
                 Some(weir::ExecResult::Rows { batches, .. }) => {
                     weir::format::rows_as_text(&batches[0]).unwrap()
