@@ -33,7 +33,7 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::Placement;
-use crate::row::{sort_by_encoding, RowBytes, RowCodec, SortKey};
+use crate::row::{sort_by_encoding, EncodedRows, RowBytes, RowCodec, SortKey};
 use crate::state::{put_counts, signature, take_counts, StateReader, StateWriter};
 
 #[derive(Debug)]
@@ -137,21 +137,14 @@ impl ToStream {
         let mut start = 0;
         for end in ends {
             let t = d.times[start];
+            // Rows already in order, each once, every diff with the sign (an aggregate's
+            // window of new groups) are what the sort would give: they take the plain path.
+            let in_order = |rows: &EncodedRows| {
+                (start..end).all(|i| d.diffs[i] * sign > 0)
+                    && (start + 1..end).all(|i| rows.get(i - 1) < rows.get(i))
+            };
             match &rows {
-                // Rows already in order, each once, every diff with the sign (an aggregate's
-                // window of new groups): what the sort below would give, without it.
-                Some(rows)
-                    if end - start > 1
-                        && (start..end).all(|i| d.diffs[i] * sign > 0)
-                        && (start + 1..end).all(|i| rows.get(i - 1) < rows.get(i)) =>
-                {
-                    for i in start..end {
-                        idx.push(i as u32);
-                        times.push(t);
-                        diffs.push(d.diffs[i] * sign);
-                    }
-                }
-                Some(rows) if end - start > 1 => {
+                Some(rows) if end - start > 1 && !in_order(rows) => {
                     // Equal rows side by side, in arrival order, each kept once, at its
                     // first arrival, if its net diff has the sign.
                     let row = |i: u32| rows.get(i as usize);
