@@ -96,7 +96,7 @@ use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
-use crate::row::{EncodedRows, RowCodec};
+use crate::row::{sort_prefix, EncodedRows, RowCodec};
 use crate::state::{StateReader, StateWriter};
 use accumulators::{AccState, ArgView, Kind, Out, Place};
 use distinct::SeenMap;
@@ -544,16 +544,6 @@ enum RowKey<'a> {
 /// A group touched by an instant: its key's [`sort_prefix`], its slot, where its old output
 /// is (None: it did not exist), and the first input row of the instant that reached it.
 type Touched = (u128, u32, Option<u32>, u32);
-
-/// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
-/// (when equal) the whole byte strings, orders byte strings as comparing them does, with one
-/// integer comparison for most pairs.
-fn sort_prefix(b: &[u8]) -> u128 {
-    let mut p = [0u8; 16];
-    let n = b.len().min(16);
-    p[..n].copy_from_slice(&b[..n]);
-    u128::from_be_bytes(p)
-}
 
 /// The order of two groups, each as its key's [`sort_prefix`] and its slot in `slots`: by the
 /// prefixes, then (when equal) by the whole keys.

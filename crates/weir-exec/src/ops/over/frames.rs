@@ -37,9 +37,12 @@
 //! nothing.
 //!
 //! Each touched partition is walked once back from lo (to where the context starts) and once
-//! forward from there (through hi to where the context ends): one B-tree descent each. Each
-//! row keeps, besides its output values, the functions' arguments evaluated when it entered
-//! (see `Kept`), so a region is evaluated from those, without decoding its rows.
+//! forward from there (through hi to where the context ends). A partition of up to `SMALL`
+//! entries is a sorted vector, where the walks are one binary search and a slice, and a row
+//! that replaces another at the same place is written over it; a larger one is a B-tree, one
+//! descent per walk and per change. Each row keeps, besides its output values, the
+//! functions' arguments evaluated when it entered (see `Kept`), so a region is evaluated from
+//! those, without decoding its rows.
 //!
 //! State: every input row per partition, ordered by (o, row), with its multiplicity, the
 //! encoded values of each copy as last output and its kept arguments; checkpointed as section
@@ -66,7 +69,7 @@ use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::numeric_row::{Num, NumType, NumericRow};
 use crate::operator::{take_inputs, Operator, Step};
-use crate::row::{cmp_bytes, EncodedRows, RowBytes, RowCodec};
+use crate::row::{cmp_bytes, sort_prefix, EncodedRows, RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// One window function: what it computes, its argument and default, their types.
@@ -318,8 +321,99 @@ impl NumCol {
     }
 }
 
-/// One partition: (order key, row) -> its slot, in order.
-type Partition = BTreeMap<Key, Slot>;
+/// One partition's entries, (order key, row) -> its slot, in order: a sorted vector while it
+/// holds at most [`SMALL`] entries, a B-tree beyond (and from then on).
+///
+/// A change touches a few neighbouring entries (its region and context, see the module
+/// docs). In a vector they are a slice found by one binary search, and a row that replaces
+/// another at the same place (an aggregate's new value under the same order key) is written
+/// over it, key and arguments in their own room; a B-tree walks its nodes for each, removes
+/// and inserts. A vector's insertion and removal move the entries after it, which is why a
+/// large partition is a B-tree.
+#[derive(Debug)]
+enum Partition {
+    Small(Vec<(Key, Slot)>),
+    Large(BTreeMap<Key, Slot>),
+}
+
+/// The entries a partition holds in a sorted vector before it becomes a B-tree. An insertion
+/// or removal moves the entries after it (80 bytes each, 40 KB at most), which in a
+/// partition that grows at its end (rows ordered by time) is a few; a row replacing another
+/// moves none.
+const SMALL: usize = 512;
+
+impl Default for Partition {
+    fn default() -> Self {
+        Partition::Small(Vec::new())
+    }
+}
+
+impl Partition {
+    fn is_empty(&self) -> bool {
+        match self {
+            Partition::Small(v) => v.is_empty(),
+            Partition::Large(m) => m.is_empty(),
+        }
+    }
+
+    /// The entries in order.
+    fn iter(&self) -> Box<dyn Iterator<Item = (&Key, &Slot)> + '_> {
+        match self {
+            Partition::Small(v) => Box::new(v.iter().map(|(k, s)| (k, s))),
+            Partition::Large(m) => Box::new(m.iter()),
+        }
+    }
+
+    /// The entries of `m` in the form for their number.
+    fn of(m: BTreeMap<Key, Slot>, small: usize) -> Partition {
+        if m.len() <= small {
+            Partition::Small(m.into_iter().collect())
+        } else {
+            Partition::Large(m)
+        }
+    }
+}
+
+impl HeapSize for Partition {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Partition::Small(v) => v.heap_bytes(),
+            Partition::Large(m) => m.heap_bytes(),
+        }
+    }
+}
+
+/// An entry as [`Funcs::evaluate`] and [`update_values`] read it: a vector's own, or a
+/// B-tree's borrowed.
+trait EntryView {
+    fn key(&self) -> &Key;
+    fn slot(&self) -> &Slot;
+    fn parts(&mut self) -> (&Key, &mut Slot);
+}
+
+impl EntryView for (Key, Slot) {
+    fn key(&self) -> &Key {
+        &self.0
+    }
+    fn slot(&self) -> &Slot {
+        &self.1
+    }
+    fn parts(&mut self) -> (&Key, &mut Slot) {
+        (&self.0, &mut self.1)
+    }
+}
+
+impl EntryView for (&Key, &mut Slot) {
+    fn key(&self) -> &Key {
+        self.0
+    }
+    fn slot(&self) -> &Slot {
+        self.1
+    }
+    fn parts(&mut self) -> (&Key, &mut Slot) {
+        (self.0, &mut *self.1)
+    }
+}
 
 /// A partition entry's (order key, row), owned or borrowed, so that a partition is searched
 /// with borrowed bytes (a change's encodings, a copy kept for reuse) without allocating a
@@ -465,6 +559,9 @@ pub struct OverRel {
     before: Extent,
     after: Extent,
     parts: HashMap<RowBytes, Partition>,
+    /// The entries a partition holds in a vector before it becomes a B-tree ([`SMALL`];
+    /// tests set others to run either form).
+    small: usize,
     /// The output buffer, kept between steps so that its room is reused.
     out: OutRows,
     /// The buffers of a region's evaluation.
@@ -528,6 +625,7 @@ impl OverRel {
             before,
             after,
             parts: HashMap::new(),
+            small: SMALL,
             out: OutRows::default(),
             scratch: Scratch::default(),
             #[cfg(test)]
@@ -703,9 +801,9 @@ impl Funcs {
     /// The encoded values of each copy of the rows of `entries[region]`, in order, computed
     /// over `entries` (the region and its context, in order; `None`: the region is empty).
     /// `scratch` lends the numeric path its buffers (see [`Scratch`]).
-    fn evaluate(
+    fn evaluate<E: EntryView>(
         &self,
-        entries: &[(&Key, &mut Slot)],
+        entries: &[E],
         region: std::ops::Range<usize>,
         scratch: &mut Scratch,
     ) -> Result<Option<Values>> {
@@ -715,7 +813,7 @@ impl Funcs {
         in_region.clear();
         let mut s = 0;
         let mut prev: Option<&[u8]> = None;
-        for (i, (k, slot)) in entries.iter().enumerate() {
+        for (i, (k, slot)) in entries.iter().map(|e| (e.key(), e.slot())).enumerate() {
             let inside = region.contains(&i);
             if prev.is_some_and(|p| p != &k.0[..]) {
                 let j = peers.len();
@@ -737,7 +835,7 @@ impl Funcs {
         }
         // Each copy's kept arguments.
         let copies = || {
-            entries.iter().flat_map(|(_, slot)| {
+            entries.iter().map(EntryView::slot).flat_map(|slot| {
                 std::iter::repeat_n(&slot.args[..], usize::try_from(slot.count).unwrap_or(0))
             })
         };
@@ -868,12 +966,186 @@ impl OverRel {
         start: &mut (Vec<u8>, Vec<u8>),
         out: &mut OutRows,
     ) -> Result<()> {
-        let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
-            return Ok(());
-        };
         let part = match self.parts.entry_ref(p) {
             EntryRef::Occupied(o) => o.into_mut(),
             EntryRef::Vacant(v) => v.insert_with_key(RowBytes::from(p), Partition::default()),
+        };
+        let eval = Eval {
+            funcs: &self.funcs,
+            scratch: &mut self.scratch,
+            before: self.before,
+            after: self.after,
+            kept,
+        };
+        let entries = match part {
+            Partition::Small(v) => {
+                let entries = eval.small(v, changes, out)?;
+                if v.len() > self.small {
+                    *part = Partition::Large(std::mem::take(v).into_iter().collect());
+                }
+                entries
+            }
+            Partition::Large(m) => eval.large(m, changes, start, out)?,
+        };
+        #[cfg(test)]
+        {
+            self.last_entries = entries;
+        }
+        let _ = entries;
+        if part.is_empty() {
+            self.parts.remove(p);
+        }
+        Ok(())
+    }
+
+    /// The output changes written into `out`, at their instants `times`.
+    fn output(&self, out: &OutRows, times: Vec<Time>) -> Result<ChangeBatch> {
+        if out.rows.is_empty() {
+            return Ok(ChangeBatch::empty(self.schema.clone()));
+        }
+        let bytes = &out.bytes;
+        let mut cols =
+            self.keys.decode_rows(out.rows.iter().map(|(_, r, _, _)| &bytes[r.clone()]))?;
+        cols.extend(
+            self.funcs.decode_values(out.rows.iter().map(|(_, _, v, _)| &bytes[v.clone()]))?,
+        );
+        let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
+        Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, _, n)| *n).collect()))
+    }
+}
+
+/// What a partition's evaluation reads besides the partition: the functions, their buffers,
+/// the extents of their frames and the changes' kept arguments.
+struct Eval<'a> {
+    funcs: &'a Funcs,
+    scratch: &'a mut Scratch,
+    before: Extent,
+    after: Extent,
+    kept: &'a Values,
+}
+
+impl Eval<'_> {
+    /// [`OverRel::eval_part`] on a small partition (a sorted vector). Returns the number of
+    /// entries the region and its context held.
+    fn small(
+        self,
+        part: &mut Vec<(Key, Slot)>,
+        changes: &[NetChange<'_>],
+        out: &mut OutRows,
+    ) -> Result<usize> {
+        let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
+            return Ok(0);
+        };
+        let find = |part: &[(Key, Slot)], from: usize, e: KeyRef<'_>| {
+            from + part[from..].partition_point(|(k, _)| cmp_key((&k.0, &k.1), e).is_lt())
+        };
+        // Back from lo, before the change, as on the B-tree (see `large`): where the context
+        // starts and how many of its entries before lo are context only. The entries before
+        // lo stay where they are through the change, so `start` holds after it.
+        let lo_at = find(part, 0, lo);
+        let (start, context_before) = {
+            let mut i = lo_at;
+            let mut region = Walk::new(self.after, lo.0);
+            while i > 0 && region.pass(&part[i - 1].0 .0, part[i - 1].1.count) {
+                i -= 1;
+            }
+            let mut context = Walk::new(self.before, region.last);
+            let mut before = 0;
+            while i > 0 && context.pass(&part[i - 1].0 .0, part[i - 1].1.count) {
+                i -= 1;
+                before += 1;
+            }
+            (i, before)
+        };
+        // The changes, in order, each searched for from the last one's place. An entry whose
+        // last copy leaves is first held as a hole: when the next change inserts a new row
+        // at that place (a row replacing another under the same order key), the row is
+        // written over it, key and arguments in their room when of the same length.
+        let mut at = lo_at;
+        let mut hole: Option<usize> = None;
+        for &(e, n, i) in changes {
+            let mut found = find(part, at, e);
+            if let Some(h) = hole.take() {
+                let here = found == h + 1
+                    && n > 0
+                    && part.get(found).is_none_or(|(k, _)| cmp_key((&k.0, &k.1), e).is_ne());
+                if here {
+                    let (key, slot) = &mut part[h];
+                    refill(&mut key.0, e.0);
+                    refill(&mut key.1, e.1);
+                    refill(&mut slot.args, self.kept.get(i));
+                    slot.count = n;
+                    slot.vals.clear();
+                    at = h;
+                    continue;
+                }
+                part.remove(h);
+                found -= 1;
+            }
+            at = found;
+            let present = part.get(found).is_some_and(|(k, _)| cmp_key((&k.0, &k.1), e).is_eq());
+            if n < 0 {
+                if !present {
+                    return Err(retracted());
+                }
+                let (key, slot) = &mut part[found];
+                slot.count += n;
+                match slot.count.cmp(&0) {
+                    std::cmp::Ordering::Less => return Err(retracted()),
+                    std::cmp::Ordering::Equal => {
+                        for v in &slot.vals {
+                            out.push(&key.1, v, -1);
+                        }
+                        hole = Some(found);
+                    }
+                    std::cmp::Ordering::Greater => {}
+                }
+            } else if present {
+                part[found].1.count += n;
+            } else {
+                let args = RowBytes::from(self.kept.get(i));
+                let slot = Slot { count: n, vals: Vec::new(), args };
+                part.insert(found, ((e.0.into(), e.1.into()), slot));
+            }
+        }
+        if let Some(h) = hole {
+            part.remove(h);
+        }
+        // From the context's start through hi, then the region's end and the context's after
+        // it.
+        let mut end = start;
+        while end < part.len() && cmp_key((&part[end].0 .0, &part[end].0 .1), hi).is_le() {
+            end += 1;
+        }
+        let mut region = Walk::new(self.before, hi.0);
+        while end < part.len() && region.pass(&part[end].0 .0, part[end].1.count) {
+            end += 1;
+        }
+        let region_end = end - start;
+        let mut context = Walk::new(self.after, region.last);
+        while end < part.len() && context.pass(&part[end].0 .0, part[end].1.count) {
+            end += 1;
+        }
+        let entries = &mut part[start..end];
+        let region = context_before.min(region_end)..region_end;
+        let vals = self.funcs.evaluate(entries, region.clone(), self.scratch)?;
+        update_values(&mut entries[region], vals.as_ref(), out)?;
+        self.scratch.give_back(vals);
+        Ok(entries.len())
+    }
+
+    /// [`OverRel::eval_part`] on a large partition (a B-tree). `start` is room for a copy of
+    /// the context's first entry. Returns the number of entries the region and its context
+    /// held.
+    fn large(
+        self,
+        part: &mut BTreeMap<Key, Slot>,
+        changes: &[NetChange<'_>],
+        start: &mut (Vec<u8>, Vec<u8>),
+        out: &mut OutRows,
+    ) -> Result<usize> {
+        let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
+            return Ok(0);
         };
         // The region (the rows whose values may change) and its context (the rows those
         // values read) reach back from lo and forward from hi; the rows before lo and after
@@ -941,7 +1213,7 @@ impl OverRel {
             match part.entry((e.0.into(), e.1.into())) {
                 btree_map::Entry::Occupied(mut o) => o.get_mut().count += n,
                 btree_map::Entry::Vacant(v) => {
-                    let args = RowBytes::from(kept.get(i));
+                    let args = RowBytes::from(self.kept.get(i));
                     v.insert(Slot { count: n, vals: Vec::new(), args });
                 }
             }
@@ -974,30 +1246,19 @@ impl OverRel {
             entries.extend(it.next());
         }
         let region = context_before.min(region_end)..region_end;
-        #[cfg(test)]
-        {
-            self.last_entries = entries.len();
-        }
-        let vals = self.funcs.evaluate(&entries, region.clone(), &mut self.scratch)?;
+        let vals = self.funcs.evaluate(&entries, region.clone(), self.scratch)?;
         update_values(&mut entries[region], vals.as_ref(), out)?;
         self.scratch.give_back(vals);
-        drop(entries);
-        if part.is_empty() {
-            self.parts.remove(p);
-        }
-        Ok(())
+        Ok(entries.len())
     }
+}
 
-    /// The output changes written into `out`, at their instants `times`.
-    fn output(&self, out: &OutRows, times: Vec<Time>) -> Result<ChangeBatch> {
-        if out.rows.is_empty() {
-            return Ok(ChangeBatch::empty(self.schema.clone()));
-        }
-        let bytes = &out.bytes;
-        let mut cols = self.keys.decode_rows(out.rows.iter().map(|(r, _, _)| &bytes[r.clone()]))?;
-        cols.extend(self.funcs.decode_values(out.rows.iter().map(|(_, v, _)| &bytes[v.clone()]))?);
-        let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
-        Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, n)| *n).collect()))
+/// `bytes` made `to`, in its own room when the lengths agree.
+fn refill(bytes: &mut RowBytes, to: &[u8]) {
+    if bytes.len() == to.len() {
+        bytes.copy_from_slice(to);
+    } else {
+        *bytes = RowBytes::from(to);
     }
 }
 
@@ -1005,14 +1266,14 @@ impl OverRel {
 /// copy, in the region's order, as [`Funcs::evaluate`] gives them; `None` if the region has
 /// no row), and writes into `out` the bag difference between each row's values before (the
 /// slot's) and after: nothing for a row whose values did not change.
-fn update_values(
-    region: &mut [(&Key, &mut Slot)],
+fn update_values<E: EntryView>(
+    region: &mut [E],
     vals: Option<&Values>,
     out: &mut OutRows,
 ) -> Result<()> {
     let missing = || WeirError::internal("window function: values missing");
     let mut i = 0;
-    for ((_, row), slot) in region.iter_mut() {
+    for ((_, row), slot) in region.iter_mut().map(EntryView::parts) {
         let vals = vals.ok_or_else(missing)?;
         let count = usize::try_from(slot.count).map_err(|_| missing())?;
         if i + count > vals.len() {
@@ -1081,8 +1342,9 @@ fn update_values(
 #[derive(Debug, Default)]
 struct OutRows {
     bytes: Vec<u8>,
-    /// Each change: where its row and its values are in `bytes`, its diff.
-    rows: Vec<(std::ops::Range<usize>, std::ops::Range<usize>, i64)>,
+    /// Each change: its row's [`sort_prefix`], where its row and its values are in `bytes`,
+    /// its diff.
+    rows: Vec<(u128, std::ops::Range<usize>, std::ops::Range<usize>, i64)>,
     /// Changes are not kept (a restore computes the values without output).
     discard: bool,
 }
@@ -1103,17 +1365,22 @@ impl OutRows {
         self.bytes.extend_from_slice(row);
         let mid = self.bytes.len();
         self.bytes.extend_from_slice(vals);
-        self.rows.push((start..mid, mid..self.bytes.len(), diff));
+        self.rows.push((sort_prefix(row), start..mid, mid..self.bytes.len(), diff));
     }
 
     /// Sorts the changes from `start` on by (row, values): the order in which a relation's
     /// output is consolidated (an output row is the input row followed by the values).
+    /// Most pairs are ordered by their rows' [`sort_prefix`], one integer comparison; only
+    /// rows that agree in their first 16 bytes (a row's retraction and insertion) compare
+    /// their bytes.
     fn sort_from(&mut self, start: usize) {
         let bytes = &self.bytes;
         self.rows[start..].sort_unstable_by(|a, b| {
-            cmp_bytes(&bytes[a.0.clone()], &bytes[b.0.clone()])
-                .then_with(|| cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()]))
-                .then(a.2.cmp(&b.2))
+            a.0.cmp(&b.0).then_with(|| {
+                cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()])
+                    .then_with(|| cmp_bytes(&bytes[a.2.clone()], &bytes[b.2.clone()]))
+                    .then(a.3.cmp(&b.3))
+            })
         });
     }
 }
@@ -1215,12 +1482,13 @@ impl Operator for OverRel {
         let (parts, keys, rows, counts) =
             (s.binary("part")?, s.binary("key")?, s.binary("row")?, s.i64s("count")?);
         self.parts.clear();
+        let mut maps: HashMap<RowBytes, BTreeMap<Key, Slot>> = HashMap::new();
         for (((p, k), row), c) in parts.into_iter().zip(keys).zip(rows).zip(counts) {
             let c = nonzero("over_rel", c)?;
             if c < 0 {
                 return Err(invalid("section 'over_rel': a negative count"));
             }
-            let part = self.parts.entry(RowBytes::from(p)).or_default();
+            let part = maps.entry(RowBytes::from(p)).or_default();
             let slot = Slot { count: c, vals: Vec::new(), args: RowBytes::default() };
             if part.insert((RowBytes::from(k), RowBytes::from(row)), slot).is_some() {
                 return Err(invalid("section 'over_rel': a row appears twice"));
@@ -1228,8 +1496,7 @@ impl Operator for OverRel {
         }
         // The values last output are not saved: they are the partitions' values, computed
         // again from their rows.
-        let mut parts = std::mem::take(&mut self.parts);
-        for part in parts.values_mut() {
+        for part in maps.values_mut() {
             // Nor are the kept arguments: they are the rows', evaluated again.
             let cols = self.keys.decode_rows(part.keys().map(|k| &k.1[..]))?;
             let batch = crate::ops::batch_of(&self.in_schema, cols, part.len())?;
@@ -1244,7 +1511,7 @@ impl Operator for OverRel {
             update_values(&mut entries[all], vals.as_ref(), &mut OutRows::discarding())?;
             self.scratch.give_back(vals);
         }
-        self.parts = parts;
+        self.parts = maps.into_iter().map(|(p, m)| (p, Partition::of(m, self.small))).collect();
         Ok(())
     }
 }
@@ -1360,6 +1627,105 @@ mod tests {
             }
             assert_eq!(op.last_entries, want);
         }
+    }
+
+    /// One partition ordered by v (rows (k, v): peers with different rows), with navigation,
+    /// ROWS, RANGE and offset frames in one operator, holding at most `small` entries in a
+    /// vector.
+    fn every_frame(small: usize) -> OverRel {
+        let spec = |func: OverFunc, range: bool, start: FrameBound, end: FrameBound| OverRelSpec {
+            func,
+            arg: Some(kv_col("v")),
+            arg_type: DataType::Int64,
+            default: None,
+            out_type: DataType::Int64,
+            frame: WindowFrame { range, start, end },
+        };
+        use FrameBound::{CurrentRow, Following, Preceding, UnboundedPreceding};
+        let calls = vec![
+            spec(OverFunc::Agg(AggFunc::Sum), false, Preceding(2), CurrentRow),
+            spec(OverFunc::Agg(AggFunc::Count), true, UnboundedPreceding, CurrentRow),
+            spec(OverFunc::Lag(1), false, UnboundedPreceding, CurrentRow),
+            spec(OverFunc::Lead(2), false, UnboundedPreceding, CurrentRow),
+            spec(OverFunc::FirstValue, false, Preceding(1), Following(1)),
+            spec(OverFunc::Agg(AggFunc::Max), false, CurrentRow, Following(2)),
+            spec(OverFunc::Agg(AggFunc::Sum), true, Preceding(2), CurrentRow),
+        ];
+        let order = vec![crate::ops::topk::SortKey {
+            expr: kv_col("v"),
+            data_type: DataType::Int64,
+            descending: false,
+            nulls_first: true,
+        }];
+        let keys = OverKeys::new(Vec::new(), order, kv_schema()).unwrap();
+        let n = calls.len();
+        let order_val = Some((kv_col("v"), false));
+        let mut op = OverRel::new(keys, kv_schema(), order_val, calls, out_schema(n)).unwrap();
+        op.small = small;
+        op
+    }
+
+    /// A partition kept in a vector, in a B-tree, and in a vector that becomes a B-tree gives
+    /// the same changes, step by step: random insertions and retractions (copies, peers,
+    /// NULLs, and rows that replace others under the same order key, which the vector writes
+    /// over the old entry), from empty to a few hundred rows and most of the way back.
+    #[test]
+    fn a_vector_and_a_b_tree_give_the_same_changes() {
+        let mut x: u32 = 5;
+        let mut next = |m: u32| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (x >> 8) % m
+        };
+        let mut bag: Vec<(u32, Option<u32>)> = Vec::new();
+        let mut ticks = Vec::new();
+        for t in 1..=400 {
+            let mut items = Vec::new();
+            for _ in 0..1 + next(6) {
+                let grow = if t < 330 { 3 } else { 1 };
+                let row = (next(4), (next(9) > 0).then(|| next(8)));
+                match next(4) {
+                    0 if !bag.is_empty() => {
+                        // A row replaced by another of the same v.
+                        let old = bag.swap_remove(next(bag.len() as u32) as usize);
+                        let new = (next(4), old.1);
+                        items.push((-1, old));
+                        items.push((1, new));
+                        bag.push(new);
+                    }
+                    c if c < grow || bag.is_empty() => {
+                        items.push((1, row));
+                        bag.push(row);
+                    }
+                    _ => {
+                        let old = bag.swap_remove(next(bag.len() as u32) as usize);
+                        items.push((-1, old));
+                    }
+                }
+            }
+            let text: Vec<String> = items
+                .iter()
+                .map(|(d, (k, v))| {
+                    let v = v.map_or("_".to_string(), |v| v.to_string());
+                    format!("{d:+} {} {v}", ["a", "b", "c", "d"][*k as usize])
+                })
+                .collect();
+            ticks.push(kv(t, &text.join(", ")));
+        }
+        let run = |small: usize| {
+            let mut op = every_frame(small);
+            let mut feeds = vec![ticks.clone().into_iter().peekable()];
+            let out = crate::testing::drive_n(&mut op, &mut feeds, None);
+            (out, op.parts.values().map(|p| matches!(p, Partition::Large(_))).collect::<Vec<_>>())
+        };
+        let (vector, forms) = run(usize::MAX);
+        assert_eq!(forms, [false]);
+        let (tree, forms) = run(0);
+        assert_eq!(forms, [true]);
+        let (switched, forms) = run(12);
+        assert_eq!(forms, [true]);
+        assert!(vector.len() > 2000, "{} changes", vector.len());
+        assert_eq!(vector, tree);
+        assert_eq!(switched, tree);
     }
 
     /// A BIGINT SUM is read without arrays (the shortcut is on for it), and one that
