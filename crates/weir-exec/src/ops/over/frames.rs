@@ -1287,19 +1287,30 @@ fn update_values<E: EntryView>(
         // One copy (the common case): its value replaced where it is kept, in place when it
         // has the same length (fixed-width values always do).
         if count == 1 && slot.vals.len() <= 1 {
+            // The two changes go out in the order of their values, the order the output is
+            // sorted in (see `OutRows::sort_from`).
             let now = vals.get(i - 1);
             match slot.vals.first_mut() {
                 Some(old) => {
-                    out.push(row, old, -1);
+                    let first = cmp_bytes(old, now).is_lt();
+                    if first {
+                        out.push(row, old, -1);
+                    }
+                    out.push(row, now, 1);
+                    if !first {
+                        out.push(row, old, -1);
+                    }
                     if old.len() == now.len() {
                         old.copy_from_slice(now);
                     } else {
                         *old = RowBytes::from(now);
                     }
                 }
-                None => slot.vals.push(RowBytes::from(now)),
+                None => {
+                    slot.vals.push(RowBytes::from(now));
+                    out.push(row, now, 1);
+                }
             }
-            out.push(row, now, 1);
             continue;
         }
         // The bag difference, sorted (a row's copies are few; sorting also covers many).
@@ -1338,13 +1349,15 @@ fn update_values<E: EntryView>(
     Ok(())
 }
 
+/// An output change: its row's [`sort_prefix`], where its row and its values are in
+/// [`OutRows::bytes`], its diff.
+type OutRow = (u128, std::ops::Range<usize>, std::ops::Range<usize>, i64);
+
 /// A step's output changes, each row and its encoded values copied into one buffer.
 #[derive(Debug, Default)]
 struct OutRows {
     bytes: Vec<u8>,
-    /// Each change: its row's [`sort_prefix`], where its row and its values are in `bytes`,
-    /// its diff.
-    rows: Vec<(u128, std::ops::Range<usize>, std::ops::Range<usize>, i64)>,
+    rows: Vec<OutRow>,
     /// Changes are not kept (a restore computes the values without output).
     discard: bool,
 }
@@ -1373,15 +1386,25 @@ impl OutRows {
     /// Most pairs are ordered by their rows' [`sort_prefix`], one integer comparison; only
     /// rows that agree in their first 16 bytes (a row's retraction and insertion) compare
     /// their bytes.
+    /// Changes already in order (a touch's rows often are: a partition's rows in the order
+    /// of their ORDER BY, each row's two changes in the order of their values) are checked
+    /// in one pass and left.
     fn sort_from(&mut self, start: usize) {
+        /// The order of two changes whose rows agree in their first 16 bytes (out of line:
+        /// the comparisons on the prefixes are inlined into the sort).
+        #[inline(never)]
+        fn tie(bytes: &[u8], a: &OutRow, b: &OutRow) -> std::cmp::Ordering {
+            cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()])
+                .then_with(|| cmp_bytes(&bytes[a.2.clone()], &bytes[b.2.clone()]))
+                .then(a.3.cmp(&b.3))
+        }
         let bytes = &self.bytes;
-        self.rows[start..].sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0).then_with(|| {
-                cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()])
-                    .then_with(|| cmp_bytes(&bytes[a.2.clone()], &bytes[b.2.clone()]))
-                    .then(a.3.cmp(&b.3))
-            })
-        });
+        let rows = &mut self.rows[start..];
+        let order = |a: &OutRow, b: &OutRow| a.0.cmp(&b.0).then_with(|| tie(bytes, a, b));
+        if rows.is_sorted_by(|a, b| order(a, b).is_le()) {
+            return;
+        }
+        rows.sort_unstable_by(order);
     }
 }
 
