@@ -58,14 +58,20 @@ impl Fixed {
             .enumerate()
             .map(|(c, t)| {
                 let mut vals: Vec<i64> = Vec::with_capacity(n);
-                let mut valid = BooleanBufferBuilder::new(n);
+                let mut null_count = 0;
                 for r in rows {
                     let v = self.layout.native_bits(r, c);
                     vals.push(v.unwrap_or(0));
-                    valid.append(v.is_some());
+                    null_count += usize::from(v.is_none());
                 }
-                let valid = NullBuffer::new(valid.finish());
-                let nulls = (valid.null_count() > 0).then_some(valid);
+                // The validity is built only for a column that has a NULL (a second pass).
+                let nulls = (null_count > 0).then(|| {
+                    let mut valid = BooleanBufferBuilder::new(n);
+                    for r in rows {
+                        valid.append(self.layout.native_bits(r, c).is_some());
+                    }
+                    NullBuffer::new(valid.finish())
+                });
                 let data = ArrayData::builder(t.clone())
                     .len(n)
                     .add_buffer(Buffer::from_vec(vals))

@@ -453,7 +453,8 @@ impl Join {
         ls: &mut SideRows<'_>,
         rs: &mut SideRows<'_>,
     ) -> Vec<Pair> {
-        let mut pairs = Vec::new();
+        // Room for a pair per delta row (an interval join's usual), a few thousand at once.
+        let mut pairs = Vec::with_capacity((lrows.len() + rrows.len()).min(4096));
         let passing = |side: usize, r: &std::ops::Range<usize>| -> &[bool] {
             pass[side].get(r.clone()).unwrap_or(&[])
         };

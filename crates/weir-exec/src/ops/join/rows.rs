@@ -144,7 +144,9 @@ pub(super) struct Instant {
 /// The instants of two time-sorted change lists, in order.
 pub(super) fn instants(lt: &[Time], rt: &[Time]) -> Vec<Instant> {
     let (mut i, mut j) = (0, 0);
-    let mut out = Vec::new();
+    // At most one instant per row, often about that many (room for a few thousand at once:
+    // a large batch at one instant is one).
+    let mut out = Vec::with_capacity((lt.len() + rt.len()).min(4096));
     while i < lt.len() || j < rt.len() {
         let t = match (lt.get(i), rt.get(j)) {
             (Some(&a), Some(&b)) => a.min(b),
