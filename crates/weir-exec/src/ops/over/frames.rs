@@ -583,6 +583,9 @@ struct Funcs {
     kept: Kept,
     /// The shortcut without arrays, when the types allow it.
     numeric: Option<Numeric>,
+    /// Whether a function reads each row's peers (a RANGE frame's): without one, a
+    /// region's evaluation does not compare neighbouring order keys to find them.
+    peers: bool,
 }
 
 impl OverRel {
@@ -616,7 +619,10 @@ impl OverRel {
         let kept = Kept::new(&calls, order_val.as_ref())?;
         let vals_codec = RowCodec::new(calls.iter().map(|c| c.out_type.clone()).collect())?;
         let numeric = Numeric::new(&calls, &kept, &vals_codec);
-        let funcs = Funcs { kept, descending, vals_codec, calls, numeric };
+        let peers = calls
+            .iter()
+            .any(|c| !matches!(c.func, OverFunc::Lag(_) | OverFunc::Lead(_)) && c.frame.range);
+        let funcs = Funcs { kept, descending, vals_codec, calls, numeric, peers };
         Ok(OverRel {
             funcs,
             keys,
@@ -807,7 +813,8 @@ impl Funcs {
         region: std::ops::Range<usize>,
         scratch: &mut Scratch,
     ) -> Result<Option<Values>> {
-        // Each copy's place among the copies, peer group and whether it is in the region.
+        // Each copy's place among the copies, peer group (when a function reads it; else
+        // all the copies as one) and whether it is in the region.
         let Scratch { peers, in_region, .. } = scratch;
         peers.clear();
         in_region.clear();
@@ -815,7 +822,7 @@ impl Funcs {
         let mut prev: Option<&[u8]> = None;
         for (i, (k, slot)) in entries.iter().map(|e| (e.key(), e.slot())).enumerate() {
             let inside = region.contains(&i);
-            if prev.is_some_and(|p| p != &k.0[..]) {
+            if self.peers && prev.is_some_and(|p| p != &k.0[..]) {
                 let j = peers.len();
                 peers[s..j].fill((s, j));
                 s = j;
