@@ -1096,16 +1096,8 @@ impl Eval<'_> {
                     return Err(retracted());
                 }
                 let (key, slot) = &mut part[found];
-                slot.count += n;
-                match slot.count.cmp(&0) {
-                    std::cmp::Ordering::Less => return Err(retracted()),
-                    std::cmp::Ordering::Equal => {
-                        for v in &slot.vals {
-                            out.push(&key.1, v, -1);
-                        }
-                        hole = Some(found);
-                    }
-                    std::cmp::Ordering::Greater => {}
+                if retract(&key.1, slot, n, out)? {
+                    hole = Some(found);
                 }
             } else if present {
                 part[found].1.count += n;
@@ -1203,17 +1195,8 @@ impl Eval<'_> {
                 let Some((key, mut slot)) = part.remove_entry(&e as &dyn KeyView) else {
                     return Err(retracted());
                 };
-                slot.count += n;
-                match slot.count.cmp(&0) {
-                    std::cmp::Ordering::Less => return Err(retracted()),
-                    std::cmp::Ordering::Equal => {
-                        for v in &slot.vals {
-                            out.push(&key.1, v, -1);
-                        }
-                    }
-                    std::cmp::Ordering::Greater => {
-                        part.insert(key, slot);
-                    }
+                if !retract(&key.1, &mut slot, n, out)? {
+                    part.insert(key, slot);
                 }
                 continue;
             }
@@ -1257,6 +1240,23 @@ impl Eval<'_> {
         update_values(&mut entries[region], vals.as_ref(), out)?;
         self.scratch.give_back(vals);
         Ok(entries.len())
+    }
+}
+
+/// Takes `n` (negative) copies of `row` out of its `slot`; when none remain, writes the
+/// retraction of each copy's last output values into `out` and returns true (the entry is to
+/// go). More copies retracted than held is an error.
+fn retract(row: &[u8], slot: &mut Slot, n: i64, out: &mut OutRows) -> Result<bool> {
+    slot.count += n;
+    match slot.count.cmp(&0) {
+        std::cmp::Ordering::Less => Err(retracted()),
+        std::cmp::Ordering::Equal => {
+            for v in &slot.vals {
+                out.push(row, v, -1);
+            }
+            Ok(true)
+        }
+        std::cmp::Ordering::Greater => Ok(false),
     }
 }
 
