@@ -56,16 +56,17 @@ pub fn to_batch(
 /// Rows keep their original arrays (taken, not decoded). A batch whose instants are already
 /// in that order, each row once and no diff zero (as operators that sort their output give
 /// it), is returned as it is after one comparison per neighbouring pair.
-pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeBatch> {
+pub fn consolidate_runs(codec: &RowCodec, batch: ChangeBatch) -> Result<ChangeBatch> {
     let ends = crate::operator::time_runs(&batch.times);
     let runs = || ends.iter().zip(std::iter::once(&0).chain(&ends)).map(|(e, s)| e - s);
     let multi = runs().any(|n| n > 1);
     if !multi && batch.diffs.iter().all(|&d| d != 0) {
-        return Ok(batch.clone());
+        return Ok(batch);
     }
     // How the rows of an instant are ordered: on their columns when every instant is short
     // and the columns compare as their encoding sorts (no encoding at all), else encoded.
-    let columns = if multi && runs().all(|n| n <= SMALL_RUN) { RowOrder::of(batch)? } else { None };
+    let columns =
+        if multi && runs().all(|n| n <= SMALL_RUN) { RowOrder::of(&batch)? } else { None };
     let order = match columns {
         Some(columns) => Some(Order::Columns(columns)),
         None if multi => Some(Order::Encoded(codec.encode(batch.data.columns(), batch.len())?)),
@@ -73,7 +74,7 @@ pub fn consolidate_runs(codec: &RowCodec, batch: &ChangeBatch) -> Result<ChangeB
     };
     if let Some(order) = &order {
         if batch.diffs.iter().all(|&d| d != 0) && strictly_sorted(order, &ends) {
-            return Ok(batch.clone());
+            return Ok(batch);
         }
     }
     let mut idx: Vec<u32> = Vec::with_capacity(batch.len());
@@ -290,10 +291,10 @@ mod tests {
                 parts.push(b);
             }
             let all = ChangeBatch::concat(&schema, &parts).unwrap();
-            let once = consolidate_runs(&codec, &all).unwrap();
+            let once = consolidate_runs(&codec, all.clone()).unwrap();
             prop_assert_eq!(rows(&once), expected.clone());
             // Already consolidated: passed through as it is.
-            prop_assert_eq!(rows(&consolidate_runs(&codec, &once).unwrap()), expected);
+            prop_assert_eq!(rows(&consolidate_runs(&codec, once.clone()).unwrap()), expected);
         }
 
         /// An instant made of two runs each strictly in encoding order (a window's retractions
@@ -321,7 +322,7 @@ mod tests {
                 .chain(rows(&consolidate(&codec, &schema, &now, 1).unwrap()))
                 .collect();
             let all = ChangeBatch::concat(&schema, &[before, now]).unwrap();
-            prop_assert_eq!(rows(&consolidate_runs(&codec, &all).unwrap()), expected);
+            prop_assert_eq!(rows(&consolidate_runs(&codec, all.clone()).unwrap()), expected);
         }
 
         /// Instants of up to six changes (compared on their columns, not encoded) give what
@@ -370,7 +371,7 @@ mod tests {
                 let t = all.times[start];
                 expected.extend(show(&consolidate(&codec, &schema, &part, t).unwrap()));
             }
-            prop_assert_eq!(show(&consolidate_runs(&codec, &all).unwrap()), expected);
+            prop_assert_eq!(show(&consolidate_runs(&codec, all.clone()).unwrap()), expected);
         }
     }
 

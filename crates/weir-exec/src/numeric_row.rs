@@ -20,6 +20,18 @@ use crate::row::RowCodec;
 /// Bytes per column.
 pub const WIDTH: usize = 9;
 
+/// The column at byte `at` of `row`, its sign bit turned back: an integer's value, a DOUBLE's
+/// order-preserving bits (see [`NumericRow::native_bits`]); None for NULL or a short row.
+#[inline]
+fn raw_bits(row: &[u8], at: usize) -> Option<i64> {
+    let b: &[u8; WIDTH] = row.get(at..at + WIDTH)?.try_into().ok()?;
+    if b[0] != 1 {
+        return None;
+    }
+    let [_, w @ ..] = *b;
+    Some(i64::from_be_bytes(w) ^ i64::MIN)
+}
+
 /// A value of a BIGINT or DOUBLE column.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Num {
@@ -147,18 +159,33 @@ impl NumericRow {
     /// DOUBLE's bits); None for NULL (a short row reads as NULL, as in [`NumericRow::get`]).
     #[inline]
     pub fn native_bits(&self, row: &[u8], c: usize) -> Option<i64> {
-        let b = row.get(c * WIDTH..(c + 1) * WIDTH)?;
-        if b[0] != 1 {
-            return None;
-        }
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[1..]);
-        w[0] ^= 0x80;
-        let bits = i64::from_be_bytes(w);
+        let bits = raw_bits(row, c * WIDTH)?;
         Some(match self.types[c] {
             NumType::Int => bits,
             NumType::Float => bits ^ (((bits >> 63) as u64) >> 1) as i64,
         })
+    }
+
+    /// Column `c` of each of `rows` as [`NumericRow::native_bits`] reads it, appended to
+    /// `vals` (0 for NULL); returns how many were NULL. The column's type is looked at once,
+    /// not per row.
+    pub fn read_column(&self, rows: &[&[u8]], c: usize, vals: &mut Vec<i64>) -> usize {
+        let at = c * WIDTH;
+        let mut nulls = 0;
+        let mut read = |native: fn(i64) -> i64| {
+            vals.extend(rows.iter().map(|r| match raw_bits(r, at) {
+                Some(bits) => native(bits),
+                None => {
+                    nulls += 1;
+                    0
+                }
+            }))
+        };
+        match self.types[c] {
+            NumType::Int => read(|bits| bits),
+            NumType::Float => read(|bits| bits ^ (((bits >> 63) as u64) >> 1) as i64),
+        }
+        nulls
     }
 
     /// Appends value `v` as a column of its type (BIGINT for `Int`, DOUBLE for `Float`).

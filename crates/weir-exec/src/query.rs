@@ -345,7 +345,7 @@ impl QueryRunner {
                 // Deliver what the instants before the failing one gave, then fail.
                 if let Some(d) = f.output.filter(|d| !d.is_empty()) {
                     let d = match self.kind {
-                        PlanKind::Relation => consolidate_runs(&self.codec, &d)?,
+                        PlanKind::Relation => consolidate_runs(&self.codec, d)?,
                         _ => d,
                     };
                     out.push(d);
@@ -355,7 +355,7 @@ impl QueryRunner {
         };
         self.last = Some(hi);
         let d = match self.kind {
-            PlanKind::Relation if !d.is_empty() => consolidate_runs(&self.codec, &d)?,
+            PlanKind::Relation if !d.is_empty() => consolidate_runs(&self.codec, d)?,
             _ => d,
         };
         if !d.is_empty() {

@@ -58,12 +58,7 @@ impl Fixed {
             .enumerate()
             .map(|(c, t)| {
                 let mut vals: Vec<i64> = Vec::with_capacity(n);
-                let mut null_count = 0;
-                for r in rows {
-                    let v = self.layout.native_bits(r, c);
-                    vals.push(v.unwrap_or(0));
-                    null_count += usize::from(v.is_none());
-                }
+                let null_count = self.layout.read_column(rows, c, &mut vals);
                 // The validity is built only for a column that has a NULL (a second pass).
                 let nulls = (null_count > 0).then(|| {
                     let mut valid = BooleanBufferBuilder::new(n);
@@ -195,7 +190,49 @@ pub fn cmp_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
             return x.cmp(&y);
         }
     }
-    wa.remainder().cmp(wb.remainder()).then(a.len().cmp(&b.len()))
+    // The last bytes (fewer than eight) as a zero-padded number: equal numbers mean one tail
+    // is a prefix of the other (or both are the same), and the shorter string is first.
+    tail(wa.remainder()).cmp(&tail(wb.remainder())).then(a.len().cmp(&b.len()))
+}
+
+/// Whether two byte strings are equal, as `==` on slices says, eight bytes at a time inline
+/// (see [`cmp_bytes`] for why not `memcmp`).
+#[inline]
+pub fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (wa.remainder(), wb.remainder());
+    wa.zip(wb).all(|(x, y)| word(x) == word(y)) && tail(ra) == tail(rb)
+}
+
+/// A byte string looked up in a hash map keyed by owned byte strings (`Box<[u8]>`, a
+/// `SmallVec` of bytes): hashed as the slice is, so it finds the key its bytes equal, and
+/// compared with [`eq_bytes`], where the map's own `==` on the slices would call `memcmp` for
+/// each candidate.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe<'a>(pub &'a [u8]);
+
+impl std::hash::Hash for Probe<'_> {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl<K: std::ops::Deref<Target = [u8]>> hashbrown::Equivalent<K> for Probe<'_> {
+    #[inline]
+    fn equivalent(&self, key: &K) -> bool {
+        eq_bytes(self.0, key)
+    }
+}
+
+/// Up to seven bytes as a big-endian number, zero-padded on the right, read a byte at a time
+/// (a copy of a length not known here would be a call).
+#[inline]
+fn tail(b: &[u8]) -> u64 {
+    b.iter().enumerate().fold(0, |w, (i, &x)| w | (u64::from(x) << (56 - 8 * i)))
 }
 
 /// The first 16 bytes of `b`, zero-padded, as a big-endian number: comparing prefixes, then
@@ -342,7 +379,7 @@ mod tests {
     use arrow::datatypes::DataType;
     use proptest::prelude::*;
 
-    use super::{cmp_bytes, sort_by_encoding, EncodedRows, RowCodec};
+    use super::{cmp_bytes, eq_bytes, sort_by_encoding, EncodedRows, RowCodec};
 
     /// `values` encoded as one Binary column; the indices in the order a plain sort of the
     /// encodings (then the indices) gives, and in the order `sort_by_encoding` gives.
@@ -460,6 +497,9 @@ mod tests {
             c.push(tail);
             prop_assert_eq!(cmp_bytes(&a, &c), a.cmp(&c));
             prop_assert_eq!(cmp_bytes(&c, &a), c.cmp(&a));
+            prop_assert_eq!(eq_bytes(&a, &b), a == b);
+            prop_assert!(eq_bytes(&a, &a.clone()));
+            prop_assert!(!eq_bytes(&a, &c));
         }
 
         #[test]

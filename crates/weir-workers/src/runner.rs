@@ -470,7 +470,7 @@ impl Hosted {
             ChangeBatch::concat(&self.schema, &batches)?.sort_by_time()?
         };
         let all = match self.kind {
-            PlanKind::Relation => consolidate_runs(&self.codec, &all)?,
+            PlanKind::Relation => consolidate_runs(&self.codec, all)?,
             _ => all,
         };
         if !all.is_empty() {

@@ -96,7 +96,7 @@ use crate::operator::{take_inputs, time_runs, Operator, Step};
 use crate::ops::batch_of;
 use crate::ops::topk::SortKey;
 use crate::route::{KeyRoute, Placement};
-use crate::row::{sort_prefix, EncodedRows, RowCodec};
+use crate::row::{sort_prefix, EncodedRows, Probe, RowCodec};
 use crate::state::{StateReader, StateWriter};
 use accumulators::{AccState, ArgView, Kind, Out, Place};
 use distinct::SeenMap;
@@ -464,7 +464,13 @@ impl Emitted {
     fn same_values(&self, a: usize, b: usize) -> bool {
         let w = self.width;
         let (ra, rb) = (a * w..a * w + w, b * w..b * w + w);
-        self.words.get(ra.clone()) == self.words.get(rb.clone())
+        // Word by word: a row is a word or two, which a slice comparison would hand to
+        // `memcmp`.
+        let same = |x: Option<&[u64]>, y: Option<&[u64]>| match (x, y) {
+            (Some(x), Some(y)) => x.iter().zip(y).all(|(p, q)| p == q),
+            _ => false,
+        };
+        same(self.words.get(ra.clone()), self.words.get(rb.clone()))
             && (self.valid.is_empty() || self.valid.get(ra) == self.valid.get(rb))
             && self.cols.iter().all(|c| match c {
                 OutCol::Word(_) => true,
@@ -772,7 +778,7 @@ impl Aggregate {
     /// The slot of the group with `key`, created (empty) if there is none.
     #[inline]
     fn slot_of(&mut self, key: &[u8]) -> u32 {
-        match self.index.get(key) {
+        match self.index.get(&Probe(key)) {
             Some(&id) => id,
             None => self.alloc(key),
         }
@@ -1294,7 +1300,9 @@ impl Aggregate {
     fn warm(&self, p: &Prepared, range: Range<usize>, ids: &mut Vec<u32>) -> u64 {
         let mut seen = 0u64;
         ids.clear();
-        ids.extend(range.clone().map(|i| self.index.get(p.keys.get(i)).map_or(NO_SLOT, |&id| id)));
+        ids.extend(
+            range.clone().map(|i| self.index.get(&Probe(p.keys.get(i))).map_or(NO_SLOT, |&id| id)),
+        );
         let found: Vec<(usize, &Group)> = range
             .zip(ids.iter())
             .filter_map(|(i, &id)| Some((i, self.slots.get(id as usize)?)))

@@ -51,11 +51,14 @@ use crate::heap::HeapSize;
 use crate::operator::{take_inputs, Operator, Step};
 use crate::ops::batch_of;
 use crate::route::{KeyRoute, Placement};
-use crate::row::{RowBytes, RowCodec};
+use crate::row::{Probe, RowBytes, RowCodec};
 use bucket::Bucket;
 use expiry::Expiry;
 use held::Held;
-use rows::{instants, side_columns, DeltaRow, EncodedSide, Instant, Out, Pair, Seen, SideRows};
+use rows::{
+    instants, side_columns, Arena, DeltaRow, EncodedSide, Instant, Out, Pair, Seen, SideRows,
+    ROOM_PER_CHANGE,
+};
 
 mod bucket;
 mod checkpoint;
@@ -87,7 +90,7 @@ enum Added {
 /// Adds `diff` (not zero) to the count of `row` under `key`, with one lookup: a key or row is
 /// copied only when it is new to the index, and a key whose rows cancel out leaves it.
 fn add_to(index: &mut Index, key: &[u8], row: &[u8], diff: i64) -> Added {
-    match index.entry_ref(key) {
+    match index.entry_ref(&Probe(key)) {
         EntryRef::Occupied(mut bucket) => {
             if bucket.get_mut().add(row, diff) {
                 bucket.remove();
@@ -156,6 +159,8 @@ pub struct Join {
     right_null: i64,
     /// Per side, the window it is held as, if any (see [`held`]).
     held: [Option<Held>; 2],
+    /// Per side, the room of a step's copies of indexed rows (see [`SideRows`]).
+    arenas: [Arena; 2],
 }
 
 impl Join {
@@ -186,6 +191,7 @@ impl Join {
             right_total: 0,
             right_null: 0,
             held: [None, None],
+            arenas: Default::default(),
         }
     }
 
@@ -393,23 +399,42 @@ impl Join {
         hi: Time,
         pass: &Passing,
     ) -> Result<ChangeBatch> {
-        let mut ls = SideRows::new(lrows);
-        let mut rs = SideRows::new(rrows);
+        let [la, ra] = std::mem::take(&mut self.arenas);
+        let mut ls = SideRows::in_room(lrows, la);
+        let mut rs = SideRows::in_room(rrows, ra);
+        let result = self.step_in(lrows, rrows, dl, dr, hi, pass, &mut ls, &mut rs);
+        self.arenas = [ls.room(), rs.room()];
+        result
+    }
+
+    /// [`Join::step`] with the rows its pairs name.
+    #[allow(clippy::too_many_arguments)]
+    fn step_in<'a>(
+        &mut self,
+        lrows: &'a [DeltaRow<'a>],
+        rrows: &'a [DeltaRow<'a>],
+        dl: &ChangeBatch,
+        dr: &ChangeBatch,
+        hi: Time,
+        pass: &Passing,
+        ls: &mut SideRows<'a>,
+        rs: &mut SideRows<'a>,
+    ) -> Result<ChangeBatch> {
         let mut out = Out::default();
         if matches!(self.kind, JoinKind::IntersectAll | JoinKind::ExceptAll) {
             for inst in &instants(&dl.times, &dr.times) {
-                self.bag_step(inst, lrows, rrows, &mut ls, &mut out)?;
+                self.bag_step(inst, lrows, rrows, ls, &mut out)?;
             }
         } else {
             let (insts, pairs) = if self.holds() {
                 let times = [&dl.times[..], &dr.times[..]];
-                self.held_candidates(times, hi, lrows, rrows, &mut ls, &mut rs)?
+                self.held_candidates(times, hi, lrows, rrows, ls, rs)?
             } else {
                 let insts = instants(&dl.times, &dr.times);
-                let pairs = self.candidates(&insts, lrows, rrows, pass, &mut ls, &mut rs);
+                let pairs = self.candidates(&insts, lrows, rrows, pass, ls, rs);
                 (insts, pairs)
             };
-            let theta = self.matching(&pairs, &ls, &rs)?;
+            let theta = self.matching(&pairs, ls, rs)?;
             if let (JoinKind::Inner, Some((mask, full))) = (self.kind, &theta) {
                 // The output is the candidates θ kept, already decoded.
                 return self.inner_output(&insts, &pairs, mask, full);
@@ -418,9 +443,9 @@ impl Join {
                 Some((m, _)) => (0..pairs.len()).map(|i| m.value(i)).collect(),
                 None => vec![true; pairs.len()],
             };
-            self.emit(&insts, &pairs, &mask, lrows, rrows, &mut ls, &mut rs, &mut out);
+            self.emit(&insts, &pairs, &mask, lrows, rrows, ls, rs, &mut out);
         }
-        self.output(out, &ls, &rs)
+        self.output(out, ls, rs)
     }
 
     /// An inner join's output: the decoded candidates (both sides' columns) that θ kept, with
@@ -453,8 +478,8 @@ impl Join {
         ls: &mut SideRows<'_>,
         rs: &mut SideRows<'_>,
     ) -> Vec<Pair> {
-        // Room for a pair per delta row (an interval join's usual), a few thousand at once.
-        let mut pairs = Vec::with_capacity((lrows.len() + rrows.len()).min(4096));
+        // Room for a pair per delta row (an interval join's usual).
+        let mut pairs = Vec::with_capacity((lrows.len() + rrows.len()).min(ROOM_PER_CHANGE));
         let passing = |side: usize, r: &std::ops::Range<usize>| -> &[bool] {
             pass[side].get(r.clone()).unwrap_or(&[])
         };
@@ -485,7 +510,7 @@ impl Join {
         pairs: &mut Vec<Pair>,
     ) {
         for (i, d) in delta.iter().enumerate() {
-            let Some(bucket) = d.key.and_then(|key| self.right_index.get(key)) else {
+            let Some(bucket) = d.key.and_then(|key| self.right_index.get(&Probe(key))) else {
                 continue;
             };
             for (r, rc) in bucket.iter() {
@@ -507,7 +532,7 @@ impl Join {
         pairs: &mut Vec<Pair>,
     ) {
         for (j, d) in delta.iter().enumerate() {
-            let Some(bucket) = d.key.and_then(|key| self.left_index.get(key)) else {
+            let Some(bucket) = d.key.and_then(|key| self.left_index.get(&Probe(key))) else {
                 continue;
             };
             for (l, lc) in bucket.iter() {

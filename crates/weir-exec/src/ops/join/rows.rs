@@ -102,6 +102,19 @@ impl EncodedSide {
     }
 }
 
+/// The room of a side's arena of copied rows, kept from one step for the next, so that a
+/// step's copies do not grow it from empty (each growth copies what is there).
+#[derive(Debug, Default)]
+pub(super) struct Arena {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Arena {
+    /// The most bytes of room kept between steps: an outsized step's room is given back.
+    const KEEP_BYTES: usize = 1 << 20;
+}
+
 /// The rows a span's pairs and output name on one side: the side's changes (numbers
 /// `0..delta.len()`) and copies of indexed rows (the numbers after).
 pub(super) struct SideRows<'a> {
@@ -111,8 +124,24 @@ pub(super) struct SideRows<'a> {
 }
 
 impl<'a> SideRows<'a> {
-    pub(super) fn new(delta: &'a [DeltaRow<'a>]) -> Self {
-        SideRows { delta, bytes: Vec::new(), ends: Vec::new() }
+    /// The rows of a step whose copies go into `room` (empty; see [`SideRows::room`]).
+    pub(super) fn in_room(delta: &'a [DeltaRow<'a>], room: Arena) -> Self {
+        let Arena { mut bytes, mut ends } = room;
+        bytes.clear();
+        ends.clear();
+        SideRows { delta, bytes, ends }
+    }
+
+    /// The arena's room, emptied, for the next step (none if it grew past
+    /// [`Arena::KEEP_BYTES`]).
+    pub(super) fn room(self) -> Arena {
+        let SideRows { mut bytes, mut ends, .. } = self;
+        if bytes.capacity() > Arena::KEEP_BYTES {
+            return Arena::default();
+        }
+        bytes.clear();
+        ends.clear();
+        Arena { bytes, ends }
     }
 
     /// Copies `row` into the arena; returns its number.
@@ -141,12 +170,17 @@ pub(super) struct Instant {
     pub(super) right: std::ops::Range<usize>,
 }
 
+/// The room a step reserves up front for a vector with about one entry per change (its
+/// instants, an interval join's pairs): one per change, up to this many. A step of a chunk of
+/// ten thousand events then never grows them (each growth copies them), and a large batch at
+/// one instant, which needs one, does not reserve megabytes.
+pub(super) const ROOM_PER_CHANGE: usize = 1 << 14;
+
 /// The instants of two time-sorted change lists, in order.
 pub(super) fn instants(lt: &[Time], rt: &[Time]) -> Vec<Instant> {
     let (mut i, mut j) = (0, 0);
-    // At most one instant per row, often about that many (room for a few thousand at once:
-    // a large batch at one instant is one).
-    let mut out = Vec::with_capacity((lt.len() + rt.len()).min(4096));
+    // At most one instant per row, often about that many.
+    let mut out = Vec::with_capacity((lt.len() + rt.len()).min(ROOM_PER_CHANGE));
     while i < lt.len() || j < rt.len() {
         let t = match (lt.get(i), rt.get(j)) {
             (Some(&a), Some(&b)) => a.min(b),

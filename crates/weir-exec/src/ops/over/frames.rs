@@ -69,7 +69,7 @@ use crate::expr::ScalarExpr;
 use crate::heap::HeapSize;
 use crate::numeric_row::{Num, NumType, NumericRow};
 use crate::operator::{take_inputs, Operator, Step};
-use crate::row::{cmp_bytes, sort_prefix, EncodedRows, RowBytes, RowCodec};
+use crate::row::{cmp_bytes, eq_bytes, sort_prefix, EncodedRows, Probe, RowBytes, RowCodec};
 use crate::state::{binary_col, i64_col, invalid, nonzero, signature, StateReader, StateWriter};
 
 /// One window function: what it computes, its argument and default, their types.
@@ -332,12 +332,42 @@ impl NumCol {
 /// large partition is a B-tree.
 #[derive(Debug)]
 enum Partition {
-    Small(Vec<(Key, Slot)>),
+    Small(Vec<Entry>),
     Large(BTreeMap<Key, Slot>),
 }
 
+/// An entry of a partition in a vector, with its order key's [`sort_prefix`]: a binary search
+/// compares numbers held in the vector and reads an entry's key (behind a pointer) only when
+/// the first 16 bytes of the order keys agree.
+#[derive(Debug)]
+struct Entry {
+    prefix: u128,
+    key: Key,
+    slot: Slot,
+}
+
+impl Entry {
+    fn new(key: Key, slot: Slot) -> Entry {
+        Entry { prefix: sort_prefix(&key.0), key, slot }
+    }
+
+    /// How the entry orders against the (order key, row) `e` whose order key's prefix is
+    /// `prefix`.
+    #[inline]
+    fn cmp(&self, prefix: u128, e: KeyRef<'_>) -> std::cmp::Ordering {
+        self.prefix.cmp(&prefix).then_with(|| cmp_key((&self.key.0, &self.key.1), e))
+    }
+}
+
+/// Its key and slot.
+impl HeapSize for Entry {
+    fn heap_bytes(&self) -> usize {
+        self.key.heap_bytes() + self.slot.heap_bytes()
+    }
+}
+
 /// The entries a partition holds in a sorted vector before it becomes a B-tree. An insertion
-/// or removal moves the entries after it (80 bytes each, 40 KB at most), which in a
+/// or removal moves the entries after it (96 bytes each, 48 KB at most), which in a
 /// partition that grows at its end (rows ordered by time) is a few; a row replacing another
 /// moves none.
 const SMALL: usize = 512;
@@ -359,7 +389,7 @@ impl Partition {
     /// The entries in order.
     fn iter(&self) -> Box<dyn Iterator<Item = (&Key, &Slot)> + '_> {
         match self {
-            Partition::Small(v) => Box::new(v.iter().map(|(k, s)| (k, s))),
+            Partition::Small(v) => Box::new(v.iter().map(|e| (&e.key, &e.slot))),
             Partition::Large(m) => Box::new(m.iter()),
         }
     }
@@ -367,7 +397,7 @@ impl Partition {
     /// The entries of `m` in the form for their number.
     fn of(m: BTreeMap<Key, Slot>, small: usize) -> Partition {
         if m.len() <= small {
-            Partition::Small(m.into_iter().collect())
+            Partition::Small(m.into_iter().map(|(k, s)| Entry::new(k, s)).collect())
         } else {
             Partition::Large(m)
         }
@@ -391,15 +421,15 @@ trait EntryView {
     fn parts(&mut self) -> (&Key, &mut Slot);
 }
 
-impl EntryView for (Key, Slot) {
+impl EntryView for Entry {
     fn key(&self) -> &Key {
-        &self.0
+        &self.key
     }
     fn slot(&self) -> &Slot {
-        &self.1
+        &self.slot
     }
     fn parts(&mut self) -> (&Key, &mut Slot) {
-        (&self.0, &mut self.1)
+        (&self.key, &mut self.slot)
     }
 }
 
@@ -652,19 +682,8 @@ impl OverRel {
 
 impl Funcs {
     /// The functions' values of `rows` (encoded), one column per call.
-    fn decode_values<'a>(
-        &self,
-        rows: impl Iterator<Item = &'a [u8]> + Clone,
-    ) -> Result<Vec<ArrayRef>> {
-        let Some(num) = &self.numeric else { return self.vals_codec.decode(rows) };
-        Ok((0..num.vals.types().len())
-            .map(|c| -> ArrayRef {
-                match NumCol::read(&num.vals, c, rows.clone()) {
-                    NumCol::Int(v) => std::sync::Arc::new(Int64Array::from(v)),
-                    NumCol::Float(v) => std::sync::Arc::new(arrow::array::Float64Array::from(v)),
-                }
-            })
-            .collect())
+    fn decode_values<'a>(&self, rows: impl Iterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
+        self.vals_codec.decode(rows)
     }
 
     /// The frame [s, e) of the row at `j` of a context of `n` rows (see the module docs).
@@ -973,7 +992,7 @@ impl OverRel {
         start: &mut (Vec<u8>, Vec<u8>),
         out: &mut OutRows,
     ) -> Result<()> {
-        let part = match self.parts.entry_ref(p) {
+        let part = match self.parts.entry_ref(&Probe(p)) {
             EntryRef::Occupied(o) => o.into_mut(),
             EntryRef::Vacant(v) => v.insert_with_key(RowBytes::from(p), Partition::default()),
         };
@@ -988,7 +1007,8 @@ impl OverRel {
             Partition::Small(v) => {
                 let entries = eval.small(v, changes, out)?;
                 if v.len() > self.small {
-                    *part = Partition::Large(std::mem::take(v).into_iter().collect());
+                    let entries = std::mem::take(v).into_iter().map(|e| (e.key, e.slot));
+                    *part = Partition::Large(entries.collect());
                 }
                 entries
             }
@@ -1036,29 +1056,29 @@ impl Eval<'_> {
     /// entries the region and its context held.
     fn small(
         self,
-        part: &mut Vec<(Key, Slot)>,
+        part: &mut Vec<Entry>,
         changes: &[NetChange<'_>],
         out: &mut OutRows,
     ) -> Result<usize> {
         let (Some(&(lo, _, _)), Some(&(hi, _, _))) = (changes.first(), changes.last()) else {
             return Ok(0);
         };
-        let find = |part: &[(Key, Slot)], from: usize, e: KeyRef<'_>| {
-            from + part[from..].partition_point(|(k, _)| cmp_key((&k.0, &k.1), e).is_lt())
+        let find = |part: &[Entry], from: usize, e: KeyRef<'_>, prefix: u128| {
+            from + part[from..].partition_point(|x| x.cmp(prefix, e).is_lt())
         };
         // Back from lo, before the change, as on the B-tree (see `large`): where the context
         // starts and how many of its entries before lo are context only. The entries before
         // lo stay where they are through the change, so `start` holds after it.
-        let lo_at = find(part, 0, lo);
+        let lo_at = find(part, 0, lo, sort_prefix(lo.0));
         let (start, context_before) = {
             let mut i = lo_at;
             let mut region = Walk::new(self.after, lo.0);
-            while i > 0 && region.pass(&part[i - 1].0 .0, part[i - 1].1.count) {
+            while i > 0 && region.pass(&part[i - 1].key.0, part[i - 1].slot.count) {
                 i -= 1;
             }
             let mut context = Walk::new(self.before, region.last);
             let mut before = 0;
-            while i > 0 && context.pass(&part[i - 1].0 .0, part[i - 1].1.count) {
+            while i > 0 && context.pass(&part[i - 1].key.0, part[i - 1].slot.count) {
                 i -= 1;
                 before += 1;
             }
@@ -1071,13 +1091,15 @@ impl Eval<'_> {
         let mut at = lo_at;
         let mut hole: Option<usize> = None;
         for &(e, n, i) in changes {
-            let mut found = find(part, at, e);
+            let prefix = sort_prefix(e.0);
+            let mut found = find(part, at, e, prefix);
             if let Some(h) = hole.take() {
                 let here = found == h + 1
                     && n > 0
-                    && part.get(found).is_none_or(|(k, _)| cmp_key((&k.0, &k.1), e).is_ne());
+                    && part.get(found).is_none_or(|x| x.cmp(prefix, e).is_ne());
                 if here {
-                    let (key, slot) = &mut part[h];
+                    let Entry { prefix: p, key, slot } = &mut part[h];
+                    *p = prefix;
                     refill(&mut key.0, e.0);
                     refill(&mut key.1, e.1);
                     refill(&mut slot.args, self.kept.get(i));
@@ -1090,21 +1112,21 @@ impl Eval<'_> {
                 found -= 1;
             }
             at = found;
-            let present = part.get(found).is_some_and(|(k, _)| cmp_key((&k.0, &k.1), e).is_eq());
+            let present = part.get(found).is_some_and(|x| x.cmp(prefix, e).is_eq());
             if n < 0 {
                 if !present {
                     return Err(retracted());
                 }
-                let (key, slot) = &mut part[found];
+                let Entry { key, slot, .. } = &mut part[found];
                 if retract(&key.1, slot, n, out)? {
                     hole = Some(found);
                 }
             } else if present {
-                part[found].1.count += n;
+                part[found].slot.count += n;
             } else {
                 let args = RowBytes::from(self.kept.get(i));
                 let slot = Slot { count: n, vals: Vec::new(), args };
-                part.insert(found, ((e.0.into(), e.1.into()), slot));
+                part.insert(found, Entry { prefix, key: (e.0.into(), e.1.into()), slot });
             }
         }
         if let Some(h) = hole {
@@ -1113,16 +1135,17 @@ impl Eval<'_> {
         // From the context's start through hi, then the region's end and the context's after
         // it.
         let mut end = start;
-        while end < part.len() && cmp_key((&part[end].0 .0, &part[end].0 .1), hi).is_le() {
+        let hi_prefix = sort_prefix(hi.0);
+        while end < part.len() && part[end].cmp(hi_prefix, hi).is_le() {
             end += 1;
         }
         let mut region = Walk::new(self.before, hi.0);
-        while end < part.len() && region.pass(&part[end].0 .0, part[end].1.count) {
+        while end < part.len() && region.pass(&part[end].key.0, part[end].slot.count) {
             end += 1;
         }
         let region_end = end - start;
         let mut context = Walk::new(self.after, region.last);
-        while end < part.len() && context.pass(&part[end].0 .0, part[end].1.count) {
+        while end < part.len() && context.pass(&part[end].key.0, part[end].slot.count) {
             end += 1;
         }
         let entries = &mut part[start..end];
@@ -1288,7 +1311,7 @@ fn update_values<E: EntryView>(
         }
         let new = (i..i + count).map(|k| vals.get(k));
         i += count;
-        if slot.vals.len() == count && new.clone().zip(&slot.vals).all(|(n, o)| n == &o[..]) {
+        if slot.vals.len() == count && new.clone().zip(&slot.vals).all(|(n, o)| eq_bytes(n, o)) {
             continue;
         }
         // One copy (the common case): its value replaced where it is kept, in place when it
@@ -1299,13 +1322,10 @@ fn update_values<E: EntryView>(
             let now = vals.get(i - 1);
             match slot.vals.first_mut() {
                 Some(old) => {
-                    let first = cmp_bytes(old, now).is_lt();
-                    if first {
-                        out.push(row, old, -1);
-                    }
-                    out.push(row, now, 1);
-                    if !first {
-                        out.push(row, old, -1);
+                    if cmp_bytes(old, now).is_lt() {
+                        out.push_pair(row, (old, -1), (now, 1));
+                    } else {
+                        out.push_pair(row, (now, 1), (old, -1));
                     }
                     if old.len() == now.len() {
                         old.copy_from_slice(now);
@@ -1388,11 +1408,27 @@ impl OutRows {
         self.rows.push((sort_prefix(row), start..mid, mid..self.bytes.len(), diff));
     }
 
+    /// Two changes of one row (its retraction and its insertion), in this order, the row's
+    /// bytes kept once for both.
+    fn push_pair(&mut self, row: &[u8], (a, da): (&[u8], i64), (b, db): (&[u8], i64)) {
+        if self.discard {
+            return;
+        }
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(row);
+        let (mid, prefix) = (self.bytes.len(), sort_prefix(row));
+        self.bytes.extend_from_slice(a);
+        let end = self.bytes.len();
+        self.bytes.extend_from_slice(b);
+        self.rows.push((prefix, start..mid, mid..end, da));
+        self.rows.push((prefix, start..mid, end..self.bytes.len(), db));
+    }
+
     /// Sorts the changes from `start` on by (row, values): the order in which a relation's
     /// output is consolidated (an output row is the input row followed by the values).
     /// Most pairs are ordered by their rows' [`sort_prefix`], one integer comparison; only
-    /// rows that agree in their first 16 bytes (a row's retraction and insertion) compare
-    /// their bytes.
+    /// rows that agree in their first 16 bytes compare their bytes, and a row's retraction and
+    /// insertion (pushed as a pair, the row's bytes shared) only their values.
     /// Changes already in order (a touch's rows often are: a partition's rows in the order
     /// of their ORDER BY, each row's two changes in the order of their values) are checked
     /// in one pass and left.
@@ -1401,8 +1437,13 @@ impl OutRows {
         /// the comparisons on the prefixes are inlined into the sort).
         #[inline(never)]
         fn tie(bytes: &[u8], a: &OutRow, b: &OutRow) -> std::cmp::Ordering {
-            cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()])
-                .then_with(|| cmp_bytes(&bytes[a.2.clone()], &bytes[b.2.clone()]))
+            // A row's two changes share its bytes.
+            let rows = if a.1 == b.1 {
+                std::cmp::Ordering::Equal
+            } else {
+                cmp_bytes(&bytes[a.1.clone()], &bytes[b.1.clone()])
+            };
+            rows.then_with(|| cmp_bytes(&bytes[a.2.clone()], &bytes[b.2.clone()]))
                 .then(a.3.cmp(&b.3))
         }
         let bytes = &self.bytes;

@@ -33,7 +33,7 @@ use weir_common::{ChangeBatch, Result, Time};
 use crate::expr::ScalarExpr;
 use crate::ops::topk::{sort_key_converter, SortKey};
 use crate::route::{KeyRoute, Placement};
-use crate::row::{cmp_bytes, EncodedRows, RowBytes, RowCodec};
+use crate::row::{cmp_bytes, eq_bytes, EncodedRows, RowBytes, RowCodec};
 
 /// The encodings shared by the window-function operators: partition key, order key, row.
 #[derive(Debug)]
@@ -213,7 +213,7 @@ pub(crate) fn for_each_partition<'e>(
     while i < order.len() {
         let p = enc.part(order[i]);
         changes.clear();
-        while i < order.len() && enc.part(order[i]) == p {
+        while i < order.len() && eq_bytes(enc.part(order[i]), p) {
             let (e, n, at) = (enc.entry(order[i]), enc.diff(order[i]), order[i]);
             match changes.last_mut() {
                 Some((le, ln, _)) if *le == e => *ln += n,
