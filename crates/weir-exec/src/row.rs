@@ -195,17 +195,30 @@ pub fn cmp_bytes(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     tail(wa.remainder()).cmp(&tail(wb.remainder())).then(a.len().cmp(&b.len()))
 }
 
-/// Whether two byte strings are equal, as `==` on slices says, eight bytes at a time inline
-/// (see [`cmp_bytes`] for why not `memcmp`).
+/// Whether two byte strings are equal, as `==` on slices says: up to [`EQ_INLINE`] bytes eight
+/// at a time inline (see [`cmp_bytes`] for why not `memcmp`), longer ones by `memcmp`, whose
+/// wide loads then pay for its call (a row with strings, a join's bucket of such rows).
 #[inline]
 pub fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+    let n = a.len();
+    if n != b.len() {
         return false;
     }
-    let (wa, wb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (wa.remainder(), wb.remainder());
-    wa.zip(wb).all(|(x, y)| word(x) == word(y)) && tail(ra) == tail(rb)
+    if n > EQ_INLINE {
+        return a == b;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        if word(&a[i..i + 8]) != word(&b[i..i + 8]) {
+            return false;
+        }
+        i += 8;
+    }
+    tail(&a[i..]) == tail(&b[i..])
 }
+
+/// The longest byte strings [`eq_bytes`] compares inline: a few encoded numbers.
+const EQ_INLINE: usize = 32;
 
 /// A byte string looked up in a hash map keyed by owned byte strings (`Box<[u8]>`, a
 /// `SmallVec` of bytes): hashed as the slice is, so it finds the key its bytes equal, and
@@ -500,6 +513,28 @@ mod tests {
             prop_assert_eq!(eq_bytes(&a, &b), a == b);
             prop_assert!(eq_bytes(&a, &a.clone()));
             prop_assert!(!eq_bytes(&a, &c));
+            // Past the inline length too.
+            let (long_a, long_b) = ([&a[..], &a[..]].concat(), [&a[..], &b[..]].concat());
+            prop_assert_eq!(eq_bytes(&long_a, &long_b), long_a == long_b);
+        }
+
+        /// Any bytes, and a copy with one byte changed: inline and `memcmp` lengths alike.
+        #[test]
+        fn eq_bytes_is_slice_equality(
+            a in proptest::collection::vec(any::<u8>(), 0..48),
+            at in any::<usize>(),
+            bit in 0u8..8,
+        ) {
+            prop_assert!(eq_bytes(&a, &a.clone()));
+            let mut b = a.clone();
+            if !b.is_empty() {
+                let i = at % b.len();
+                b[i] ^= 1 << bit;
+                prop_assert!(!eq_bytes(&a, &b));
+                prop_assert_eq!(cmp_bytes(&a, &b), a.cmp(&b));
+            }
+            // A string is not equal to itself shortened (the empty one excepted).
+            prop_assert_eq!(eq_bytes(&a, &a[..a.len().saturating_sub(1)]), a.is_empty());
         }
 
         #[test]

@@ -15,7 +15,7 @@ use std::hash::BuildHasher;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::heap::{allocation, hash_table, HeapSize};
-use crate::row::{eq_bytes, RowBytes};
+use crate::row::RowBytes;
 
 /// The rows of one key with their multiplicities (never zero). Most keys have one row, which
 /// is kept inline instead of in a table of its own; the table of several is boxed, so that a
@@ -109,7 +109,7 @@ impl Rows {
 
     /// Adds `diff` to `row`'s multiplicity (`diff` is not zero).
     fn add(&mut self, row: &[u8], diff: i64) {
-        if let Some(front) = self.entries.front_mut().filter(|f| eq_bytes(&f.0, row)) {
+        if let Some(front) = self.entries.front_mut().filter(|f| &f.0[..] == row) {
             // The oldest row, as a window's rows leave: no lookup.
             front.1 += diff;
             if front.1 == 0 {
@@ -123,8 +123,8 @@ impl Rows {
         }
         let hash = self.hasher.hash_one(row);
         let Rows { entries, popped, places, .. } = self;
-        let found = places
-            .find_entry(hash, |&p| at(entries, *popped, p).is_some_and(|e| eq_bytes(&e.0, row)));
+        let found =
+            places.find_entry(hash, |&p| at(entries, *popped, p).is_some_and(|e| &e.0[..] == row));
         let Ok(found) = found else {
             self.push(RowBytes::from(row), diff);
             return;
@@ -174,7 +174,7 @@ impl Rows {
         let hash = self.hasher.hash_one(row);
         let Rows { entries, popped, places, .. } = self;
         places
-            .find(hash, |&p| at(entries, *popped, p).is_some_and(|e| eq_bytes(&e.0, row)))
+            .find(hash, |&p| at(entries, *popped, p).is_some_and(|e| &e.0[..] == row))
             .and_then(|&p| at(entries, *popped, p))
             .map_or(0, |e| e.1)
     }
@@ -203,7 +203,7 @@ impl Bucket {
     /// now empty.
     pub(super) fn add(&mut self, row: &[u8], diff: i64) -> bool {
         match self {
-            Bucket::One(r, c) if eq_bytes(r, row) => {
+            Bucket::One(r, c) if &r[..] == row => {
                 *c += diff;
                 *c == 0
             }
@@ -227,7 +227,7 @@ impl Bucket {
     pub(super) fn count(&self, row: &[u8]) -> i64 {
         match self {
             Bucket::One(r, c) => {
-                if eq_bytes(r, row) {
+                if &r[..] == row {
                     *c
                 } else {
                     0
