@@ -32,6 +32,13 @@ fn raw_bits(row: &[u8], at: usize) -> Option<i64> {
     Some(i64::from_be_bytes(w) ^ i64::MIN)
 }
 
+/// A DOUBLE's bits as an Arrow array holds them, from the order-preserving bits [`raw_bits`]
+/// reads (a negative value's other bits are flipped back).
+#[inline]
+fn double_bits(bits: i64) -> i64 {
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
 /// A value of a BIGINT or DOUBLE column.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Num {
@@ -162,7 +169,7 @@ impl NumericRow {
         let bits = raw_bits(row, c * WIDTH)?;
         Some(match self.types[c] {
             NumType::Int => bits,
-            NumType::Float => bits ^ (((bits >> 63) as u64) >> 1) as i64,
+            NumType::Float => double_bits(bits),
         })
     }
 
@@ -183,7 +190,7 @@ impl NumericRow {
         };
         match self.types[c] {
             NumType::Int => read(|bits| bits),
-            NumType::Float => read(|bits| bits ^ (((bits >> 63) as u64) >> 1) as i64),
+            NumType::Float => read(double_bits),
         }
         nulls
     }

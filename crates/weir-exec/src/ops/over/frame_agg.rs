@@ -256,6 +256,15 @@ impl<'a> NumRunning<'a> {
 }
 
 impl NumRunning<'_> {
+    /// Adds a DOUBLE value. SUM's first value is taken as it is (as `Acc` does: -0.0 stays
+    /// -0.0).
+    #[inline]
+    fn add_float(&mut self, x: f64) {
+        let first = self.count == 0 && self.func == AggFunc::Sum;
+        self.fsum = if first { x } else { self.fsum + x };
+        self.count += 1;
+    }
+
     /// Adds a BIGINT value.
     #[inline]
     fn add_int(&mut self, x: i64) {
@@ -291,10 +300,7 @@ impl Running for NumRunning<'_> {
         }
         if self.vals.is_float() {
             if let Some(x) = self.vals.float(i) {
-                // SUM's first value is taken as it is (as `Acc` does: -0.0 stays -0.0).
-                let first = self.count == 0 && self.func == AggFunc::Sum;
-                self.fsum = if first { x } else { self.fsum + x };
-                self.count += 1;
+                self.add_float(x);
             }
             return Ok(());
         }
@@ -312,11 +318,8 @@ impl Running for NumRunning<'_> {
             NumArg::Floats(v) => {
                 let v = v.get(s..e).ok_or_else(past)?;
                 self.rows += v.len() as i64;
-                let sum = self.func == AggFunc::Sum;
                 for &x in v.iter().flatten() {
-                    // As `add`: SUM's first value is taken as it is.
-                    self.fsum = if sum && self.count == 0 { x } else { self.fsum + x };
-                    self.count += 1;
+                    self.add_float(x);
                 }
             }
             NumArg::Ints(v) => {
@@ -378,12 +381,13 @@ mod tests {
         WindowFrame { range: false, start, end }
     }
 
-    /// The i64 and f64 accumulators give what the scalar one gives, for each function and frame
-    /// shape, over values with NULLs, and flags an overflowing SUM.
+    /// The values of a BIGINT array.
     fn as_ints(a: &ArrayRef) -> Vec<Option<i64>> {
         a.as_any().downcast_ref::<Int64Array>().unwrap().iter().collect()
     }
 
+    /// The i64 and f64 accumulators give what the scalar one gives, for each function and frame
+    /// shape, over values with NULLs, and flags an overflowing SUM.
     #[test]
     fn num_running_equals_scalar_running() {
         let arr: ArrayRef = Arc::new(Int64Array::from(vec![

@@ -681,11 +681,6 @@ impl OverRel {
 }
 
 impl Funcs {
-    /// The functions' values of `rows` (encoded), one column per call.
-    fn decode_values<'a>(&self, rows: impl Iterator<Item = &'a [u8]>) -> Result<Vec<ArrayRef>> {
-        self.vals_codec.decode(rows)
-    }
-
     /// The frame [s, e) of the row at `j` of a context of `n` rows (see the module docs).
     fn frame_of(&self, f: &WindowFrame, j: usize, cx: &Context) -> (usize, usize) {
         let n = cx.peers.len();
@@ -1034,7 +1029,7 @@ impl OverRel {
         let mut cols =
             self.keys.decode_rows(out.rows.iter().map(|(_, r, _, _)| &bytes[r.clone()]))?;
         cols.extend(
-            self.funcs.decode_values(out.rows.iter().map(|(_, _, v, _)| &bytes[v.clone()]))?,
+            self.funcs.vals_codec.decode(out.rows.iter().map(|(_, _, v, _)| &bytes[v.clone()]))?,
         );
         let data = crate::ops::batch_of(&self.schema, cols, out.rows.len())?;
         Ok(ChangeBatch::new(data, times, out.rows.iter().map(|(_, _, _, n)| *n).collect()))
@@ -1327,11 +1322,7 @@ fn update_values<E: EntryView>(
                     } else {
                         out.push_pair(row, (now, 1), (old, -1));
                     }
-                    if old.len() == now.len() {
-                        old.copy_from_slice(now);
-                    } else {
-                        *old = RowBytes::from(now);
-                    }
+                    refill(old, now);
                 }
                 None => {
                     slot.vals.push(RowBytes::from(now));
@@ -1401,11 +1392,8 @@ impl OutRows {
         if self.discard {
             return;
         }
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(row);
-        let mid = self.bytes.len();
-        self.bytes.extend_from_slice(vals);
-        self.rows.push((sort_prefix(row), start..mid, mid..self.bytes.len(), diff));
+        let row = self.row(row);
+        self.push_values(row, vals, diff);
     }
 
     /// Two changes of one row (its retraction and its insertion), in this order, the row's
@@ -1414,14 +1402,23 @@ impl OutRows {
         if self.discard {
             return;
         }
+        let row = self.row(row);
+        self.push_values(row.clone(), a, da);
+        self.push_values(row, b, db);
+    }
+
+    /// Copies `row` into the buffer: its [`sort_prefix`] and where it is.
+    fn row(&mut self, row: &[u8]) -> (u128, std::ops::Range<usize>) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(row);
-        let (mid, prefix) = (self.bytes.len(), sort_prefix(row));
-        self.bytes.extend_from_slice(a);
-        let end = self.bytes.len();
-        self.bytes.extend_from_slice(b);
-        self.rows.push((prefix, start..mid, mid..end, da));
-        self.rows.push((prefix, start..mid, end..self.bytes.len(), db));
+        (sort_prefix(row), start..self.bytes.len())
+    }
+
+    /// Appends a change of the row `row` (as [`OutRows::row`] copied it) to the values `vals`.
+    fn push_values(&mut self, (prefix, row): (u128, std::ops::Range<usize>), vals: &[u8], d: i64) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(vals);
+        self.rows.push((prefix, row, start..self.bytes.len(), d));
     }
 
     /// Sorts the changes from `start` on by (row, values): the order in which a relation's
